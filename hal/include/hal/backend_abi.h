@@ -1,0 +1,284 @@
+/* hal backend ABI: the plugin boundary between libhal and each backend.
+ *
+ * Plain C on purpose: backends may be built by another compiler or C++
+ * standard library than libhal. Rules that keep it stable:
+ *   - every struct that crosses starts with `struct_size` (bytes, set by the
+ *     side that fills it) so either side can tell which fields exist;
+ *   - tables are append-only: a new field goes at the end, never in between;
+ *   - optional groups are sub-tables; a NULL sub-table means "unsupported",
+ *     never a stub that returns garbage;
+ *   - no exception crosses; a call returns hal_status and the backend keeps a
+ *     thread-local last error (message + native code) for get_last_error.
+ *
+ * A backend is a shared library exporting HAL_BACKEND_ENTRY_SYMBOL. libhal
+ * passes the highest ABI version it understands; the backend returns a table
+ * of a version it can serve at or below that, or NULL when it cannot.
+ */
+#ifndef HAL_BACKEND_ABI_H
+#define HAL_BACKEND_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HAL_BACKEND_ABI_VERSION 1u
+#define HAL_BACKEND_ENTRY_SYMBOL "hal_backend_query"
+
+#if defined(_WIN32)
+#define HAL_BACKEND_EXPORT __declspec(dllexport)
+#else
+#define HAL_BACKEND_EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef enum hal_status {
+  HAL_OK = 0,
+  HAL_ERROR_INVALID_ARGUMENT = 1, /* the caller passed a bad value */
+  HAL_ERROR_UNSUPPORTED = 2,      /* valid request this backend/device cannot do */
+  HAL_ERROR_NOT_PRESENT = 3,      /* a vendor library or device is missing */
+  HAL_ERROR_OUT_OF_MEMORY = 4,
+  HAL_ERROR_TIMEOUT = 5,
+  HAL_ERROR_DEVICE_LOST = 6,
+  HAL_ERROR_ABORTED = 7,
+  HAL_ERROR_INTERNAL = 8
+} hal_status;
+
+typedef struct hal_error_info_v1 {
+  size_t struct_size;
+  hal_status status;
+  int64_t native_code;   /* vendor error code (CUresult, hipError_t, errno...), 0 if none */
+  const char* message;   /* thread-local, valid until the next call on this thread */
+} hal_error_info_v1;
+
+/* Opaque handles owned by the backend. */
+typedef struct hal_backend_context hal_backend_context;
+typedef struct hal_buffer hal_buffer;
+typedef struct hal_stream hal_stream;
+typedef struct hal_event hal_event;
+
+typedef enum hal_log_level {
+  HAL_LOG_DEBUG = 0,
+  HAL_LOG_INFO = 1,
+  HAL_LOG_WARNING = 2,
+  HAL_LOG_ERROR = 3
+} hal_log_level;
+
+typedef struct hal_key_value_v1 {
+  const char* key;
+  const char* value;
+} hal_key_value_v1;
+
+typedef struct hal_backend_init_v1 {
+  size_t struct_size;
+  uint32_t abi_version;                /* the version libhal negotiated */
+  void (*log)(void* user_data, hal_log_level level, const char* message);
+  void* log_user_data;
+  const hal_key_value_v1* options;     /* backend options from config ([backend.NAME]) */
+  uint32_t option_count;
+} hal_backend_init_v1;
+
+typedef enum hal_device_type {
+  HAL_DEVICE_TYPE_CPU = 0,
+  HAL_DEVICE_TYPE_GPU = 1,
+  HAL_DEVICE_TYPE_ACCELERATOR = 2
+} hal_device_type;
+
+typedef enum hal_capability_type {
+  HAL_CAPABILITY_BOOL = 0,
+  HAL_CAPABILITY_INT = 1,
+  HAL_CAPABILITY_FLOAT = 2,
+  HAL_CAPABILITY_STRING = 3
+} hal_capability_type;
+
+typedef struct hal_capability_v1 {
+  const char* key;               /* e.g. "memory.managed", "attention.flash" */
+  hal_capability_type type;
+  int64_t int_value;             /* BOOL (0/1) and INT */
+  double float_value;            /* FLOAT */
+  const char* string_value;      /* STRING */
+  const char* note;              /* why, where it came from; may be NULL */
+} hal_capability_v1;
+
+/* Strings and arrays are owned by the backend context and stay valid until
+ * shutdown, except free_memory which is read fresh on every call. */
+typedef struct hal_device_info_v1 {
+  size_t struct_size;
+  hal_device_type type;
+  const char* name;
+  const char* vendor;
+  const char* uuid;               /* stable identifier; "" if the device has none */
+  const char* pci_bus_id;         /* "0000:3b:00.0"; "" if not a PCI device */
+  int32_t numa_node;              /* -1 when unknown */
+  uint64_t total_memory;          /* bytes */
+  uint64_t free_memory;           /* bytes, at the time of the call */
+  uint32_t compute_units;         /* cores, SMs, CUs */
+  uint32_t clock_mhz;             /* 0 when unknown */
+  uint32_t memory_clock_mhz;      /* 0 when unknown */
+  const hal_key_value_v1* version_axes; /* driver, runtime, each vendor library */
+  uint32_t version_axis_count;
+  const hal_capability_v1* capabilities;
+  uint32_t capability_count;
+} hal_device_info_v1;
+
+typedef enum hal_memory_kind {
+  HAL_MEMORY_DEVICE = 0,
+  HAL_MEMORY_HOST_PINNED = 1,
+  HAL_MEMORY_MANAGED = 2
+} hal_memory_kind;
+
+typedef enum hal_dtype {
+  HAL_DTYPE_F32 = 0,
+  HAL_DTYPE_F16 = 1,
+  HAL_DTYPE_BF16 = 2,
+  HAL_DTYPE_F64 = 3,
+  HAL_DTYPE_I8 = 4,
+  HAL_DTYPE_U8 = 5,
+  HAL_DTYPE_I32 = 6,
+  HAL_DTYPE_I64 = 7
+} hal_dtype;
+
+/* ---- attention (scaled dot-product attention) ---------------------------- */
+
+typedef enum hal_attention_implementation {
+  HAL_ATTENTION_FUSED = 0, /* vendor fused kernel (e.g. cuDNN fused MHA) */
+  HAL_ATTENTION_FLASH = 1, /* tiled, online softmax, O(seq) extra memory */
+  HAL_ATTENTION_MATH = 2   /* materialized scores: the reference */
+} hal_attention_implementation;
+
+typedef enum hal_mask_alignment {
+  HAL_MASK_TOP_LEFT = 0,     /* query i sits at key i */
+  HAL_MASK_BOTTOM_RIGHT = 1  /* last query sits at last key: offset seq_kv - seq_q */
+} hal_mask_alignment;
+
+/* Element strides of a 4-D tensor, named by axis whatever the memory order. */
+typedef struct hal_tensor_strides_v1 {
+  int64_t batch;
+  int64_t head;
+  int64_t seq;
+  int64_t dim;
+} hal_tensor_strides_v1;
+
+/* Key j is visible to query i when, with d = j - (i + offset) and offset = 0
+ * (top-left) or seq_kv - seq_q (bottom-right):
+ *   causal -> d <= 0;  window_left >= 0 -> d >= -window_left;
+ *   window_right >= 0 -> d <= window_right.
+ * A query that sees no key gets O = 0 and LSE = -inf. LSE is f32,
+ * contiguous [batch, heads_q, seq_q]. Gradient tensors use their own strides. */
+typedef struct hal_attention_params_v1 {
+  size_t struct_size;
+  int64_t batch;
+  int64_t heads_q;
+  int64_t heads_kv;        /* divides heads_q (GQA/MQA when smaller) */
+  int64_t seq_q;
+  int64_t seq_kv;
+  int64_t head_dim_qk;
+  int64_t head_dim_v;
+  hal_dtype dtype;         /* F32, F16 or BF16 for Q, K, V, O and their gradients */
+  int32_t causal;
+  hal_mask_alignment alignment;
+  int64_t window_left;     /* -1: unbounded */
+  int64_t window_right;    /* -1: unbounded */
+  float softmax_scale;
+  int32_t return_lse;
+  hal_tensor_strides_v1 q_strides, k_strides, v_strides, o_strides;
+  hal_tensor_strides_v1 grad_o_strides, grad_q_strides, grad_k_strides, grad_v_strides;
+} hal_attention_params_v1;
+
+typedef struct hal_tensor_ref_v1 {
+  hal_buffer* buffer;
+  uint64_t offset;         /* bytes from the start of the buffer */
+} hal_tensor_ref_v1;
+
+typedef struct hal_attention_v1 {
+  size_t struct_size;
+  /* Writes the reasons `implementation` cannot run `params` on `device`, one
+   * per line, into reasons (NUL-terminated, truncated to capacity). An empty
+   * string means eligible. */
+  hal_status (*supports)(hal_backend_context* context, uint32_t device,
+                         hal_attention_implementation implementation,
+                         const hal_attention_params_v1* params, int32_t backward,
+                         char* reasons, size_t reasons_capacity);
+  /* Extra device memory the implementation allocates for one call. */
+  hal_status (*workspace_size)(hal_backend_context* context, uint32_t device,
+                               hal_attention_implementation implementation,
+                               const hal_attention_params_v1* params, int32_t backward,
+                               uint64_t* bytes);
+  hal_status (*forward)(hal_stream* stream, hal_attention_implementation implementation,
+                        const hal_attention_params_v1* params, hal_tensor_ref_v1 q,
+                        hal_tensor_ref_v1 k, hal_tensor_ref_v1 v, hal_tensor_ref_v1 o,
+                        hal_tensor_ref_v1 lse);
+  hal_status (*backward)(hal_stream* stream, hal_attention_implementation implementation,
+                         const hal_attention_params_v1* params, hal_tensor_ref_v1 q,
+                         hal_tensor_ref_v1 k, hal_tensor_ref_v1 v, hal_tensor_ref_v1 o,
+                         hal_tensor_ref_v1 grad_o, hal_tensor_ref_v1 lse,
+                         hal_tensor_ref_v1 grad_q, hal_tensor_ref_v1 grad_k,
+                         hal_tensor_ref_v1 grad_v);
+} hal_attention_v1;
+
+typedef void (*hal_host_callback)(void* user_data, hal_status stream_status);
+
+/* Copies and fills take a stream; stream == NULL means a synchronous
+ * operation that returns when the bytes are in place. Offsets and sizes have
+ * already been checked by libhal against the buffer sizes. */
+typedef struct hal_backend_v1 {
+  size_t struct_size;
+  uint32_t abi_version;
+  const char* name;                /* "host", "cuda", ... */
+  const char* version;             /* the backend's own version string */
+
+  void (*get_last_error)(hal_error_info_v1* out);
+
+  hal_status (*initialize)(const hal_backend_init_v1* init, hal_backend_context** out);
+  void (*shutdown)(hal_backend_context* context);
+
+  hal_status (*device_count)(hal_backend_context* context, uint32_t* count);
+  hal_status (*device_info)(hal_backend_context* context, uint32_t device, hal_device_info_v1* info);
+
+  hal_status (*buffer_allocate)(hal_backend_context* context, uint32_t device, hal_memory_kind kind,
+                                uint64_t size, uint64_t alignment, hal_buffer** out);
+  hal_status (*buffer_free)(hal_buffer* buffer);
+  /* Address usable by the host, or NULL for device memory the host cannot map. */
+  void* (*buffer_host_address)(hal_buffer* buffer);
+  /* Address usable by kernels on the device. */
+  void* (*buffer_device_address)(hal_buffer* buffer);
+
+  hal_status (*copy_host_to_device)(hal_stream* stream, hal_buffer* destination, uint64_t destination_offset,
+                                    const void* source, uint64_t size);
+  hal_status (*copy_device_to_host)(hal_stream* stream, void* destination, hal_buffer* source,
+                                    uint64_t source_offset, uint64_t size);
+  hal_status (*copy_device_to_device)(hal_stream* stream, hal_buffer* destination, uint64_t destination_offset,
+                                      hal_buffer* source, uint64_t source_offset, uint64_t size);
+  /* pattern_size is 1, 2 or 4; size is a multiple of pattern_size. */
+  hal_status (*fill)(hal_stream* stream, hal_buffer* destination, uint64_t offset, uint64_t size,
+                     const void* pattern, uint32_t pattern_size);
+
+  hal_status (*stream_create)(hal_backend_context* context, uint32_t device, hal_stream** out);
+  hal_status (*stream_destroy)(hal_stream* stream);
+  /* Returns the first error of any operation that failed on the stream. */
+  hal_status (*stream_synchronize)(hal_stream* stream);
+  /* HAL_OK when idle, HAL_ERROR_TIMEOUT (no message) while work is pending. */
+  hal_status (*stream_query)(hal_stream* stream);
+  hal_status (*stream_wait_event)(hal_stream* stream, hal_event* event);
+  hal_status (*stream_host_callback)(hal_stream* stream, hal_host_callback callback, void* user_data);
+
+  hal_status (*event_create)(hal_backend_context* context, uint32_t device, hal_event** out);
+  hal_status (*event_destroy)(hal_event* event);
+  hal_status (*event_record)(hal_event* event, hal_stream* stream);
+  hal_status (*event_query)(hal_event* event);
+  hal_status (*event_synchronize)(hal_event* event);
+  hal_status (*event_elapsed_milliseconds)(hal_event* start, hal_event* end, double* milliseconds);
+
+  /* Optional groups: NULL means the backend does not offer them. */
+  const struct hal_attention_v1* attention;
+  const struct hal_collectives_v1* collectives;
+} hal_backend_v1;
+
+typedef const hal_backend_v1* (*hal_backend_query_fn)(uint32_t host_max_abi_version);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* HAL_BACKEND_ABI_H */
