@@ -1,0 +1,11 @@
+// Umbrella header of the hal C++ API.
+#pragma once
+
+#include "hal/config.hpp"
+#include "hal/device.hpp"
+#include "hal/event.hpp"
+#include "hal/memory.hpp"
+#include "hal/runtime.hpp"
+#include "hal/status.hpp"
+#include "hal/stream.hpp"
+#include "hal/topology.hpp"

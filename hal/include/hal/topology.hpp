@@ -1,0 +1,2 @@
+// PLACEHOLDER until the topology module lands.
+#pragma once

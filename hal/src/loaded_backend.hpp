@@ -1,0 +1,84 @@
+// Internal: a loaded plugin and the shared state behind the API objects.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <boost/dll/shared_library.hpp>
+
+#include "hal/backend_abi.h"
+#include "hal/device.hpp"
+#include "hal/status.hpp"
+
+namespace hal::detail {
+
+// One initialized backend. Every Device, Buffer, Stream and Event holds a
+// shared_ptr to it, so the library stays mapped while any object from it lives.
+struct LoadedBackend {
+  // Declared first so it is destroyed last, after shutdown() ran.
+  std::shared_ptr<boost::dll::shared_library> library;
+  const hal_backend_v1* table = nullptr;
+  hal_backend_context* context = nullptr;
+  std::string name;
+  std::string path;
+
+  LoadedBackend() = default;
+  LoadedBackend(const LoadedBackend&) = delete;
+  LoadedBackend& operator=(const LoadedBackend&) = delete;
+  ~LoadedBackend();
+
+  // The backend's last error on this thread as a Status; call right after
+  // the failing call. operation names what hal was doing.
+  Status error(hal_status code, std::string_view operation) const;
+  void check(hal_status code, std::string_view operation) const {
+    if (code != HAL_OK) throw Error(error(code, operation));
+  }
+  // An optional sub-table, or nullptr when absent or beyond struct_size.
+  const hal_attention_v1* attention() const;
+};
+
+struct BufferState {
+  std::shared_ptr<LoadedBackend> backend;
+  Device device;
+  hal_buffer* handle = nullptr;
+  std::uint64_t size = 0;
+  MemoryKind kind = MemoryKind::device;
+  std::atomic<bool> freed{false};
+
+  BufferState(Device owner, hal_buffer* buffer, std::uint64_t bytes, MemoryKind memory_kind)
+      : backend(owner.backend()), device(std::move(owner)), handle(buffer), size(bytes), kind(memory_kind) {}
+  ~BufferState();
+  // Throws for a freed buffer or a range outside [0, size).
+  void check_usable(std::string_view operation) const;
+  void check_range(std::uint64_t offset, std::uint64_t bytes, std::string_view operation) const;
+  std::string describe() const;
+};
+
+// The state behind a Buffer, or an error naming the operation when the
+// Buffer is empty or freed.
+const BufferState& usable_state(const std::shared_ptr<BufferState>& state, std::string_view operation);
+void check_fill_arguments(std::uint64_t offset, std::uint64_t size, std::uint32_t pattern_size,
+                          std::string_view operation);
+
+struct StreamState {
+  Device device;
+  hal_stream* handle = nullptr;
+  StreamState(Device owner, hal_stream* stream) : device(std::move(owner)), handle(stream) {}
+  ~StreamState();
+};
+
+struct EventState {
+  Device device;
+  hal_event* handle = nullptr;
+  EventState(Device owner, hal_event* event) : device(std::move(owner)), handle(event) {}
+  ~EventState();
+};
+
+// Logging from libhal and from backends, filtered by HAL_LOG_LEVEL / config.
+void log_message(hal_log_level level, std::string_view message);
+void set_log_level(hal_log_level level);
+hal_log_level parse_log_level(std::string_view text, std::string_view source);
+
+}  // namespace hal::detail

@@ -1,0 +1,146 @@
+#include "loader.hpp"
+
+#include <cstring>
+#include <vector>
+
+#include <boost/dll/shared_library.hpp>
+
+namespace hal::detail {
+
+LoadedBackend::~LoadedBackend() {
+  if (table != nullptr && context != nullptr) table->shutdown(context);
+}
+
+Status LoadedBackend::error(hal_status code, std::string_view operation) const {
+  hal_error_info_v1 info{};
+  info.struct_size = sizeof(info);
+  table->get_last_error(&info);
+  std::string message = std::string(operation) + " failed in the " + name + " backend";
+  if (info.message != nullptr && *info.message != '\0') message += ": " + std::string(info.message);
+  return Status(static_cast<StatusCode>(code), std::move(message), info.native_code);
+}
+
+const hal_attention_v1* LoadedBackend::attention() const {
+  if (table->struct_size < offsetof(hal_backend_v1, attention) + sizeof(table->attention)) return nullptr;
+  return table->attention;
+}
+
+namespace {
+
+constexpr std::string_view plugin_prefix = "libhal_backend_";
+constexpr std::string_view plugin_suffix = ".so";
+
+// Names of the v1 functions that must be present, with their offsets.
+struct RequiredFunction {
+  const char* name;
+  std::size_t offset;
+};
+
+#define HAL_REQUIRED(field) RequiredFunction{#field, offsetof(hal_backend_v1, field)}
+constexpr RequiredFunction required_functions[] = {
+    HAL_REQUIRED(get_last_error),      HAL_REQUIRED(initialize),
+    HAL_REQUIRED(shutdown),            HAL_REQUIRED(device_count),
+    HAL_REQUIRED(device_info),         HAL_REQUIRED(buffer_allocate),
+    HAL_REQUIRED(buffer_free),         HAL_REQUIRED(buffer_host_address),
+    HAL_REQUIRED(buffer_device_address), HAL_REQUIRED(copy_host_to_device),
+    HAL_REQUIRED(copy_device_to_host), HAL_REQUIRED(copy_device_to_device),
+    HAL_REQUIRED(fill),                HAL_REQUIRED(stream_create),
+    HAL_REQUIRED(stream_destroy),      HAL_REQUIRED(stream_synchronize),
+    HAL_REQUIRED(stream_query),        HAL_REQUIRED(stream_wait_event),
+    HAL_REQUIRED(stream_host_callback), HAL_REQUIRED(event_create),
+    HAL_REQUIRED(event_destroy),       HAL_REQUIRED(event_record),
+    HAL_REQUIRED(event_query),         HAL_REQUIRED(event_synchronize),
+    HAL_REQUIRED(event_elapsed_milliseconds),
+};
+#undef HAL_REQUIRED
+
+std::string missing_functions(const hal_backend_v1& table) {
+  std::string missing;
+  for (const auto& function : required_functions) {
+    void* pointer = nullptr;
+    std::memcpy(&pointer, reinterpret_cast<const char*>(&table) + function.offset, sizeof(pointer));
+    if (pointer == nullptr) missing += (missing.empty() ? "" : ", ") + std::string(function.name);
+  }
+  return missing;
+}
+
+void forward_backend_log(void* user_data, hal_log_level level, const char* message) {
+  const auto* backend_name = static_cast<const std::string*>(user_data);
+  log_message(level, *backend_name + ": " + (message != nullptr ? message : ""));
+}
+
+PluginLoad failure(BackendState state, std::string reason) { return {nullptr, state, std::move(reason)}; }
+
+}  // namespace
+
+std::string backend_name_from_filename(const std::filesystem::path& path) {
+  const std::string filename = path.filename().string();
+  if (filename.size() <= plugin_prefix.size() + plugin_suffix.size() || !filename.starts_with(plugin_prefix) ||
+      !filename.ends_with(plugin_suffix))
+    return {};
+  return filename.substr(plugin_prefix.size(), filename.size() - plugin_prefix.size() - plugin_suffix.size());
+}
+
+PluginLoad load_plugin(const std::filesystem::path& path, const std::map<std::string, std::string>& options) {
+  auto library = std::make_shared<boost::dll::shared_library>();
+  try {
+    // RTLD_LOCAL keeps each backend's vendor symbols to itself.
+    library->load(path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& error) {
+    return failure(BackendState::error, "cannot open plugin: " + std::string(error.what()));
+  }
+  if (!library->has(HAL_BACKEND_ENTRY_SYMBOL))
+    return failure(BackendState::error, std::string("plugin does not export the entry symbol '") +
+                                            HAL_BACKEND_ENTRY_SYMBOL + "'; it is not a hal backend or was built wrong");
+  auto query = library->get<const hal_backend_v1*(std::uint32_t)>(HAL_BACKEND_ENTRY_SYMBOL);
+  const hal_backend_v1* table = query(host_max_abi_version);
+  if (table == nullptr)
+    return failure(BackendState::error, "plugin returned no table for ABI version " +
+                                            std::to_string(host_max_abi_version) +
+                                            " or below; rebuild the plugin against this libhal");
+  if (table->abi_version == 0 || table->abi_version > host_max_abi_version)
+    return failure(BackendState::error, "plugin offers ABI version " + std::to_string(table->abi_version) +
+                                            " but libhal speaks versions 1 to " +
+                                            std::to_string(host_max_abi_version) + "; rebuild one to match");
+  if (table->struct_size < minimum_backend_table_size_v1)
+    return failure(BackendState::error, "plugin table struct_size is " + std::to_string(table->struct_size) +
+                                            " bytes, smaller than the " +
+                                            std::to_string(minimum_backend_table_size_v1) +
+                                            " bytes of a v1 table; the plugin was built against another header");
+  if (const std::string missing = missing_functions(*table); !missing.empty())
+    return failure(BackendState::error, "plugin table lacks required functions: " + missing);
+
+  auto backend = std::make_shared<LoadedBackend>();
+  backend->library = std::move(library);
+  backend->table = table;
+  backend->name = table->name != nullptr ? table->name : backend_name_from_filename(path);
+  backend->path = path.string();
+
+  std::vector<hal_key_value_v1> option_pairs;
+  for (const auto& [key, value] : options) option_pairs.push_back({key.c_str(), value.c_str()});
+  hal_backend_init_v1 init{};
+  init.struct_size = sizeof(init);
+  init.abi_version = table->abi_version;
+  init.log = &forward_backend_log;
+  init.log_user_data = &backend->name;  // lives as long as the backend
+  init.options = option_pairs.data();
+  init.option_count = static_cast<std::uint32_t>(option_pairs.size());
+
+  hal_backend_context* context = nullptr;
+  const hal_status code = table->initialize(&init, &context);
+  if (code != HAL_OK) {
+    const Status status = backend->error(code, "initializing the backend");
+    backend->table = nullptr;  // nothing to shut down
+    // A missing vendor library is an expected state, not a fault.
+    return failure(code == HAL_ERROR_NOT_PRESENT ? BackendState::unavailable : BackendState::error,
+                   status.message());
+  }
+  if (context == nullptr) {
+    backend->table = nullptr;
+    return failure(BackendState::error, "plugin initialize succeeded but returned no context");
+  }
+  backend->context = context;
+  return {std::move(backend), BackendState::loaded, {}};
+}
+
+}  // namespace hal::detail

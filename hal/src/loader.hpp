@@ -1,0 +1,31 @@
+// Internal: opening one backend plugin and checking its table.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "hal/runtime.hpp"
+#include "loaded_backend.hpp"
+
+namespace hal::detail {
+
+// The highest ABI libhal speaks and the smallest table it accepts for v1.
+constexpr std::uint32_t host_max_abi_version = HAL_BACKEND_ABI_VERSION;
+constexpr std::size_t minimum_backend_table_size_v1 = sizeof(hal_backend_v1);
+
+struct PluginLoad {
+  std::shared_ptr<LoadedBackend> backend;  // null unless state == loaded
+  BackendState state = BackendState::error;
+  std::string reason;
+};
+
+// Opens the plugin, negotiates the ABI, validates the table and initializes
+// it. Never throws: every failure becomes state + reason.
+PluginLoad load_plugin(const std::filesystem::path& path, const std::map<std::string, std::string>& options);
+
+// "libhal_backend_cuda.so" -> "cuda"; "" when the name does not match.
+std::string backend_name_from_filename(const std::filesystem::path& path);
+
+}  // namespace hal::detail

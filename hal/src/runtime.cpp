@@ -1,0 +1,396 @@
+#include "hal/runtime.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include <boost/dll/runtime_symbol_info.hpp>
+
+#include "loader.hpp"
+
+namespace hal {
+
+std::string_view to_string(BackendState state) {
+  switch (state) {
+    case BackendState::loaded: return "loaded";
+    case BackendState::unavailable: return "unavailable";
+    case BackendState::error: return "error";
+    case BackendState::disabled: return "disabled";
+  }
+  return "unknown";
+}
+
+const std::vector<std::string>& known_backend_names() {
+  static const std::vector<std::string> names = {"host", "cuda", "ppu", "rocm"};
+  return names;
+}
+
+struct Runtime::State {
+  Config config;
+  std::vector<BackendReport> reports;
+  std::vector<Device> devices;
+  std::vector<std::string> search_directories;
+};
+
+namespace {
+
+std::vector<std::string> split(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  std::string current;
+  for (char c : text) {
+    if (c == separator) {
+      parts.push_back(current);
+      current.clear();
+    } else {
+      current += c;
+    }
+  }
+  parts.push_back(current);
+  // Trim blanks around items; drop empty ones ("host,,cuda", trailing ':').
+  std::vector<std::string> trimmed;
+  for (auto& part : parts) {
+    const auto first = part.find_first_not_of(" \t");
+    if (first == std::string::npos) continue;
+    const auto last = part.find_last_not_of(" \t");
+    trimmed.push_back(part.substr(first, last - first + 1));
+  }
+  return trimmed;
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view separator) {
+  std::string joined;
+  for (const auto& item : items) {
+    if (!joined.empty()) joined += separator;
+    joined += item;
+  }
+  return joined;
+}
+
+std::string upper(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::toupper(c); });
+  return text;
+}
+
+const char* environment(const char* name) {
+  const char* value = std::getenv(name);
+  return (value != nullptr && *value != '\0') ? value : nullptr;
+}
+
+// Which backends may be opened: "host,cuda" keeps those, "!rocm" drops those.
+struct BackendFilter {
+  std::string source;  // "HAL_BACKENDS=..." or "config backends.filter"
+  std::set<std::string> names;
+  bool exclude = false;
+  bool active = false;
+
+  bool allows(const std::string& name) const { return !active || (names.count(name) > 0) != exclude; }
+
+  static BackendFilter parse(const std::vector<std::string>& items, std::string source) {
+    BackendFilter filter;
+    filter.source = std::move(source);
+    if (items.empty()) return filter;
+    filter.active = true;
+    bool any_include = false, any_exclude = false;
+    for (const auto& item : items) {
+      const bool negated = item.starts_with('!');
+      std::string name = negated ? item.substr(1) : item;
+      if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) {
+            return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+          }))
+        throw Error(StatusCode::invalid_argument,
+                    filter.source + ": '" + item + "' is not a backend name; use names like host,cuda or !rocm");
+      (negated ? any_exclude : any_include) = true;
+      filter.names.insert(std::move(name));
+    }
+    if (any_include && any_exclude)
+      throw Error(StatusCode::invalid_argument,
+                  filter.source + ": mixes names to keep and names to drop (!name); use one form, e.g. host,cuda "
+                                  "or !rocm");
+    filter.exclude = any_exclude;
+    return filter;
+  }
+};
+
+struct Candidate {
+  std::string name;
+  std::filesystem::path path;
+  std::vector<std::string> paths_tried;
+};
+
+std::string libhal_directory() {
+  try {
+    return boost::dll::this_line_location().parent_path().string();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+std::vector<std::string> plugin_directories(const Config& config) {
+  std::vector<std::string> directories;
+  if (const char* paths = environment("HAL_BACKEND_PATH"))
+    for (auto& directory : split(paths, ':')) directories.push_back(directory);
+  for (const auto& directory : config.backends_search_paths) directories.push_back(directory.string());
+  if (const std::string own = libhal_directory(); !own.empty()) directories.push_back(own + "/hal/backends");
+  for (const char* system : {"/usr/local/lib/hal/backends", "/usr/lib/hal/backends",
+                             "/usr/lib/x86_64-linux-gnu/hal/backends", "/usr/lib/aarch64-linux-gnu/hal/backends"})
+    directories.push_back(system);
+  // The same directory twice would only repeat work and clutter reports.
+  std::vector<std::string> unique;
+  for (auto& directory : directories)
+    if (std::find(unique.begin(), unique.end(), directory) == unique.end()) unique.push_back(directory);
+  return unique;
+}
+
+// The first directory that has a backend's plugin wins; later copies are
+// noted in paths_tried so a stale install is visible.
+std::vector<Candidate> scan_directories(const std::vector<std::string>& directories) {
+  std::vector<Candidate> candidates;
+  for (const auto& directory : directories) {
+    std::error_code error;
+    std::vector<std::filesystem::path> plugins;
+    for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+      if (!detail::backend_name_from_filename(entry.path()).empty()) plugins.push_back(entry.path());
+    }
+    std::sort(plugins.begin(), plugins.end());
+    for (const auto& plugin : plugins) {
+      const std::string name = detail::backend_name_from_filename(plugin);
+      auto existing = std::find_if(candidates.begin(), candidates.end(),
+                                   [&](const Candidate& candidate) { return candidate.name == name; });
+      if (existing == candidates.end()) {
+        candidates.push_back({name, plugin, {}});
+      } else {
+        existing->paths_tried.push_back(plugin.string() + ": not used, shadowed by " + existing->path.string());
+      }
+    }
+  }
+  return candidates;
+}
+
+std::vector<Candidate> forced_candidates(const std::vector<std::string>& paths) {
+  std::vector<Candidate> candidates;
+  for (const auto& path : paths) {
+    std::string name = detail::backend_name_from_filename(path);
+    if (name.empty()) name = std::filesystem::path(path).stem().string();
+    candidates.push_back({name, path, {}});
+  }
+  return candidates;
+}
+
+// Known backends first, in a fixed order, then others by name.
+void order_candidates(std::vector<Candidate>& candidates) {
+  const auto& known = known_backend_names();
+  auto rank = [&](const Candidate& candidate) {
+    auto position = std::find(known.begin(), known.end(), candidate.name);
+    return std::pair(static_cast<std::size_t>(position - known.begin()), candidate.name);
+  };
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [&](const Candidate& a, const Candidate& b) { return rank(a) < rank(b); });
+}
+
+DeviceInfo convert_device_info(const std::string& backend, std::uint32_t index, const hal_device_info_v1& raw) {
+  auto text = [](const char* value) { return value != nullptr ? std::string(value) : std::string(); };
+  DeviceInfo info;
+  info.backend = backend;
+  info.index = index;
+  info.type = static_cast<DeviceType>(raw.type);
+  info.name = text(raw.name);
+  info.vendor = text(raw.vendor);
+  info.uuid = text(raw.uuid);
+  info.pci_bus_id = text(raw.pci_bus_id);
+  info.numa_node = raw.numa_node;
+  info.total_memory = raw.total_memory;
+  info.free_memory = raw.free_memory;
+  info.compute_units = raw.compute_units;
+  info.clock_mhz = raw.clock_mhz;
+  info.memory_clock_mhz = raw.memory_clock_mhz;
+  for (std::uint32_t i = 0; i < raw.version_axis_count; ++i)
+    info.version_axes.emplace_back(text(raw.version_axes[i].key), text(raw.version_axes[i].value));
+  for (std::uint32_t i = 0; i < raw.capability_count; ++i) {
+    const hal_capability_v1& source = raw.capabilities[i];
+    Capability capability;
+    capability.key = text(source.key);
+    capability.note = text(source.note);
+    switch (source.type) {
+      case HAL_CAPABILITY_BOOL: capability.value = source.int_value != 0; break;
+      case HAL_CAPABILITY_INT: capability.value = source.int_value; break;
+      case HAL_CAPABILITY_FLOAT: capability.value = source.float_value; break;
+      case HAL_CAPABILITY_STRING: capability.value = text(source.string_value); break;
+    }
+    info.capabilities.push_back(std::move(capability));
+  }
+  return info;
+}
+
+// Reads the devices of a loaded backend; a failure marks the backend broken.
+bool enumerate_devices(const std::shared_ptr<detail::LoadedBackend>& backend, BackendReport& report,
+                       std::vector<Device>& devices) {
+  std::uint32_t count = 0;
+  hal_status code = backend->table->device_count(backend->context, &count);
+  if (code != HAL_OK) {
+    report.state = BackendState::error;
+    report.reason = backend->error(code, "counting devices").message();
+    return false;
+  }
+  std::vector<Device> found;
+  for (std::uint32_t index = 0; index < count; ++index) {
+    hal_device_info_v1 raw{};
+    raw.struct_size = sizeof(raw);
+    code = backend->table->device_info(backend->context, index, &raw);
+    if (code != HAL_OK) {
+      report.state = BackendState::error;
+      report.reason = backend->error(code, "reading device " + std::to_string(index)).message();
+      return false;
+    }
+    found.emplace_back(backend, index, convert_device_info(report.name, index, raw));
+  }
+  report.device_count = count;
+  devices.insert(devices.end(), found.begin(), found.end());
+  return true;
+}
+
+BackendReport load_candidate(const Candidate& candidate, const Config& config, std::vector<Device>& devices) {
+  BackendReport report;
+  report.name = candidate.name;
+  report.paths_tried = candidate.paths_tried;
+  std::map<std::string, std::string> options;
+  if (auto found = config.backend_options.find(candidate.name); found != config.backend_options.end())
+    options = found->second;
+  detail::PluginLoad load = detail::load_plugin(candidate.path, options);
+  report.paths_tried.insert(report.paths_tried.begin(),
+                            candidate.path.string() + ": " +
+                                (load.state == BackendState::loaded ? std::string("loaded") : load.reason));
+  report.state = load.state;
+  report.path = candidate.path.string();
+  if (load.state != BackendState::loaded) {
+    report.reason = load.reason;
+    return report;
+  }
+  report.version = load.backend->table->version != nullptr ? load.backend->table->version : "";
+  report.abi_version = load.backend->table->abi_version;
+  if (load.backend->name != candidate.name)
+    detail::log_message(HAL_LOG_WARNING, "plugin " + report.path + " calls itself '" + load.backend->name +
+                                             "'; it is listed as '" + candidate.name + "'");
+  enumerate_devices(load.backend, report, devices);
+  return report;
+}
+
+}  // namespace
+
+Runtime Runtime::create(const RuntimeOptions& options) {
+  auto state = std::make_shared<State>();
+  state->config = options.config ? *options.config : Config::load_default();
+  for (const auto& warning : state->config.warnings) detail::log_message(HAL_LOG_WARNING, warning.to_string());
+  if (!environment("HAL_LOG_LEVEL") && state->config.source)
+    detail::set_log_level(detail::parse_log_level(state->config.log_level, "config log.level"));
+
+  BackendFilter filter;
+  if (const char* variable = environment("HAL_BACKENDS"))
+    filter = BackendFilter::parse(split(variable, ','), std::string("HAL_BACKENDS=") + variable);
+  else
+    filter = BackendFilter::parse(state->config.backends_filter, "config backends.filter");
+
+  std::vector<Candidate> candidates;
+  if (const char* forced = environment("HAL_BACKENDS_FORCE")) {
+    candidates = forced_candidates(split(forced, ':'));
+    state->search_directories = {};
+  } else {
+    state->search_directories = plugin_directories(state->config);
+    candidates = scan_directories(state->search_directories);
+    // Known backends that have no plugin anywhere are reported, not hidden.
+    for (const auto& name : known_backend_names()) {
+      if (std::none_of(candidates.begin(), candidates.end(), [&](const Candidate& c) { return c.name == name; })) {
+        BackendReport report;
+        report.name = name;
+        report.state = filter.allows(name) ? BackendState::unavailable : BackendState::disabled;
+        report.reason = report.state == BackendState::disabled
+                            ? "excluded by " + filter.source
+                            : "plugin libhal_backend_" + name +
+                                  ".so was not found; this build may not include it (CMake option HAL_WITH_" +
+                                  upper(name) + ") or set HAL_BACKEND_PATH to its directory";
+        for (const auto& directory : state->search_directories)
+          report.paths_tried.push_back(directory + "/libhal_backend_" + name + ".so: not found");
+        state->reports.push_back(std::move(report));
+      }
+    }
+  }
+  if (filter.active) {
+    std::vector<std::string> unknown;
+    for (const auto& name : filter.names) {
+      const bool known = std::find(known_backend_names().begin(), known_backend_names().end(), name) !=
+                         known_backend_names().end();
+      const bool found = std::any_of(candidates.begin(), candidates.end(), [&](auto& c) { return c.name == name; });
+      if (!known && !found) unknown.push_back(name);
+    }
+    if (!unknown.empty())
+      throw Error(StatusCode::invalid_argument, filter.source + " names " + join(unknown, ", ") +
+                                                    ", which no plugin provides; known backends: " +
+                                                    join(known_backend_names(), ", "));
+  }
+
+  order_candidates(candidates);
+  for (const auto& candidate : candidates) {
+    if (!filter.allows(candidate.name)) {
+      BackendReport report;
+      report.name = candidate.name;
+      report.state = BackendState::disabled;
+      report.path = candidate.path.string();
+      report.reason = "excluded by " + filter.source;
+      state->reports.push_back(std::move(report));
+      continue;
+    }
+    state->reports.push_back(load_candidate(candidate, state->config, state->devices));
+  }
+  // Reports in the same fixed order as loading: known backends first.
+  std::stable_sort(state->reports.begin(), state->reports.end(), [](const auto& a, const auto& b) {
+    const auto& known = known_backend_names();
+    auto rank = [&](const std::string& name) {
+      return std::pair(static_cast<std::size_t>(std::find(known.begin(), known.end(), name) - known.begin()), name);
+    };
+    return rank(a.name) < rank(b.name);
+  });
+  return Runtime(std::move(state));
+}
+
+const std::vector<BackendReport>& Runtime::backends() const { return state_->reports; }
+
+const BackendReport* Runtime::find_backend(std::string_view name) const {
+  for (const auto& report : state_->reports)
+    if (report.name == name) return &report;
+  return nullptr;
+}
+
+const std::vector<Device>& Runtime::devices() const { return state_->devices; }
+
+std::optional<Device> Runtime::find_device(std::string_view id) const {
+  auto lower = [](std::string_view text) {
+    std::string result(text);
+    std::transform(result.begin(), result.end(), result.begin(), [](unsigned char c) { return std::tolower(c); });
+    return result;
+  };
+  const std::string wanted = lower(id);
+  for (const auto& device : state_->devices) {
+    const DeviceInfo& info = device.info();
+    if (device.id() == id || (!info.uuid.empty() && lower(info.uuid) == wanted)) return device;
+    // PCI bus ids with or without the domain: "0000:3b:00.0" or "3b:00.0".
+    const std::string bus = lower(info.pci_bus_id);
+    if (!bus.empty() && (bus == wanted || (bus.size() > wanted.size() && bus.ends_with(wanted) &&
+                                           bus[bus.size() - wanted.size() - 1] == ':')))
+      return device;
+  }
+  return std::nullopt;
+}
+
+Device Runtime::device(std::string_view id) const {
+  if (auto device = find_device(id)) return *device;
+  std::vector<std::string> ids;
+  for (const auto& device : state_->devices) ids.push_back(device.id());
+  throw Error(StatusCode::invalid_argument,
+              "no device '" + std::string(id) + "'; devices here: " + (ids.empty() ? "none" : join(ids, ", ")) +
+                  " (a device is named backend:index, by UUID or by PCI bus id)");
+}
+
+const Config& Runtime::config() const { return state_->config; }
+const std::vector<std::string>& Runtime::search_directories() const { return state_->search_directories; }
+
+}  // namespace hal

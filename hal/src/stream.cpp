@@ -1,0 +1,176 @@
+#include "hal/stream.hpp"
+
+#include "hal/event.hpp"
+#include "hal/memory.hpp"
+#include "loaded_backend.hpp"
+
+namespace hal {
+namespace detail {
+
+StreamState::~StreamState() { device.backend()->table->stream_destroy(handle); }
+
+}  // namespace detail
+
+namespace {
+
+const detail::StreamState& usable_stream(const std::shared_ptr<detail::StreamState>& state,
+                                         std::string_view operation) {
+  if (!state)
+    throw Error(StatusCode::invalid_argument,
+                std::string(operation) + ": the stream is empty (default-constructed or moved from)");
+  return *state;
+}
+
+// A buffer used on a stream must live on the stream's device.
+const detail::BufferState& buffer_on_stream_device(const detail::StreamState& stream,
+                                                   const std::shared_ptr<detail::BufferState>& buffer,
+                                                   std::string_view operation) {
+  const auto& state = detail::usable_state(buffer, operation);
+  if (!(state.device == stream.device))
+    throw Error(StatusCode::invalid_argument, std::string(operation) + ": the " + state.describe() +
+                                                  " is not on the stream's device " + stream.device.id() +
+                                                  "; use a stream of " + state.device.id());
+  return state;
+}
+
+void check_host_pointer(const void* pointer, std::uint64_t size, std::string_view operation) {
+  if (pointer == nullptr && size != 0)
+    throw Error(StatusCode::invalid_argument, std::string(operation) + ": the host pointer is null");
+}
+
+// Passes a std::function through the C boundary; the trampoline owns it.
+struct HostCallback {
+  std::function<void(const Status&)> callback;
+  std::shared_ptr<detail::LoadedBackend> backend;
+  static void trampoline(void* user_data, hal_status status) {
+    std::unique_ptr<HostCallback> self(static_cast<HostCallback*>(user_data));
+    Status stream_status = status == HAL_OK ? Status::ok()
+                                            : Status(static_cast<StatusCode>(status),
+                                                     "an earlier operation on the stream failed");
+    try {
+      self->callback(stream_status);
+    } catch (const std::exception& error) {
+      detail::log_message(HAL_LOG_ERROR, std::string("a stream host callback threw: ") + error.what());
+    } catch (...) {
+      detail::log_message(HAL_LOG_ERROR, "a stream host callback threw a non-standard exception");
+    }
+  }
+};
+
+}  // namespace
+
+Device Stream::device() const { return usable_stream(state_, "Stream::device").device; }
+
+void Stream::copy_to_device(const Buffer& destination, std::uint64_t destination_offset, const void* source,
+                            std::uint64_t size) const {
+  constexpr std::string_view operation = "Stream::copy_to_device";
+  const auto& stream = usable_stream(state_, operation);
+  const auto& buffer = buffer_on_stream_device(stream, destination.state(), operation);
+  buffer.check_range(destination_offset, size, operation);
+  check_host_pointer(source, size, operation);
+  if (size == 0) return;
+  buffer.backend->check(
+      buffer.backend->table->copy_host_to_device(stream.handle, buffer.handle, destination_offset, source, size),
+      "enqueueing a copy of " + std::to_string(size) + " bytes to the " + buffer.describe());
+}
+
+void Stream::copy_to_host(void* destination, const Buffer& source, std::uint64_t source_offset,
+                          std::uint64_t size) const {
+  constexpr std::string_view operation = "Stream::copy_to_host";
+  const auto& stream = usable_stream(state_, operation);
+  const auto& buffer = buffer_on_stream_device(stream, source.state(), operation);
+  buffer.check_range(source_offset, size, operation);
+  check_host_pointer(destination, size, operation);
+  if (size == 0) return;
+  buffer.backend->check(
+      buffer.backend->table->copy_device_to_host(stream.handle, destination, buffer.handle, source_offset, size),
+      "enqueueing a copy of " + std::to_string(size) + " bytes from the " + buffer.describe());
+}
+
+void Stream::copy(const Buffer& destination, std::uint64_t destination_offset, const Buffer& source,
+                  std::uint64_t source_offset, std::uint64_t size) const {
+  constexpr std::string_view operation = "Stream::copy";
+  const auto& stream = usable_stream(state_, operation);
+  const auto& destination_state = detail::usable_state(destination.state(), operation);
+  const auto& source_state = detail::usable_state(source.state(), operation);
+  // Peer copies are allowed: one side on the stream's device is enough.
+  if (!(destination_state.device == stream.device) && !(source_state.device == stream.device))
+    throw Error(StatusCode::invalid_argument, std::string(operation) + ": neither the source (" +
+                                                  source_state.device.id() + ") nor the destination (" +
+                                                  destination_state.device.id() + ") is on the stream's device " +
+                                                  stream.device.id());
+  if (destination_state.backend != source_state.backend)
+    throw Error(StatusCode::unsupported, std::string(operation) + ": the source is on " + source_state.device.id() +
+                                             " and the destination on " + destination_state.device.id() +
+                                             "; copies between backends go through host memory");
+  destination_state.check_range(destination_offset, size, "Stream::copy (destination)");
+  source_state.check_range(source_offset, size, "Stream::copy (source)");
+  if (size == 0) return;
+  stream.device.backend()->check(
+      stream.device.backend()->table->copy_device_to_device(stream.handle, destination_state.handle,
+                                                            destination_offset, source_state.handle, source_offset,
+                                                            size),
+      "enqueueing a copy of " + std::to_string(size) + " bytes from the " + source_state.describe() + " to the " +
+          destination_state.describe());
+}
+
+void Stream::fill(const Buffer& destination, std::uint64_t offset, std::uint64_t size, std::uint32_t pattern,
+                  std::uint32_t pattern_size) const {
+  constexpr std::string_view operation = "Stream::fill";
+  const auto& stream = usable_stream(state_, operation);
+  const auto& buffer = buffer_on_stream_device(stream, destination.state(), operation);
+  buffer.check_range(offset, size, operation);
+  detail::check_fill_arguments(offset, size, pattern_size, operation);
+  if (size == 0) return;
+  buffer.backend->check(buffer.backend->table->fill(stream.handle, buffer.handle, offset, size, &pattern, pattern_size),
+                        "enqueueing a fill of " + std::to_string(size) + " bytes of the " + buffer.describe());
+}
+
+void Stream::record(const Event& event) const {
+  const auto& stream = usable_stream(state_, "Stream::record");
+  if (!event.state()) throw Error(StatusCode::invalid_argument, "Stream::record: the event is empty");
+  if (!(event.state()->device == stream.device))
+    throw Error(StatusCode::invalid_argument, "Stream::record: the event belongs to " +
+                                                  event.state()->device.id() + ", the stream to " +
+                                                  stream.device.id() + "; record it on a stream of its device");
+  stream.device.backend()->check(stream.device.backend()->table->event_record(event.state()->handle, stream.handle),
+                                 "recording an event on a stream of " + stream.device.id());
+}
+
+void Stream::wait(const Event& event) const {
+  const auto& stream = usable_stream(state_, "Stream::wait");
+  if (!event.state()) throw Error(StatusCode::invalid_argument, "Stream::wait: the event is empty");
+  if (event.state()->device.backend() != stream.device.backend())
+    throw Error(StatusCode::unsupported, "Stream::wait: the event belongs to " + event.state()->device.id() +
+                                             ", another backend than the stream's " + stream.device.id() +
+                                             "; synchronize the event on the host instead");
+  stream.device.backend()->check(
+      stream.device.backend()->table->stream_wait_event(stream.handle, event.state()->handle),
+      "making a stream of " + stream.device.id() + " wait for an event");
+}
+
+void Stream::enqueue_host_callback(std::function<void(const Status&)> callback) const {
+  const auto& stream = usable_stream(state_, "Stream::enqueue_host_callback");
+  if (!callback) throw Error(StatusCode::invalid_argument, "Stream::enqueue_host_callback: the callback is empty");
+  auto owned = std::make_unique<HostCallback>(HostCallback{std::move(callback), stream.device.backend()});
+  const hal_status code =
+      stream.device.backend()->table->stream_host_callback(stream.handle, &HostCallback::trampoline, owned.get());
+  stream.device.backend()->check(code, "enqueueing a host callback on a stream of " + stream.device.id());
+  owned.release();  // the trampoline owns it now
+}
+
+void Stream::synchronize() const {
+  const auto& stream = usable_stream(state_, "Stream::synchronize");
+  stream.device.backend()->check(stream.device.backend()->table->stream_synchronize(stream.handle),
+                                 "work on a stream of " + stream.device.id());
+}
+
+bool Stream::is_idle() const {
+  const auto& stream = usable_stream(state_, "Stream::is_idle");
+  const hal_status code = stream.device.backend()->table->stream_query(stream.handle);
+  if (code == HAL_ERROR_TIMEOUT) return false;
+  stream.device.backend()->check(code, "querying a stream of " + stream.device.id());
+  return true;
+}
+
+}  // namespace hal
