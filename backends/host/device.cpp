@@ -170,10 +170,12 @@ std::vector<HostDevice> discover_devices() {
     device.numa_node = -1;
     const long online = sysconf(_SC_NPROCESSORS_ONLN);
     for (int cpu = 0; cpu < std::max(online, 1L); ++cpu) device.cpus.push_back(cpu);
-    device.total_memory = meminfo_kib("/proc/meminfo", "MemTotal") * 1024;
     devices.push_back(std::move(device));
   }
   std::sort(devices.begin(), devices.end(), [](auto& a, auto& b) { return a.numa_node < b.numa_node; });
+  // With one node the whole machine's figures are the truth: some virtual
+  // machines report only part of their memory in the node's meminfo.
+  if (devices.size() == 1) devices.front().total_memory = meminfo_kib("/proc/meminfo", "MemTotal") * 1024;
 
   utsname system{};
   uname(&system);
