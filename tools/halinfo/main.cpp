@@ -1,7 +1,125 @@
+// halinfo: what backends and devices this machine has, and what they can do.
 #include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "hal/hal.hpp"
-int main() {
-  auto runtime = hal::Runtime::create();
-  for (auto& b : runtime.backends()) std::printf("%s %s %s\n", b.name.c_str(), std::string(hal::to_string(b.state)).c_str(), b.reason.c_str());
-  for (auto& d : runtime.devices()) std::printf("%s %s\n", d.id().c_str(), d.info().name.c_str());
+#include "info_json.hpp"
+#include "text_report.hpp"
+
+namespace {
+
+constexpr int exit_ok = 0;
+constexpr int exit_requirement_failed = 1;
+constexpr int exit_usage = 2;
+constexpr int exit_runtime_error = 3;
+
+constexpr const char* usage_text = R"(usage: halinfo [COMMAND] [OPTIONS]
+
+Shows the backends hal found, their state, and the devices they offer.
+
+Commands:
+  (none)            a short summary of backends and devices
+  topo              the device / NUMA node / CPU affinity view (hwloc)
+
+Options:
+  -v, --verbose     everything: paths tried, version axes, capabilities
+  --json            one JSON document (schema hal.info/1, docs/halinfo.md)
+  --device ID       only this device: backend:index (host:0), UUID or PCI bus id
+  --require N       exit 1 when fewer than N accelerator (non-CPU) devices are present
+  -h, --help        this text
+  --version         hal's version
+
+Environment: HAL_BACKENDS (host,cuda or !rocm), HAL_BACKEND_PATH, HAL_BACKENDS_FORCE,
+HAL_CONFIG, HAL_LOG_LEVEL; see docs/config.md.
+Exit status: 0 ok, 1 --require not met, 2 bad usage, 3 hal could not start.
+)";
+
+struct Options {
+  std::string command;
+  bool verbose = false;
+  bool json = false;
+  std::optional<std::string> device;
+  std::optional<long> require;
+};
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "halinfo: %s\nRun 'halinfo --help' for usage.\n", message.c_str());
+  std::exit(exit_usage);
+}
+
+Options parse_arguments(int argc, char** argv) {
+  Options options;
+  auto value_of = [&](int& i, const char* flag) -> std::string {
+    if (i + 1 >= argc) usage_error(std::string(flag) + " needs a value");
+    return argv[++i];
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument == "-h" || argument == "--help") {
+      std::fputs(usage_text, stdout);
+      std::exit(exit_ok);
+    } else if (argument == "--version") {
+      std::printf("halinfo %s\n", HAL_VERSION_STRING);
+      std::exit(exit_ok);
+    } else if (argument == "-v" || argument == "--verbose") {
+      options.verbose = true;
+    } else if (argument == "--json") {
+      options.json = true;
+    } else if (argument == "--device") {
+      options.device = value_of(i, "--device");
+    } else if (argument == "--require") {
+      const std::string text = value_of(i, "--require");
+      char* end = nullptr;
+      const long count = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || count < 0)
+        usage_error("--require takes a whole number of devices (0 or more), not '" + text + "'");
+      options.require = count;
+    } else if (argument == "topo" && options.command.empty()) {
+      options.command = argument;
+    } else {
+      usage_error("unknown argument '" + argument + "'");
+    }
+  }
+  return options;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse_arguments(argc, argv);
+  try {
+    const hal::Runtime runtime = hal::Runtime::create();
+    std::vector<hal::Device> devices = runtime.devices();
+    if (options.device) devices = {runtime.device(*options.device)};
+
+    if (options.command == "topo") {
+      halinfo::print_topology(runtime, devices, options.json, std::cout);
+    } else if (options.json) {
+      std::cout << halinfo::info_document(runtime, devices).dump(2) << "\n";
+    } else {
+      halinfo::print_summary(runtime, devices, options.verbose, std::cout);
+    }
+
+    if (options.require) {
+      long accelerators = 0;
+      for (const auto& device : runtime.devices())
+        if (device.info().type != hal::DeviceType::cpu) ++accelerators;
+      if (accelerators < *options.require) {
+        std::fprintf(stderr, "halinfo: %ld accelerator device(s) present, %ld required\n", accelerators,
+                     *options.require);
+        return exit_requirement_failed;
+      }
+    }
+    return exit_ok;
+  } catch (const hal::Error& error) {
+    std::fprintf(stderr, "halinfo: %s\n", error.what());
+    return error.code() == hal::StatusCode::invalid_argument && options.device ? exit_usage : exit_runtime_error;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "halinfo: internal error: %s\n", error.what());
+    return exit_runtime_error;
+  }
 }

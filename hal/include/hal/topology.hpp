@@ -1,2 +1,0 @@
-// PLACEHOLDER until the topology module lands.
-#pragma once
