@@ -277,6 +277,26 @@ typedef struct hal_backend_v1 {
 
 typedef const hal_backend_v1* (*hal_backend_query_fn)(uint32_t host_max_abi_version);
 
+/* Pinned sizes on LP64: a change here breaks every built plugin. Append new
+ * fields in a new version instead of editing these structs. */
+#if defined(__LP64__) || defined(_WIN64)
+#ifdef __cplusplus
+#define HAL_ABI_PIN_SIZE(type, bytes) static_assert(sizeof(type) == (bytes), #type " changed size: ABI break")
+#else
+#define HAL_ABI_PIN_SIZE(type, bytes) _Static_assert(sizeof(type) == (bytes), #type " changed size: ABI break")
+#endif
+HAL_ABI_PIN_SIZE(hal_error_info_v1, 32);
+HAL_ABI_PIN_SIZE(hal_key_value_v1, 16);
+HAL_ABI_PIN_SIZE(hal_backend_init_v1, 48);
+HAL_ABI_PIN_SIZE(hal_capability_v1, 48);
+HAL_ABI_PIN_SIZE(hal_device_info_v1, 120);
+HAL_ABI_PIN_SIZE(hal_attention_params_v1, 360);
+HAL_ABI_PIN_SIZE(hal_tensor_ref_v1, 16);
+HAL_ABI_PIN_SIZE(hal_attention_v1, 40);
+HAL_ABI_PIN_SIZE(hal_backend_v1, 248);
+#undef HAL_ABI_PIN_SIZE
+#endif
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
