@@ -8,7 +8,13 @@
 
 #include <boost/dll/shared_library.hpp>
 
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "hal/attention.hpp"
 #include "hal/backend_abi.h"
+#include "hal/config.hpp"
 #include "hal/device.hpp"
 #include "hal/status.hpp"
 
@@ -23,6 +29,14 @@ struct LoadedBackend {
   hal_backend_context* context = nullptr;
   std::string name;
   std::string path;
+  // The runtime's config, for settings read per call (attention order, ...).
+  std::shared_ptr<const Config> config = std::make_shared<const Config>();
+
+  // Attention decisions per (params, order, settings), and which fallbacks
+  // were already warned about, so each is explained once.
+  std::mutex attention_mutex;
+  std::map<std::string, AttentionDecision> attention_decisions;
+  std::set<std::string> attention_warned;
 
   LoadedBackend() = default;
   LoadedBackend(const LoadedBackend&) = delete;

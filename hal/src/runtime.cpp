@@ -266,6 +266,7 @@ BackendReport load_candidate(const Candidate& candidate, const Config& config, s
     report.reason = load.reason;
     return report;
   }
+  load.backend->config = std::make_shared<const Config>(config);
   report.version = load.backend->table->version != nullptr ? load.backend->table->version : "";
   report.abi_version = load.backend->table->abi_version;
   if (load.backend->name != candidate.name)
