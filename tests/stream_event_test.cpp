@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -258,6 +260,22 @@ TEST_CASE_FIXTURE(HostDeviceFixture, "destroying a stream finishes its pending w
     stream.copy_to_host(result.data(), buffer, 0, result.size());
   }
   CHECK(result == bytes);
+}
+
+TEST_CASE_FIXTURE(HostDeviceFixture, "a host callback may hold the last reference to its stream") {
+  auto later_callback_ran = std::make_shared<std::promise<void>>();
+  auto later_callback_done = later_callback_ran->get_future();
+  StreamGate gate;
+  {
+    const hal::Stream stream = device.create_stream();
+    gate.block(stream);
+    // Once this scope ends, the copy captured here is the stream's last
+    // reference; it goes away on the stream's own worker thread.
+    stream.enqueue_host_callback([stream](const hal::Status&) {});
+    stream.enqueue_host_callback([later_callback_ran](const hal::Status&) { later_callback_ran->set_value(); });
+  }
+  gate.open();
+  CHECK(later_callback_done.wait_for(2s) == std::future_status::ready);
 }
 
 TEST_CASE_FIXTURE(HostDeviceFixture, "a recorded event completes with the work before it") {
