@@ -1,13 +1,35 @@
 #include "hal/stream.hpp"
 
+#include <system_error>
+#include <thread>
+
 #include "hal/event.hpp"
 #include "hal/memory.hpp"
 #include "loaded_backend.hpp"
 
 namespace hal {
 namespace detail {
+namespace {
 
-StreamState::~StreamState() { device.backend()->table->stream_destroy(handle); }
+// The stream whose host callback this thread is running, if any.
+thread_local const hal_stream* stream_of_running_callback = nullptr;
+
+}  // namespace
+
+StreamState::~StreamState() {
+  if (stream_of_running_callback != handle) {
+    device.backend()->table->stream_destroy(handle);
+    return;
+  }
+  // The last reference went away inside one of the stream's own callbacks:
+  // destroying it here would wait for the very thread that runs them.
+  try {
+    std::thread([owner = device, stream = handle] { owner.backend()->table->stream_destroy(stream); }).detach();
+  } catch (const std::system_error& error) {
+    log_message(HAL_LOG_ERROR, std::string("cannot start a thread to destroy a stream of ") + device.id() +
+                                   ", so it is leaked: " + error.what());
+  }
+}
 
 }  // namespace detail
 
@@ -42,8 +64,11 @@ void check_host_pointer(const void* pointer, std::uint64_t size, std::string_vie
 struct HostCallback {
   std::function<void(const Status&)> callback;
   std::shared_ptr<detail::LoadedBackend> backend;
+  const hal_stream* stream = nullptr;
   static void trampoline(void* user_data, hal_status status) {
     std::unique_ptr<HostCallback> self(static_cast<HostCallback*>(user_data));
+    const hal_stream* const enclosing_stream = detail::stream_of_running_callback;
+    detail::stream_of_running_callback = self->stream;
     Status stream_status = status == HAL_OK ? Status::ok()
                                             : Status(static_cast<StatusCode>(status),
                                                      "an earlier operation on the stream failed");
@@ -54,6 +79,8 @@ struct HostCallback {
     } catch (...) {
       detail::log_message(HAL_LOG_ERROR, "a stream host callback threw a non-standard exception");
     }
+    self.reset();  // may release the stream's last reference, which must see the marker
+    detail::stream_of_running_callback = enclosing_stream;
   }
 };
 
@@ -152,7 +179,7 @@ void Stream::wait(const Event& event) const {
 void Stream::enqueue_host_callback(std::function<void(const Status&)> callback) const {
   const auto& stream = usable_stream(state_, "Stream::enqueue_host_callback");
   if (!callback) throw Error(StatusCode::invalid_argument, "Stream::enqueue_host_callback: the callback is empty");
-  auto owned = std::make_unique<HostCallback>(HostCallback{std::move(callback), stream.device.backend()});
+  auto owned = std::make_unique<HostCallback>(HostCallback{std::move(callback), stream.device.backend(), stream.handle});
   const hal_status code =
       stream.device.backend()->table->stream_host_callback(stream.handle, &HostCallback::trampoline, owned.get());
   stream.device.backend()->check(code, "enqueueing a host callback on a stream of " + stream.device.id());
