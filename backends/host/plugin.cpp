@@ -34,13 +34,15 @@ hal_status check_device(const hal_backend_context* context, std::uint32_t device
 }
 
 // Runs now for a null stream, else enqueues; the operation keeps what it
-// captured (allocations) alive until it ran.
-hal_status run_or_enqueue(hal_stream* stream, std::function<void()> work) {
+// captured (allocations) alive until it ran. A template so the synchronous
+// path costs no allocation.
+template <typename Work>
+hal_status run_or_enqueue(hal_stream* stream, Work&& work) {
   if (stream == nullptr) {
     work();
     return succeed();
   }
-  stream->enqueue({[work = std::move(work)](hal_status, std::string&) {
+  stream->enqueue({[work = std::forward<Work>(work)](hal_status, std::string&) {
                      work();
                      return HAL_OK;
                    },

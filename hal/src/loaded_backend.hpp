@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include <boost/dll/shared_library.hpp>
 
@@ -48,6 +49,12 @@ struct LoadedBackend {
   Status error(hal_status code, std::string_view operation) const;
   void check(hal_status code, std::string_view operation) const {
     if (code != HAL_OK) throw Error(error(code, operation));
+  }
+  // For hot paths: the description is built only when the call failed.
+  template <typename Describe>
+    requires std::is_invocable_r_v<std::string, Describe>
+  void check(hal_status code, Describe&& describe) const {
+    if (code != HAL_OK) throw Error(error(code, describe()));
   }
   // An optional sub-table, or nullptr when absent or beyond struct_size.
   const hal_attention_v1* attention() const;
