@@ -119,13 +119,15 @@ std::vector<std::string> backend_reasons(const detail::LoadedBackend& backend, c
 AttentionCandidate evaluate(const detail::LoadedBackend& backend, const Device& device,
                             AttentionImplementation implementation, const hal_attention_params_v1& params,
                             bool backward) {
-  AttentionCandidate candidate{implementation, true, false, {}, 0};
+  AttentionCandidate candidate{implementation, true, false, false, {}, 0};
   if (backend.attention() == nullptr) {
     candidate.reasons.push_back("the " + backend.name + " backend offers no attention");
     return candidate;
   }
   const std::string key = "attention." + std::string(to_string(implementation));
   const EffectiveCapability capability = effective_capability(device, key);
+  candidate.declared = !capability.layers.empty() && capability.layers.front().layer == "declared" &&
+                       capability.layers.front().value == "true";
   if (!capability.value) {
     candidate.reasons.push_back("capability " + key + " is not declared by the " + backend.name + " backend");
     return candidate;
@@ -181,7 +183,12 @@ AttentionDecision decide(const Device& device, const hal_attention_params_v1& pa
       break;
     }
   }
-  decision.fell_back = decision.found && !order.implementations.empty() && decision.chosen != order.implementations.front();
+  // Not offering an implementation at all is no fallback; losing one the
+  // backend declares is.
+  for (auto implementation : order.implementations) {
+    if (decision.found && implementation == decision.chosen) break;
+    if (decision.candidates[static_cast<std::size_t>(implementation)].declared) decision.fell_back = true;
+  }
   return decision;
 }
 

@@ -68,6 +68,7 @@ struct TensorRef {
 struct AttentionCandidate {
   AttentionImplementation implementation;
   bool in_order = true;   // part of the order in effect
+  bool declared = false;  // the backend declares the capability (before quirks, probes, overrides)
   bool eligible = false;
   // Why not, most decisive first; each names the layer that said so.
   std::vector<std::string> reasons;
@@ -80,7 +81,9 @@ struct AttentionDecision {
   std::vector<AttentionImplementation> order;
   std::string order_source;                // "per-call", "HAL_ATTN_BACKENDS", "NVTE_* variables", ...
   std::vector<AttentionCandidate> candidates;  // fused, flash, math: every one
-  bool fell_back = false;                  // chosen is not the first of the order
+  // An implementation the backend declares, earlier in the order, was
+  // rejected (by a quirk, probe, override or its supports() reasons).
+  bool fell_back = false;
   // A table for people: one line per candidate with decision and reasons.
   std::string to_string() const;
 };
