@@ -1,17 +1,15 @@
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "hal/topology.hpp"
+#include "scoped_environment.hpp"
 
 namespace {
 
@@ -38,28 +36,6 @@ void check_every_cpu_in_exactly_one_numa_node(const hal::Topology& topology) {
   }
   CHECK(cpus_seen == topology.processing_unit_count);
 }
-
-// Sets an environment variable for one scope and restores the old value.
-class ScopedEnvironmentVariable {
- public:
-  ScopedEnvironmentVariable(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_value_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnvironmentVariable() {
-    if (old_value_) {
-      setenv(name_, old_value_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnvironmentVariable(const ScopedEnvironmentVariable&) = delete;
-  ScopedEnvironmentVariable& operator=(const ScopedEnvironmentVariable&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_value_;
-};
 
 hal::PciDevice pci_device(std::string bus_id, std::uint16_t vendor_id) {
   hal::PciDevice device;
@@ -101,7 +77,7 @@ TEST_CASE("the loaded CPU counts agree with the operating system") {
 }
 
 TEST_CASE("a synthetic two-socket machine is described exactly") {
-  ScopedEnvironmentVariable synthetic("HWLOC_SYNTHETIC", "pack:2 numa:1 core:2 pu:2");
+  hal::testing::ScopedEnvironment synthetic{{"HWLOC_SYNTHETIC", "pack:2 numa:1 core:2 pu:2"}};
   hal::Topology topology = hal::Topology::load();
   REQUIRE(topology.error.empty());
   CHECK(topology.processing_unit_count == 8);
