@@ -213,8 +213,7 @@ TEST_CASE("an unknown key with no near match lists what the table may hold") {
   hal::Config config = hal::Config::parse("[log]\ncolour = true\n[zzzzzzzz]\n", "t.toml");
   REQUIRE(config.warnings.size() == 2);
   CHECK(config.warnings[0].message.find("[log] may hold level") != std::string::npos);
-  CHECK(config.warnings[1].message.find("backends, backend, log, attention, probes, collectives") !=
-        std::string::npos);
+  CHECK(config.warnings[1].message.find("backends, backend, log, attention, probes, collectives") != std::string::npos);
 }
 
 TEST_CASE("a TOML syntax error names its line") {
@@ -316,8 +315,7 @@ TEST_CASE("environment-variable syntax parses with the same rules") {
                        doctest::Contains("HAL_BACKENDS: \"!rocm\" mixes"), hal::Error);
   CHECK(hal::parse_attention_order("flash,math", "HAL_ATTN_BACKENDS") == std::vector<std::string>{"flash", "math"});
   CHECK_THROWS_WITH_AS(hal::parse_attention_order("flash,cudnn", "HAL_ATTN_BACKENDS"),
-                       doctest::Contains("HAL_ATTN_BACKENDS: \"cudnn\" is not allowed, expected each of"),
-                       hal::Error);
+                       doctest::Contains("HAL_ATTN_BACKENDS: \"cudnn\" is not allowed, expected each of"), hal::Error);
 }
 
 TEST_CASE("docs/config.md documents every key of the schema") {

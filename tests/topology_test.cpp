@@ -112,8 +112,8 @@ TEST_CASE("normalize_pci_bus_id accepts the common spellings") {
   CHECK(hal::normalize_pci_bus_id("00000000:3B:00.0") == "0000:3b:00.0");  // CUDA's form
   CHECK(hal::normalize_pci_bus_id("10000:01:1f.7") == "10000:01:1f.7");    // Intel VMD domain
   CHECK(hal::normalize_pci_bus_id("0:3b:0.0") == "0000:3b:00.0");
-  for (const char* malformed : {"", "3b", "3b:00", ":3b:00.0", "0000:3b:00.8", "0000:3b:20.0",
-                                "0000:100:00.0", "zz:00.0", "a:b:3b:00.0", "3b:00.0 ", "+3b:00.0"}) {
+  for (const char* malformed : {"", "3b", "3b:00", ":3b:00.0", "0000:3b:00.8", "0000:3b:20.0", "0000:100:00.0",
+                                "zz:00.0", "a:b:3b:00.0", "3b:00.0 ", "+3b:00.0"}) {
     INFO("input '", malformed, "'");
     CHECK_FALSE(hal::normalize_pci_bus_id(malformed).has_value());
   }
@@ -153,7 +153,6 @@ TEST_CASE("load time" * doctest::skip()) {
       REQUIRE(topology.error.empty());
     }
     std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
-    MESSAGE("include_pci=", include_pci, ": ", elapsed.count() / kRuns, " ms per load (mean of ", kRuns,
-            ")");
+    MESSAGE("include_pci=", include_pci, ": ", elapsed.count() / kRuns, " ms per load (mean of ", kRuns, ")");
   }
 }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -10,7 +11,6 @@
 #include <cstdlib>
 #include <functional>
 #include <system_error>
-#include <toml++/toml.h>
 
 #include "hal/status.hpp"
 
@@ -137,9 +137,8 @@ class ValueReader {
       : file_(file), base_directory_(base_directory), key_(key), allowed_(allowed) {}
 
   [[noreturn]] void fail(const toml::source_region& at, std::string_view problem) const {
-    throw Error(StatusCode::invalid_argument, format_position(file_, at.begin) + ": " + std::string(key_) +
-                                                  ": " + std::string(problem) + ", expected " +
-                                                  std::string(allowed_));
+    throw Error(StatusCode::invalid_argument, format_position(file_, at.begin) + ": " + std::string(key_) + ": " +
+                                                  std::string(problem) + ", expected " + std::string(allowed_));
   }
   [[noreturn]] void fail_type(const toml::node& node) const { fail(node.source(), "got " + describe_type(node)); }
 
@@ -192,34 +191,35 @@ const Config& built_in_defaults() {
   return defaults;
 }
 
-KeyRule simple_rule(std::string name, std::string type, std::string default_value, std::string allowed,
-                    std::string environment_variable, std::string description,
-                    std::function<void(Config&, const toml::node&, const ValueReader&)> apply) {
+KeyRule make_rule(std::string name, std::string type, std::string default_value, std::string allowed,
+                  std::string environment_variable, std::string description,
+                  std::function<void(Config&, const toml::node&, const ValueReader&)> apply) {
   return KeyRule{name,
-                 {name, std::move(type), std::move(default_value), std::move(allowed),
-                  std::move(environment_variable), std::move(description)},
+                 {name, std::move(type), std::move(default_value), std::move(allowed), std::move(environment_variable),
+                  std::move(description)},
                  std::move(apply)};
 }
 
 KeyRule choice_key(std::string name, std::string Config::*field, Choices choices, std::string environment_variable,
                    std::string description) {
   std::string allowed = "one of " + join_quoted(choices);
-  return simple_rule(std::move(name), "string", in_quotes(built_in_defaults().*field), std::move(allowed),
-                     std::move(environment_variable), std::move(description),
-                     [field, choices](Config& config, const toml::node& node, const ValueReader& reader) {
-                       const std::string& value = reader.string(node);
-                       if (std::find(choices.begin(), choices.end(), value) == choices.end()) {
-                         reader.fail(node.source(), in_quotes(value) + " is not allowed");
-                       }
-                       config.*field = value;
-                     });
+  return make_rule(
+      std::move(name), "string", in_quotes(built_in_defaults().*field), std::move(allowed),
+      std::move(environment_variable), std::move(description),
+      [field, choices = std::move(choices)](Config& config, const toml::node& node, const ValueReader& reader) {
+        const std::string& value = reader.string(node);
+        if (std::find(choices.begin(), choices.end(), value) == choices.end()) {
+          reader.fail(node.source(), in_quotes(value) + " is not allowed");
+        }
+        config.*field = value;
+      });
 }
 
 // A list written as a TOML array of strings or as one comma-separated string,
 // the way the matching environment variable is written.
 KeyRule string_list_key(std::string name, std::vector<std::string> Config::*field, std::string allowed,
                         ListValidator validator, std::string environment_variable, std::string description) {
-  return simple_rule(
+  return make_rule(
       std::move(name), "array of strings, or one comma-separated string", "[]", std::move(allowed),
       std::move(environment_variable), std::move(description),
       [field, validator = std::move(validator)](Config& config, const toml::node& node, const ValueReader& reader) {
@@ -243,97 +243,93 @@ KeyRule choice_list_key(std::string name, std::vector<std::string> Config::*fiel
                          std::move(environment_variable), std::move(description));
 }
 
-KeyRule boolean_key(std::string name, bool Config::*field, std::string environment_variable,
-                    std::string description) {
-  return simple_rule(std::move(name), "boolean", built_in_defaults().*field ? "true" : "false", "true or false",
-                     std::move(environment_variable), std::move(description),
-                     [field](Config& config, const toml::node& node, const ValueReader& reader) {
-                       const auto* value = node.as_boolean();
-                       if (value == nullptr) reader.fail_type(node);
-                       config.*field = value->get();
-                     });
+KeyRule boolean_key(std::string name, bool Config::*field, std::string environment_variable, std::string description) {
+  return make_rule(std::move(name), "boolean", built_in_defaults().*field ? "true" : "false", "true or false",
+                   std::move(environment_variable), std::move(description),
+                   [field](Config& config, const toml::node& node, const ValueReader& reader) {
+                     const auto* value = node.as_boolean();
+                     if (value == nullptr) reader.fail_type(node);
+                     config.*field = value->get();
+                   });
 }
 
 KeyRule positive_number_key(std::string name, double Config::*field, std::string environment_variable,
                             std::string description) {
-  return simple_rule(std::move(name), "number", format_number(built_in_defaults().*field),
-                     "a number greater than 0", std::move(environment_variable), std::move(description),
-                     [field](Config& config, const toml::node& node, const ValueReader& reader) {
-                       std::optional<double> value;
-                       if (const auto* integer = node.as_integer()) value = static_cast<double>(integer->get());
-                       if (const auto* floating = node.as_floating_point()) value = floating->get();
-                       if (!value) reader.fail_type(node);
-                       if (!(*value > 0) || !std::isfinite(*value)) {
-                         reader.fail(node.source(), "got " + format_number(*value));
-                       }
-                       config.*field = *value;
-                     });
+  return make_rule(std::move(name), "number", format_number(built_in_defaults().*field), "a number greater than 0",
+                   std::move(environment_variable), std::move(description),
+                   [field](Config& config, const toml::node& node, const ValueReader& reader) {
+                     std::optional<double> value;
+                     if (const auto* integer = node.as_integer()) value = static_cast<double>(integer->get());
+                     if (const auto* floating = node.as_floating_point()) value = floating->get();
+                     if (!value) reader.fail_type(node);
+                     if (!(*value > 0) || !std::isfinite(*value)) {
+                       reader.fail(node.source(), "got " + format_number(*value));
+                     }
+                     config.*field = *value;
+                   });
 }
 
 constexpr std::string_view kPathRule = "relative paths are relative to the config file's directory, ~/ is $HOME";
 
 KeyRule path_key(std::string name, std::filesystem::path Config::*field, std::string environment_variable,
                  std::string description) {
-  return simple_rule(std::move(name), "string (path)", in_quotes((built_in_defaults().*field).string()),
-                     "a path, or \"\" for the default; " + std::string(kPathRule),
-                     std::move(environment_variable), std::move(description),
-                     [field](Config& config, const toml::node& node, const ValueReader& reader) {
-                       config.*field = reader.resolve_path(reader.string(node));
-                     });
+  return make_rule(std::move(name), "string (path)", in_quotes((built_in_defaults().*field).string()),
+                   "a path, or \"\" for the default; " + std::string(kPathRule), std::move(environment_variable),
+                   std::move(description), [field](Config& config, const toml::node& node, const ValueReader& reader) {
+                     config.*field = reader.resolve_path(reader.string(node));
+                   });
 }
 
 KeyRule path_list_key(std::string name, std::vector<std::filesystem::path> Config::*field,
                       std::string environment_variable, std::string description) {
-  return simple_rule(std::move(name), "array of strings (paths)", "[]",
-                     "non-empty directory paths; " + std::string(kPathRule), std::move(environment_variable),
-                     std::move(description),
-                     [field](Config& config, const toml::node& node, const ValueReader& reader) {
-                       std::vector<std::filesystem::path> paths;
-                       for (const auto& item : reader.string_items(node)) {
-                         if (item.text.empty()) reader.fail(item.node->source(), "got an empty path");
-                         paths.push_back(reader.resolve_path(item.text));
-                       }
-                       config.*field = std::move(paths);
-                     });
+  return make_rule(std::move(name), "array of strings (paths)", "[]",
+                   "non-empty directory paths; " + std::string(kPathRule), std::move(environment_variable),
+                   std::move(description), [field](Config& config, const toml::node& node, const ValueReader& reader) {
+                     std::vector<std::filesystem::path> paths;
+                     for (const auto& item : reader.string_items(node)) {
+                       if (item.text.empty()) reader.fail(item.node->source(), "got an empty path");
+                       paths.push_back(reader.resolve_path(item.text));
+                     }
+                     config.*field = std::move(paths);
+                   });
 }
 
 // [backend.<name>] tables: free-form options, interpreted by that backend.
 KeyRule backend_options_rule() {
-  return KeyRule{
-      "backend",
-      {"backend.<backend>.<option>", "string, integer or boolean", "none",
-       "tables named after a backend ([backend.cuda]) of lower-case option names with string, integer or "
-       "boolean values",
-       "", "Options handed to one backend; each backend's README lists the ones it reads."},
-      [](Config& config, const toml::node& node, const ValueReader& reader) {
-        const auto* backends = node.as_table();
-        if (backends == nullptr) reader.fail_type(node);
-        for (const auto& [backend, options] : *backends) {
-          if (!is_lower_case_name(backend.str())) {
-            reader.fail(backend.source(), in_quotes(backend.str()) + " is not a backend name");
-          }
-          const auto* option_table = options.as_table();
-          if (option_table == nullptr) {
-            reader.fail(options.source(), std::string(backend.str()) + " is " + describe_type(options));
-          }
-          auto& stored = config.backend_options[std::string(backend.str())];
-          for (const auto& [option, value] : *option_table) {
-            std::string option_path = std::string(backend.str()) + "." + std::string(option.str());
-            if (!is_lower_case_name(option.str())) {
-              reader.fail(option.source(), in_quotes(option_path) + " is not a lower-case option name");
-            }
-            if (const auto* text = value.as_string()) {
-              stored[std::string(option.str())] = text->get();
-            } else if (const auto* integer = value.as_integer()) {
-              stored[std::string(option.str())] = std::to_string(integer->get());
-            } else if (const auto* boolean = value.as_boolean()) {
-              stored[std::string(option.str())] = boolean->get() ? "true" : "false";
-            } else {
-              reader.fail(value.source(), option_path + " is " + describe_type(value));
-            }
-          }
-        }
-      }};
+  return KeyRule{"backend",
+                 {"backend.<backend>.<option>", "string, integer or boolean", "none",
+                  "tables named after a backend ([backend.cuda]) of lower-case option names with string, integer or "
+                  "boolean values",
+                  "", "Options handed to one backend; each backend's README lists the ones it reads."},
+                 [](Config& config, const toml::node& node, const ValueReader& reader) {
+                   const auto* backends = node.as_table();
+                   if (backends == nullptr) reader.fail_type(node);
+                   for (const auto& [backend, options] : *backends) {
+                     if (!is_lower_case_name(backend.str())) {
+                       reader.fail(backend.source(), in_quotes(backend.str()) + " is not a backend name");
+                     }
+                     const auto* option_table = options.as_table();
+                     if (option_table == nullptr) {
+                       reader.fail(options.source(), std::string(backend.str()) + " is " + describe_type(options));
+                     }
+                     auto& stored = config.backend_options[std::string(backend.str())];
+                     for (const auto& [option, value] : *option_table) {
+                       std::string option_path = std::string(backend.str()) + "." + std::string(option.str());
+                       if (!is_lower_case_name(option.str())) {
+                         reader.fail(option.source(), in_quotes(option_path) + " is not a lower-case option name");
+                       }
+                       if (const auto* text = value.as_string()) {
+                         stored[std::string(option.str())] = text->get();
+                       } else if (const auto* integer = value.as_integer()) {
+                         stored[std::string(option.str())] = std::to_string(integer->get());
+                       } else if (const auto* boolean = value.as_boolean()) {
+                         stored[std::string(option.str())] = boolean->get() ? "true" : "false";
+                       } else {
+                         reader.fail(value.source(), option_path + " is " + describe_type(value));
+                       }
+                     }
+                   }
+                 }};
 }
 
 // The schema: one line per key.
@@ -464,8 +460,7 @@ class DocumentReader {
       if (!children.empty()) {
         const auto* subtable = node.as_table();
         if (subtable == nullptr) {
-          ValueReader(file_, base_directory_, path, "a table with the keys " + list_names(children))
-              .fail_type(node);
+          ValueReader(file_, base_directory_, path, "a table with the keys " + list_names(children)).fail_type(node);
         }
         read_table(*subtable, path);
         continue;
