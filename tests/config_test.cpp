@@ -1,10 +1,10 @@
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,7 +13,7 @@
 #include "scoped_environment.hpp"
 
 namespace fs = std::filesystem;
-using hal::testing::ScopedEnvironmentVariable;
+using hal::testing::ScopedEnvironment;
 
 namespace {
 
@@ -235,7 +235,7 @@ cache_dir = "cache"
         std::vector<fs::path>{"/opt/site/etc/plugins", "/abs/plugins", "/opt/site/lib/hal"});
   CHECK(config.probes_cache_dir == "/opt/site/etc/cache");
 
-  ScopedEnvironmentVariable home("HOME", "/home/tester");
+  ScopedEnvironment home{{"HOME", "/home/tester"}};
   CHECK(hal::Config::parse("probes.cache_dir = \"~/hal-cache\"", "/etc/hal.toml").probes_cache_dir ==
         "/home/tester/hal-cache");
 
@@ -265,16 +265,14 @@ TEST_CASE("search order: HAL_CONFIG alone, else ./hal.toml, XDG_CONFIG_HOME, /et
   fs::path config_home = directory.path() / "xdg";
   fs::create_directories(working);
   ScopedWorkingDirectory working_directory(working);
-  ScopedEnvironmentVariable unset_hal_config("HAL_CONFIG", nullptr);
-  ScopedEnvironmentVariable xdg("XDG_CONFIG_HOME", config_home.c_str());
+  ScopedEnvironment environment{{"HAL_CONFIG", std::nullopt}, {"XDG_CONFIG_HOME", config_home.string()}};
 
   SUBCASE("the default order") {
     CHECK(hal::Config::search_paths() ==
           std::vector<fs::path>{working / "hal.toml", config_home / "hal" / "hal.toml", "/etc/hal/hal.toml"});
   }
   SUBCASE("a relative XDG_CONFIG_HOME is ignored in favour of ~/.config") {
-    ScopedEnvironmentVariable relative_xdg("XDG_CONFIG_HOME", "relative/dir");
-    ScopedEnvironmentVariable home("HOME", "/home/tester");
+    ScopedEnvironment relative_xdg{{"XDG_CONFIG_HOME", "relative/dir"}, {"HOME", "/home/tester"}};
     CHECK(hal::Config::search_paths().at(1) == "/home/tester/.config/hal/hal.toml");
   }
   SUBCASE("the first existing file wins") {
@@ -289,12 +287,12 @@ TEST_CASE("search order: HAL_CONFIG alone, else ./hal.toml, XDG_CONFIG_HOME, /et
     write_file(working / "hal.toml", "log.level = \"error\"\n");
     fs::path chosen = directory.path() / "chosen.toml";
     write_file(chosen, "log.level = \"debug\"\n");
-    ScopedEnvironmentVariable hal_config("HAL_CONFIG", chosen.c_str());
+    ScopedEnvironment hal_config{{"HAL_CONFIG", chosen.string()}};
     CHECK(hal::Config::search_paths() == std::vector<fs::path>{chosen});
     CHECK(hal::Config::load_default().log_level == "debug");
   }
   SUBCASE("HAL_CONFIG naming a missing file is an error") {
-    ScopedEnvironmentVariable hal_config("HAL_CONFIG", (directory.path() / "absent.toml").c_str());
+    ScopedEnvironment hal_config{{"HAL_CONFIG", (directory.path() / "absent.toml").string()}};
     CHECK_THROWS_WITH_AS(hal::Config::load_default(), doctest::Contains("unset HAL_CONFIG"), hal::Error);
   }
   SUBCASE("no file anywhere gives the defaults") {
