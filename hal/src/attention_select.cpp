@@ -80,10 +80,9 @@ std::optional<Order> order_from_transformer_engine() {
 
 Order resolve_order(const Device& device, const AttentionOptions& options, const Config& config) {
   if (!options.implementations.empty()) return {options.implementations, "per-call choice"};
-  if (const char* list = environment("HAL_ATTN_BACKENDS")) {
-    const std::string source = std::string("HAL_ATTN_BACKENDS=") + list;
-    return {parse_order(split_list(list), source), source};
-  }
+  if (const char* list = environment("HAL_ATTN_BACKENDS"))
+    return {parse_order(parse_attention_order(list, "HAL_ATTN_BACKENDS"), "HAL_ATTN_BACKENDS"),
+            std::string("HAL_ATTN_BACKENDS=") + list};
   if (auto transformer_engine = order_from_transformer_engine()) return *transformer_engine;
   if (!config.attention_order.empty())
     return {parse_order(config.attention_order, "config attention.order"), "config attention.order"};
