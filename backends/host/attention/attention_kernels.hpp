@@ -73,8 +73,10 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
                     const void* v, const void* o, const void* grad_o, const float* lse,
                     void* grad_q, void* grad_k, void* grad_v, ThreadPool& pool, FlashIsa isa);
 
-// Bytes each implementation allocates for one call (beyond inputs/outputs).
-// Flash scratch is per thread, hence thread_count (the pool's thread_count()).
+// Bytes each implementation allocates for one call (beyond inputs/outputs);
+// throw like the kernels for invalid params. Flash scratch is per thread,
+// hence thread_count (the pool's thread_count()); the two-argument form
+// assumes std::thread::hardware_concurrency().
 std::uint64_t math_workspace_bytes(const hal_attention_params_v1& params, bool backward);
 std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool backward,
                                     int thread_count);

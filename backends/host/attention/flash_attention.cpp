@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "attention/attention_common.hpp"
 #include "attention/attention_internal.hpp"
@@ -129,6 +130,7 @@ FlashIsa flash_selected_isa() {
 const char* flash_isa_name() { return flash_isa_name(flash_selected_isa()); }
 
 std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool backward, int thread_count) {
+  require_valid_params(params, backward);
   return static_cast<std::uint64_t>(workspace_floats(make_layout(params, backward, thread_count), thread_count)) *
          sizeof(float);
 }

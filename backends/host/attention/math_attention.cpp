@@ -314,6 +314,7 @@ void math_backward_f64(const hal_attention_params_v1& params, const void* q, con
 }
 
 std::uint64_t math_workspace_bytes(const hal_attention_params_v1& params, bool backward) {
+  require_valid_params(params, backward);
   return static_cast<std::uint64_t>(math_workspace(params, backward).total()) * sizeof(float);
 }
 
