@@ -3,6 +3,7 @@
 #include <cstring>
 #include <new>
 
+#include "collectives.hpp"
 #include "host_backend.hpp"
 
 #ifndef HAL_VERSION_STRING
@@ -258,7 +259,7 @@ hal_status event_elapsed_milliseconds(hal_event* start, hal_event* end, double* 
   return succeed();
 }
 
-constexpr hal_backend_v1 make_table() {
+hal_backend_v1 make_table() {
   hal_backend_v1 table{};
   table.struct_size = sizeof(hal_backend_v1);
   table.abi_version = 1;
@@ -290,11 +291,11 @@ constexpr hal_backend_v1 make_table() {
   table.event_synchronize = event_synchronize;
   table.event_elapsed_milliseconds = event_elapsed_milliseconds;
   table.attention = nullptr;
-  table.collectives = nullptr;
+  table.collectives = collectives();
   return table;
 }
 
-constexpr hal_backend_v1 host_table = make_table();
+const hal_backend_v1 host_table = make_table();
 
 }  // namespace
 
