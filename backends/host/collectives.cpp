@@ -20,11 +20,19 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
+#include <thread>
 #include <mutex>
 #include <sstream>
 #include <type_traits>
@@ -111,17 +119,64 @@ std::string environment_value(const char* name) {
   return value != nullptr ? value : "";
 }
 
+
+// "[127.0.0.1]:5000", the way Gloo prints addresses in its errors.
+std::string format_address(const sockaddr_storage& address) {
+  char text[INET6_ADDRSTRLEN] = "";
+  std::uint16_t port = 0;
+  if (address.ss_family == AF_INET) {
+    const auto& ipv4 = reinterpret_cast<const sockaddr_in&>(address);
+    ::inet_ntop(AF_INET, &ipv4.sin_addr, text, sizeof(text));
+    port = ntohs(ipv4.sin_port);
+  } else if (address.ss_family == AF_INET6) {
+    const auto& ipv6 = reinterpret_cast<const sockaddr_in6&>(address);
+    ::inet_ntop(AF_INET6, &ipv6.sin6_addr, text, sizeof(text));
+    port = ntohs(ipv6.sin6_port);
+  } else {
+    return {};
+  }
+  return "[" + std::string(text) + "]:" + std::to_string(port);
+}
+
+// Calls visit(fd, local, remote) for each TCP socket of this process;
+// remote is empty for a listening socket.
+template <typename Visit>
+void for_each_socket(Visit&& visit) {
+  DIR* directory = ::opendir("/proc/self/fd");
+  if (directory == nullptr) return;
+  while (const dirent* entry = ::readdir(directory)) {
+    if (entry->d_name[0] == '.') continue;
+    const int fd = std::atoi(entry->d_name);
+    struct stat status {};
+    if (::fstat(fd, &status) != 0 || !S_ISSOCK(status.st_mode)) continue;
+    sockaddr_storage local{}, remote{};
+    socklen_t local_size = sizeof(local), remote_size = sizeof(remote);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_size) != 0) continue;
+    const bool connected = ::getpeername(fd, reinterpret_cast<sockaddr*>(&remote), &remote_size) == 0;
+    const std::string local_text = format_address(local);
+    if (!local_text.empty()) visit(fd, local_text, connected ? format_address(remote) : std::string());
+  }
+  ::closedir(directory);
+}
+
+std::string port_of(const std::string& address) { return address.substr(address.rfind(':') + 1); }
+
 }  // namespace
 
 // ---- the communicator ------------------------------------------------------
 
-struct GlooCommunicator : std::enable_shared_from_this<GlooCommunicator> {
+struct GlooCommunicator {
   int rank = 0;
   int world_size = 1;
   std::string prefix;
   const hal_store_v1* store = nullptr;
   std::shared_ptr<gloo::Context> context;
-  std::map<std::string, int> rank_by_address;  // Gloo names peers by address; messages name ranks
+  // Gloo names peers by address; errors name ranks. Holds the address each
+  // peer listens on for this rank and the addresses of the connections
+  // peers opened to this rank.
+  std::map<std::string, int> rank_by_address;
+  // "local remote" of the sockets Gloo opened for this communicator.
+  std::set<std::string> connections;
 
   std::mutex operation_mutex;  // Gloo runs one operation per context at a time
   std::atomic<bool> aborted{false};
@@ -129,19 +184,33 @@ struct GlooCommunicator : std::enable_shared_from_this<GlooCommunicator> {
   hal_status error = HAL_OK;
   std::string error_message;
 
-  // The first failure sticks; later ones only explain themselves.
-  void record_failure(hal_status status, const std::string& message) {
+  // Shuts this communicator's sockets down. Gloo has no abort and closing its
+  // pairs does not wake a waiting operation, but a socket shut down under it
+  // does, at once, here and at the peer.
+  void hang_up() const {
+    for_each_socket([&](int fd, const std::string& local, const std::string& remote) {
+      if (!remote.empty() && connections.count(local + " " + remote) != 0) ::shutdown(fd, SHUT_RDWR);
+    });
+  }
+
+  // The first failure sticks. Publishing it lets the other ranks explain a
+  // cascade; hanging up ends their waits now rather than at their timeout.
+  bool record_failure(hal_status status, const std::string& message) {
     {
       std::lock_guard lock(error_mutex);
-      if (error != HAL_OK) return;
+      if (error != HAL_OK) return false;
       error = status;
       error_message = message;
     }
-    // Tell the others why, then hang up so their waits end now rather than at
-    // their timeout.
     const std::string key = prefix + "/failed/" + std::to_string(rank);
     store->set(store->user_data, key.c_str(), message.data(), message.size());
-    if (context) context->closeConnections();
+    hang_up();
+    return true;
+  }
+
+  void replace_error_message(const std::string& message) {
+    std::lock_guard lock(error_mutex);
+    error_message = message;
   }
 
   std::pair<hal_status, std::string> first_error() {
@@ -149,20 +218,36 @@ struct GlooCommunicator : std::enable_shared_from_this<GlooCommunicator> {
     return {error, error_message};
   }
 
-  // Failures other ranks recorded so far, to explain a cascade.
-  std::string failures_of_others() {
+  // Waits up to grace for every other rank to report its failure. Returns
+  // their reports and, in silent, the ranks that reported nothing: a dead
+  // process cannot.
+  std::string failures_of_others(Milliseconds grace, std::vector<int>& silent) {
+    std::map<int, std::string> reports;
+    const auto deadline = Clock::now() + grace;
+    for (;;) {
+      for (int peer = 0; peer < world_size; ++peer) {
+        if (peer == rank || reports.count(peer) != 0) continue;
+        const std::string key = prefix + "/failed/" + std::to_string(peer);
+        std::string message;
+        const hal_status status = store->get(
+            store->user_data, key.c_str(), 0,
+            [](void* sink, const void* data, size_t size) {
+              static_cast<std::string*>(sink)->assign(static_cast<const char*>(data), size);
+            },
+            &message);
+        if (status == HAL_OK) reports[peer] = message;
+        else if (status != HAL_ERROR_TIMEOUT) return {};  // the store itself is gone (rank 0 died)
+      }
+      if (static_cast<int>(reports.size()) == world_size - 1 || Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(Milliseconds(20));
+    }
     std::string text;
     for (int peer = 0; peer < world_size; ++peer) {
       if (peer == rank) continue;
-      const std::string key = prefix + "/failed/" + std::to_string(peer);
-      std::string message;
-      const hal_status status = store->get(
-          store->user_data, key.c_str(), 0,
-          [](void* sink, const void* data, size_t size) {
-            static_cast<std::string*>(sink)->assign(static_cast<const char*>(data), size);
-          },
-          &message);
-      if (status == HAL_OK) text += "\n  reported by rank " + std::to_string(peer) + ": " + message;
+      if (const auto found = reports.find(peer); found != reports.end())
+        text += "\n  reported by rank " + std::to_string(peer) + ": " + found->second;
+      else
+        silent.push_back(peer);
     }
     return text;
   }
@@ -509,6 +594,7 @@ hal_status execute(GlooCommunicator& comm, const std::vector<HostOperation>& ope
     return HAL_OK;
   } catch (const std::exception& error) {
     const std::string transport = error.what();
+    const std::string peers = comm.name_peers(transport);
     hal_status status;
     std::string cause;
     if (comm.aborted.load()) {
@@ -516,20 +602,26 @@ hal_status execute(GlooCommunicator& comm, const std::vector<HostOperation>& ope
       cause = "aborted while running";
     } else if (transport.find("Timed out") != std::string::npos) {
       status = HAL_ERROR_TIMEOUT;
-      const std::string peers = comm.name_peers(transport);
       cause = "timed out after " + std::to_string(first.timeout_ms) + " ms waiting for " +
-              (peers.empty() ? std::string("a peer (a rank that is hung, slow, or never called this operation)")
-                             : peers);
+              (peers.empty() ? std::string("a peer") : peers);
     } else {
       status = HAL_ERROR_DEVICE_LOST;
-      const std::string peers = comm.name_peers(transport);
       cause = "lost the connection to " + (peers.empty() ? std::string("a peer") : peers) +
-              " (the process exited, was killed, or aborted)";
+              " (it exited, was killed, aborted or failed)";
     }
     message = what + ": " + cause + " [gloo: " + transport + "]";
-    const std::string others = comm.failures_of_others();
+    if (!comm.record_failure(status, message) || status == HAL_ERROR_ABORTED) return status;
+    // Name the rank behind a cascade: every live rank reports its failure
+    // within the grace period; one that stays silent is dead or hung.
+    std::vector<int> silent;
+    const std::string others = comm.failures_of_others(
+        std::min(Milliseconds(1000), Milliseconds(std::max<std::int64_t>(first.timeout_ms / 3, 1))), silent);
+    if (!silent.empty()) {
+      message += "; ranks that reported no failure (dead or hung):";
+      for (const int peer : silent) message += " rank " + std::to_string(peer);
+    }
     if (!others.empty()) message += "; failures on other ranks:" + others;
-    comm.record_failure(status, message);
+    comm.replace_error_message(message);
     return status;
   }
 }
@@ -579,6 +671,15 @@ hal_status communicator_create(hal_backend_context* backend, const hal_communica
     attributes.hostname = host_name.empty() ? "127.0.0.1" : host_name;
   const std::string listen_on = !interface_name.empty() ? "interface " + interface_name : "address " + attributes.hostname;
 
+  // The connections that appear while connecting are this communicator's,
+  // except those accepted by a server that listened before (the store's).
+  std::set<std::string> sockets_before, listening_ports_before;
+  for_each_socket([&](int, const std::string& local, const std::string& remote) {
+    if (remote.empty())
+      listening_ports_before.insert(port_of(local));
+    else
+      sockets_before.insert(local + " " + remote);
+  });
   try {
     auto device = gloo::transport::tcp::CreateDevice(attributes);
     auto context = std::make_shared<gloo::rendezvous::Context>(comm->rank, comm->world_size);
@@ -590,8 +691,11 @@ hal_status communicator_create(hal_backend_context* backend, const hal_communica
     // Learn which address each peer's connection to this rank has, so that
     // transport errors can name ranks.
     std::string mine;
-    for (int peer = 0; peer < comm->world_size; ++peer)
-      if (peer != comm->rank) mine += std::to_string(peer) + " " + context->getPair(peer)->address().str() + "\n";
+    for (int peer = 0; peer < comm->world_size; ++peer) {
+      if (peer == comm->rank) continue;
+      const std::string address = context->getPair(peer)->address().str();
+      mine += std::to_string(peer) + " " + address + "\n";
+    }
     StoreAdapter address_store(*config->store, comm->prefix + "/addresses", timeout);
     address_store.set(std::to_string(comm->rank), std::vector<char>(mine.begin(), mine.end()));
     for (int peer = 0; peer < comm->world_size; ++peer) {
@@ -603,6 +707,11 @@ hal_status communicator_create(hal_backend_context* backend, const hal_communica
       while (lines >> towards >> address)
         if (towards == comm->rank) comm->rank_by_address[address] = peer;
     }
+    for_each_socket([&](int, const std::string& local, const std::string& remote) {
+      const std::string connection = local + " " + remote;
+      if (!remote.empty() && sockets_before.count(connection) == 0 && listening_ports_before.count(port_of(local)) == 0)
+        comm->connections.insert(connection);
+    });
   } catch (const std::exception& error) {
     const std::string text = error.what();
     const bool timed_out = text.find("did not appear") != std::string::npos || text.find("Timed out") != std::string::npos;
@@ -627,7 +736,7 @@ hal_status communicator_abort(hal_communicator* communicator) {
       }
     }
     // Ends the waits of an operation in flight on another thread.
-    if (comm.context) comm.context->closeConnections();
+    comm.hang_up();
   }
   return succeed();
 }
@@ -635,6 +744,7 @@ hal_status communicator_abort(hal_communicator* communicator) {
 hal_status communicator_destroy(hal_communicator* communicator) {
   if (communicator == nullptr) return succeed();
   communicator_abort(communicator);
+  { std::lock_guard wait_for_running(communicator->core->operation_mutex); }
   delete communicator;  // queued operations hold the core until they ran (and failed as aborted)
   return succeed();
 }
