@@ -20,6 +20,7 @@
 
 #include "hal/collectives.hpp"
 #include "hal/hal.hpp"
+#include "benchmarks.hpp"
 
 namespace {
 
@@ -462,3 +463,16 @@ int run_collective_benchmark(int argc, char** argv) {
   }
   return total_wrong == 0 ? 0 : 1;
 }
+
+namespace halbench {
+
+// The collectives benchmark keeps nccl-tests' argv-style flags (-b -e -f ...).
+int run_coll(std::span<const std::string_view> arguments) {
+  std::vector<std::string> owned(arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (auto& argument : owned) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  return run_collective_benchmark(static_cast<int>(owned.size()), argv.data());
+}
+
+}  // namespace halbench
