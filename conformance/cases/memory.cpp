@@ -124,7 +124,7 @@ void bounds_checked(CaseContext& context) {
 // Many sizes and offsets, including ones no power of two hits, with random data.
 void copy_random_ranges(CaseContext& context) {
   const std::size_t capacity = context.quick() ? (1u << 20) : (16u << 20);
-  const int rounds = context.quick() ? 24 : 200;
+  const int rounds = context.quick() ? 24 : 64;
   std::mt19937_64 generator(5);
   Buffer first = context.device().allocate(capacity);
   Buffer second = context.device().allocate(capacity);
