@@ -35,19 +35,22 @@ void host_callback(CaseContext& context) {
   Buffer buffer = context.device().allocate(size);
   const auto reference = reference_bytes(size, 7);
   std::vector<std::uint8_t> landing(size, 0);
+  std::vector<std::uint8_t> seen_by_callback;
   std::atomic<int> calls{0};
-  std::atomic<bool> data_was_there{false}, status_ok{false};
+  std::atomic<bool> status_ok{false};
   stream.copy_to_device(buffer, 0, reference.data(), size);
   stream.copy_to_host(landing.data(), buffer, 0, size);
   stream.enqueue_host_callback([&](const Status& status) {
-    data_was_there = landing == reference;
+    seen_by_callback = landing;
     status_ok = status.is_ok();
     ++calls;
   });
   stream.synchronize();
   context.require(calls == 1, "the host callback ran " + std::to_string(calls.load()) + " times, expected once");
   context.require(status_ok, "the host callback was given an error status after successful work");
-  context.require(data_was_there, "the host callback ran before the copies enqueued ahead of it had completed");
+  context.require(seen_by_callback == landing,
+                  "the host callback ran before the copies enqueued ahead of it had completed");
+  context.require_equal_bytes(landing.data(), reference.data(), size, "the bytes copied to and from the device");
 }
 
 // Stream B waits on an event recorded by stream A after a large fill.

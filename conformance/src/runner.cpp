@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -236,7 +237,9 @@ CaseResult run_case_process(const PlannedCase& planned, const std::vector<std::s
 
   if (timed_out) {
     result.outcome = Outcome::timeout;
-    result.evidence.message = "no result within " + std::to_string(planned.timeout_seconds) +
+    char limit[32];
+    std::snprintf(limit, sizeof(limit), "%g", planned.timeout_seconds);
+    result.evidence.message = "no result within " + std::string(limit) +
                               " s; the case process was killed (SIGKILL). The backend hangs in this case, or it "
                               "needs a longer --timeout";
   } else if (WIFSIGNALED(status)) {
