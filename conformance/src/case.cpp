@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hal/capabilities.hpp"
 #include "hal/status.hpp"
 
 namespace hal::conformance {
@@ -110,21 +111,19 @@ std::vector<const Case*> Registry::matching(std::string_view pattern) const {
   return result;
 }
 
-CapabilityClaim resolve_claim(const DeviceInfo& info, std::string_view capability) {
+CapabilityClaim resolve_claim(const Device& device, std::string_view capability) {
   CapabilityClaim claim;
   claim.key = std::string(capability);
-  const Capability* declared = info.find_capability(capability);
-  if (declared == nullptr) {
-    claim.source = "none";
-    claim.note = "the " + info.backend + " backend does not declare '" + claim.key + "'";
-    return claim;
+  claim.source = "none";
+  claim.note = "the " + device.backend_name() + " backend does not declare '" + claim.key + "'";
+  // The probe layer is left out: conformance is what verifies claims, so a
+  // cached verdict must not decide whether the claim is tested again.
+  for (const CapabilityLayer& layer : effective_capability(device, claim.key).layers) {
+    if (layer.layer == "probe") continue;
+    claim.source = layer.layer == "declared" ? "declaration" : layer.layer;  // declaration, quirk, override
+    claim.claimed = layer.value != "false" && layer.value != "0" && !layer.value.empty();
+    claim.note = layer.source + (layer.reason.empty() ? "" : ": " + layer.reason);
   }
-  claim.source = "declaration";
-  claim.note = declared->note;
-  if (const bool* flag = std::get_if<bool>(&declared->value))
-    claim.claimed = *flag;
-  else  // a numeric or string capability counts as claimed when present
-    claim.claimed = true;
   return claim;
 }
 
@@ -134,7 +133,7 @@ CaseResult run_case_body(const Case& test_case, const Device& device, const Case
   result.device_id = device.id();
   result.tier = std::string(to_string(test_case.tier));
   result.probe = test_case.probe;
-  if (!test_case.capability.empty()) result.capability = resolve_claim(device.info(), test_case.capability);
+  if (!test_case.capability.empty()) result.capability = resolve_claim(device, test_case.capability);
   CaseContext context(device, settings);
   const auto started = std::chrono::steady_clock::now();
   try {

@@ -116,13 +116,13 @@ Plan make_plan(const Registry& registry, const Profile& profile, const std::vect
     const CaseSettings settings = profile.settings_for(device.info());
     for (const Case* test_case : selected) {
       if (!test_case->capability.empty()) {
-        CapabilityClaim claim = resolve_claim(device.info(), test_case->capability);
+        CapabilityClaim claim = resolve_claim(device, test_case->capability);
         if (!claim.claimed) {
           CaseResult result = decided_result(
               test_case->id, device, std::string(to_string(test_case->tier)), Outcome::unsupported,
-              "'" + claim.key + "' is not claimed (" + (claim.source == "none" ? "not declared" : "declared false") +
-                  " by the " + device.backend_name() + " backend" + (claim.note.empty() ? "" : ": " + claim.note) +
-                  ")");
+              "'" + claim.key + "' is not claimed on " + device.id() + " (" +
+                  (claim.source == "none" ? "no layer declares it" : claim.source + " says false") +
+                  (claim.note.empty() ? "" : ": " + claim.note) + ")");
           result.capability = std::move(claim);
           result.probe = test_case->probe;
           plan.decided.push_back(std::move(result));
@@ -150,7 +150,7 @@ CaseResult run_case_process(const PlannedCase& planned, const std::vector<std::s
   result.tier = std::string(to_string(planned.test_case->tier));
   result.probe = planned.test_case->probe;
   if (!planned.test_case->capability.empty())
-    result.capability = resolve_claim(planned.device.info(), planned.test_case->capability);
+    result.capability = resolve_claim(planned.device, planned.test_case->capability);
   const auto started = Clock::now();
   auto harness_error = [&](const std::string& message) {
     result.outcome = Outcome::error;

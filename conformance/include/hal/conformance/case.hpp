@@ -105,11 +105,11 @@ class Registry {
 // Every case built into this library (conformance/cases/*.cpp).
 const Registry& builtin_registry();
 
-// Where a device's claim to a capability comes from. Layers, lowest first:
-// the backend's declaration, then data/quirks.toml overrides once the quirks
-// layer exists in libhal (this build has none, so the source is "declaration"
-// or "none").
-CapabilityClaim resolve_claim(const DeviceInfo& info, std::string_view capability);
+// Whether a device claims a capability and which layer says so: the backend's
+// declaration ("declaration"), data/quirks.toml ("quirk") or the user's
+// HAL_CAPABILITY_OVERRIDES ("override"); "none" when nobody does. The probe
+// layer is ignored here: conformance is what verifies the claim.
+CapabilityClaim resolve_claim(const Device& device, std::string_view capability);
 
 // Runs one case body on a device in this process and returns its result.
 // Used by the case process (halconform --run-case); exceptions are mapped:
