@@ -15,6 +15,7 @@
 #include "hal/conformance/runner.hpp"
 #include "hal/conformance/waiver.hpp"
 #include "hal/hal.hpp"
+#include "hal/capabilities.hpp"
 #include "hal/probe_cache.hpp"
 #include "scoped_environment.hpp"
 
@@ -474,4 +475,25 @@ TEST_CASE("SHA-256 of a file matches the known digest; behaviour variables are r
   CHECK(conf::is_behaviour_variable("NVTE_FLASH_ATTN"));
   CHECK(conf::is_behaviour_variable("CUDA_VISIBLE_DEVICES"));
   CHECK_FALSE(conf::is_behaviour_variable("HOME"));
+}
+
+TEST_CASE("a probe verdict in the cache outranks the declaration in the runtime's capability layers") {
+  TemporaryDirectory directory;
+  const fs::path path = directory.path / "probes.json";
+  hal::testing::ScopedEnvironment environment{{"HAL_PROBE_CACHE", path.string()}};
+  const hal::Runtime runtime = hal::Runtime::create();
+  const hal::Device device = runtime.device("host:0");
+  CHECK(hal::effective_capability(device, "memory.managed").decided_by == "declared");
+
+  hal::ProbeCache cache;
+  cache.record(device.info(), {"memory.managed", false, "FAIL: not coherent", "api.memory.managed", ""});
+  cache.save(path);
+  const hal::EffectiveCapability effective = hal::effective_capability(device, "memory.managed");
+  CHECK(effective.decided_by == "probe");
+  CHECK_FALSE(effective.is_true());
+  CHECK(effective.layers.back().source.find("api.memory.managed") != std::string::npos);
+  // Conformance still tests the claim: the probe layer does not decide it.
+  const conf::CapabilityClaim claim = conf::resolve_claim(device, "memory.managed");
+  CHECK(claim.claimed);
+  CHECK(claim.source == "declaration");
 }
