@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "hal/conformance/attention_reference.hpp"
 #include "hal/hal.hpp"
 #include "scoped_environment.hpp"
 
@@ -46,35 +47,17 @@ hal::AttentionParams small_params() {
   return params;
 }
 
-// Plain softmax(Q K^T * scale) V for contiguous BSHD f32 tensors.
-std::vector<double> reference_attention(const hal::AttentionParams& p, const std::vector<float>& q,
-                                        const std::vector<float>& k, const std::vector<float>& v) {
-  const std::int64_t d = p.head_dim_qk, group = p.heads_q / p.heads_kv, offset = p.seq_kv - p.seq_q;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  std::vector<double> out(static_cast<std::size_t>(p.batch * p.seq_q * p.heads_q * d), 0.0);
-  for (std::int64_t b = 0; b < p.batch; ++b)
-    for (std::int64_t h = 0; h < p.heads_q; ++h)
-      for (std::int64_t i = 0; i < p.seq_q; ++i) {
-        std::vector<double> weights(static_cast<std::size_t>(p.seq_kv), 0.0);
-        double largest = -INFINITY, total = 0;
-        for (std::int64_t j = 0; j < p.seq_kv; ++j) {
-          if (p.causal && j > i + offset) continue;
-          double dot = 0;
-          for (std::int64_t x = 0; x < d; ++x)
-            dot += q[((b * p.seq_q + i) * p.heads_q + h) * d + x] * k[((b * p.seq_kv + j) * p.heads_kv + h / group) * d + x];
-          weights[j] = dot * scale;
-          largest = std::max(largest, weights[j]);
-        }
-        for (std::int64_t j = 0; j < p.seq_kv; ++j) {
-          weights[j] = (p.causal && j > i + offset) ? 0.0 : std::exp(weights[j] - largest);
-          total += weights[j];
-        }
-        for (std::int64_t j = 0; j < p.seq_kv; ++j)
-          for (std::int64_t x = 0; x < d; ++x)
-            out[((b * p.seq_q + i) * p.heads_q + h) * d + x] +=
-                weights[j] / total * v[((b * p.seq_kv + j) * p.heads_kv + h / group) * d + x];
-      }
-  return out;
+// Contiguous BSHD values in the logical [batch][heads][seq][dim] order of the
+// conformance suite's double-precision reference.
+std::vector<double> bshd_to_logical(const std::vector<float>& values, std::int64_t batch, std::int64_t seq,
+                                    std::int64_t heads, std::int64_t dim) {
+  std::vector<double> logical;
+  logical.reserve(values.size());
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t h = 0; h < heads; ++h)
+      for (std::int64_t s = 0; s < seq; ++s)
+        for (std::int64_t d = 0; d < dim; ++d) logical.push_back(values[((b * seq + s) * heads + h) * dim + d]);
+  return logical;
 }
 
 struct Problem {
@@ -134,16 +117,22 @@ bool mentions(const std::vector<std::string>& reasons, std::string_view part) {
 TEST_CASE("attention forward through the API matches the reference for every host implementation") {
   auto environment = clean_attention_environment();
   const Problem problem(small_params());
-  const std::vector<double> expected = reference_attention(problem.params, problem.q, problem.k, problem.v);
+  const hal::AttentionParams& p = problem.params;
+  const hal::conformance::AttentionForwardReference expected = hal::conformance::attention_reference_forward(
+      p, bshd_to_logical(problem.q, p.batch, p.seq_q, p.heads_q, p.head_dim_qk),
+      bshd_to_logical(problem.k, p.batch, p.seq_kv, p.heads_kv, p.head_dim_qk),
+      bshd_to_logical(problem.v, p.batch, p.seq_kv, p.heads_kv, p.head_dim_qk));
   for (auto implementation : {AttentionImplementation::flash, AttentionImplementation::math}) {
     CAPTURE(hal::to_string(implementation));
     const hal::AttentionDecision decision = problem.run({{implementation}});
     CHECK(decision.chosen == implementation);
     CHECK(decision.order_source == "per-call choice");
     const std::vector<float> output = problem.output();
-    double worst = 0;
-    for (std::size_t i = 0; i < output.size(); ++i) worst = std::max(worst, std::abs(output[i] - expected[i]));
-    CHECK(worst < 1e-5);  // f32 tolerance (see docs/attention.md)
+    const auto comparison = hal::conformance::compare_to_reference(
+        bshd_to_logical(output, p.batch, p.seq_q, p.heads_q, p.head_dim_qk), expected.o,
+        hal::conformance::attention_tolerance(hal::DType::f32));
+    INFO(comparison.describe("O", hal::conformance::attention_tolerance(hal::DType::f32)));
+    CHECK(comparison.ok());
   }
 }
 

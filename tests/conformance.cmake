@@ -20,7 +20,7 @@ foreach(mode crash hang overclaim bitflip)
   list(APPEND HAL_FAKE_BACKENDS hal_backend_fake_${mode})
 endforeach()
 
-add_executable(conformance_tests test_main.cpp conformance_test.cpp)
+add_executable(conformance_tests test_main.cpp conformance_test.cpp attention_reference_test.cpp)
 target_include_directories(conformance_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
 target_link_libraries(conformance_tests PRIVATE hal_conformance hal_warnings)
 target_compile_definitions(conformance_tests PRIVATE HAL_PROFILE_DIR="${PROJECT_SOURCE_DIR}/data/profiles")

@@ -396,11 +396,24 @@ TEST_CASE("every built-in api, identity and numerics case passes in-process on t
   settings.stress_seconds = 0.2;
   for (const auto& test_case : conf::builtin_registry().cases()) {
     if (test_case.tier == conf::Tier::performance) continue;  // timing under sanitizers says nothing
+    // The runner reports these UNSUPPORTED without running them (attention.fused on the host).
+    if (!test_case.capability.empty() && !conf::resolve_claim(*device, test_case.capability).claimed) continue;
     CAPTURE(test_case.id);
     const conf::CaseResult outcome = conf::run_case_body(test_case, *device, settings);
     CAPTURE(outcome.evidence.message);
     CHECK(outcome.outcome == conf::Outcome::pass);
   }
+}
+
+TEST_CASE("an attention probe of an implementation that cannot run fails and names the reason") {
+  // What a device that claims fused attention without delivering it gets.
+  const hal::Runtime runtime = hal::Runtime::create();
+  const hal::Device device = runtime.device("host:0");
+  const conf::Case* fused = conf::builtin_registry().find("numerics.attention.fused.probe");
+  REQUIRE(fused != nullptr);
+  const conf::CaseResult outcome = conf::run_case_body(*fused, device, {});
+  CHECK(outcome.outcome == conf::Outcome::fail);
+  CHECK(outcome.evidence.message.find("capability attention.fused is false") != std::string::npos);
 }
 
 TEST_CASE("a case reports FAIL for device faults, ERROR for harness faults, and profile version minimums") {

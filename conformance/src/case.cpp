@@ -14,10 +14,12 @@
 namespace hal::conformance {
 
 nlohmann::json CaseSettings::to_json() const {
-  return {{"quick", quick},
-          {"stress_seconds", stress_seconds},
-          {"thresholds", thresholds},
-          {"minimum_versions", minimum_versions}};
+  nlohmann::json value = {{"quick", quick},
+                          {"stress_seconds", stress_seconds},
+                          {"thresholds", thresholds},
+                          {"minimum_versions", minimum_versions}};
+  if (!helper.empty()) value["helper"] = helper;
+  return value;
 }
 
 CaseSettings CaseSettings::from_json(const nlohmann::json& value) {
@@ -26,6 +28,7 @@ CaseSettings CaseSettings::from_json(const nlohmann::json& value) {
   settings.stress_seconds = value.value("stress_seconds", 10.0);
   settings.thresholds = value.value("thresholds", std::map<std::string, double>{});
   settings.minimum_versions = value.value("minimum_versions", std::map<std::string, std::string>{});
+  settings.helper = value.value("helper", std::map<std::string, std::string>{});
   return settings;
 }
 
@@ -127,14 +130,15 @@ CapabilityClaim resolve_claim(const Device& device, std::string_view capability)
   return claim;
 }
 
-CaseResult run_case_body(const Case& test_case, const Device& device, const CaseSettings& settings) {
+CaseResult run_case_body(const Case& test_case, const Device& device, const CaseSettings& settings,
+                         const std::vector<std::string>& case_command) {
   CaseResult result;
   result.case_id = test_case.id;
   result.device_id = device.id();
   result.tier = std::string(to_string(test_case.tier));
   result.probe = test_case.probe;
   if (!test_case.capability.empty()) result.capability = resolve_claim(device, test_case.capability);
-  CaseContext context(device, settings);
+  CaseContext context(device, settings, case_command);
   const auto started = std::chrono::steady_clock::now();
   try {
     test_case.body(context);

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -79,6 +80,14 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   for (auto& text : strings) result.push_back(text.data());
   result.push_back(nullptr);
   return result;
+}
+
+// The program this process runs, as a path another process can start.
+std::string running_executable() {
+  std::error_code error;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (error) throw HarnessError("cannot find the running program (/proc/self/exe): " + error.message());
+  return path.string();
 }
 
 }  // namespace
@@ -314,7 +323,9 @@ int case_process_main(const Registry& registry, std::string_view case_id, std::s
     const Runtime runtime = Runtime::create();
     const auto device = runtime.find_device(device_id);
     if (!device) throw HarnessError("device " + std::string(device_id) + " is not present in the case process");
-    result = run_case_body(*test_case, *device, settings);
+    // This program runs cases (it was started with --run-case), so it can
+    // start more of itself for a case that needs helper processes.
+    result = run_case_body(*test_case, *device, settings, {running_executable()});
   } catch (const std::exception& error) {
     result.evidence.message = std::string("harness error in the case process: ") + error.what();
   }

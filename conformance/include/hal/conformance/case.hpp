@@ -23,6 +23,9 @@ struct CaseSettings {
   double stress_seconds = 10;   // how long a soak runs
   std::map<std::string, double> thresholds;             // "bandwidth.host_to_device.min_gbps" -> 5
   std::map<std::string, std::string> minimum_versions;  // version axis -> minimum version
+  // Set only in a helper process that a case started for itself (one rank of
+  // a collective case): the part it plays, e.g. {"rank": "1", "world_size": "2"}.
+  std::map<std::string, std::string> helper;
 
   nlohmann::json to_json() const;
   static CaseSettings from_json(const nlohmann::json& value);
@@ -37,9 +40,14 @@ class HarnessError : public std::runtime_error {
 
 class CaseContext {
  public:
-  CaseContext(Device device, CaseSettings settings) : device_(std::move(device)), settings_(std::move(settings)) {}
+  CaseContext(Device device, CaseSettings settings, std::vector<std::string> case_command = {})
+      : device_(std::move(device)), settings_(std::move(settings)), case_command_(std::move(case_command)) {}
 
   const Device& device() const { return device_; }
+  // The command that runs one case in a new process (the program this case
+  // process is), for a case that needs helper processes, such as the ranks of
+  // a collective. Empty when the body runs in-process (unit tests).
+  const std::vector<std::string>& case_command() const { return case_command_; }
   const CaseSettings& settings() const { return settings_; }
   bool quick() const { return settings_.quick; }
   std::optional<double> threshold(std::string_view name) const;
@@ -71,6 +79,7 @@ class CaseContext {
  private:
   Device device_;
   CaseSettings settings_;
+  std::vector<std::string> case_command_;
   Evidence evidence_;
   bool warned_ = false;
 };
@@ -113,7 +122,9 @@ CapabilityClaim resolve_claim(const Device& device, std::string_view capability)
 
 // Runs one case body on a device in this process and returns its result.
 // Used by the case process (halconform --run-case); exceptions are mapped:
-// hal::Error -> FAIL, HarnessError and anything else -> ERROR.
-CaseResult run_case_body(const Case& test_case, const Device& device, const CaseSettings& settings);
+// hal::Error -> FAIL, HarnessError and anything else -> ERROR. case_command
+// is what CaseContext::case_command() returns.
+CaseResult run_case_body(const Case& test_case, const Device& device, const CaseSettings& settings,
+                         const std::vector<std::string>& case_command = {});
 
 }  // namespace hal::conformance

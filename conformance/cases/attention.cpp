@@ -1,0 +1,536 @@
+// Attention cases. Numerics: every implementation the device claims (fused,
+// flash, math), forward and backward, against the double-precision reference
+// (attention_reference.hpp) with the per-dtype tolerances of docs/attention.md.
+// Probes: fused and flash run and match the reference, verdicts cached for the
+// runtime's selection. API: explain lists every candidate with its reasons and
+// chooses an eligible one; HAL_ATTN_STRICT turns a fallback into an error.
+// Performance: flash forward TFLOP/s against the profile's minimum.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "case_support.hpp"
+#include "hal/capabilities.hpp"
+#include "hal/conformance/attention_reference.hpp"
+
+namespace hal::conformance::cases {
+namespace {
+
+using Implementation = AttentionImplementation;
+
+std::string capability_of(Implementation implementation) {
+  return "attention." + std::string(to_string(implementation));
+}
+
+std::string with_digits(double value, int digits) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.*g", digits, value);
+  return text;
+}
+
+// A claimed implementation is tested even when an earlier probe cached it as
+// absent: the claim (declaration, quirk, override) is what conformance
+// verifies, and a stale verdict must not keep it from being verified again.
+// The override is the documented top capability layer, set for this scope.
+class ClaimUnderTest {
+ public:
+  ClaimUnderTest(CaseContext& context, Implementation implementation) {
+    const std::string key = capability_of(implementation);
+    const EffectiveCapability effective = effective_capability(context.device(), key);
+    if (effective.is_true() || effective.decided_by != "probe") return;
+    const char* existing = std::getenv("HAL_CAPABILITY_OVERRIDES");
+    override_.emplace("HAL_CAPABILITY_OVERRIDES",
+                      (existing != nullptr && *existing != '\0' ? std::string(existing) + "," : "") + key + "=true");
+    context.note("the probe cache says " + key + " is absent (" + effective.layers.back().source +
+                 "); the claim is tested again");
+  }
+
+ private:
+  std::optional<ScopedVariable> override_;
+};
+
+struct NamedShape {
+  std::string name;
+  AttentionParams params;
+};
+
+// Small shapes that still reach the hard parts: GQA with sequences that are
+// no multiple of a tile, causal bottom-right with seq_q != seq_kv over MQA in
+// BHSD order, and head dim 128 with an explicit softmax scale.
+std::vector<NamedShape> numerics_shapes(DType dtype, bool quick) {
+  const std::int64_t grow = quick ? 1 : 4;
+  AttentionParams gqa;
+  gqa.batch = 2;
+  gqa.heads_q = 4;
+  gqa.heads_kv = 2;
+  gqa.seq_q = gqa.seq_kv = 37 * grow;
+  gqa.head_dim_qk = 64;
+  gqa.dtype = dtype;
+
+  AttentionParams bottom_right;
+  bottom_right.batch = 1;
+  bottom_right.heads_q = 4;
+  bottom_right.heads_kv = 1;
+  bottom_right.seq_q = 19 * grow;
+  bottom_right.seq_kv = 53 * grow;
+  bottom_right.head_dim_qk = 64;
+  bottom_right.dtype = dtype;
+  bottom_right.layout = AttentionLayout::bhsd;
+  bottom_right.causal = true;
+  bottom_right.alignment = MaskAlignment::bottom_right;
+
+  AttentionParams wide;
+  wide.batch = 1;
+  wide.heads_q = 2;
+  wide.heads_kv = 2;
+  wide.seq_q = wide.seq_kv = 64 * grow;
+  wide.head_dim_qk = 128;
+  wide.dtype = dtype;
+  wide.causal = true;
+  wide.softmax_scale = 2.0f / std::sqrt(128.0f);  // sharper than the default: a softmax far from uniform
+
+  return {{"gqa", gqa}, {"causal_bottom_right", bottom_right}, {"head_dim_128", wide}};
+}
+
+// A device tensor described by logical extents and the resolved strides.
+class DeviceTensor {
+ public:
+  DeviceTensor(const Device& device, DType dtype, const hal_tensor_strides_v1& strides, std::int64_t batch,
+               std::int64_t heads, std::int64_t seq, std::int64_t dim)
+      : dtype_(dtype), strides_(strides), extents_{batch, heads, seq, dim} {
+    std::int64_t last = 0;
+    last += (batch - 1) * strides.batch + (heads - 1) * strides.head + (seq - 1) * strides.seq + (dim - 1) * strides.dim;
+    span_ = static_cast<std::size_t>(last + 1);
+    buffer_ = device.allocate(span_ * size_in_bytes(dtype));
+    // NaN everywhere, so an output the implementation never writes cannot pass.
+    buffer_.fill(0, buffer_.size(), 0xFF, 1);
+  }
+
+  std::size_t elements() const {
+    return static_cast<std::size_t>(extents_[0] * extents_[1] * extents_[2] * extents_[3]);
+  }
+
+  void upload(const std::vector<double>& logical) {
+    std::vector<unsigned char> bytes(span_ * size_in_bytes(dtype_), 0xFF);
+    each([&](std::size_t flat, std::size_t offset) { store_element(dtype_, bytes.data(), offset, logical[flat]); });
+    buffer_.write(0, bytes.data(), bytes.size());
+  }
+
+  std::vector<double> download() const {
+    std::vector<unsigned char> bytes(span_ * size_in_bytes(dtype_));
+    buffer_.read(0, bytes.data(), bytes.size());
+    std::vector<double> logical(elements());
+    each([&](std::size_t flat, std::size_t offset) { logical[flat] = load_element(dtype_, bytes.data(), offset); });
+    return logical;
+  }
+
+  TensorRef ref() const { return {buffer_, 0}; }
+
+ private:
+  template <typename Visit>
+  void each(Visit&& visit) const {
+    std::size_t flat = 0;
+    for (std::int64_t b = 0; b < extents_[0]; ++b)
+      for (std::int64_t h = 0; h < extents_[1]; ++h)
+        for (std::int64_t s = 0; s < extents_[2]; ++s)
+          for (std::int64_t d = 0; d < extents_[3]; ++d)
+            visit(flat++, static_cast<std::size_t>(b * strides_.batch + h * strides_.head + s * strides_.seq +
+                                                   d * strides_.dim));
+  }
+
+  DType dtype_;
+  hal_tensor_strides_v1 strides_;
+  std::int64_t extents_[4];
+  std::size_t span_ = 0;
+  Buffer buffer_;
+};
+
+// Values as the dtype holds them, so the reference sees exactly the device's inputs.
+std::vector<double> random_values(std::size_t count, DType dtype, std::mt19937& generator) {
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<double> values(count);
+  for (auto& value : values) value = round_to(dtype, uniform(generator));
+  return values;
+}
+
+// Judges one tensor: evidence for the report, a line for the message.
+class Judge {
+ public:
+  Judge(CaseContext& context, std::string shape) : context_(context), shape_(std::move(shape)) {}
+
+  void check(const std::string& tensor, const std::vector<double>& actual, const std::vector<double>& expected,
+             const Tolerance& tolerance) {
+    const Comparison comparison = compare_to_reference(actual, expected, tolerance);
+    const std::string prefix = shape_ + " " + tensor;
+    context_.measure({prefix + " max_abs_error", comparison.max_abs_error, "", 0.0,
+                      tolerance.absolute * comparison.scale, ""});
+    context_.measure({prefix + " max_rel_error", comparison.max_rel_error, "", 0.0, tolerance.relative, ""});
+    context_.measure({prefix + " error/allowed", comparison.worst_ratio, "", 1.0, {}, "<="});
+    lines_ += "\n  " + comparison.describe(tensor, tolerance);
+    if (!comparison.ok()) failed_.push_back(tensor);
+  }
+
+  const std::vector<std::string>& failed() const { return failed_; }
+  const std::string& lines() const { return lines_; }
+
+ private:
+  CaseContext& context_;
+  std::string shape_;
+  std::string lines_;
+  std::vector<std::string> failed_;
+};
+
+// Why the implementation cannot run these params, or empty when it can.
+std::vector<std::string> ineligible_because(const Device& device, const AttentionParams& params,
+                                            Implementation implementation, bool backward) {
+  const AttentionDecision decision = explain_attention(device, params, backward, {{implementation}});
+  const AttentionCandidate& candidate = decision.candidates.at(static_cast<std::size_t>(implementation));
+  if (candidate.eligible) return {};
+  return candidate.reasons.empty() ? std::vector<std::string>{"ineligible, no reason given"} : candidate.reasons;
+}
+
+struct ShapeOutcome {
+  bool ran = false;
+  std::vector<std::string> failed;  // tensors out of tolerance
+  std::string report;               // one paragraph for the message
+};
+
+// Forward (O and LSE) and, when asked, backward (dQ, dK, dV from the forward's
+// O and LSE) of one implementation on one shape.
+ShapeOutcome run_shape(CaseContext& context, Implementation implementation, const NamedShape& shape, bool backward) {
+  AttentionParams params = shape.params;
+  params.return_lse = true;  // the backward pass needs it; the forward is checked on it too
+  const std::string title = shape.name + " (" + params.describe() + ")";
+  ShapeOutcome outcome;
+  for (const bool pass : {false, true}) {
+    if (pass && !backward) break;
+    const auto reasons = ineligible_because(context.device(), params, implementation, pass);
+    if (!reasons.empty()) {
+      outcome.report = title + ": not run, " + std::string(to_string(implementation)) + " does not take it" +
+                       (pass ? " backward" : "") + ": " + reasons.front();
+      return outcome;
+    }
+  }
+  const Device& device = context.device();
+  const hal_attention_params_v1 resolved = params.resolve();
+  const DType dtype = params.dtype;
+  const auto& r = resolved;
+  DeviceTensor q(device, dtype, r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+  DeviceTensor k(device, dtype, r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+  DeviceTensor v(device, dtype, r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+  DeviceTensor o(device, dtype, r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+  const hal_tensor_strides_v1 lse_strides{r.heads_q * r.seq_q, r.seq_q, 1, 1};
+  DeviceTensor lse(device, DType::f32, lse_strides, r.batch, r.heads_q, r.seq_q, 1);
+
+  std::mt19937 generator(static_cast<unsigned>(std::hash<std::string>{}(shape.name)));
+  const std::vector<double> q_values = random_values(q.elements(), dtype, generator);
+  const std::vector<double> k_values = random_values(k.elements(), dtype, generator);
+  const std::vector<double> v_values = random_values(v.elements(), dtype, generator);
+  q.upload(q_values);
+  k.upload(k_values);
+  v.upload(v_values);
+
+  const Stream stream = device.create_stream();
+  const AttentionOptions only{{implementation}};
+  const AttentionDecision forward = attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), lse.ref(), only);
+  stream.synchronize();
+  context.require(forward.chosen == implementation, title + ": asked for " + std::string(to_string(implementation)) +
+                                                         " and got " + std::string(to_string(forward.chosen)));
+  const AttentionForwardReference expected = attention_reference_forward(params, q_values, k_values, v_values);
+  Judge judge(context, shape.name);
+  judge.check("O", o.download(), expected.o, attention_tolerance(dtype));
+  judge.check("LSE", lse.download(), expected.lse, lse_tolerance());
+
+  if (backward) {
+    DeviceTensor grad_o(device, dtype, r.grad_o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+    DeviceTensor grad_q(device, dtype, r.grad_q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+    DeviceTensor grad_k(device, dtype, r.grad_k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+    DeviceTensor grad_v(device, dtype, r.grad_v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+    const std::vector<double> grad_o_values = random_values(grad_o.elements(), dtype, generator);
+    grad_o.upload(grad_o_values);
+    const AttentionDecision decision =
+        attention_backward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), grad_o.ref(), lse.ref(), grad_q.ref(),
+                           grad_k.ref(), grad_v.ref(), only);
+    stream.synchronize();
+    context.require(decision.chosen == implementation, title + ": backward asked for " +
+                                                           std::string(to_string(implementation)) + " and got " +
+                                                           std::string(to_string(decision.chosen)));
+    const AttentionGradientsReference gradients =
+        attention_reference_backward(params, q_values, k_values, v_values, grad_o_values);
+    judge.check("dQ", grad_q.download(), gradients.grad_q, attention_tolerance(dtype));
+    judge.check("dK", grad_k.download(), gradients.grad_k, attention_tolerance(dtype));
+    judge.check("dV", grad_v.download(), gradients.grad_v, attention_tolerance(dtype));
+  }
+  outcome.ran = true;
+  outcome.failed = judge.failed();
+  outcome.report = title + ":" + judge.lines();
+  return outcome;
+}
+
+// Runs the shapes, then passes, or fails naming every tensor out of
+// tolerance. An implementation may decline a shape (its supports() reasons);
+// declining all of them skips a numerics case (no evidence) but fails a
+// probe: an implementation that runs nothing basic is not present.
+enum class WhenAllDeclined { skip, fail };
+
+void judge_shapes(CaseContext& context, Implementation implementation, const std::vector<NamedShape>& shapes,
+                  bool backward, WhenAllDeclined all_declined) {
+  ClaimUnderTest claim(context, implementation);
+  std::string failures;
+  int ran = 0;
+  for (const auto& shape : shapes) {
+    const ShapeOutcome outcome = run_shape(context, implementation, shape, backward);
+    context.note(outcome.report);
+    ran += outcome.ran ? 1 : 0;
+    for (const auto& tensor : outcome.failed) failures += (failures.empty() ? "" : ", ") + shape.name + " " + tensor;
+  }
+  const std::string name(to_string(implementation));
+  if (!failures.empty())
+    context.fail(name + " attention is out of tolerance against the double-precision reference: " + failures);
+  if (ran == 0 && all_declined == WhenAllDeclined::fail)
+    context.fail(name + " is claimed, but takes none of the probe's shapes (see the reasons above)");
+  if (ran == 0)
+    context.skip(name + " is claimed, but takes none of the shapes of this case (see the reasons above): no evidence");
+}
+
+void numerics(CaseContext& context, Implementation implementation, bool backward, DType dtype) {
+  judge_shapes(context, implementation, numerics_shapes(dtype, context.quick()), backward, WhenAllDeclined::skip);
+}
+
+// Quick and broad: forward and backward of the GQA shape in every dtype the
+// implementation takes. Its verdict goes to the probe cache.
+void probe(CaseContext& context, Implementation implementation) {
+  std::vector<NamedShape> shapes;
+  for (const DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    NamedShape shape = numerics_shapes(dtype, true).front();
+    shape.name += "_" + std::string(to_string(dtype));
+    shapes.push_back(shape);
+  }
+  judge_shapes(context, implementation, shapes, true, WhenAllDeclined::fail);
+}
+
+// ---- api -------------------------------------------------------------------
+
+const AttentionCandidate& candidate_of(const AttentionDecision& decision, Implementation implementation) {
+  return decision.candidates.at(static_cast<std::size_t>(implementation));
+}
+
+// Runs a tiny forward with the per-call order; returns the decision.
+AttentionDecision run_tiny(const Device& device, const AttentionParams& params,
+                           const std::vector<Implementation>& order) {
+  const hal_attention_params_v1 r = params.resolve();
+  DeviceTensor q(device, params.dtype, r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+  DeviceTensor k(device, params.dtype, r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+  DeviceTensor v(device, params.dtype, r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+  DeviceTensor o(device, params.dtype, r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+  std::mt19937 generator(3);
+  for (DeviceTensor* tensor : {&q, &k, &v}) tensor->upload(random_values(tensor->elements(), params.dtype, generator));
+  const Stream stream = device.create_stream();
+  const AttentionDecision decision = attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), {}, {order});
+  stream.synchronize();
+  return decision;
+}
+
+void explain_and_strict(CaseContext& context) {
+  const Device& device = context.device();
+  std::vector<Implementation> claimed;
+  for (const Implementation implementation : {Implementation::fused, Implementation::flash, Implementation::math})
+    if (resolve_claim(device, capability_of(implementation)).claimed) claimed.push_back(implementation);
+  if (claimed.empty())
+    context.skip("the device claims no attention implementation (attention.fused, .flash, .math): nothing to explain");
+  ScopedVariable no_strict("HAL_ATTN_STRICT", std::nullopt);
+
+  AttentionParams params;
+  params.batch = 1;
+  params.heads_q = 4;
+  params.heads_kv = 2;
+  params.seq_q = params.seq_kv = 16;
+  params.head_dim_qk = 64;
+  params.dtype = DType::bf16;  // what every implementation kind takes, fused kernels included
+
+  // 1. explain: every candidate listed, each one not eligible says why, and
+  //    the choice is the first eligible one of the order.
+  const AttentionDecision decision = explain_attention(device, params);
+  context.require(decision.candidates.size() == 3, "explain_attention listed " +
+                                                       std::to_string(decision.candidates.size()) +
+                                                       " candidates; expected fused, flash and math");
+  for (const Implementation implementation : {Implementation::fused, Implementation::flash, Implementation::math}) {
+    const AttentionCandidate& candidate = candidate_of(decision, implementation);
+    const std::string name(to_string(implementation));
+    context.require(candidate.implementation == implementation,
+                    "explain_attention lists the candidates out of order at " + name);
+    context.require(candidate.eligible || !candidate.reasons.empty(),
+                    "explain_attention says " + name + " is ineligible without giving a reason");
+  }
+  context.require(!decision.order_source.empty(), "explain_attention does not say where its order came from");
+  if (decision.found) {
+    context.require(candidate_of(decision, decision.chosen).eligible,
+                    "explain_attention chose " + std::string(to_string(decision.chosen)) + ", which is not eligible");
+    for (const Implementation earlier : decision.order) {
+      if (earlier == decision.chosen) break;
+      context.require(!candidate_of(decision, earlier).eligible,
+                      "explain_attention chose " + std::string(to_string(decision.chosen)) + " over " +
+                          std::string(to_string(earlier)) + ", which is eligible and earlier in the order");
+    }
+  }
+  context.note("explain (" + decision.order_source + "):\n" + decision.to_string());
+
+  std::vector<Implementation> eligible;
+  for (const Implementation implementation : claimed)
+    if (candidate_of(decision, implementation).eligible) eligible.push_back(implementation);
+  if (eligible.empty())
+    context.fail("the device claims attention (" + std::string(to_string(claimed.front())) +
+                 ", ...) but no implementation is eligible for a small bf16 GQA shape:\n" + decision.to_string());
+
+  // 2. Strict mode with nothing to fall back from: the first choice runs.
+  {
+    ScopedVariable strict("HAL_ATTN_STRICT", "1");
+    const AttentionDecision strict_run = run_tiny(device, params, {eligible.front()});
+    context.require(strict_run.chosen == eligible.front() && !strict_run.fell_back,
+                    "with HAL_ATTN_STRICT=1 and an eligible first choice, " +
+                        std::string(to_string(strict_run.chosen)) + " ran instead of " +
+                        std::string(to_string(eligible.front())));
+  }
+
+  // 3. A fallback: the first eligible implementation switched off by a user
+  //    override; the next one runs, and strict mode refuses it.
+  if (eligible.size() < 2) {
+    context.note("only " + std::string(to_string(eligible.front())) +
+                 " is eligible: the fallback part of this case needs two implementations and was not run");
+    return;
+  }
+  const Implementation first = eligible[0], second = eligible[1];
+  const char* existing = std::getenv("HAL_CAPABILITY_OVERRIDES");
+  ScopedVariable overridden("HAL_CAPABILITY_OVERRIDES", (existing != nullptr && *existing != '\0'
+                                                             ? std::string(existing) + ","
+                                                             : std::string()) +
+                                                            capability_of(first) + "=false");
+  const AttentionDecision fallback = explain_attention(device, params, false, {{first, second}});
+  context.require(fallback.found && fallback.chosen == second && fallback.fell_back,
+                  "with " + capability_of(first) + "=false, explain_attention should fall back to " +
+                      std::string(to_string(second)) + ":\n" + fallback.to_string());
+  const auto& reasons = candidate_of(fallback, first).reasons;
+  context.require(!reasons.empty() && reasons.front().find("HAL_CAPABILITY_OVERRIDES") != std::string::npos,
+                  "the fallback's reason does not cite the override layer: " +
+                      (reasons.empty() ? std::string("no reason") : reasons.front()));
+  const AttentionDecision ran = run_tiny(device, params, {first, second});
+  context.require(ran.chosen == second, "the fallback ran " + std::string(to_string(ran.chosen)));
+  ScopedVariable strict("HAL_ATTN_STRICT", "1");
+  try {
+    run_tiny(device, params, {first, second});
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    context.require(error.code() == StatusCode::unsupported,
+                    "HAL_ATTN_STRICT refused the fallback as " + std::string(to_string(error.code())) +
+                        ", expected unsupported: " + message);
+    context.require(message.find("HAL_ATTN_STRICT") != std::string::npos,
+                    "HAL_ATTN_STRICT refused the fallback without naming HAL_ATTN_STRICT: " + message);
+    context.note("fallback " + std::string(to_string(first)) + " -> " + std::string(to_string(second)) +
+                 " ran; with HAL_ATTN_STRICT=1 it was refused: " + message);
+    return;
+  }
+  context.fail("with HAL_ATTN_STRICT=1 the fallback from " + std::string(to_string(first)) + " to " +
+               std::string(to_string(second)) + " ran instead of being refused");
+}
+
+// ---- performance -----------------------------------------------------------
+
+void flash_forward_rate(CaseContext& context) {
+  ClaimUnderTest claim(context, Implementation::flash);
+  AttentionParams params;
+  params.batch = 1;
+  params.heads_q = 16;
+  params.heads_kv = 4;
+  params.seq_q = params.seq_kv = context.quick() ? 512 : 1024;
+  params.head_dim_qk = 128;
+  params.dtype = DType::bf16;
+  const auto reasons = ineligible_because(context.device(), params, Implementation::flash, false);
+  if (!reasons.empty()) context.skip("flash does not take " + params.describe() + ": " + reasons.front());
+
+  const Device& device = context.device();
+  const hal_attention_params_v1 r = params.resolve();
+  DeviceTensor q(device, params.dtype, r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+  DeviceTensor k(device, params.dtype, r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+  DeviceTensor v(device, params.dtype, r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+  DeviceTensor o(device, params.dtype, r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+  std::mt19937 generator(11);
+  for (DeviceTensor* tensor : {&q, &k, &v}) tensor->upload(random_values(tensor->elements(), params.dtype, generator));
+  const Stream stream = device.create_stream();
+  const AttentionOptions only{{Implementation::flash}};
+  auto launch = [&] { attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), {}, only); };
+
+  launch();  // warm-up: workspace, code paths, caches
+  stream.synchronize();
+  const bool event_timing = device.supports("events.timing");
+  const double flop = 4.0 * static_cast<double>(r.batch * r.heads_q) * static_cast<double>(r.seq_q) *
+                      static_cast<double>(r.seq_kv) * static_cast<double>(r.head_dim_qk);
+  // Repeat until the timed span is long enough to trust (a quarter second).
+  int repetitions = 1;
+  double seconds = 0;
+  for (;;) {
+    Event start, end;
+    if (event_timing) {
+      start = device.create_event();
+      end = device.create_event();
+      stream.record(start);
+    }
+    const auto wall_start = std::chrono::steady_clock::now();
+    for (int i = 0; i < repetitions; ++i) launch();
+    if (event_timing) stream.record(end);
+    stream.synchronize();
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+    if (event_timing) seconds = Event::elapsed_milliseconds(start, end) / 1000.0;
+    if (seconds >= 0.25 || repetitions >= 4096) break;
+    repetitions = static_cast<int>(std::min<double>(4096, repetitions * std::clamp(0.3 / std::max(seconds, 1e-6), 2.0, 64.0)));
+  }
+  const double tflops = flop * repetitions / std::max(seconds, 1e-9) / 1e12;
+  const auto minimum = context.threshold("attention.flash.forward.min_tflops");
+  context.measure({"flash_forward_rate", tflops, "TFLOP/s", minimum, {}, minimum ? ">=" : ""});
+  const std::string measured = with_digits(tflops, 3) + " TFLOP/s for " + params.describe() + " (" +
+                               std::to_string(repetitions) + " runs in " + with_digits(seconds, 3) + " s)";
+  if (!minimum) {
+    context.note(measured + "; the profile sets no attention.flash.forward.min_tflops for this device model");
+    return;
+  }
+  if (tflops < *minimum)
+    context.fail("flash attention forward " + measured + " is below the profile minimum " +
+                 with_digits(*minimum, 3) + " TFLOP/s for this device model");
+  context.note(measured + " >= minimum " + with_digits(*minimum, 3) + " TFLOP/s");
+}
+
+}  // namespace
+
+void register_cases_attention(Registry& registry) {
+  for (const Implementation implementation : {Implementation::fused, Implementation::flash, Implementation::math}) {
+    const std::string name(to_string(implementation));
+    for (const bool backward : {false, true})
+      for (const DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+        const std::string direction = backward ? "backward" : "forward";
+        const std::string type(to_string(dtype));
+        registry.add({"numerics.attention." + name + "." + direction + "." + type, Tier::numerics,
+                      name + " attention " +
+                          (backward ? "forward, then backward from its O and LSE," : "forward (O and LSE)") + " in " +
+                          type + " against the double-precision reference: GQA, causal bottom-right with seq_q != "
+                          "seq_kv, head dim 128",
+                      capability_of(implementation), false, 0,
+                      [=](CaseContext& context) { numerics(context, implementation, backward, dtype); }});
+      }
+    if (implementation != Implementation::math)
+      registry.add({"numerics.attention." + name + ".probe", Tier::numerics,
+                    name + " attention runs and matches the reference on this device (bf16, f16, f32; forward and "
+                           "backward); the verdict is cached for attention selection",
+                    capability_of(implementation), true, 0,
+                    [=](CaseContext& context) { probe(context, implementation); }});
+  }
+  registry.add({"api.attention.explain_and_strict", Tier::api,
+                "explain_attention lists every candidate with its reasons and chooses the first eligible one; a "
+                "fallback runs, and HAL_ATTN_STRICT=1 refuses it",
+                "", false, 0, explain_and_strict});
+  registry.add({"performance.attention.flash.forward_rate", Tier::performance,
+                "flash attention forward TFLOP/s (bf16, GQA 16/4 heads, head dim 128, seq 512 quick / 1024 full) "
+                "against the profile minimum",
+                "attention.flash", false, 0, flash_forward_rate});
+}
+
+}  // namespace hal::conformance::cases
