@@ -3,8 +3,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <vector>
+
+#include <unistd.h>
 
 #include "hal/conformance/attention_reference.hpp"
 #include "hal/hal.hpp"
@@ -15,12 +18,19 @@ using hal::testing::ScopedEnvironment;
 
 namespace {
 
+// A probe cache no one writes: verdicts in the user's own cache (from running
+// halconform) would otherwise outrank declarations and quirks here.
+std::string absent_probe_cache() {
+  return (std::filesystem::temp_directory_path() / ("hal-attention-tests-" + std::to_string(getpid()) + "-no-probes.json"))
+      .string();
+}
+
 // Clears every variable that steers attention, so tests start alike.
 ScopedEnvironment clean_attention_environment() {
   return ScopedEnvironment{{"HAL_ATTN_BACKENDS", std::nullopt}, {"NVTE_FLASH_ATTN", std::nullopt},
                            {"NVTE_FUSED_ATTN", std::nullopt},   {"NVTE_UNFUSED_ATTN", std::nullopt},
                            {"HAL_ATTN_STRICT", std::nullopt},   {"HAL_ATTN_DEBUG", std::nullopt},
-                           {"HAL_CAPABILITY_OVERRIDES", std::nullopt}};
+                           {"HAL_CAPABILITY_OVERRIDES", std::nullopt}, {"HAL_PROBE_CACHE", absent_probe_cache()}};
 }
 
 hal::Device host_device() {

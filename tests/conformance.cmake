@@ -33,8 +33,9 @@ if(HAL_BUILD_TOOLS)
   target_include_directories(halconform_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
   target_link_libraries(halconform_tests PRIVATE hal_conformance hal_warnings)
   target_compile_definitions(halconform_tests PRIVATE
-    HALCONFORM_PATH="$<TARGET_FILE:halconform>" HAL_FAKE_BACKEND_DIR="${HAL_FAKE_BACKEND_DIR}")
-  add_dependencies(halconform_tests halconform ${HAL_FAKE_BACKENDS})
+    HALCONFORM_PATH="$<TARGET_FILE:halconform>" HALINFO_PATH="$<TARGET_FILE:halinfo>"
+    HAL_FAKE_BACKEND_DIR="${HAL_FAKE_BACKEND_DIR}")
+  add_dependencies(halconform_tests halconform halinfo ${HAL_FAKE_BACKENDS})
   add_test(NAME halconform_tests COMMAND halconform_tests)
   set_tests_properties(halconform_tests PROPERTIES LABELS tools ENVIRONMENT "HAL_BACKENDS=;HAL_CONFIG=")
 

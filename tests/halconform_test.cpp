@@ -115,6 +115,19 @@ TEST_CASE("fake backends: crash, hang, overclaim and wrong results are recorded 
   CHECK(run.outcome("api.stream.in_order", "fake_hang:0") == "TIMEOUT");
   CHECK(run.outcome("api.memory.managed", "fake_overclaim:0") == "FAIL");
   CHECK(run.outcome("api.memory.copy_roundtrip", "fake_bitflip:0") == "FAIL");
+  // Attention and collectives on the same faults: wrong bf16 data is out of
+  // tolerance; a rank that crashes or returns wrong data fails its case, and
+  // a hanging rank is ended with its case (ranks die with their supervisor).
+  CHECK(run.outcome("numerics.attention.flash.forward.bf16", "fake_bitflip:0") == "FAIL");
+  CHECK(run.outcome("numerics.attention.flash.forward.bf16", "fake_crash:0") == "CRASH");
+  CHECK(run.outcome("numerics.attention.flash.forward.bf16", "fake_overclaim:0") == "PASS");
+  CHECK(run.outcome("numerics.collectives.all_gather", "fake_bitflip:0") == "FAIL");
+  CHECK(run.outcome("numerics.collectives.all_reduce", "fake_crash:0") == "FAIL");
+  CHECK(run.outcome("numerics.collectives.all_reduce", "fake_hang:0") == "TIMEOUT");
+  CHECK(run.outcome("numerics.collectives.all_reduce", "fake_overclaim:0") == "PASS");
+  for (const auto& result : run.report["results"])
+    if (result["case"] == "numerics.collectives.all_reduce" && result["device"] == "fake_crash:0")
+      CHECK(result["evidence"]["message"].get<std::string>().find("rank 0: CRASH") != std::string::npos);
   // What each fake does not break still passes: the run went on past each fault.
   for (const char* device : {"fake_crash:0", "fake_hang:0", "fake_overclaim:0", "fake_bitflip:0"}) {
     CAPTURE(device);
@@ -196,8 +209,59 @@ TEST_CASE("bad input is a harness error naming the bad value; no evidence is not
   const Run nothing = halconform("--filter 'nothing.matches.*'");
   CHECK(nothing.exit_code == 1);
   CHECK(nothing.report["verdict"] == "inconclusive");
-  const Run listed = halconform("--list --profile llm-training");
+  const fs::path profile_file = fresh_directory() / "future.toml";
+  std::ofstream(profile_file) << "name = \"future\"\ncases = [\"api.*\", \"numerics.tensor_cores.*\"]\n";
+  const Run listed = halconform("--list --profile " + profile_file.string());
   CHECK(listed.exit_code == 0);
   CHECK(listed.output.find("api.memory.copy_roundtrip") != std::string::npos);
+  CHECK(listed.output.find("numerics.tensor_cores.*") != std::string::npos);
   CHECK(listed.output.find("not implemented in this build") != std::string::npos);
+}
+
+// Runs a command with the probe cache of a run; returns its stdout.
+std::string output_of(const Run& run, const std::string& command) {
+  const std::string line = "env HAL_BACKENDS=host HAL_PROBE_CACHE=" + (run.directory / "probes.json").string() + " " +
+                           command;
+  FILE* pipe = popen(line.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  std::array<char, 4096> chunk{};
+  while (std::size_t read = std::fread(chunk.data(), 1, chunk.size(), pipe)) output.append(chunk.data(), read);
+  CHECK(pclose(pipe) == 0);
+  return output;
+}
+
+TEST_CASE("the flash attention probe is cached and cited by attention selection in a later process") {
+  const Run run = halconform("--probe-only");
+  CAPTURE(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.outcome("numerics.attention.flash.probe", "host:0") == "PASS");
+  CHECK(run.outcome("numerics.attention.fused.probe", "host:0") == "UNSUPPORTED");  // not claimed: nothing cached
+  const auto cache = probe_cache(run);
+  const std::string uuid = run.report["devices"][0]["uuid"];
+  const auto flash = probe_record(cache, uuid, "attention.flash");
+  REQUIRE(flash.is_object());
+  CHECK(flash["present"] == true);
+  CHECK(flash["case"] == "numerics.attention.flash.probe");
+  CHECK(probe_record(cache, uuid, "attention.fused").is_null());
+
+  const std::string text = output_of(run, std::string(HALINFO_PATH) + " attention --json --shape b=1,hq=8,hkv=2,sq=256,d=128 --dtype bf16");
+  const nlohmann::json explained = nlohmann::json::parse(text);
+  REQUIRE(explained["devices"].size() == 1);
+  const auto& device = explained["devices"][0];
+  CHECK(device["id"] == "host:0");
+  CHECK(device["chosen"] == "flash");
+  const auto& candidate = device["candidates"][1];
+  REQUIRE(candidate["implementation"] == "flash");
+  CHECK(candidate["eligible"] == true);
+  CHECK(candidate["capability"]["decided_by"] == "probe");
+  const auto& layers = candidate["capability"]["layers"];
+  REQUIRE(layers.size() == 2);
+  CHECK(layers[0]["layer"] == "declared");
+  CHECK(layers[1]["layer"] == "probe");
+  CHECK(layers[1]["value"] == "true");
+  CHECK(layers[1]["source"].get<std::string>().find("numerics.attention.flash.probe") != std::string::npos);
+  CHECK(layers[1]["source"].get<std::string>().find((run.directory / "probes.json").string()) != std::string::npos);
+  // Fused was never probed: its layers end with the declaration.
+  CHECK(device["candidates"][0]["capability"]["decided_by"] == "declared");
 }

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "hal/capabilities.hpp"
+
 namespace halinfo {
 namespace {
 
@@ -15,6 +17,20 @@ std::int64_t parse_count(const std::string& text, const std::string& what) {
   const long long value = std::strtoll(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0') bad(what + " '" + text + "' is not a whole number");
   return value;
+}
+
+// Every layer that spoke about the implementation's capability, so an
+// eligible candidate still shows who vouched for it (a probe, a declaration).
+nlohmann::json capability_json(const hal::Device& device, hal::AttentionImplementation implementation) {
+  const hal::EffectiveCapability capability =
+      hal::effective_capability(device, "attention." + std::string(hal::to_string(implementation)));
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& layer : capability.layers)
+    layers.push_back({{"layer", layer.layer}, {"value", layer.value}, {"source", layer.source}, {"reason", layer.reason}});
+  return {{"key", capability.key},
+          {"value", capability.value ? nlohmann::json(*capability.value) : nlohmann::json()},
+          {"decided_by", capability.decided_by},
+          {"layers", layers}};
 }
 
 }  // namespace
@@ -76,7 +92,8 @@ void print_attention(const std::vector<hal::Device>& devices, const AttentionQue
                             {"declared", candidate.declared},
                             {"eligible", candidate.eligible},
                             {"reasons", candidate.reasons},
-                            {"workspace_bytes", candidate.workspace_bytes}});
+                            {"workspace_bytes", candidate.workspace_bytes},
+                            {"capability", capability_json(device, candidate.implementation)}});
     nlohmann::json order = nlohmann::json::array();
     for (auto implementation : decision.order) order.push_back(std::string(hal::to_string(implementation)));
     document["devices"].push_back(

@@ -1,0 +1,547 @@
+// Collective cases. A collective needs several ranks, so each case body is a
+// supervisor: it starts N ranks (N = the profile value "collectives.ranks",
+// default 2) on the device under test, each a helper process of the case
+// program (the case run again with its rank in CaseSettings::helper), joined
+// through a FileStore in a temporary directory, and merges their results. When
+// the body runs in-process (unit tests) the ranks are threads instead.
+//
+// Reductions use small integers, so every summation order and every
+// accumulation precision (f32 or bf16 with f32 accumulation) gives the same
+// exact result, and each element is compared exactly. Data movement uses
+// arbitrary finite bit patterns, compared bit for bit.
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "case_support.hpp"
+#include "hal/collectives.hpp"
+#include "hal/conformance/attention_reference.hpp"
+#include "hal/conformance/runner.hpp"
+
+namespace hal::conformance::cases {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int default_world_size = 2;
+constexpr int largest_world_size = 64;
+// A rank whose peer is gone notices at once (closed sockets); these bound a
+// peer that hangs. A rank process is killed after rank_seconds, which stays
+// below the shipped profiles' 60 s per case.
+constexpr auto operation_timeout = 20s;
+constexpr double rank_seconds = 45;
+
+// What one rank of a case knows about itself and its peers.
+struct Rank {
+  int rank = 0;
+  int world_size = 1;
+  Communicator communicator;
+  Stream stream;
+};
+using RankPart = std::function<void(CaseContext&, Rank&)>;
+
+// ---- supervisor and ranks ---------------------------------------------------
+
+class TemporaryDirectory {
+ public:
+  TemporaryDirectory() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "hal-conformance-store-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr)
+      throw HarnessError("cannot create a directory for the ranks' store under " +
+                         std::filesystem::temp_directory_path().string() + ": " + std::strerror(errno));
+    path_ = pattern;
+  }
+  ~TemporaryDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TemporaryDirectory(const TemporaryDirectory&) = delete;
+  TemporaryDirectory& operator=(const TemporaryDirectory&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+int world_size_for(const CaseContext& context) {
+  const double value = context.threshold("collectives.ranks").value_or(default_world_size);
+  if (value < 2 || value > largest_world_size || value != static_cast<int>(value))
+    throw HarnessError("the profile value collectives.ranks = " + std::to_string(value) +
+                       " is not a whole number of ranks in [2, " + std::to_string(largest_world_size) + "]");
+  return static_cast<int>(value);
+}
+
+std::string last_lines(const std::string& text, std::size_t lines) {
+  std::size_t position = text.size();
+  while (lines-- > 0 && position > 0) {
+    const auto newline = text.rfind('\n', position - 1);
+    if (newline == std::string::npos) return text;
+    position = newline;
+  }
+  return text.substr(position == 0 ? 0 : position + 1);
+}
+
+// One rank's part, in whatever process or thread it runs.
+void run_rank(CaseContext& context, const RankPart& part) {
+  const auto& helper = context.settings().helper;
+  Rank rank;
+  rank.rank = std::stoi(helper.at("rank"));
+  rank.world_size = std::stoi(helper.at("world_size"));
+  if (helper.at("mode") == "process") {
+    // Die with the supervisor: if it is killed (its time limit), no rank lingers.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != static_cast<pid_t>(std::stol(helper.at("supervisor"))))
+      throw HarnessError("the case process that started this rank is gone");
+  }
+  auto store = std::make_shared<FileStore>(helper.at("store"));
+  store->default_timeout = operation_timeout;
+  CommunicatorOptions options;
+  options.timeout = operation_timeout;
+  rank.communicator = Communicator::create(context.device(), rank.rank, rank.world_size, store, options);
+  rank.stream = context.device().create_stream();
+  part(context, rank);
+  rank.stream.synchronize();
+  rank.communicator.destroy();
+}
+
+// Starts the ranks, waits for all of them and turns their results into this
+// case's: rank 0's measurements, every rank's message, the worst outcome.
+void supervise(CaseContext& context, const std::string& case_id, Tier tier, const RankPart& part) {
+  const int world_size = world_size_for(context);
+  const TemporaryDirectory store;
+  const bool processes = !context.case_command().empty();
+  // A rank process finds its case by id; a rank thread runs this body.
+  const Case rank_case{case_id, tier, "", "", false, 0, [part](CaseContext& rank) { run_rank(rank, part); }};
+  std::vector<CaseSettings> settings(static_cast<std::size_t>(world_size), context.settings());
+  for (int rank = 0; rank < world_size; ++rank)
+    settings[static_cast<std::size_t>(rank)].helper = {{"rank", std::to_string(rank)},
+                                                        {"world_size", std::to_string(world_size)},
+                                                        {"store", store.path()},
+                                                        {"mode", processes ? "process" : "thread"},
+                                                        {"supervisor", std::to_string(getpid())}};
+  std::vector<CaseResult> results(static_cast<std::size_t>(world_size));
+  if (processes) {
+    std::vector<PlannedCase> plan;
+    for (const auto& rank_settings : settings) plan.push_back({&rank_case, context.device(), rank_settings, rank_seconds});
+    RunnerOptions options;
+    options.case_command = context.case_command();
+    options.jobs = world_size;
+    results = run_cases(plan, options);
+  } else {
+    std::vector<std::thread> threads;
+    for (std::size_t rank = 0; rank < results.size(); ++rank)
+      threads.emplace_back([&, rank] { results[rank] = run_case_body(rank_case, context.device(), settings[rank]); });
+    for (auto& thread : threads) thread.join();
+  }
+
+  std::string failed, errors, skipped;
+  auto add_to = [](std::string& list, const std::string& name) { list += (list.empty() ? "" : ", ") + name; };
+  for (std::size_t rank = 0; rank < results.size(); ++rank) {
+    const CaseResult& result = results[rank];
+    const std::string name = "rank " + std::to_string(rank);
+    std::string message = result.evidence.message;
+    if (result.outcome == Outcome::crash || result.outcome == Outcome::timeout || result.outcome == Outcome::error)
+      message += "\n" + last_lines(result.evidence.log, 6);
+    char header[96];
+    std::snprintf(header, sizeof(header), "%s: %s (%.0f ms)", name.c_str(),
+                  std::string(to_string(result.outcome)).c_str(), result.duration_ms);
+    context.note(std::string(header) + (message.empty() ? "" : ": " + message));
+    if (rank == 0) {
+      for (const auto& measurement : result.evidence.measurements) context.measure(measurement);
+      for (const auto& series : result.evidence.series) context.add_series(series);
+    }
+    if (is_failure(result.outcome)) add_to(failed, name);
+    else if (result.outcome == Outcome::error) add_to(errors, name);
+    else if (result.outcome == Outcome::skipped) add_to(skipped, name);
+  }
+  const std::string across = " of " + std::to_string(world_size) + " ranks on " + context.device().id() +
+                             (processes ? " (one process each)" : " (threads of this process)");
+  if (!failed.empty()) context.fail(failed + across + " failed; see each rank's message above");
+  if (!errors.empty()) throw HarnessError(errors + across + " hit a harness error; see each rank's message above");
+  if (!skipped.empty()) context.skip(skipped + across + " skipped");
+}
+
+// The body every collective case registers: a rank's part when this process
+// is a rank (started by a supervisor), the supervisor otherwise.
+std::function<void(CaseContext&)> collective_body(std::string case_id, Tier tier, RankPart part) {
+  return [case_id, tier, part](CaseContext& context) {
+    if (!context.settings().helper.empty()) return run_rank(context, part);
+    supervise(context, case_id, tier, part);
+  };
+}
+
+// ---- data --------------------------------------------------------------------
+
+struct TypeInfo {
+  DataType type;
+  DType dtype;  // how the suite's element helpers store it
+  std::size_t size;
+  const char* name;
+};
+const TypeInfo f32_type{DataType::f32, DType::f32, 4, "f32"};
+const TypeInfo bf16_type{DataType::bf16, DType::bf16, 2, "bf16"};
+
+// A small integer: sums over up to 32 ranks stay exact in bf16 (|sum| <= 256).
+double reduction_value(int rank, std::size_t index, int salt) {
+  return static_cast<double>(static_cast<int>((index * 7 + static_cast<std::size_t>(rank) * 13 +
+                                               static_cast<std::size_t>(salt) * 5) % 17) - 8);
+}
+
+// Arbitrary bits that are a finite number of the type (no NaN payloads that a
+// conversion could legally change).
+void store_pattern(const TypeInfo& type, std::uint8_t* data, std::size_t element, int rank, std::size_t index, int salt) {
+  std::uint64_t z = 0x9E3779B97F4A7C15ull * (index + 1) ^ (static_cast<std::uint64_t>(rank) << 40) ^
+                    (static_cast<std::uint64_t>(salt) << 52);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  if (type.size == 4) {
+    auto bits = static_cast<std::uint32_t>(z);
+    if (((bits >> 23) & 0xFFu) == 0xFFu) bits ^= 0x40000000u;
+    std::memcpy(data + element * 4, &bits, 4);
+  } else {
+    auto bits = static_cast<std::uint16_t>(z);
+    if (((bits >> 7) & 0xFFu) == 0xFFu) bits ^= 0x4000u;
+    std::memcpy(data + element * 2, &bits, 2);
+  }
+}
+
+// Collects element mismatches of every check, so a rank finishes the whole
+// sequence of collectives (its peers expect it to) and reports them all.
+class Checker {
+ public:
+  explicit Checker(CaseContext& context) : context_(context) {}
+
+  void compare(const std::string& what, const TypeInfo& type, const std::vector<std::uint8_t>& actual,
+               const std::vector<std::uint8_t>& expected) {
+    ++checks_;
+    const std::size_t count = expected.size() / type.size;
+    std::size_t differing = 0, first = 0;
+    for (std::size_t i = 0; i < count; ++i)
+      if (std::memcmp(actual.data() + i * type.size, expected.data() + i * type.size, type.size) != 0) {
+        if (differing++ == 0) first = i;
+      }
+    if (differing == 0) return;
+    char text[160];
+    std::snprintf(text, sizeof(text), "%zu of %zu elements differ; first at %zu: got %.9g, expected %.9g", differing,
+                  count, first, load_element(type.dtype, actual.data(), first),
+                  load_element(type.dtype, expected.data(), first));
+    failures_.push_back(what + ": " + text);
+  }
+
+  void finish(const std::string& summary) {
+    if (failures_.empty()) {
+      context_.note(std::to_string(checks_) + " checks matched element for element: " + summary);
+      return;
+    }
+    std::string message = std::to_string(failures_.size()) + " of " + std::to_string(checks_) + " checks differ:";
+    for (const auto& failure : failures_) message += "\n  " + failure;
+    context_.fail(message);
+  }
+
+ private:
+  CaseContext& context_;
+  std::size_t checks_ = 0;
+  std::vector<std::string> failures_;
+};
+
+std::vector<std::uint64_t> element_counts(const CaseContext& context) {
+  if (context.quick()) return {1, 4099};
+  return {1, 4099, (std::uint64_t{1} << 20) + 3};
+}
+
+std::vector<std::uint8_t> download(const Buffer& buffer, std::uint64_t offset, std::size_t bytes) {
+  std::vector<std::uint8_t> data(bytes);
+  buffer.read(offset, data.data(), bytes);
+  return data;
+}
+
+enum class Operation { all_reduce_sum, all_reduce_max, all_gather, reduce_scatter, broadcast, all_to_all };
+
+std::string name_of(Operation operation) {
+  switch (operation) {
+    case Operation::all_reduce_sum: return "all_reduce sum";
+    case Operation::all_reduce_max: return "all_reduce max";
+    case Operation::all_gather: return "all_gather";
+    case Operation::reduce_scatter: return "reduce_scatter sum";
+    case Operation::broadcast: return "broadcast";
+    case Operation::all_to_all: return "all_to_all";
+  }
+  return "unknown";
+}
+
+// One operation, one type, one count, in place or not: inputs from every
+// rank's formula, the expected output computed here, compared exactly.
+void check_operation(CaseContext& context, Rank& rank, Checker& checker, Operation operation, const TypeInfo& type,
+                     std::uint64_t count, bool in_place, int salt) {
+  const int n = rank.world_size, me = rank.rank;
+  const std::size_t element = type.size;
+  const bool reduction = operation == Operation::all_reduce_sum || operation == Operation::all_reduce_max ||
+                         operation == Operation::reduce_scatter;
+  // Element j of the send data of rank r.
+  auto fill_send = [&](std::vector<std::uint8_t>& data, int r, std::size_t elements) {
+    data.assign(elements * element, 0);
+    for (std::size_t j = 0; j < elements; ++j) {
+      if (reduction) store_element(type.dtype, data.data(), j, reduction_value(r, j, salt));
+      else store_pattern(type, data.data(), j, r, j, salt);
+    }
+  };
+  auto reduced = [&](std::size_t j) {
+    double value = reduction_value(0, j, salt);
+    for (int r = 1; r < n; ++r)
+      value = operation == Operation::all_reduce_max ? std::max(value, reduction_value(r, j, salt))
+                                                     : value + reduction_value(r, j, salt);
+    return value;
+  };
+  const int root = n - 1;  // not 0: a backend that ignores the root is caught
+  const std::size_t block = static_cast<std::size_t>(count);
+  std::size_t send_elements = block, recv_elements = block;
+  if (operation == Operation::all_gather) recv_elements = block * static_cast<std::size_t>(n);
+  if (operation == Operation::reduce_scatter || operation == Operation::all_to_all) send_elements = block * static_cast<std::size_t>(n);
+  if (operation == Operation::all_to_all) recv_elements = send_elements;
+
+  std::vector<std::uint8_t> send, expected(recv_elements * element);
+  fill_send(send, me, send_elements);
+  switch (operation) {
+    case Operation::all_reduce_sum:
+    case Operation::all_reduce_max:
+      for (std::size_t j = 0; j < block; ++j) store_element(type.dtype, expected.data(), j, reduced(j));
+      break;
+    case Operation::reduce_scatter:
+      for (std::size_t j = 0; j < block; ++j)
+        store_element(type.dtype, expected.data(), j, reduced(static_cast<std::size_t>(me) * block + j));
+      break;
+    case Operation::all_gather:
+      for (int r = 0; r < n; ++r)
+        for (std::size_t j = 0; j < block; ++j) store_pattern(type, expected.data(), static_cast<std::size_t>(r) * block + j, r, j, salt);
+      break;
+    case Operation::broadcast:
+      for (std::size_t j = 0; j < block; ++j) store_pattern(type, expected.data(), j, root, j, salt);
+      break;
+    case Operation::all_to_all:
+      // Block r of mine is block `me` of rank r's send data.
+      for (int r = 0; r < n; ++r)
+        for (std::size_t j = 0; j < block; ++j)
+          store_pattern(type, expected.data(), static_cast<std::size_t>(r) * block + j, r,
+                        static_cast<std::size_t>(me) * block + j, salt);
+      break;
+  }
+
+  const Device& device = context.device();
+  const std::uint64_t send_bytes = send.size(), recv_bytes = expected.size();
+  // In place: one buffer, the send data where the operation expects it (docs/collectives.md).
+  std::uint64_t send_offset = 0, recv_offset = 0;
+  Buffer send_buffer, recv_buffer;
+  if (in_place) {
+    recv_buffer = device.allocate(std::max(send_bytes, recv_bytes));
+    send_buffer = recv_buffer;
+    if (operation == Operation::all_gather) send_offset = static_cast<std::uint64_t>(me) * block * element;
+    if (operation == Operation::reduce_scatter) recv_offset = static_cast<std::uint64_t>(me) * block * element;
+  } else {
+    send_buffer = device.allocate(send_bytes);
+    recv_buffer = device.allocate(recv_bytes);
+    recv_buffer.fill(0, recv_bytes, 0x7F, 1);  // what is not written stays visibly wrong
+  }
+  send_buffer.write(send_offset, send.data(), send_bytes);
+  const BufferView source(send_buffer, send_offset), destination(recv_buffer, recv_offset);
+  const Communicator& communicator = rank.communicator;
+  switch (operation) {
+    case Operation::all_reduce_sum: communicator.all_reduce(source, destination, count, type.type, ReduceOp::sum, rank.stream); break;
+    case Operation::all_reduce_max: communicator.all_reduce(source, destination, count, type.type, ReduceOp::max, rank.stream); break;
+    case Operation::all_gather: communicator.all_gather(source, destination, count, type.type, rank.stream); break;
+    case Operation::reduce_scatter: communicator.reduce_scatter(source, destination, count, type.type, ReduceOp::sum, rank.stream); break;
+    case Operation::broadcast: communicator.broadcast(source, destination, count, type.type, root, rank.stream); break;
+    case Operation::all_to_all: communicator.all_to_all(source, destination, count, type.type, rank.stream); break;
+  }
+  rank.stream.synchronize();
+  checker.compare(name_of(operation) + " " + type.name + " count " + std::to_string(count) +
+                      (in_place ? " in place" : ""),
+                  type, download(recv_buffer, recv_offset, recv_bytes), expected);
+}
+
+RankPart numerics_part(std::vector<Operation> operations) {
+  return [operations](CaseContext& context, Rank& rank) {
+    Checker checker(context);
+    int salt = 0;
+    for (const Operation operation : operations)
+      for (const TypeInfo* type : {&f32_type, &bf16_type})
+        for (const std::uint64_t count : element_counts(context))
+          for (const bool in_place : {false, true})
+            check_operation(context, rank, checker, operation, *type, count, in_place, ++salt);
+    std::string summary;
+    for (const Operation operation : operations) summary += (summary.empty() ? "" : ", ") + name_of(operation);
+    checker.finish(summary + " in f32 and bf16, in and out of place, counts 1 to " +
+                   std::to_string(element_counts(context).back()));
+  };
+}
+
+// ---- api -----------------------------------------------------------------------
+
+template <typename Operation>
+void expect_invalid(CaseContext& context, const std::string& what, const std::string& named, Operation&& operation) {
+  try {
+    operation();
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    context.require(error.code() == StatusCode::invalid_argument,
+                    what + " was reported as " + std::string(to_string(error.code())) +
+                        ", expected invalid_argument: " + message);
+    context.require(message.find(named) != std::string::npos,
+                    what + " was rejected without naming '" + named + "': " + message);
+    return;
+  }
+  context.fail(what + " was accepted; it must be rejected as invalid_argument before anything is sent");
+}
+
+void communicator_semantics(CaseContext& context, Rank& rank) {
+  const Communicator& communicator = rank.communicator;
+  context.require(communicator.rank() == rank.rank && communicator.world_size() == rank.world_size,
+                  "the communicator says rank " + std::to_string(communicator.rank()) + " of " +
+                      std::to_string(communicator.world_size()) + "; it was created as rank " +
+                      std::to_string(rank.rank) + " of " + std::to_string(rank.world_size));
+  context.require(communicator.device() == context.device(), "the communicator is on " + communicator.device().id() +
+                                                                 ", not on " + context.device().id());
+  communicator.barrier(rank.stream);
+  rank.stream.synchronize();
+
+  // Bad arguments are refused on the calling rank; every rank makes the same
+  // calls, so nobody waits for a collective that never starts.
+  Buffer small = context.device().allocate(16);
+  expect_invalid(context, "a broadcast from root " + std::to_string(rank.world_size),
+                 "root " + std::to_string(rank.world_size),
+                 [&] { communicator.broadcast(small, small, 1, DataType::f32, rank.world_size, rank.stream); });
+  expect_invalid(context, "an all_reduce of 1000 f32 in a 16-byte buffer", "4000",
+                 [&] { communicator.all_reduce(small, small, 1000, DataType::f32, ReduceOp::sum, rank.stream); });
+
+  // Point to point around the ring, posted together in a group.
+  const int next = (rank.rank + 1) % rank.world_size, previous = (rank.rank + rank.world_size - 1) % rank.world_size;
+  const std::vector<float> mine = {static_cast<float>(rank.rank) + 0.5f, -1.0f, 7.25f};
+  Buffer outgoing = context.device().allocate(sizeof(float) * 3), incoming = context.device().allocate(sizeof(float) * 3);
+  outgoing.write(0, mine.data(), sizeof(float) * 3);
+  {
+    Group group(communicator);
+    communicator.send(outgoing, 3, DataType::f32, next, rank.stream);
+    communicator.recv(incoming, 3, DataType::f32, previous, rank.stream);
+  }
+  rank.stream.synchronize();
+  float received[3];
+  incoming.read(0, received, sizeof(received));
+  const float expected_ring[3] = {static_cast<float>(previous) + 0.5f, -1.0f, 7.25f};
+  context.require_equal_bytes(received, expected_ring, sizeof(received),
+                              "the values rank " + std::to_string(previous) + " sent around the ring");
+
+  // Still usable after the refused calls: the ranks sum their numbers.
+  const float own = static_cast<float>(rank.rank);
+  small.write(0, &own, sizeof(own));
+  communicator.all_reduce(small, small, 1, DataType::f32, ReduceOp::sum, rank.stream);
+  rank.stream.synchronize();
+  float total = 0;
+  small.read(0, &total, sizeof(total));
+  const float expected_total = static_cast<float>(rank.world_size * (rank.world_size - 1) / 2);
+  context.require(total == expected_total, "an all_reduce of the rank numbers after the refused calls gave " +
+                                               std::to_string(total) + ", expected " + std::to_string(expected_total));
+  context.note("rank, size and device as created; bad root and short buffer refused; ring send/recv and an "
+               "all_reduce after them correct");
+}
+
+// ---- performance -------------------------------------------------------------------
+
+void all_reduce_bandwidth(CaseContext& context, Rank& rank) {
+  // Host transports take milliseconds per operation on small machines: the
+  // repetitions are bounded so the curve costs seconds, not minutes.
+  const std::uint64_t smallest = context.quick() ? (64u << 10) : (4u << 10);
+  const std::uint64_t largest = context.quick() ? (4u << 20) : (64u << 20);
+  const std::uint64_t bytes_per_point = context.quick() ? (16u << 20) : (256u << 20);
+  const std::uint64_t most_repetitions = context.quick() ? 20 : 50;
+  const Device& device = context.device();
+  Buffer send = device.allocate(largest), recv = device.allocate(largest);
+  send.fill(0, largest, 0, 1);  // zeros: a sum that never grows into infinities or subnormals
+  const double bus_factor = 2.0 * (rank.world_size - 1) / rank.world_size;
+  Series curve{"all_reduce bus bandwidth (" + std::to_string(rank.world_size) + " ranks)", "bytes", "GB/s", {}};
+  double peak = 0;
+  for (std::uint64_t size = smallest; size <= largest; size *= 4) {
+    const std::uint64_t count = size / 4;
+    const int repetitions = static_cast<int>(std::clamp<std::uint64_t>(bytes_per_point / size, 2, most_repetitions));
+    rank.communicator.all_reduce(send, recv, count, DataType::f32, ReduceOp::sum, rank.stream);  // warm-up
+    rank.communicator.barrier(rank.stream);
+    rank.stream.synchronize();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < repetitions; ++i)
+      rank.communicator.all_reduce(send, recv, count, DataType::f32, ReduceOp::sum, rank.stream);
+    rank.stream.synchronize();
+    const double seconds = std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const double bus_gbps = static_cast<double>(size) * repetitions / seconds * bus_factor / 1e9;
+    curve.points.emplace_back(static_cast<double>(size), bus_gbps);
+    if (size >= (1u << 20)) peak = std::max(peak, bus_gbps);
+  }
+  context.add_series(curve);
+  context.measure({"peak_bus_bandwidth", peak, "GB/s", {}, {}, ""});
+}
+
+void all_reduce_bandwidth_case(CaseContext& context, const std::function<void(CaseContext&)>& ranks) {
+  ranks(context);
+  const auto peak = std::find_if(context.evidence().measurements.begin(), context.evidence().measurements.end(),
+                                 [](const Measurement& m) { return m.name == "peak_bus_bandwidth"; });
+  if (peak == context.evidence().measurements.end()) throw HarnessError("rank 0 reported no peak_bus_bandwidth");
+  const auto minimum = context.threshold("collectives.all_reduce.min_bus_gbps");
+  char text[160];
+  std::snprintf(text, sizeof(text), "peak all_reduce bus bandwidth %.2f GB/s (f32 sum, 1 MiB and more)", peak->value);
+  if (!minimum) {
+    context.note(std::string(text) + "; the profile sets no collectives.all_reduce.min_bus_gbps for this device model");
+    return;
+  }
+  peak->expected = *minimum;
+  peak->comparison = ">=";
+  char bound[64];
+  std::snprintf(bound, sizeof(bound), "%.2f GB/s", *minimum);
+  if (peak->value < *minimum)
+    context.fail(std::string(text) + " is below the profile minimum " + bound + " for this device model");
+  context.note(std::string(text) + " >= minimum " + bound);
+}
+
+}  // namespace
+
+void register_cases_collectives(Registry& registry) {
+  auto add = [&](const std::string& id, Tier tier, const std::string& description, RankPart part) {
+    registry.add({id, tier, description + " (" + std::to_string(default_world_size) + " ranks by default)",
+                  "collectives", false, 0, collective_body(id, tier, std::move(part))});
+  };
+  add("api.collectives.communicator", Tier::api,
+      "a communicator knows its rank, size and device; a bad root and a short buffer are refused on the calling "
+      "rank; grouped ring send/recv and a later all_reduce are correct",
+      communicator_semantics);
+  add("numerics.collectives.all_reduce", Tier::numerics,
+      "all_reduce sum and max, f32 and bf16, in and out of place, checked element by element",
+      numerics_part({Operation::all_reduce_sum, Operation::all_reduce_max}));
+  add("numerics.collectives.all_gather", Tier::numerics,
+      "all_gather, f32 and bf16, in and out of place, checked bit for bit", numerics_part({Operation::all_gather}));
+  add("numerics.collectives.reduce_scatter", Tier::numerics,
+      "reduce_scatter sum, f32 and bf16, in and out of place, checked element by element",
+      numerics_part({Operation::reduce_scatter}));
+  add("numerics.collectives.broadcast", Tier::numerics,
+      "broadcast from the last rank, f32 and bf16, in and out of place, checked bit for bit",
+      numerics_part({Operation::broadcast}));
+  add("numerics.collectives.all_to_all", Tier::numerics,
+      "all_to_all, f32 and bf16, in and out of place, checked bit for bit", numerics_part({Operation::all_to_all}));
+
+  const std::string bandwidth_id = "performance.collectives.all_reduce_bus_bandwidth";
+  auto ranks = collective_body(bandwidth_id, Tier::performance, all_reduce_bandwidth);
+  registry.add({bandwidth_id, Tier::performance,
+                "all_reduce (f32 sum) bus bandwidth from 4 KiB up, peak against the profile minimum "
+                "collectives.all_reduce.min_bus_gbps (" + std::to_string(default_world_size) + " ranks by default)",
+                "collectives", false, 0, [ranks](CaseContext& context) {
+                  if (!context.settings().helper.empty()) return ranks(context);  // a rank: no verdict of its own
+                  all_reduce_bandwidth_case(context, ranks);
+                }});
+}
+
+}  // namespace hal::conformance::cases
