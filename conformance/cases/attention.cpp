@@ -277,21 +277,25 @@ enum class WhenAllDeclined { skip, fail };
 void judge_shapes(CaseContext& context, Implementation implementation, const std::vector<NamedShape>& shapes,
                   bool backward, WhenAllDeclined all_declined) {
   ClaimUnderTest claim(context, implementation);
-  std::string failures;
+  std::string failures, details, passed;
   int ran = 0;
   for (const auto& shape : shapes) {
     const ShapeOutcome outcome = run_shape(context, implementation, shape, backward);
-    context.note(outcome.report);
+    details += "\n" + outcome.report;
     ran += outcome.ran ? 1 : 0;
     for (const auto& tensor : outcome.failed) failures += (failures.empty() ? "" : ", ") + shape.name + " " + tensor;
+    if (outcome.ran && outcome.failed.empty()) passed += (passed.empty() ? "" : ", ") + shape.name;
   }
+  // The headline first: the probe cache keeps only the start of the message.
   const std::string name(to_string(implementation));
   if (!failures.empty())
-    context.fail(name + " attention is out of tolerance against the double-precision reference: " + failures);
+    context.fail(name + " attention is out of tolerance against the double-precision reference: " + failures +
+                 details);
   if (ran == 0 && all_declined == WhenAllDeclined::fail)
-    context.fail(name + " is claimed, but takes none of the probe's shapes (see the reasons above)");
-  if (ran == 0)
-    context.skip(name + " is claimed, but takes none of the shapes of this case (see the reasons above): no evidence");
+    context.fail(name + " is claimed, but takes none of the probe's shapes:" + details);
+  if (ran == 0) context.skip(name + " is claimed, but takes none of the shapes of this case: no evidence" + details);
+  context.note(name + (backward ? " forward and backward" : " forward") + " matched the double-precision reference (" +
+               passed + ")" + details);
 }
 
 void numerics(CaseContext& context, Implementation implementation, bool backward, DType dtype) {

@@ -72,10 +72,16 @@ class TemporaryDirectory {
   std::string path_;
 };
 
+std::string format_number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
 int world_size_for(const CaseContext& context) {
   const double value = context.threshold("collectives.ranks").value_or(default_world_size);
   if (value < 2 || value > largest_world_size || value != static_cast<int>(value))
-    throw HarnessError("the profile value collectives.ranks = " + std::to_string(value) +
+    throw HarnessError("the profile value collectives.ranks = " + format_number(value) +
                        " is not a whole number of ranks in [2, " + std::to_string(largest_world_size) + "]");
   return static_cast<int>(value);
 }
