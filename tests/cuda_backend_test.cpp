@@ -175,6 +175,21 @@ TEST_SUITE("fake driver") {
     CHECK_FALSE(device(0).supports("library.nccl"));
   }
 
+  TEST_CASE_FIXTURE(FakeDriverFixture, "a device without a loadable kernel image has kernels off, with the reason") {
+    const hal::Capability& kernels = capability(device(0).info(), "kernels");
+    CHECK_FALSE(device(0).supports("kernels"));
+#if HAL_TEST_CUDA_KERNELS_BUILT
+    // The fake loads no image, as a device without a matching architecture.
+    CHECK(contains(kernels.note, "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU"));
+    CHECK(contains(kernels.note, "sm_80 and sm_90 code and compute_90 PTX"));
+#else
+    CHECK(contains(kernels.note, "built without nvcc"));
+#endif
+    // Nothing that needs kernels is claimed, so nothing fails at launch later.
+    CHECK_FALSE(device(0).supports("attention.flash"));
+    CHECK_FALSE(device(0).supports("attention.math"));
+  }
+
   TEST_CASE_FIXTURE(FakeDriverFixture, "devices are found by UUID and PCI bus id") {
     CHECK(runtime.device("GPU-facec0da-0001-4000-8000-000000000001") == device(1));
     CHECK(runtime.device("0000:e1:00.0") == device(0));

@@ -20,7 +20,8 @@ target_include_directories(hal_cuda_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
 target_link_libraries(hal_cuda_tests PRIVATE hal::hal hal_shims hal_warnings Threads::Threads)
 target_compile_definitions(hal_cuda_tests PRIVATE
   HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
-  HAL_FAKE_CUDA_DRIVER_DIR="${HAL_FAKE_CUDA_DRIVER_DIR}")
+  HAL_FAKE_CUDA_DRIVER_DIR="${HAL_FAKE_CUDA_DRIVER_DIR}"
+  HAL_TEST_CUDA_KERNELS_BUILT=$<BOOL:${HAL_CUDA_KERNELS}>)
 add_dependencies(hal_cuda_tests fake_cuda_driver hal_backend_cuda hal_backend_host)
 
 # One process per driver identity: a driver's devices are fixed once cuInit ran.

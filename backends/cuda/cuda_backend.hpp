@@ -26,8 +26,6 @@ void read_last_error(hal_error_info_v1* out);
 // The hal_status a CUresult stands for.
 hal_status status_of(CUresult result);
 
-struct Kernels;  // the embedded device code of one device (kernels.cpp)
-
 struct CudaDevice {
   CUdevice handle = 0;
   std::string name, vendor, uuid, pci_bus_id;
@@ -44,6 +42,12 @@ struct CudaDevice {
   };
   std::vector<CapabilityStorage> capability_strings;
   std::vector<hal_capability_v1> capabilities;  // points into capability_strings
+
+  // Kernels from the embedded image (kernels.cpp); usable only when loaded and verified.
+  CUmodule kernel_module = nullptr;
+  CUfunction softmax_rows_f32 = nullptr;
+  bool kernels_usable = false;
+  std::string kernels_status;
 
   // The primary context, retained on first use: creating one costs time and
   // device memory, so enumeration alone does not.

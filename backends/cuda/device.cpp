@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cuda_backend.hpp"
+#include "kernels.hpp"
 
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
@@ -118,9 +119,6 @@ class DeviceBuilder {
 hal_status describe_device(const Context& context, int ordinal, CudaDevice& device) {
   const auto& api = context.api();
   const std::string which = "device " + std::to_string(ordinal);
-  if (hal_status status = context.check(api.cuDeviceGet(&device.handle, ordinal), "cuDeviceGet for " + which);
-      status != HAL_OK)
-    return status;
 
   char name[256] = {};
   if (hal_status status = context.check(api.cuDeviceGetName(name, sizeof(name) - 1, device.handle),
@@ -190,6 +188,7 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
   builder.add_bool("library.cudnn", context.cudnn != nullptr, context.cudnn_status);
   builder.add_bool("library.nccl", context.nccl != nullptr, context.nccl_status);
   builder.add_bool("collectives", false, "not built into the CUDA backend yet");
+  builder.add_bool("kernels", device.kernels_usable, device.kernels_status);
   for (const char* key : {"attention.fused", "attention.flash", "attention.math"})
     builder.add_bool(key, false, "not built yet in the CUDA backend");
   return HAL_OK;
@@ -251,9 +250,15 @@ hal_status discover_devices(Context& context) {
   if (hal_status status = context.check(api.cuDeviceGetCount(&count), "cuDeviceGetCount"); status != HAL_OK)
     return status;
   for (int ordinal = 0; ordinal < count; ++ordinal) {
-    auto device = std::make_unique<CudaDevice>();
-    if (hal_status status = describe_device(context, ordinal, *device); status != HAL_OK) return status;
-    context.devices.push_back(std::move(device));
+    context.devices.push_back(std::make_unique<CudaDevice>());
+    // Kernel-based capabilities are declared from what the device could load and run.
+    if (hal_status status = context.check(api.cuDeviceGet(&context.devices.back()->handle, ordinal),
+                                          "cuDeviceGet for device " + std::to_string(ordinal));
+        status != HAL_OK)
+      return status;
+    load_kernels(context, static_cast<std::uint32_t>(ordinal));
+    if (hal_status status = describe_device(context, ordinal, *context.devices.back()); status != HAL_OK)
+      return status;
   }
   for (std::uint32_t index = 0; index < context.devices.size(); ++index) {
     add_peer_capability(context, index);

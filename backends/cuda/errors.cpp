@@ -1,6 +1,7 @@
 // CUresult -> hal_status, the thread-local last error, and the per-thread
 // primary context.
 #include "cuda_backend.hpp"
+#include "kernels.hpp"
 
 namespace hal::cuda {
 namespace {
@@ -136,6 +137,7 @@ hal_status Context::make_current(std::uint32_t index) const {
 
 Context::~Context() {
   if (!driver) return;
+  for (std::uint32_t index = 0; index < devices.size(); ++index) unload_kernels(*this, index);
   for (const auto& device : devices) {
     // At process exit the driver may already be torn down; nothing to report then.
     if (device->context != nullptr) api().cuDevicePrimaryCtxRelease(device->handle);
