@@ -472,7 +472,19 @@ FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
   std::lock_guard lock(driver().mutex);
   CUctx_st& primary = driver().devices[device].primary;
   if (primary.references == 0) return CUDA_ERROR_INVALID_CONTEXT;
-  --primary.references;
+  if (--primary.references > 0) return CUDA_SUCCESS;
+  // The context is destroyed: its memory goes with it, as after a fault
+  // that made cuMemFree fail.
+  auto& allocations = driver().allocations;
+  for (auto it = allocations.begin(); it != allocations.end();) {
+    if (it->second.device != device) {
+      ++it;
+      continue;
+    }
+    std::free(reinterpret_cast<void*>(it->first));
+    it = allocations.erase(it);
+  }
+  driver().devices[device].used = 0;
   return CUDA_SUCCESS;
 }
 
