@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <filesystem>
 #include <functional>
 #include <initializer_list>
@@ -57,10 +59,23 @@ hal::RuntimeOptions default_options() {
   return options;
 }
 
-// A runtime with the CUDA backend on the fake driver; no cuDNN or NCCL
-// unless a test asks for them, so results do not depend on the machine.
+// The fake driver, or with HAL_TEST_CUDA_DRIVER=system the machine's own
+// (how scripts/gpu-check.sh runs the "cuda semantics" suite on a GPU).
+std::string fake_driver_path() {
+  const char* moved = std::getenv("HAL_TEST_FAKE_CUDA_DRIVER");  // a build tree carried to another machine
+  return moved != nullptr && *moved != '\0' ? moved : HAL_FAKE_CUDA_DRIVER_PATH;
+}
+
+std::optional<std::string> driver_under_test() {
+  const char* choice = std::getenv("HAL_TEST_CUDA_DRIVER");
+  if (choice != nullptr && std::string_view(choice) == "system") return std::nullopt;
+  return fake_driver_path();
+}
+
+// A runtime with the CUDA backend on the driver under test; no cuDNN or
+// NCCL unless a test asks for them, so results do not depend on the machine.
 struct FakeDriverFixture {
-  ScopedEnvironment environment{{"HAL_CUDA_DRIVER", HAL_FAKE_CUDA_DRIVER_PATH},
+  ScopedEnvironment environment{{"HAL_CUDA_DRIVER", driver_under_test()},
                                 {"HAL_BACKENDS", "host,cuda"},
                                 {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"},
                                 {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
@@ -122,77 +137,13 @@ class StreamGate {
 
 }  // namespace
 
-TEST_SUITE("fake driver") {
-  TEST_CASE_FIXTURE(FakeDriverFixture, "devices are enumerated with their identity and memory") {
-    const hal::BackendReport& cuda = report();
-    REQUIRE_MESSAGE(cuda.state == BackendState::loaded, cuda.reason);
-    CHECK(cuda.device_count == 2);
-    const hal::DeviceInfo& first = device(0).info();
-    const hal::DeviceInfo& second = device(1).info();
-    CHECK(first.type == hal::DeviceType::gpu);
-    CHECK(first.name == "NVIDIA A100-SXM4-80GB");
-    CHECK(second.name == "NVIDIA A100-SXM4-40GB");
-    CHECK(first.uuid == "GPU-facec0da-0001-4000-8000-000000000000");
-    CHECK(second.uuid == "GPU-facec0da-0001-4000-8000-000000000001");
-    // The driver's "00000000:E1:00.0" comes out normalized.
-    CHECK(first.pci_bus_id == "0000:e1:00.0");
-    CHECK(second.pci_bus_id == "0000:e2:00.0");
-    if (!sysfs_has(first.pci_bus_id)) {
-      CHECK(first.numa_node == -1);
-      CHECK(first.vendor == "unknown");
-    }
-    CHECK(first.total_memory == (1ull << 30));
-    CHECK(second.total_memory == (512ull << 20));
-    CHECK(first.free_memory <= first.total_memory);
-    CHECK(first.compute_units == 108);
-    CHECK(first.clock_mhz == 1410);
-    CHECK(first.memory_clock_mhz == 1593);
-  }
-
-  TEST_CASE_FIXTURE(FakeDriverFixture, "version axes and capabilities say what is declared and why") {
-    const hal::DeviceInfo& info = device(0).info();
-    CHECK(info.version("driver") == "13.0");
-    CHECK(info.version("cuda_headers").has_value());
-    CHECK_FALSE(info.version("cudnn").has_value());
-    CHECK_FALSE(info.version("nccl").has_value());
-
-    const hal::Capability& compute = capability(info, "cuda.compute_capability");
-    CHECK(compute.value_string() == "8.0");
-    CHECK(contains(compute.note, "reported"));
-    CHECK(device(0).supports("memory.managed"));
-    CHECK(device(0).supports("memory.host_pinned"));
-    CHECK(device(0).supports("p2p"));
-    CHECK(contains(capability(info, "p2p").note, "cuda:1"));
-    for (const char* key : {"attention.fused", "attention.flash", "attention.math"}) {
-      CAPTURE(key);
-      CHECK_FALSE(device(0).supports(key));
-      CHECK(contains(capability(info, key).note, "not built yet"));
-    }
-    // A missing optional library is a declared state with every path tried.
-    CHECK_FALSE(device(0).supports("library.cudnn"));
-    CHECK(contains(capability(info, "library.cudnn").note, "/nonexistent/libcudnn.so.9"));
-    CHECK(contains(capability(info, "library.cudnn").note, "HAL_CUDNN"));
-    CHECK_FALSE(device(0).supports("library.nccl"));
-  }
-
-  TEST_CASE_FIXTURE(FakeDriverFixture, "a device without a loadable kernel image has kernels off, with the reason") {
-    const hal::Capability& kernels = capability(device(0).info(), "kernels");
-    CHECK_FALSE(device(0).supports("kernels"));
-#if HAL_TEST_CUDA_KERNELS_BUILT
-    // The fake loads no image, as a device without a matching architecture.
-    CHECK(contains(kernels.note, "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU"));
-    CHECK(contains(kernels.note, "sm_80 and sm_90 code and compute_90 PTX"));
-#else
-    CHECK(contains(kernels.note, "built without nvcc"));
-#endif
-    // Nothing that needs kernels is claimed, so nothing fails at launch later.
-    CHECK_FALSE(device(0).supports("attention.flash"));
-    CHECK_FALSE(device(0).supports("attention.math"));
-  }
-
+TEST_SUITE("cuda semantics") {
   TEST_CASE_FIXTURE(FakeDriverFixture, "devices are found by UUID and PCI bus id") {
-    CHECK(runtime.device("GPU-facec0da-0001-4000-8000-000000000001") == device(1));
-    CHECK(runtime.device("0000:e1:00.0") == device(0));
+    const hal::DeviceInfo& info = device(0).info();
+    CHECK(info.uuid.starts_with("GPU-"));
+    CHECK(runtime.device(info.uuid) == device(0));
+    REQUIRE_FALSE(info.pci_bus_id.empty());
+    CHECK(runtime.device(info.pci_bus_id) == device(0));
   }
 
   TEST_CASE_FIXTURE(FakeDriverFixture, "every memory kind round-trips data at offsets") {
@@ -251,29 +202,6 @@ TEST_SUITE("fake driver") {
         }
       }
     }
-  }
-
-  TEST_CASE_FIXTURE(FakeDriverFixture, "copies between devices and free memory accounting") {
-    const std::uint64_t free_before = device(1).free_memory();
-    hal::Buffer source = device(0).allocate(1 << 20);
-    hal::Buffer target = device(1).allocate(1 << 20);
-    CHECK(device(1).free_memory() <= free_before - (1 << 20));
-    const auto bytes = counting_bytes(1 << 20, 3);
-    source.write(0, bytes.data(), bytes.size());
-    target.copy_from(0, source, 0, bytes.size());
-    CHECK(read_all(target) == bytes);
-    target.free();
-    CHECK(device(1).free_memory() == free_before);
-  }
-
-  TEST_CASE_FIXTURE(FakeDriverFixture, "an allocation beyond the device's memory is out_of_memory") {
-    check_error([&] { (void)device(1).allocate(600ull << 20); }, StatusCode::out_of_memory,
-                {"CUDA_ERROR_OUT_OF_MEMORY", "629145600 bytes of device memory on cuda:1"}, CUDA_ERROR_OUT_OF_MEMORY);
-    check_error([&] { (void)device(1).allocate(600ull << 20, MemoryKind::managed); }, StatusCode::out_of_memory,
-                {"managed memory"});
-    // The failure leaves the device usable.
-    hal::Buffer buffer = device(1).allocate(64);
-    CHECK(buffer.valid());
   }
 
   TEST_CASE_FIXTURE(FakeDriverFixture, "stream work runs in order, asynchronously") {
@@ -349,6 +277,137 @@ TEST_SUITE("fake driver") {
                 {"never recorded"});
   }
 
+  TEST_CASE_FIXTURE(FakeDriverFixture, "device-to-device copies work within and across devices") {
+    const bool two_devices = runtime.find_backend("cuda")->device_count > 1;
+    hal::Buffer source = device(0).allocate(1 << 20);
+    hal::Buffer target = device(two_devices ? 1 : 0).allocate(1 << 20);
+    const auto bytes = counting_bytes(1 << 20, 3);
+    source.write(0, bytes.data(), bytes.size());
+    target.copy_from(0, source, 0, bytes.size());
+    CHECK(read_all(target) == bytes);
+    hal::Stream stream = device(0).create_stream();
+    stream.copy(source, 100, target, 0, 1000);
+    stream.synchronize();
+    std::vector<std::uint8_t> expected = bytes;
+    std::copy(bytes.begin(), bytes.begin() + 1000, expected.begin() + 100);
+    CHECK(read_all(source) == expected);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "more device memory than the device has is out_of_memory, not a crash") {
+    const std::uint64_t too_much = device(0).info().total_memory + (1ull << 20);
+    check_error([&] { (void)device(0).allocate(too_much); }, StatusCode::out_of_memory,
+                {"CUDA_ERROR_OUT_OF_MEMORY", std::to_string(too_much) + " bytes of device memory on cuda:0"},
+                CUDA_ERROR_OUT_OF_MEMORY);
+    hal::Buffer buffer = device(0).allocate(64);  // the failure leaves the device usable
+    CHECK(buffer.valid());
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "the primary context is made current on every calling thread") {
+    hal::Device gpu = device(1);
+    std::vector<std::uint8_t> read_back;
+    std::thread worker([&] {
+      // A fresh thread has no current context; the backend must set it.
+      hal::Buffer buffer = gpu.allocate(256);
+      buffer.fill(0, 256, 0x5a);
+      read_back = read_all(buffer);
+    });
+    worker.join();
+    CHECK(read_back == std::vector<std::uint8_t>(256, 0x5a));
+  }
+
+}
+
+TEST_SUITE("fake driver") {
+  TEST_CASE_FIXTURE(FakeDriverFixture, "devices are enumerated with their identity and memory") {
+    const hal::BackendReport& cuda = report();
+    REQUIRE_MESSAGE(cuda.state == BackendState::loaded, cuda.reason);
+    CHECK(cuda.device_count == 2);
+    const hal::DeviceInfo& first = device(0).info();
+    const hal::DeviceInfo& second = device(1).info();
+    CHECK(first.type == hal::DeviceType::gpu);
+    CHECK(first.name == "NVIDIA A100-SXM4-80GB");
+    CHECK(second.name == "NVIDIA A100-SXM4-40GB");
+    CHECK(first.uuid == "GPU-facec0da-0001-4000-8000-000000000000");
+    CHECK(second.uuid == "GPU-facec0da-0001-4000-8000-000000000001");
+    // The driver's "00000000:E1:00.0" comes out normalized.
+    CHECK(first.pci_bus_id == "0000:e1:00.0");
+    CHECK(second.pci_bus_id == "0000:e2:00.0");
+    if (!sysfs_has(first.pci_bus_id)) {
+      CHECK(first.numa_node == -1);
+      CHECK(first.vendor == "unknown");
+    }
+    CHECK(first.total_memory == (1ull << 30));
+    CHECK(second.total_memory == (512ull << 20));
+    CHECK(first.free_memory <= first.total_memory);
+    CHECK(first.compute_units == 108);
+    CHECK(first.clock_mhz == 1410);
+    CHECK(first.memory_clock_mhz == 1593);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "version axes and capabilities say what is declared and why") {
+    const hal::DeviceInfo& info = device(0).info();
+    CHECK(info.version("driver") == "13.0");
+    CHECK(info.version("cuda_headers").has_value());
+    CHECK_FALSE(info.version("cudnn").has_value());
+    CHECK_FALSE(info.version("nccl").has_value());
+
+    const hal::Capability& compute = capability(info, "cuda.compute_capability");
+    CHECK(compute.value_string() == "8.0");
+    CHECK(contains(compute.note, "reported"));
+    CHECK(device(0).supports("memory.managed"));
+    CHECK(device(0).supports("memory.host_pinned"));
+    CHECK(device(0).supports("p2p"));
+    CHECK(contains(capability(info, "p2p").note, "cuda:1"));
+    for (const char* key : {"attention.fused", "attention.flash", "attention.math"}) {
+      CAPTURE(key);
+      CHECK_FALSE(device(0).supports(key));
+      CHECK(contains(capability(info, key).note, "not built yet"));
+    }
+    // A missing optional library is a declared state with every path tried.
+    CHECK_FALSE(device(0).supports("library.cudnn"));
+    CHECK(contains(capability(info, "library.cudnn").note, "/nonexistent/libcudnn.so.9"));
+    CHECK(contains(capability(info, "library.cudnn").note, "HAL_CUDNN"));
+    CHECK_FALSE(device(0).supports("library.nccl"));
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "a device without a loadable kernel image has kernels off, with the reason") {
+    const hal::Capability& kernels = capability(device(0).info(), "kernels");
+    CHECK_FALSE(device(0).supports("kernels"));
+#if HAL_TEST_CUDA_KERNELS_BUILT
+    // The fake loads no image, as a device without a matching architecture.
+    CHECK(contains(kernels.note, "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU"));
+    CHECK(contains(kernels.note, "sm_80 and sm_90 code and compute_90 PTX"));
+#else
+    CHECK(contains(kernels.note, "built without nvcc"));
+#endif
+    // Nothing that needs kernels is claimed, so nothing fails at launch later.
+    CHECK_FALSE(device(0).supports("attention.flash"));
+    CHECK_FALSE(device(0).supports("attention.math"));
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "copies between devices and free memory accounting") {
+    const std::uint64_t free_before = device(1).free_memory();
+    hal::Buffer source = device(0).allocate(1 << 20);
+    hal::Buffer target = device(1).allocate(1 << 20);
+    CHECK(device(1).free_memory() <= free_before - (1 << 20));
+    const auto bytes = counting_bytes(1 << 20, 3);
+    source.write(0, bytes.data(), bytes.size());
+    target.copy_from(0, source, 0, bytes.size());
+    CHECK(read_all(target) == bytes);
+    target.free();
+    CHECK(device(1).free_memory() == free_before);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "an allocation beyond the device's memory is out_of_memory") {
+    check_error([&] { (void)device(1).allocate(600ull << 20); }, StatusCode::out_of_memory,
+                {"CUDA_ERROR_OUT_OF_MEMORY", "629145600 bytes of device memory on cuda:1"}, CUDA_ERROR_OUT_OF_MEMORY);
+    check_error([&] { (void)device(1).allocate(600ull << 20, MemoryKind::managed); }, StatusCode::out_of_memory,
+                {"managed memory"});
+    // The failure leaves the device usable.
+    hal::Buffer buffer = device(1).allocate(64);
+    CHECK(buffer.valid());
+  }
+
   TEST_CASE_FIXTURE(FakeDriverFixture, "a device fault in stream work is device_lost at synchronize") {
     hal::Stream stream = device(0).create_stream();
     hal::Buffer buffer = device(0).allocate(64);
@@ -371,21 +430,8 @@ TEST_SUITE("fake driver") {
     check_error([&] { (void)device(0).allocate(64); }, StatusCode::internal, {"CUDA_ERROR_UNKNOWN"}, CUDA_ERROR_UNKNOWN);
   }
 
-  TEST_CASE_FIXTURE(FakeDriverFixture, "the primary context is made current on every calling thread") {
-    hal::Device gpu = device(1);
-    std::vector<std::uint8_t> read_back;
-    std::thread worker([&] {
-      // A fresh thread has no current context; the backend must set it.
-      hal::Buffer buffer = gpu.allocate(256);
-      buffer.fill(0, 256, 0x5a);
-      read_back = read_all(buffer);
-    });
-    worker.join();
-    CHECK(read_back == std::vector<std::uint8_t>(256, 0x5a));
-  }
-
   TEST_CASE("a driver without cuGetProcAddress is resolved by its exported names") {
-    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", HAL_FAKE_CUDA_DRIVER_PATH},
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
                                   {"HAL_BACKENDS", "cuda"},
                                   {"HAL_FAKE_CUDA_NO_PROC_ADDRESS", "1"},
                                   {"HAL_FAKE_CUDA_FAIL", std::nullopt}};
@@ -399,7 +445,7 @@ TEST_SUITE("fake driver") {
   TEST_CASE("the config's [backend.cuda] driver option locates the driver") {
     ScopedEnvironment environment{{"HAL_CUDA_DRIVER", std::nullopt}, {"HAL_BACKENDS", "cuda"}};
     hal::RuntimeOptions options = default_options();
-    options.config->backend_options["cuda"]["driver"] = HAL_FAKE_CUDA_DRIVER_DIR;  // a directory works too
+    options.config->backend_options["cuda"]["driver"] = std::filesystem::path(fake_driver_path()).parent_path().string();  // a directory works too
     const hal::Runtime runtime = hal::Runtime::create(options);
     const hal::BackendReport* report = runtime.find_backend("cuda");
     REQUIRE(report != nullptr);
@@ -424,7 +470,7 @@ TEST_SUITE("fake driver") {
       MESSAGE("skipped: the toolkit at " << toolkit << " has no cuDNN 9 or NCCL 2");
       return;
     }
-    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", HAL_FAKE_CUDA_DRIVER_PATH},
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
                                   {"HAL_BACKENDS", "cuda"},
                                   {"HAL_CUDNN", toolkit + "/libcudnn.so.9"},
                                   {"HAL_NCCL", toolkit + "/libnccl.so.2"}};
@@ -437,6 +483,7 @@ TEST_SUITE("fake driver") {
     CHECK(device.supports("library.cudnn"));
     CHECK(contains(device.info().find_capability("library.nccl")->note, "libnccl.so.2"));
   }
+
 }
 
 TEST_SUITE("ppu identity") {
@@ -456,7 +503,7 @@ TEST_SUITE("ppu identity") {
 
 TEST_SUITE("no device") {
   TEST_CASE("a driver that finds no device makes the backend unavailable, saying so") {
-    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", HAL_FAKE_CUDA_DRIVER_PATH}, {"HAL_BACKENDS", "host,cuda"}};
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()}, {"HAL_BACKENDS", "host,cuda"}};
     const hal::Runtime runtime = hal::Runtime::create(default_options());
     const hal::BackendReport* report = runtime.find_backend("cuda");
     REQUIRE(report != nullptr);

@@ -26,7 +26,7 @@ add_dependencies(hal_cuda_tests fake_cuda_driver hal_backend_cuda hal_backend_ho
 
 # One process per driver identity: a driver's devices are fixed once cuInit ran.
 set(HAL_CUDA_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=")
-add_test(NAME cuda_fake_driver_tests COMMAND hal_cuda_tests "--test-suite=fake driver,shims")
+add_test(NAME cuda_fake_driver_tests COMMAND hal_cuda_tests "--test-suite=cuda semantics,fake driver,shims")
 set_tests_properties(cuda_fake_driver_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2;HAL_FAKE_CUDA_MEMORY=1G,512M;HAL_FAKE_CUDA_NAME=NVIDIA A100-SXM4-80GB,NVIDIA A100-SXM4-40GB")
 add_test(NAME cuda_fake_ppu_tests COMMAND hal_cuda_tests "--test-suite=ppu identity")
