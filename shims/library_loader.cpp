@@ -1,4 +1,5 @@
 #include "library_loader.hpp"
+#include "symbol_table.hpp"
 
 #include <dlfcn.h>
 #include <glob.h>
@@ -225,7 +226,7 @@ LibraryLoad load_library(const LibraryRequest& request) {
     }
     if (!any_candidate) {
       std::string searched;
-      for (const auto& site : sites) searched += (searched.empty() ? "" : ", ") + site + "/nvidia/*/lib";
+      for (const auto& site : sites) append_listed(searched, site + "/nvidia/*/lib", ", ");
       search.note("python site-packages", searched.empty() ? "(no site-packages directory found)" : searched,
                   "not found");
     }

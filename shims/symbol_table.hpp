@@ -7,9 +7,18 @@
 #include <functional>
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hal::shims {
+
+// Appends item to a separated list. (Written out instead of
+// `list += (list.empty() ? "" : sep) + item`, which GCC 12 at -O3 flags
+// with a false -Wrestrict.)
+inline void append_listed(std::string& list, std::string_view item, std::string_view separator) {
+  if (!list.empty()) list += separator;
+  list += item;
+}
 
 struct SymbolSpec {
   std::vector<const char*> names;  // alternatives, the first one found wins
@@ -31,7 +40,7 @@ struct SymbolResolution {
   bool complete() const { return missing_required.empty(); }
   static std::string join(const std::vector<std::string>& names) {
     std::string text;
-    for (const auto& name : names) text += (text.empty() ? "" : ", ") + name;
+    for (const auto& name : names) append_listed(text, name, ", ");
     return text;
   }
 };
@@ -49,7 +58,7 @@ inline SymbolResolution resolve_symbols(const std::vector<SymbolSpec>& specs,
     std::memcpy(spec.slot, &address, spec.slot_size);
     if (address != nullptr) continue;
     std::string alternatives;
-    for (const char* name : spec.names) alternatives += (alternatives.empty() ? "" : "|") + std::string(name);
+    for (const char* name : spec.names) append_listed(alternatives, name, "|");
     (spec.required ? resolution.missing_required : resolution.missing_optional).push_back(alternatives);
   }
   return resolution;

@@ -209,7 +209,7 @@ void add_peer_capability(const Context& context, std::uint32_t index) {
     if (context.api().cuDeviceCanAccessPeer(&can_access, device.handle, context.devices[other]->handle) ==
             CUDA_SUCCESS &&
         can_access != 0)
-      peers += (peers.empty() ? "" : ", ") + std::string("cuda:") + std::to_string(other);
+      shims::append_listed(peers, "cuda:" + std::to_string(other), ", ");
   }
   if (context.devices.size() < 2)
     builder.add_bool("p2p", false, "no other CUDA device");
