@@ -15,12 +15,15 @@ BUILD_DIR="$build" "$root/scripts/build.sh" -DCMAKE_BUILD_TYPE=Release -DHAL_WIT
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib/hal/backends" "$bundle/lib/deps" "$bundle/fakes"
-for tool in halinfo halbench halconform hal_cuda_tests hal_core_tests; do
+for tool in halinfo halbench halconform halrun hal_cuda_tests hal_core_tests; do
   if [ -x "$build/bin/$tool" ]; then cp "$build/bin/$tool" "$bundle/bin/"; fi
 done
 cp -P "$build"/lib/libhal.so* "$bundle/lib/"
 cp "$build"/lib/hal/backends/*.so "$bundle/lib/hal/backends/"
 cp "$build/tests/fakes/fake_cuda_driver/libcuda.so.1" "$bundle/fakes/"
+# Shipped data (quirks, conformance profiles) beside lib/, where libhal looks.
+mkdir -p "$bundle/share"
+cp -r "$build/share/hal" "$bundle/share/"
 
 # Libraries outside the base system (hwloc, ...), resolved here.
 for binary in "$bundle"/bin/* "$bundle"/lib/libhal.so.*.*.* "$bundle"/lib/hal/backends/*.so; do

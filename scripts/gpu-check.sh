@@ -15,7 +15,7 @@
 #     only the CUDA headers), used in place of the carried plugin when it
 #     builds;
 #  4. halinfo -v and --json; the "cuda semantics" unit tests on the GPU;
-#  5. halbench mem and dispatch on cuda:0 (when this tree has halbench);
+#  5. halconform on cuda:0; halbench mem and dispatch on cuda:0;
 #  6. PyTorch reference figures (copy bandwidth, 1 MiB copy cost, SDPA).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -91,12 +91,15 @@ if [ -x "$bundle/bin/hal_core_tests" ]; then
   step core-tests-host 120 env HAL_BACKENDS=host "$bundle/bin/hal_core_tests"
 fi
 
-# 5. halbench, when this tree has it.
+# 5. Conformance on the GPU, then halbench.
+if [ -x "$bundle/bin/halconform" ]; then
+  step halconform 240 "$bundle/bin/halconform" --device cuda:0 --timeout 60 --report-dir "$out/conformance"
+fi
 if [ -x "$bundle/bin/halbench" ]; then
   step halbench-mem 120 bash -c '"'"$bundle"'/bin/halbench" mem --device cuda:0 --json > "'"$out"'/halbench-mem.json"'
   step halbench-dispatch 120 bash -c '"'"$bundle"'/bin/halbench" dispatch --device cuda:0 --json > "'"$out"'/halbench-dispatch.json"'
 else
-  echo "halbench: not in this build (tools/halbench has no sources yet); mem/dispatch figures not taken" | tee -a "$summary"
+  echo "halbench: not in this build; mem/dispatch figures not taken" | tee -a "$summary"
 fi
 
 # 6. PyTorch on the same device, for ratios.

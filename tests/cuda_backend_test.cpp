@@ -3,16 +3,13 @@
 // with the driver identity in the environment (see cuda_tests.cmake).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <filesystem>
-#include <functional>
-#include <initializer_list>
-#include <latch>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,6 +18,8 @@
 #include <cudnn_version.h>
 #include <nccl.h>
 
+#include "core_test_support.hpp"
+#include "hal/capabilities.hpp"
 #include "hal/hal.hpp"
 #include "scoped_environment.hpp"
 
@@ -28,30 +27,14 @@ using hal::BackendState;
 using hal::MemoryKind;
 using hal::StatusCode;
 using hal::testing::ScopedEnvironment;
+using hal_test::check_error;
+using hal_test::counting_bytes;
+using hal_test::read_all;
+using hal_test::StreamGate;
 
 namespace {
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
-
-// Checks that call throws hal::Error with the code, the native code (when
-// not 0) and a message containing every fragment.
-void check_error(const std::function<void()>& call, StatusCode expected_code,
-                 std::initializer_list<std::string_view> fragments, long long expected_native_code = 0,
-                 std::source_location caller = std::source_location::current()) {
-  INFO("expected from the call at line ", caller.line());
-  try {
-    call();
-    FAIL_CHECK("no hal::Error was thrown");
-  } catch (const hal::Error& error) {
-    INFO("message: ", error.status().message());
-    CHECK(error.code() == expected_code);
-    if (expected_native_code != 0) CHECK(error.status().native_code() == expected_native_code);
-    for (const std::string_view fragment : fragments) {
-      INFO("missing fragment: ", std::string(fragment));
-      CHECK(contains(error.status().message(), fragment));
-    }
-  }
-}
 
 hal::RuntimeOptions default_options() {
   hal::RuntimeOptions options;
@@ -95,18 +78,6 @@ struct FakeDriverFixture {
   }
 };
 
-std::vector<std::uint8_t> counting_bytes(std::size_t count, std::uint8_t start = 0) {
-  std::vector<std::uint8_t> bytes(count);
-  for (std::size_t i = 0; i < count; ++i) bytes[i] = static_cast<std::uint8_t>(start + i);
-  return bytes;
-}
-
-std::vector<std::uint8_t> read_all(const hal::Buffer& buffer) {
-  std::vector<std::uint8_t> bytes(buffer.size());
-  buffer.read(0, bytes.data(), bytes.size());
-  return bytes;
-}
-
 const hal::Capability& capability(const hal::DeviceInfo& info, std::string_view key) {
   const hal::Capability* found = info.find_capability(key);
   REQUIRE_MESSAGE(found != nullptr, "no capability " << key);
@@ -116,24 +87,6 @@ const hal::Capability& capability(const hal::DeviceInfo& info, std::string_view 
 bool sysfs_has(const std::string& pci_bus_id) {
   return std::filesystem::exists("/sys/bus/pci/devices/" + pci_bus_id);
 }
-
-// Holds a stream at a point of its queue until open(); opens on destruction
-// so a failing test never leaves a stream stuck.
-class StreamGate {
- public:
-  ~StreamGate() { open(); }
-  void block(const hal::Stream& stream) {
-    stream.enqueue_host_callback([latch = latch_](const hal::Status&) { latch->wait(); });
-  }
-  void open() {
-    if (!opened_) latch_->count_down();
-    opened_ = true;
-  }
-
- private:
-  std::shared_ptr<std::latch> latch_ = std::make_shared<std::latch>(1);
-  bool opened_ = false;
-};
 
 }  // namespace
 
@@ -498,6 +451,12 @@ TEST_SUITE("ppu identity") {
     CHECK(info.vendor != "NVIDIA");
     // Kernel-based features are not claimed from the compute capability.
     CHECK_FALSE(device(0).supports("attention.flash"));
+    // The shipped quirk for a PPU in CUDA-compatible mode matches it by name.
+    const hal::EffectiveCapability fused = hal::effective_capability(device(0), "attention.fused");
+    CHECK(fused.value == "false");
+    CHECK(std::any_of(fused.layers.begin(), fused.layers.end(), [](const hal::CapabilityLayer& layer) {
+      return layer.layer == "quirk" && contains(layer.source, "ppu-in-cuda-compat-mode-no-fused-mha");
+    }));
   }
 }
 

@@ -22,7 +22,7 @@ target_compile_definitions(hal_cuda_tests PRIVATE
   HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
   HAL_FAKE_CUDA_DRIVER_DIR="${HAL_FAKE_CUDA_DRIVER_DIR}"
   HAL_TEST_CUDA_KERNELS_BUILT=$<BOOL:${HAL_CUDA_KERNELS}>)
-add_dependencies(hal_cuda_tests fake_cuda_driver hal_backend_cuda hal_backend_host)
+add_dependencies(hal_cuda_tests fake_cuda_driver hal_backend_cuda hal_backend_host hal_data)
 
 # One process per driver identity: a driver's devices are fixed once cuInit ran.
 set(HAL_CUDA_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=")

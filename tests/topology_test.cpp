@@ -1,17 +1,15 @@
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "hal/topology.hpp"
+#include "scoped_environment.hpp"
 
 namespace {
 
@@ -38,28 +36,6 @@ void check_every_cpu_in_exactly_one_numa_node(const hal::Topology& topology) {
   }
   CHECK(cpus_seen == topology.processing_unit_count);
 }
-
-// Sets an environment variable for one scope and restores the old value.
-class ScopedEnvironmentVariable {
- public:
-  ScopedEnvironmentVariable(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_value_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnvironmentVariable() {
-    if (old_value_) {
-      setenv(name_, old_value_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnvironmentVariable(const ScopedEnvironmentVariable&) = delete;
-  ScopedEnvironmentVariable& operator=(const ScopedEnvironmentVariable&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_value_;
-};
 
 hal::PciDevice pci_device(std::string bus_id, std::uint16_t vendor_id) {
   hal::PciDevice device;
@@ -101,7 +77,7 @@ TEST_CASE("the loaded CPU counts agree with the operating system") {
 }
 
 TEST_CASE("a synthetic two-socket machine is described exactly") {
-  ScopedEnvironmentVariable synthetic("HWLOC_SYNTHETIC", "pack:2 numa:1 core:2 pu:2");
+  hal::testing::ScopedEnvironment synthetic{{"HWLOC_SYNTHETIC", "pack:2 numa:1 core:2 pu:2"}};
   hal::Topology topology = hal::Topology::load();
   REQUIRE(topology.error.empty());
   CHECK(topology.processing_unit_count == 8);
@@ -136,8 +112,8 @@ TEST_CASE("normalize_pci_bus_id accepts the common spellings") {
   CHECK(hal::normalize_pci_bus_id("00000000:3B:00.0") == "0000:3b:00.0");  // CUDA's form
   CHECK(hal::normalize_pci_bus_id("10000:01:1f.7") == "10000:01:1f.7");    // Intel VMD domain
   CHECK(hal::normalize_pci_bus_id("0:3b:0.0") == "0000:3b:00.0");
-  for (const char* malformed : {"", "3b", "3b:00", ":3b:00.0", "0000:3b:00.8", "0000:3b:20.0",
-                                "0000:100:00.0", "zz:00.0", "a:b:3b:00.0", "3b:00.0 ", "+3b:00.0"}) {
+  for (const char* malformed : {"", "3b", "3b:00", ":3b:00.0", "0000:3b:00.8", "0000:3b:20.0", "0000:100:00.0",
+                                "zz:00.0", "a:b:3b:00.0", "3b:00.0 ", "+3b:00.0"}) {
     INFO("input '", malformed, "'");
     CHECK_FALSE(hal::normalize_pci_bus_id(malformed).has_value());
   }
@@ -177,7 +153,6 @@ TEST_CASE("load time" * doctest::skip()) {
       REQUIRE(topology.error.empty());
     }
     std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
-    MESSAGE("include_pci=", include_pci, ": ", elapsed.count() / kRuns, " ms per load (mean of ", kRuns,
-            ")");
+    MESSAGE("include_pci=", include_pci, ": ", elapsed.count() / kRuns, " ms per load (mean of ", kRuns, ")");
   }
 }

@@ -95,12 +95,13 @@ struct hal_event {
 
 // An in-order queue executed by one worker thread.
 struct hal_stream {
-  explicit hal_stream(std::uint32_t owner_device);
+  hal_stream(hal_backend_context* owner, std::uint32_t owner_device);
   ~hal_stream();
   void enqueue(hal::host::Operation operation);
   hal_status synchronize();
   bool idle();
 
+  hal_backend_context* context;
   std::uint32_t device;
 
  private:
@@ -117,6 +118,16 @@ struct hal_stream {
   std::thread worker_;  // last: started after the members above exist
 };
 
+namespace hal::host {
+class ThreadPool;
+extern const hal_attention_v1 attention_table;
+}  // namespace hal::host
+
 struct hal_backend_context {
+  hal_backend_context();
+  ~hal_backend_context();
   hal::host::Context host;
+  // Attention's worker threads, started on first use.
+  std::mutex attention_pool_mutex;
+  std::unique_ptr<hal::host::ThreadPool> attention_pool;
 };

@@ -1,4 +1,5 @@
 // Host memory: buffers are ordinary memory bound to the device's NUMA node.
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -65,7 +66,9 @@ hal_status allocate(const Context& context, std::uint32_t device, hal_memory_kin
                 "memory kind " + std::to_string(kind) + " is not one of device, host_pinned, managed");
   const HostDevice& host_device = context.devices[device];
   const std::uint64_t page = static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  std::uint64_t effective_alignment = alignment == 0 ? default_alignment : alignment;
+  // Smaller powers of two (1, 2, 4) are valid requests that posix_memalign
+  // rejects; the default alignment satisfies them.
+  std::uint64_t effective_alignment = std::max(alignment, default_alignment);
   // mbind and mlock act on whole pages.
   if (context.multiple_numa_nodes || kind == HAL_MEMORY_HOST_PINNED)
     effective_alignment = std::max(effective_alignment, page);

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <new>
 
+#include "attention/thread_pool.hpp"
+#include "collectives.hpp"
 #include "host_backend.hpp"
 
 #ifndef HAL_VERSION_STRING
@@ -34,13 +36,15 @@ hal_status check_device(const hal_backend_context* context, std::uint32_t device
 }
 
 // Runs now for a null stream, else enqueues; the operation keeps what it
-// captured (allocations) alive until it ran.
-hal_status run_or_enqueue(hal_stream* stream, std::function<void()> work) {
+// captured (allocations) alive until it ran. A template so the synchronous
+// path costs no allocation.
+template <typename Work>
+hal_status run_or_enqueue(hal_stream* stream, Work&& work) {
   if (stream == nullptr) {
     work();
     return succeed();
   }
-  stream->enqueue({[work = std::move(work)](hal_status, std::string&) {
+  stream->enqueue({[work = std::forward<Work>(work)](hal_status, std::string&) {
                      work();
                      return HAL_OK;
                    },
@@ -148,7 +152,7 @@ hal_status fill(hal_stream* stream, hal_buffer* destination, std::uint64_t offse
 hal_status stream_create(hal_backend_context* context, std::uint32_t device, hal_stream** out) {
   if (const hal_status status = check_device(context, device); status != HAL_OK) return status;
   try {
-    *out = new hal_stream(device);
+    *out = new hal_stream(context, device);
     return succeed();
   } catch (const std::system_error& error) {
     return fail(HAL_ERROR_OUT_OF_MEMORY, std::string("cannot start a stream worker thread: ") + error.what(),
@@ -258,7 +262,7 @@ hal_status event_elapsed_milliseconds(hal_event* start, hal_event* end, double* 
   return succeed();
 }
 
-constexpr hal_backend_v1 make_table() {
+hal_backend_v1 make_table() {
   hal_backend_v1 table{};
   table.struct_size = sizeof(hal_backend_v1);
   table.abi_version = 1;
@@ -289,12 +293,12 @@ constexpr hal_backend_v1 make_table() {
   table.event_query = event_query;
   table.event_synchronize = event_synchronize;
   table.event_elapsed_milliseconds = event_elapsed_milliseconds;
-  table.attention = nullptr;
-  table.collectives = nullptr;
+  table.attention = &attention_table;
+  table.collectives = collectives();
   return table;
 }
 
-constexpr hal_backend_v1 host_table = make_table();
+const hal_backend_v1 host_table = make_table();
 
 }  // namespace
 
@@ -313,6 +317,9 @@ hal_status succeed() {
 }
 
 }  // namespace hal::host
+
+hal_backend_context::hal_backend_context() = default;
+hal_backend_context::~hal_backend_context() = default;
 
 extern "C" HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(std::uint32_t host_max_abi_version) {
   return host_max_abi_version >= 1 ? &hal::host::host_table : nullptr;

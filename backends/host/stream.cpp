@@ -1,7 +1,8 @@
 // Streams: one worker thread per stream runs operations in order.
 #include "host_backend.hpp"
 
-hal_stream::hal_stream(std::uint32_t owner_device) : device(owner_device), worker_([this] { work(); }) {}
+hal_stream::hal_stream(hal_backend_context* owner, std::uint32_t owner_device)
+    : context(owner), device(owner_device), worker_([this] { work(); }) {}
 
 hal_stream::~hal_stream() {
   {

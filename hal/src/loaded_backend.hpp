@@ -5,10 +5,17 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include <boost/dll/shared_library.hpp>
 
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "hal/attention.hpp"
 #include "hal/backend_abi.h"
+#include "hal/config.hpp"
 #include "hal/device.hpp"
 #include "hal/status.hpp"
 
@@ -23,6 +30,14 @@ struct LoadedBackend {
   hal_backend_context* context = nullptr;
   std::string name;
   std::string path;
+  // The runtime's config, for settings read per call (attention order, ...).
+  std::shared_ptr<const Config> config = std::make_shared<const Config>();
+
+  // Attention decisions per (params, order, settings), and which fallbacks
+  // were already warned about, so each is explained once.
+  std::mutex attention_mutex;
+  std::map<std::string, AttentionDecision> attention_decisions;
+  std::set<std::string> attention_warned;
 
   LoadedBackend() = default;
   LoadedBackend(const LoadedBackend&) = delete;
@@ -34,6 +49,12 @@ struct LoadedBackend {
   Status error(hal_status code, std::string_view operation) const;
   void check(hal_status code, std::string_view operation) const {
     if (code != HAL_OK) throw Error(error(code, operation));
+  }
+  // For hot paths: the description is built only when the call failed.
+  template <typename Describe>
+    requires std::is_invocable_r_v<std::string, Describe>
+  void check(hal_status code, Describe&& describe) const {
+    if (code != HAL_OK) throw Error(error(code, describe()));
   }
   // An optional sub-table, or nullptr when absent or beyond struct_size.
   const hal_attention_v1* attention() const;

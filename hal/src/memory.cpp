@@ -23,10 +23,10 @@ void BufferState::check_range(std::uint64_t offset, std::uint64_t bytes, std::st
   check_usable(operation);
   // Written so that offset + bytes cannot overflow.
   if (offset > size || bytes > size - offset)
-    throw Error(StatusCode::invalid_argument,
-                std::string(operation) + ": range [" + std::to_string(offset) + ", " + std::to_string(offset) +
-                    " + " + std::to_string(bytes) + ") is outside the " + describe() +
-                    "; offset + size must be at most " + std::to_string(size));
+    throw Error(StatusCode::invalid_argument, std::string(operation) + ": range [" + std::to_string(offset) + ", " +
+                                                  std::to_string(offset) + " + " + std::to_string(bytes) +
+                                                  ") is outside the " + describe() +
+                                                  "; offset + size must be at most " + std::to_string(size));
 }
 
 void check_fill_arguments(std::uint64_t offset, std::uint64_t size, std::uint32_t pattern_size,
@@ -78,7 +78,7 @@ void Buffer::write(std::uint64_t offset, const void* source, std::uint64_t size)
   if (size == 0) return;
   if (source == nullptr) throw Error(StatusCode::invalid_argument, "Buffer::write: source pointer is null");
   state.backend->check(state.backend->table->copy_host_to_device(nullptr, state.handle, offset, source, size),
-                       "writing " + std::to_string(size) + " bytes to the " + state.describe());
+                       [&] { return "writing " + std::to_string(size) + " bytes to the " + state.describe(); });
 }
 
 void Buffer::read(std::uint64_t offset, void* destination, std::uint64_t size) const {
@@ -87,7 +87,7 @@ void Buffer::read(std::uint64_t offset, void* destination, std::uint64_t size) c
   if (size == 0) return;
   if (destination == nullptr) throw Error(StatusCode::invalid_argument, "Buffer::read: destination pointer is null");
   state.backend->check(state.backend->table->copy_device_to_host(nullptr, destination, state.handle, offset, size),
-                       "reading " + std::to_string(size) + " bytes from the " + state.describe());
+                       [&] { return "reading " + std::to_string(size) + " bytes from the " + state.describe(); });
 }
 
 void Buffer::copy_from(std::uint64_t offset, const Buffer& source, std::uint64_t source_offset,
@@ -104,8 +104,10 @@ void Buffer::copy_from(std::uint64_t offset, const Buffer& source, std::uint64_t
   destination_state.backend->check(
       destination_state.backend->table->copy_device_to_device(nullptr, destination_state.handle, offset,
                                                               source_state.handle, source_offset, size),
-      "copying " + std::to_string(size) + " bytes from the " + source_state.describe() + " to the " +
-          destination_state.describe());
+      [&] {
+        return "copying " + std::to_string(size) + " bytes from the " + source_state.describe() + " to the " +
+               destination_state.describe();
+      });
 }
 
 void Buffer::fill(std::uint64_t offset, std::uint64_t size, std::uint32_t pattern, std::uint32_t pattern_size) const {
@@ -114,14 +116,15 @@ void Buffer::fill(std::uint64_t offset, std::uint64_t size, std::uint32_t patter
   detail::check_fill_arguments(offset, size, pattern_size, "Buffer::fill");
   if (size == 0) return;
   state.backend->check(state.backend->table->fill(nullptr, state.handle, offset, size, &pattern, pattern_size),
-                       "filling " + std::to_string(size) + " bytes of the " + state.describe());
+                       [&] { return "filling " + std::to_string(size) + " bytes of the " + state.describe(); });
 }
 
 void Buffer::free() {
   const auto& state = usable_state(state_, "Buffer::free");
   if (state_->freed.exchange(true))
     throw Error(StatusCode::invalid_argument, "Buffer::free: the " + state.describe() + " was already freed");
-  state.backend->check(state.backend->table->buffer_free(state.handle), "freeing the " + state.describe());
+  state.backend->check(state.backend->table->buffer_free(state.handle),
+                       [&] { return "freeing the " + state.describe(); });
 }
 
 }  // namespace hal

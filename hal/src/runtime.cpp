@@ -7,6 +7,7 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include "hal/capabilities.hpp"
 #include "loader.hpp"
 
 namespace hal {
@@ -86,28 +87,15 @@ struct BackendFilter {
 
   bool allows(const std::string& name) const { return !active || (names.count(name) > 0) != exclude; }
 
-  static BackendFilter parse(const std::vector<std::string>& items, std::string source) {
+  // items are already validated (by Config or parse_backend_filter).
+  static BackendFilter from_items(const std::vector<std::string>& items, std::string source) {
     BackendFilter filter;
     filter.source = std::move(source);
-    if (items.empty()) return filter;
-    filter.active = true;
-    bool any_include = false, any_exclude = false;
+    filter.active = !items.empty();
     for (const auto& item : items) {
-      const bool negated = item.starts_with('!');
-      std::string name = negated ? item.substr(1) : item;
-      if (name.empty() || !std::all_of(name.begin(), name.end(), [](char c) {
-            return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
-          }))
-        throw Error(StatusCode::invalid_argument,
-                    filter.source + ": '" + item + "' is not a backend name; use names like host,cuda or !rocm");
-      (negated ? any_exclude : any_include) = true;
-      filter.names.insert(std::move(name));
+      filter.exclude = item.starts_with('!');
+      filter.names.insert(filter.exclude ? item.substr(1) : item);
     }
-    if (any_include && any_exclude)
-      throw Error(StatusCode::invalid_argument,
-                  filter.source + ": mixes names to keep and names to drop (!name); use one form, e.g. host,cuda "
-                                  "or !rocm");
-    filter.exclude = any_exclude;
     return filter;
   }
 };
@@ -266,6 +254,7 @@ BackendReport load_candidate(const Candidate& candidate, const Config& config, s
     report.reason = load.reason;
     return report;
   }
+  load.backend->config = std::make_shared<const Config>(config);
   report.version = load.backend->table->version != nullptr ? load.backend->table->version : "";
   report.abi_version = load.backend->table->abi_version;
   if (load.backend->name != candidate.name)
@@ -286,9 +275,10 @@ Runtime Runtime::create(const RuntimeOptions& options) {
 
   BackendFilter filter;
   if (const char* variable = environment("HAL_BACKENDS"))
-    filter = BackendFilter::parse(split(variable, ','), std::string("HAL_BACKENDS=") + variable);
+    filter = BackendFilter::from_items(parse_backend_filter(variable, "HAL_BACKENDS"),
+                                       std::string("HAL_BACKENDS=") + variable);
   else
-    filter = BackendFilter::parse(state->config.backends_filter, "config backends.filter");
+    filter = BackendFilter::from_items(state->config.backends_filter, "config backends.filter");
 
   std::vector<Candidate> candidates;
   if (const char* forced = environment("HAL_BACKENDS_FORCE")) {
@@ -349,6 +339,9 @@ Runtime Runtime::create(const RuntimeOptions& options) {
     };
     return rank(a.name) < rank(b.name);
   });
+  // Known-dangerous environment settings are said at start, not after a hang.
+  for (const auto& device : state->devices)
+    for (const auto& hazard : environment_hazards(device)) detail::log_message(HAL_LOG_WARNING, hazard.message);
   return Runtime(std::move(state));
 }
 

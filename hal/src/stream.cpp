@@ -1,13 +1,35 @@
 #include "hal/stream.hpp"
 
+#include <system_error>
+#include <thread>
+
 #include "hal/event.hpp"
 #include "hal/memory.hpp"
 #include "loaded_backend.hpp"
 
 namespace hal {
 namespace detail {
+namespace {
 
-StreamState::~StreamState() { device.backend()->table->stream_destroy(handle); }
+// The stream whose host callback this thread is running, if any.
+thread_local const hal_stream* stream_of_running_callback = nullptr;
+
+}  // namespace
+
+StreamState::~StreamState() {
+  if (stream_of_running_callback != handle) {
+    device.backend()->table->stream_destroy(handle);
+    return;
+  }
+  // The last reference went away inside one of the stream's own callbacks:
+  // destroying it here would wait for the very thread that runs them.
+  try {
+    std::thread([owner = device, stream = handle] { owner.backend()->table->stream_destroy(stream); }).detach();
+  } catch (const std::system_error& error) {
+    log_message(HAL_LOG_ERROR, std::string("cannot start a thread to destroy a stream of ") + device.id() +
+                                   ", so it is leaked: " + error.what());
+  }
+}
 
 }  // namespace detail
 
@@ -42,11 +64,14 @@ void check_host_pointer(const void* pointer, std::uint64_t size, std::string_vie
 struct HostCallback {
   std::function<void(const Status&)> callback;
   std::shared_ptr<detail::LoadedBackend> backend;
+  const hal_stream* stream = nullptr;
   static void trampoline(void* user_data, hal_status status) {
     std::unique_ptr<HostCallback> self(static_cast<HostCallback*>(user_data));
-    Status stream_status = status == HAL_OK ? Status::ok()
-                                            : Status(static_cast<StatusCode>(status),
-                                                     "an earlier operation on the stream failed");
+    const hal_stream* const enclosing_stream = detail::stream_of_running_callback;
+    detail::stream_of_running_callback = self->stream;
+    Status stream_status = status == HAL_OK
+                               ? Status::ok()
+                               : Status(static_cast<StatusCode>(status), "an earlier operation on the stream failed");
     try {
       self->callback(stream_status);
     } catch (const std::exception& error) {
@@ -54,6 +79,8 @@ struct HostCallback {
     } catch (...) {
       detail::log_message(HAL_LOG_ERROR, "a stream host callback threw a non-standard exception");
     }
+    self.reset();  // may release the stream's last reference, which must see the marker
+    detail::stream_of_running_callback = enclosing_stream;
   }
 };
 
@@ -71,7 +98,7 @@ void Stream::copy_to_device(const Buffer& destination, std::uint64_t destination
   if (size == 0) return;
   buffer.backend->check(
       buffer.backend->table->copy_host_to_device(stream.handle, buffer.handle, destination_offset, source, size),
-      "enqueueing a copy of " + std::to_string(size) + " bytes to the " + buffer.describe());
+      [&] { return "enqueueing a copy of " + std::to_string(size) + " bytes to the " + buffer.describe(); });
 }
 
 void Stream::copy_to_host(void* destination, const Buffer& source, std::uint64_t source_offset,
@@ -84,7 +111,7 @@ void Stream::copy_to_host(void* destination, const Buffer& source, std::uint64_t
   if (size == 0) return;
   buffer.backend->check(
       buffer.backend->table->copy_device_to_host(stream.handle, destination, buffer.handle, source_offset, size),
-      "enqueueing a copy of " + std::to_string(size) + " bytes from the " + buffer.describe());
+      [&] { return "enqueueing a copy of " + std::to_string(size) + " bytes from the " + buffer.describe(); });
 }
 
 void Stream::copy(const Buffer& destination, std::uint64_t destination_offset, const Buffer& source,
@@ -107,11 +134,12 @@ void Stream::copy(const Buffer& destination, std::uint64_t destination_offset, c
   source_state.check_range(source_offset, size, "Stream::copy (source)");
   if (size == 0) return;
   stream.device.backend()->check(
-      stream.device.backend()->table->copy_device_to_device(stream.handle, destination_state.handle,
-                                                            destination_offset, source_state.handle, source_offset,
-                                                            size),
-      "enqueueing a copy of " + std::to_string(size) + " bytes from the " + source_state.describe() + " to the " +
-          destination_state.describe());
+      stream.device.backend()->table->copy_device_to_device(stream.handle, destination_state.handle, destination_offset,
+                                                            source_state.handle, source_offset, size),
+      [&] {
+        return "enqueueing a copy of " + std::to_string(size) + " bytes from the " + source_state.describe() +
+               " to the " + destination_state.describe();
+      });
 }
 
 void Stream::fill(const Buffer& destination, std::uint64_t offset, std::uint64_t size, std::uint32_t pattern,
@@ -122,19 +150,20 @@ void Stream::fill(const Buffer& destination, std::uint64_t offset, std::uint64_t
   buffer.check_range(offset, size, operation);
   detail::check_fill_arguments(offset, size, pattern_size, operation);
   if (size == 0) return;
-  buffer.backend->check(buffer.backend->table->fill(stream.handle, buffer.handle, offset, size, &pattern, pattern_size),
-                        "enqueueing a fill of " + std::to_string(size) + " bytes of the " + buffer.describe());
+  buffer.backend->check(
+      buffer.backend->table->fill(stream.handle, buffer.handle, offset, size, &pattern, pattern_size),
+      [&] { return "enqueueing a fill of " + std::to_string(size) + " bytes of the " + buffer.describe(); });
 }
 
 void Stream::record(const Event& event) const {
   const auto& stream = usable_stream(state_, "Stream::record");
   if (!event.state()) throw Error(StatusCode::invalid_argument, "Stream::record: the event is empty");
   if (!(event.state()->device == stream.device))
-    throw Error(StatusCode::invalid_argument, "Stream::record: the event belongs to " +
-                                                  event.state()->device.id() + ", the stream to " +
-                                                  stream.device.id() + "; record it on a stream of its device");
+    throw Error(StatusCode::invalid_argument, "Stream::record: the event belongs to " + event.state()->device.id() +
+                                                  ", the stream to " + stream.device.id() +
+                                                  "; record it on a stream of its device");
   stream.device.backend()->check(stream.device.backend()->table->event_record(event.state()->handle, stream.handle),
-                                 "recording an event on a stream of " + stream.device.id());
+                                 [&] { return "recording an event on a stream of " + stream.device.id(); });
 }
 
 void Stream::wait(const Event& event) const {
@@ -146,30 +175,32 @@ void Stream::wait(const Event& event) const {
                                              "; synchronize the event on the host instead");
   stream.device.backend()->check(
       stream.device.backend()->table->stream_wait_event(stream.handle, event.state()->handle),
-      "making a stream of " + stream.device.id() + " wait for an event");
+      [&] { return "making a stream of " + stream.device.id() + " wait for an event"; });
 }
 
 void Stream::enqueue_host_callback(std::function<void(const Status&)> callback) const {
   const auto& stream = usable_stream(state_, "Stream::enqueue_host_callback");
   if (!callback) throw Error(StatusCode::invalid_argument, "Stream::enqueue_host_callback: the callback is empty");
-  auto owned = std::make_unique<HostCallback>(HostCallback{std::move(callback), stream.device.backend()});
+  auto owned =
+      std::make_unique<HostCallback>(HostCallback{std::move(callback), stream.device.backend(), stream.handle});
   const hal_status code =
       stream.device.backend()->table->stream_host_callback(stream.handle, &HostCallback::trampoline, owned.get());
-  stream.device.backend()->check(code, "enqueueing a host callback on a stream of " + stream.device.id());
+  stream.device.backend()->check(code,
+                                 [&] { return "enqueueing a host callback on a stream of " + stream.device.id(); });
   owned.release();  // the trampoline owns it now
 }
 
 void Stream::synchronize() const {
   const auto& stream = usable_stream(state_, "Stream::synchronize");
   stream.device.backend()->check(stream.device.backend()->table->stream_synchronize(stream.handle),
-                                 "work on a stream of " + stream.device.id());
+                                 [&] { return "work on a stream of " + stream.device.id(); });
 }
 
 bool Stream::is_idle() const {
   const auto& stream = usable_stream(state_, "Stream::is_idle");
   const hal_status code = stream.device.backend()->table->stream_query(stream.handle);
   if (code == HAL_ERROR_TIMEOUT) return false;
-  stream.device.backend()->check(code, "querying a stream of " + stream.device.id());
+  stream.device.backend()->check(code, [&] { return "querying a stream of " + stream.device.id(); });
   return true;
 }
 

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -16,12 +15,17 @@ namespace hal {
 
 namespace {
 
-// hwloc plugins that find devices by calling into vendor libraries. hal's
-// backends discover devices themselves; letting hwloc initialise CUDA, ROCm
-// or an OpenCL/GL stack inside the process costs most of the load time and
-// must not happen before a conformance run forks its children.
-constexpr const char* kVendorDiscoveryComponents[] = {
-    "opencl", "gl", "cuda", "nvml", "rsmi", "levelzero",
+// hwloc components hal keeps out of the load:
+// - those that find devices by calling into vendor libraries. hal's backends
+//   discover devices themselves; initialising CUDA, ROCm or an OpenCL/GL
+//   stack inside the process is slow and must not happen before a
+//   conformance run forks its children.
+// - "pci" (libpciaccess): hwloc's Linux backend reads the same devices from
+//   sysfs, while libpciaccess keeps global state that is orphaned when hwloc
+//   unloads the plugin, which LeakSanitizer reports. The price is that PCI
+//   vendor and device names are not looked up.
+constexpr const char* kExcludedComponents[] = {
+    "opencl", "gl", "cuda", "nvml", "rsmi", "levelzero", "pci",
 };
 
 // Owns an hwloc topology handle.
@@ -40,7 +44,7 @@ class HwlocTopology {
       handle_ = nullptr;
       return describe_failure("hwloc_topology_init");
     }
-    for (const char* component : kVendorDiscoveryComponents) {
+    for (const char* component : kExcludedComponents) {
       // Fails only for components this hwloc build lacks, which is the goal.
       hwloc_topology_set_components(handle_, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, component);
     }
@@ -117,8 +121,7 @@ void read_pci_devices(hwloc_topology_t topology, Topology& result) {
     const auto& pci = device->attr->pcidev;
     char bus_id[32];
     std::snprintf(bus_id, sizeof bus_id, "%04x:%02x:%02x.%x", static_cast<unsigned>(pci.domain),
-                  static_cast<unsigned>(pci.bus), static_cast<unsigned>(pci.dev),
-                  static_cast<unsigned>(pci.func));
+                  static_cast<unsigned>(pci.bus), static_cast<unsigned>(pci.dev), static_cast<unsigned>(pci.func));
     // Locality is that of the nearest CPU-side object the device hangs off.
     hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(topology, device);
     int numa_node = -1;
@@ -226,8 +229,8 @@ std::optional<std::string> normalize_pci_bus_id(std::string_view bus_id) {
   std::size_t first_colon = bus_id.rfind(':', last_colon == 0 ? 0 : last_colon - 1);
   bool has_domain = first_colon != std::string_view::npos && first_colon != last_colon;
   std::string_view domain_text = has_domain ? bus_id.substr(0, first_colon) : "0";
-  std::string_view bus_text = has_domain ? bus_id.substr(first_colon + 1, last_colon - first_colon - 1)
-                                         : bus_id.substr(0, last_colon);
+  std::string_view bus_text =
+      has_domain ? bus_id.substr(first_colon + 1, last_colon - first_colon - 1) : bus_id.substr(0, last_colon);
   auto domain = parse_hex(domain_text, 0xffffffff);
   auto bus = parse_hex(bus_text, 0xff);
   auto device = parse_hex(bus_id.substr(last_colon + 1, dot - last_colon - 1), 0x1f);

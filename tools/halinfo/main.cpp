@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "hal/hal.hpp"
+#include "attention_view.hpp"
 #include "info_json.hpp"
 #include "text_report.hpp"
 
@@ -24,6 +25,9 @@ Shows the backends hal found, their state, and the devices they offer.
 Commands:
   (none)            a short summary of backends and devices
   topo              the device / NUMA node / CPU affinity view (hwloc)
+  attention         which attention implementation each device would run, and why
+                    not the others (--shape, --dtype, --causal, --alignment,
+                    --window, --backward; see docs/attention.md)
 
 Options:
   -v, --verbose     everything: paths tried, version axes, capabilities
@@ -44,6 +48,7 @@ struct Options {
   bool json = false;
   std::optional<std::string> device;
   std::optional<long> require;
+  halinfo::AttentionQuery attention;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -78,8 +83,20 @@ Options parse_arguments(int argc, char** argv) {
       if (text.empty() || *end != '\0' || count < 0)
         usage_error("--require takes a whole number of devices (0 or more), not '" + text + "'");
       options.require = count;
-    } else if (argument == "topo" && options.command.empty()) {
+    } else if ((argument == "topo" || argument == "attention") && options.command.empty()) {
       options.command = argument;
+    } else if (argument == "--shape") {
+      options.attention.shape = value_of(i, "--shape");
+    } else if (argument == "--dtype") {
+      options.attention.dtype = value_of(i, "--dtype");
+    } else if (argument == "--causal") {
+      options.attention.causal = true;
+    } else if (argument == "--alignment") {
+      options.attention.alignment = value_of(i, "--alignment");
+    } else if (argument == "--window") {
+      options.attention.window = value_of(i, "--window");
+    } else if (argument == "--backward") {
+      options.attention.backward = true;
     } else {
       usage_error("unknown argument '" + argument + "'");
     }
@@ -96,7 +113,9 @@ int main(int argc, char** argv) {
     std::vector<hal::Device> devices = runtime.devices();
     if (options.device) devices = {runtime.device(*options.device)};
 
-    if (options.command == "topo") {
+    if (options.command == "attention") {
+      halinfo::print_attention(devices, options.attention, options.json, std::cout);
+    } else if (options.command == "topo") {
       halinfo::print_topology(runtime, devices, options.json, std::cout);
     } else if (options.json) {
       std::cout << halinfo::info_document(runtime, devices).dump(2) << "\n";
@@ -117,7 +136,10 @@ int main(int argc, char** argv) {
     return exit_ok;
   } catch (const hal::Error& error) {
     std::fprintf(stderr, "halinfo: %s\n", error.what());
-    return error.code() == hal::StatusCode::invalid_argument && options.device ? exit_usage : exit_runtime_error;
+    // A bad value the user typed is a usage error; anything else is hal failing.
+    return error.code() == hal::StatusCode::invalid_argument && (options.device || !options.command.empty())
+               ? exit_usage
+               : exit_runtime_error;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "halinfo: internal error: %s\n", error.what());
     return exit_runtime_error;

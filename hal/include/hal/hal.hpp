@@ -1,8 +1,11 @@
 // Umbrella header of the hal C++ API.
 #pragma once
 
+#include "hal/attention.hpp"
+#include "hal/capabilities.hpp"
 #include "hal/config.hpp"
 #include "hal/device.hpp"
+#include "hal/dtype.hpp"
 #include "hal/event.hpp"
 #include "hal/memory.hpp"
 #include "hal/runtime.hpp"

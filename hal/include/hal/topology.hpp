@@ -46,7 +46,7 @@ struct PciDevice {
   // Base class << 8 | subclass (0x0302 = 3D controller), as hwloc reports it:
   // without the programming-interface byte.
   std::uint32_t class_id = 0;
-  std::string name;    // vendor and device names from the PCI ID database; may be empty
+  std::string name;    // vendor and device names when the system provides them; often empty
   int numa_node = -1;  // -1 when the device is not local to exactly one NUMA node
   CpuSet local_cpus;   // the CPUs closest to the device
 };

@@ -1,0 +1,79 @@
+// Mask geometry and element access shared by every attention implementation.
+// Included by the per-instruction-set kernel units too, hence only
+// always_inline functions and plain structs (see half.hpp).
+#pragma once
+
+#include <cstdint>
+
+#include "attention/half.hpp"
+#include "hal/backend_abi.h"
+
+namespace hal::host {
+
+HAL_HOST_INLINE std::int64_t min_i64(std::int64_t a, std::int64_t b) { return a < b ? a : b; }
+HAL_HOST_INLINE std::int64_t max_i64(std::int64_t a, std::int64_t b) { return a > b ? a : b; }
+HAL_HOST_INLINE std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// Keys visible to one query: the mask in backend_abi.h is a band, so every
+// query sees one contiguous interval [first, last]; empty when first > last.
+// Both ends are non-decreasing in the query index, which lets a block of
+// queries bound its keys by its first and last rows.
+struct KeyRange {
+  std::int64_t first;
+  std::int64_t last;
+};
+
+HAL_HOST_INLINE KeyRange visible_keys(const hal_attention_params_v1& params, std::int64_t query) {
+  const std::int64_t offset =
+      params.alignment == HAL_MASK_BOTTOM_RIGHT ? params.seq_kv - params.seq_q : 0;
+  const std::int64_t position = query + offset;
+  KeyRange range{0, params.seq_kv - 1};
+  if (params.causal) range.last = min_i64(range.last, position);
+  if (params.window_left >= 0) range.first = max_i64(range.first, position - params.window_left);
+  if (params.window_right >= 0) range.last = min_i64(range.last, position + params.window_right);
+  return range;
+}
+
+HAL_HOST_INLINE std::int64_t element_offset(const hal_tensor_strides_v1& strides, std::int64_t batch,
+                                            std::int64_t head, std::int64_t seq, std::int64_t dim) {
+  return batch * strides.batch + head * strides.head + seq * strides.seq + dim * strides.dim;
+}
+
+// Element `offset` of a tensor of `dtype` (F32, F16, BF16 or F64) as float.
+HAL_HOST_INLINE float load_as_float(hal_dtype dtype, const void* data, std::int64_t offset) {
+  switch (dtype) {
+    case HAL_DTYPE_F16: return f16_bits_to_float(static_cast<const std::uint16_t*>(data)[offset]);
+    case HAL_DTYPE_BF16: return bf16_bits_to_float(static_cast<const std::uint16_t*>(data)[offset]);
+    case HAL_DTYPE_F64: return static_cast<float>(static_cast<const double*>(data)[offset]);
+    default: return static_cast<const float*>(data)[offset];
+  }
+}
+
+HAL_HOST_INLINE double load_as_double(hal_dtype dtype, const void* data, std::int64_t offset) {
+  if (dtype == HAL_DTYPE_F64) return static_cast<const double*>(data)[offset];
+  return load_as_float(dtype, data, offset);
+}
+
+HAL_HOST_INLINE void store_float(hal_dtype dtype, void* data, std::int64_t offset, float value) {
+  switch (dtype) {
+    case HAL_DTYPE_F16: static_cast<std::uint16_t*>(data)[offset] = float_to_f16_bits(value); break;
+    case HAL_DTYPE_BF16: static_cast<std::uint16_t*>(data)[offset] = float_to_bf16_bits(value); break;
+    case HAL_DTYPE_F64: static_cast<double*>(data)[offset] = value; break;
+    default: static_cast<float*>(data)[offset] = value; break;
+  }
+}
+
+HAL_HOST_INLINE void store_double(hal_dtype dtype, void* data, std::int64_t offset, double value) {
+  if (dtype == HAL_DTYPE_F64) {
+    static_cast<double*>(data)[offset] = value;
+  } else {
+    store_float(dtype, data, offset, static_cast<float>(value));
+  }
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+}  // namespace hal::host

@@ -1,0 +1,22 @@
+#include "attention/attention_internal.hpp"
+
+#include <stdexcept>
+
+namespace hal::host {
+
+void require_valid_params(const hal_attention_params_v1& params, bool backward) {
+  const std::vector<std::string> problems = check_attention_params(params, backward);
+  if (problems.empty()) return;
+  std::string message;
+  for (const std::string& problem : problems) {
+    if (!message.empty()) message += '\n';
+    message += problem;
+  }
+  throw std::invalid_argument(message);
+}
+
+void require_pointer(const void* pointer, const char* name) {
+  if (pointer == nullptr) throw std::invalid_argument(std::string(name) + " is null");
+}
+
+}  // namespace hal::host

@@ -1,0 +1,41 @@
+// Helpers for the implementation units compiled for the baseline instruction
+// set (not for the per-ISA kernel units, which avoid standard-library code).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "attention/attention_kernels.hpp"
+#include "attention/flash_kernels.hpp"
+
+namespace hal::host {
+
+// Throws std::invalid_argument listing every problem check_attention_params finds.
+void require_valid_params(const hal_attention_params_v1& params, bool backward);
+void require_pointer(const void* pointer, const char* name);
+
+// The kernels of `isa`; throws std::invalid_argument when this CPU lacks it.
+const flash::KernelTable& flash_kernel_table(FlashIsa isa);
+
+// Uninitialized, 64-byte aligned floats or doubles: the kernels write before
+// they read, and alignment keeps vector tiles on cache-line boundaries.
+template <typename T>
+class AlignedBuffer {
+ public:
+  explicit AlignedBuffer(std::size_t count)
+      : data_(count == 0 ? nullptr
+                         : static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t{64}))) {}
+  T* data() { return data_.get(); }
+
+ private:
+  struct Free {
+    void operator()(T* pointer) const { ::operator delete(pointer, std::align_val_t{64}); }
+  };
+  std::unique_ptr<T, Free> data_;
+};
+
+}  // namespace hal::host

@@ -1,0 +1,85 @@
+// Host (CPU) scaled-dot-product attention kernels.
+//
+// Tensors follow hal_attention_params_v1 (hal/backend_abi.h): Q, K, V, O and
+// the gradients are in params.dtype (F32, F16 or BF16) with their own element
+// strides; LSE is f32, contiguous [batch, heads_q, seq_q], natural log.
+//
+// Two implementations:
+//   math  - materializes the seq_q x seq_kv scores of one (batch, head) at a
+//           time and accumulates in f32: the readable reference.
+//   flash - tiled with online softmax (FlashAttention-2), extra memory
+//           O(batch * heads * seq), register-blocked AVX-512 / AVX2 / scalar
+//           micro-kernels picked at run time.
+// The *_f64 variants run the math algorithm with double accumulation and
+// write double outputs: the golden reference of the tests.
+//
+// Kernels throw std::invalid_argument (message: the problems, one per line)
+// when check_attention_params reports anything or a required pointer is null.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attention/thread_pool.hpp"
+#include "hal/backend_abi.h"
+
+namespace hal::host {
+
+// Every problem with `params`, each naming the value and what is allowed; empty
+// when the kernels can run it. `backward` also checks the gradient strides.
+// Strides: negative ones are rejected, zero only on an axis of extent 1.
+std::vector<std::string> check_attention_params(const hal_attention_params_v1& params,
+                                                bool backward = false);
+
+// lse_or_null: written when not null (the caller decides from return_lse).
+void math_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
+                  void* o, float* lse_or_null, ThreadPool& pool);
+
+// Recomputes the softmax from Q and K: `o` and `lse` are not read and may be null.
+void math_backward(const hal_attention_params_v1& params, const void* q, const void* k,
+                   const void* v, const void* o, const void* grad_o, const float* lse,
+                   void* grad_q, void* grad_k, void* grad_v, ThreadPool& pool);
+
+// Golden reference: inputs as in params, double accumulation, double outputs
+// in contiguous [batch, heads, seq, dim] layout (heads_q for O and grad_q,
+// heads_kv for grad_k and grad_v); lse_or_null is [batch, heads_q, seq_q].
+void math_forward_f64(const hal_attention_params_v1& params, const void* q, const void* k,
+                      const void* v, double* o, double* lse_or_null, ThreadPool& pool);
+void math_backward_f64(const hal_attention_params_v1& params, const void* q, const void* k,
+                       const void* v, const void* grad_o, double* grad_q, double* grad_k,
+                       double* grad_v, ThreadPool& pool);
+
+// Instruction-set paths of the flash kernels, lowest first.
+enum class FlashIsa { scalar = 0, avx2 = 1, avx512 = 2 };
+
+const char* flash_isa_name(FlashIsa isa);
+bool flash_isa_supported(FlashIsa isa);  // by this CPU (and this build)
+// The best supported path, lowered to HAL_HOST_ISA (scalar|avx2|avx512) when
+// that names a lower one; an unknown or unsupported value is ignored.
+FlashIsa flash_selected_isa();
+const char* flash_isa_name();  // name of flash_selected_isa()
+
+void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k,
+                   const void* v, void* o, float* lse_or_null, ThreadPool& pool);
+// Needs the LSE of the forward pass (rows of -inf: fully masked queries).
+void flash_backward(const hal_attention_params_v1& params, const void* q, const void* k,
+                    const void* v, const void* o, const void* grad_o, const float* lse,
+                    void* grad_q, void* grad_k, void* grad_v, ThreadPool& pool);
+// Same on an explicit path (which must be supported); for tests and benchmarks.
+void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k,
+                   const void* v, void* o, float* lse_or_null, ThreadPool& pool, FlashIsa isa);
+void flash_backward(const hal_attention_params_v1& params, const void* q, const void* k,
+                    const void* v, const void* o, const void* grad_o, const float* lse,
+                    void* grad_q, void* grad_k, void* grad_v, ThreadPool& pool, FlashIsa isa);
+
+// Bytes each implementation allocates for one call (beyond inputs/outputs);
+// throw like the kernels for invalid params. Flash scratch is per thread,
+// hence thread_count (the pool's thread_count()); the two-argument form
+// assumes std::thread::hardware_concurrency().
+std::uint64_t math_workspace_bytes(const hal_attention_params_v1& params, bool backward);
+std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool backward,
+                                    int thread_count);
+std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool backward);
+
+}  // namespace hal::host

@@ -1,0 +1,248 @@
+// Flash attention driver: tiling, passes over kv-head groups, threads and
+// workspace; the arithmetic is in the per-ISA kernel units (flash_kernels.hpp).
+//
+// Forward, per pass of `groups_per_pass` (batch, kv head) groups:
+//   1. pack K^T panels and V of the groups to f32 (parallel over key blocks);
+//   2. each (query head, query block of 64 rows) runs the online-softmax loop
+//      over the key blocks it can see (parallel, longest causal rows first).
+// Backward (FlashAttention-2), per pass:
+//   1. pack scaled Q, dO, LSE and D = rowsum(dO * O) of the groups' query heads;
+//   2. `chunks` fixed work lists (one per thread) over (group, key block):
+//      each key block recomputes P from LSE for every query block that sees
+//      it and owns its dK, dV rows (GQA heads summed in place, no atomics);
+//      dQ goes to the chunk's own f32 partial;
+//   3. dQ = scale * (sum of the partials, in chunk order: deterministic for a
+//      given thread count).
+// Extra memory (flash_workspace_bytes): forward packs K, V of one pass
+// (groups_per_pass * seq_kv * (dim_qk + dim_v) floats) plus per-thread tiles;
+// backward packs Q, dO of one pass plus threads * (dQ partial of one pass)
+// plus per-thread tiles. All O(batch * heads * seq), nothing O(seq^2).
+#include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "attention/attention_common.hpp"
+#include "attention/attention_internal.hpp"
+#include "attention/flash_kernels.hpp"
+
+namespace hal::host {
+namespace {
+
+constexpr std::int64_t kQueryBlock = 64;
+constexpr std::int64_t kKeyBlock = 64;    // a multiple of every ISA's tile width (32 floats at most)
+constexpr std::int64_t kDimAlignment = 16;  // the widest vector: padded dims are whole vectors
+// Work units wanted per thread in one pass: enough to balance, few enough to
+// keep the packed pass small.
+constexpr std::int64_t kUnitsPerThread = 4;
+
+flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int thread_count) {
+  flash::Layout layout{};
+  layout.query_block = kQueryBlock;
+  layout.key_block = kKeyBlock;
+  layout.dim_qk_padded = round_up(p.head_dim_qk, kDimAlignment);
+  layout.dim_v_padded = round_up(p.head_dim_v, kDimAlignment);
+  layout.query_blocks = (p.seq_q + kQueryBlock - 1) / kQueryBlock;
+  layout.key_blocks = (p.seq_kv + kKeyBlock - 1) / kKeyBlock;
+  layout.seq_q_padded = layout.query_blocks * kQueryBlock;
+  layout.group_size = p.heads_q / p.heads_kv;
+  layout.group_count = p.batch * p.heads_kv;
+  const std::int64_t threads = std::max(1, thread_count);
+  const std::int64_t br = layout.query_block;
+  const std::int64_t bc = layout.key_block;
+  std::int64_t units_per_group = 0;
+  if (!backward) {
+    units_per_group = layout.group_size * layout.query_blocks;
+    layout.packed_group_floats = layout.key_blocks * bc * (p.head_dim_qk + layout.dim_v_padded);
+    layout.scratch_floats = br * layout.dim_qk_padded + br * bc + br * layout.dim_v_padded + 2 * br;
+    layout.chunks = 0;
+  } else {
+    units_per_group = layout.key_blocks;
+    layout.packed_group_floats =
+        layout.group_size * layout.seq_q_padded * (layout.dim_qk_padded + layout.dim_v_padded + 2);
+    layout.scratch_floats = 2 * bc * layout.dim_qk_padded + 2 * bc * layout.dim_v_padded +
+                            bc * layout.dim_qk_padded + 4 * br * bc;
+    layout.chunks = threads;
+  }
+  const std::int64_t wanted_units = kUnitsPerThread * threads;
+  layout.groups_per_pass =
+      std::clamp<std::int64_t>((wanted_units + units_per_group - 1) / units_per_group, 1, layout.group_count);
+  layout.dq_partial_floats =
+      backward ? layout.groups_per_pass * layout.group_size * layout.seq_q_padded * layout.dim_qk_padded : 0;
+  return layout;
+}
+
+std::int64_t workspace_floats(const flash::Layout& layout, int thread_count) {
+  const std::int64_t scratch_slots = layout.chunks > 0 ? layout.chunks : std::max(1, thread_count);
+  return layout.groups_per_pass * layout.packed_group_floats + scratch_slots * layout.scratch_floats +
+         layout.chunks * layout.dq_partial_floats;
+}
+
+}  // namespace
+
+const flash::KernelTable& flash_kernel_table(FlashIsa isa) {
+  if (!flash_isa_supported(isa)) {
+    throw std::invalid_argument(std::string("flash path ") + flash_isa_name(isa) + " is not supported by this CPU");
+  }
+#if defined(HAL_HOST_ATTENTION_X86)
+  if (isa == FlashIsa::avx512) return flash::kernels_avx512;
+  if (isa == FlashIsa::avx2) return flash::kernels_avx2;
+#endif
+  return flash::kernels_scalar;
+}
+
+const char* flash_isa_name(FlashIsa isa) {
+  switch (isa) {
+    case FlashIsa::avx512: return "avx512";
+    case FlashIsa::avx2: return "avx2";
+    case FlashIsa::scalar: break;
+  }
+  return "scalar";
+}
+
+bool flash_isa_supported(FlashIsa isa) {
+  switch (isa) {
+    case FlashIsa::scalar: return true;
+#if defined(HAL_HOST_ATTENTION_X86)
+    case FlashIsa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case FlashIsa::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+#endif
+    default: return false;
+  }
+}
+
+FlashIsa flash_selected_isa() {
+  FlashIsa best = FlashIsa::scalar;
+  for (FlashIsa isa : {FlashIsa::avx2, FlashIsa::avx512}) {
+    if (flash_isa_supported(isa)) best = isa;
+  }
+  if (const char* forced = std::getenv("HAL_HOST_ISA")) {
+    for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512}) {
+      if (std::string(forced) == flash_isa_name(isa) && isa < best) best = isa;
+    }
+  }
+  return best;
+}
+
+const char* flash_isa_name() { return flash_isa_name(flash_selected_isa()); }
+
+std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool backward, int thread_count) {
+  require_valid_params(params, backward);
+  return static_cast<std::uint64_t>(workspace_floats(make_layout(params, backward, thread_count), thread_count)) *
+         sizeof(float);
+}
+
+std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool backward) {
+  return flash_workspace_bytes(params, backward, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v, void* o,
+                   float* lse_or_null, ThreadPool& pool, FlashIsa isa) {
+  require_valid_params(params, false);
+  require_pointer(q, "q");
+  require_pointer(k, "k");
+  require_pointer(v, "v");
+  require_pointer(o, "o");
+  const flash::KernelTable& kernels = flash_kernel_table(isa);
+  const int threads = pool.thread_count();
+  const flash::Layout layout = make_layout(params, false, threads);
+  AlignedBuffer<float> workspace(static_cast<std::size_t>(workspace_floats(layout, threads)));
+
+  flash::ForwardJob job{};
+  job.params = &params;
+  job.q = q;
+  job.k = k;
+  job.v = v;
+  job.o = o;
+  job.lse = lse_or_null;
+  job.layout = layout;
+  job.packed = workspace.data();
+  job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;
+  for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
+    job.first_group = first;
+    job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);
+    pool.parallel_for(job.pass_groups * layout.key_blocks, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t unit = begin; unit < end; ++unit) kernels.forward_pack_keys(job, unit);
+    });
+    pool.parallel_for_with_worker(job.pass_groups * layout.group_size * layout.query_blocks,
+                                  [&](int worker, std::int64_t begin, std::int64_t end) {
+                                    for (std::int64_t unit = begin; unit < end; ++unit) {
+                                      kernels.forward_queries(job, unit, worker);
+                                    }
+                                  });
+  }
+}
+
+void flash_backward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
+                    const void* o, const void* grad_o, const float* lse, void* grad_q, void* grad_k, void* grad_v,
+                    ThreadPool& pool, FlashIsa isa) {
+  require_valid_params(params, true);
+  require_pointer(q, "q");
+  require_pointer(k, "k");
+  require_pointer(v, "v");
+  require_pointer(o, "o");
+  require_pointer(grad_o, "grad_o");
+  require_pointer(lse, "lse (flash backward needs the forward's LSE)");
+  require_pointer(grad_q, "grad_q");
+  require_pointer(grad_k, "grad_k");
+  require_pointer(grad_v, "grad_v");
+  const flash::KernelTable& kernels = flash_kernel_table(isa);
+  const int threads = pool.thread_count();
+  const flash::Layout layout = make_layout(params, true, threads);
+  AlignedBuffer<float> workspace(static_cast<std::size_t>(workspace_floats(layout, threads)));
+
+  flash::BackwardJob job{};
+  job.params = &params;
+  job.q = q;
+  job.k = k;
+  job.v = v;
+  job.o = o;
+  job.grad_o = grad_o;
+  job.lse = lse;
+  job.grad_q = grad_q;
+  job.grad_k = grad_k;
+  job.grad_v = grad_v;
+  job.layout = layout;
+  job.packed = workspace.data();
+  job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;
+  job.dq_partials = job.scratch + layout.chunks * layout.scratch_floats;
+  for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
+    job.first_group = first;
+    job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);
+    const std::int64_t query_units = job.pass_groups * layout.group_size * layout.query_blocks;
+    pool.parallel_for(query_units, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t unit = begin; unit < end; ++unit) kernels.backward_pack_queries(job, unit);
+    });
+    const std::int64_t key_units = job.pass_groups * layout.key_blocks;
+    const std::int64_t partial_floats = job.pass_groups * layout.group_size * layout.seq_q_padded * layout.dim_qk_padded;
+    pool.parallel_for(layout.chunks, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t chunk = begin; chunk < end; ++chunk) {
+        float* partial = job.dq_partials + chunk * layout.dq_partial_floats;
+        std::fill(partial, partial + partial_floats, 0.0f);
+        // Interleaved: under a causal mask early key blocks cost more.
+        for (std::int64_t unit = chunk; unit < key_units; unit += layout.chunks) {
+          kernels.backward_keys(job, unit, job.scratch + chunk * layout.scratch_floats, partial);
+        }
+      }
+    });
+    pool.parallel_for(query_units, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t unit = begin; unit < end; ++unit) kernels.backward_reduce_dq(job, unit);
+    });
+  }
+}
+
+void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v, void* o,
+                   float* lse_or_null, ThreadPool& pool) {
+  flash_forward(params, q, k, v, o, lse_or_null, pool, flash_selected_isa());
+}
+
+void flash_backward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
+                    const void* o, const void* grad_o, const float* lse, void* grad_q, void* grad_k, void* grad_v,
+                    ThreadPool& pool) {
+  flash_backward(params, q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v, pool, flash_selected_isa());
+}
+
+}  // namespace hal::host

@@ -1,0 +1,95 @@
+// The contract between the flash driver (flash_attention.cpp) and the
+// per-instruction-set kernel units (flash_kernels_{scalar,avx2,avx512}.cpp).
+//
+// Each kernel unit is compiled with its own -m flags and included only the
+// plain structs below plus always_inline helpers: any inline function with
+// external linkage compiled there (a standard-library template, say) could be
+// emitted out of line with AVX-512 instructions and then picked by the linker
+// for every caller, breaking CPUs without them. So kernel units use no
+// standard-library code; threads, allocation and errors stay in the driver.
+#pragma once
+
+#include <cstdint>
+
+#include "hal/backend_abi.h"
+
+namespace hal::host::flash {
+
+// Tile sizes and buffer sizes (in floats) of one call; every kernel unit uses
+// the same so the workspace does not depend on the instruction set.
+struct Layout {
+  std::int64_t query_block;    // Br: query rows per tile
+  std::int64_t key_block;      // Bc: keys per tile
+  std::int64_t dim_qk_padded;  // head_dim_qk rounded up to the widest vector
+  std::int64_t dim_v_padded;
+  std::int64_t seq_q_padded;   // query_blocks * query_block
+  std::int64_t query_blocks;
+  std::int64_t key_blocks;
+  std::int64_t group_size;     // query heads per kv head
+  std::int64_t group_count;    // batch * heads_kv: one (batch, kv head) is a group
+  std::int64_t groups_per_pass;
+  std::int64_t packed_group_floats;  // per group of a pass
+  std::int64_t scratch_floats;       // per thread (forward) or per chunk (backward)
+  std::int64_t dq_partial_floats;    // backward, per chunk
+  std::int64_t chunks;               // backward: fixed work split, one dQ partial each
+};
+
+struct ForwardJob {
+  const hal_attention_params_v1* params;
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;  // may be null
+  Layout layout;
+  std::int64_t first_group;  // of the current pass
+  std::int64_t pass_groups;
+  float* packed;   // per group: K^T panels [key_blocks][dim_qk][Bc], then V [key_blocks*Bc][dim_v_padded]
+  float* scratch;  // per thread: scratch_floats
+};
+
+struct BackwardJob {
+  const hal_attention_params_v1* params;
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* o;
+  const void* grad_o;
+  const float* lse;
+  void* grad_q;
+  void* grad_k;
+  void* grad_v;
+  Layout layout;
+  std::int64_t first_group;
+  std::int64_t pass_groups;
+  // per group, per query head of the group: scaled Q [seq_q_padded][dim_qk_padded],
+  // dO [seq_q_padded][dim_v_padded], LSE*log2(e) [seq_q_padded], rowsum(dO*O) [seq_q_padded]
+  float* packed;
+  float* scratch;      // per chunk: scratch_floats
+  float* dq_partials;  // per chunk: dq_partial_floats, [group*head of pass][seq_q_padded][dim_qk_padded]
+};
+
+// Work units are numbered densely; the comments say what one unit covers.
+struct KernelTable {
+  // unit = group_in_pass * key_blocks + key_block: packs K^T and V of one key block
+  void (*forward_pack_keys)(const ForwardJob& job, std::int64_t unit);
+  // one query block of one query head; units are ordered by decreasing query
+  // block so that the longest causal rows start first
+  void (*forward_queries)(const ForwardJob& job, std::int64_t unit, int worker);
+  // unit = (group_in_pass * group_size + head_in_group) * query_blocks + query_block
+  void (*backward_pack_queries)(const BackwardJob& job, std::int64_t unit);
+  // unit = group_in_pass * key_blocks + key_block: dK, dV of that block, dQ into `dq_partial`
+  void (*backward_keys)(const BackwardJob& job, std::int64_t unit, float* scratch, float* dq_partial);
+  // same units as backward_pack_queries: grad_q = scale * sum of the chunks' partials
+  void (*backward_reduce_dq)(const BackwardJob& job, std::int64_t unit);
+  // runs independent FMA chains `iterations` times; returns the FLOPs done
+  double (*fma_chains)(std::int64_t iterations);
+};
+
+extern const KernelTable kernels_scalar;
+#if defined(HAL_HOST_ATTENTION_X86)
+extern const KernelTable kernels_avx2;
+extern const KernelTable kernels_avx512;
+#endif
+
+}  // namespace hal::host::flash

@@ -1,0 +1,114 @@
+// Scaled dot-product attention: parameters, forward/backward, and the
+// explainable choice between implementations (fused -> flash -> math).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hal/backend_abi.h"
+#include "hal/device.hpp"
+#include "hal/dtype.hpp"
+#include "hal/memory.hpp"
+#include "hal/stream.hpp"
+
+namespace hal {
+
+enum class AttentionImplementation { fused = HAL_ATTENTION_FUSED, flash = HAL_ATTENTION_FLASH, math = HAL_ATTENTION_MATH };
+std::string_view to_string(AttentionImplementation implementation);
+std::optional<AttentionImplementation> parse_attention_implementation(std::string_view text);
+
+// Memory order of Q, K, V, O when no explicit strides are given.
+enum class AttentionLayout { bshd, bhsd };
+enum class MaskAlignment { top_left = HAL_MASK_TOP_LEFT, bottom_right = HAL_MASK_BOTTOM_RIGHT };
+
+// Element strides named by axis, whatever the memory order.
+struct TensorStrides {
+  std::int64_t batch = 0, head = 0, seq = 0, dim = 0;
+  bool operator==(const TensorStrides&) const = default;
+};
+
+// One attention problem. Dropout is not offered. Masking: key j is visible to
+// query i when, with d = j - (i + offset), offset = 0 (top_left) or
+// seq_kv - seq_q (bottom_right): causal needs d <= 0, window_left >= 0 needs
+// d >= -window_left, window_right >= 0 needs d <= window_right. A query that
+// sees no key gets O = 0 and LSE = -inf.
+struct AttentionParams {
+  std::int64_t batch = 1;
+  std::int64_t heads_q = 1;
+  std::int64_t heads_kv = 0;     // 0: same as heads_q; fewer: GQA/MQA, must divide heads_q
+  std::int64_t seq_q = 1;
+  std::int64_t seq_kv = 0;       // 0: same as seq_q
+  std::int64_t head_dim_qk = 64;
+  std::int64_t head_dim_v = 0;   // 0: same as head_dim_qk
+  DType dtype = DType::f32;      // f32, f16 or bf16
+  AttentionLayout layout = AttentionLayout::bshd;
+  bool causal = false;
+  MaskAlignment alignment = MaskAlignment::top_left;
+  std::int64_t window_left = -1;   // -1: unbounded
+  std::int64_t window_right = -1;  // -1: unbounded
+  std::optional<float> softmax_scale;  // default 1/sqrt(head_dim_qk)
+  bool return_lse = false;            // LSE: f32, contiguous [batch, heads_q, seq_q]
+  // Explicit strides (elements) override the layout's; non-contiguous is fine.
+  std::optional<TensorStrides> q_strides, k_strides, v_strides, o_strides;
+  std::optional<TensorStrides> grad_o_strides, grad_q_strides, grad_k_strides, grad_v_strides;
+
+  // With defaults resolved; throws invalid_argument naming any bad value.
+  hal_attention_params_v1 resolve() const;
+  // "b=1 hq=32 hkv=8 sq=2048 skv=2048 d=128/128 f32 bshd causal(top_left)"
+  std::string describe() const;
+};
+
+struct TensorRef {
+  Buffer buffer;
+  std::uint64_t offset = 0;  // bytes
+};
+
+struct AttentionCandidate {
+  AttentionImplementation implementation;
+  bool in_order = true;   // part of the order in effect
+  bool declared = false;  // the backend declares the capability (before quirks, probes, overrides)
+  bool eligible = false;
+  // Why not, most decisive first; each names the layer that said so.
+  std::vector<std::string> reasons;
+  std::uint64_t workspace_bytes = 0;
+};
+
+struct AttentionDecision {
+  AttentionImplementation chosen = AttentionImplementation::math;
+  bool found = false;                      // false: nothing eligible
+  std::vector<AttentionImplementation> order;
+  std::string order_source;                // "per-call", "HAL_ATTN_BACKENDS", "NVTE_* variables", ...
+  std::vector<AttentionCandidate> candidates;  // fused, flash, math: every one
+  // An implementation the backend declares, earlier in the order, was
+  // rejected (by a quirk, probe, override or its supports() reasons).
+  bool fell_back = false;
+  // A table for people: one line per candidate with decision and reasons.
+  std::string to_string() const;
+};
+
+struct AttentionOptions {
+  // Per-call order; outranks every other source.
+  std::vector<AttentionImplementation> implementations;
+};
+
+// Which implementation would run, and why each other did not. Reads the
+// order sources and capability layers; never runs anything.
+AttentionDecision explain_attention(const Device& device, const AttentionParams& params, bool backward = false,
+                                    const AttentionOptions& options = {});
+
+// Enqueue on the stream; returns the decision that was used. Throws
+// unsupported when nothing is eligible (listing each candidate's first
+// reason), or when HAL_ATTN_STRICT=1 and the first choice is not eligible.
+AttentionDecision attention_forward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
+                                    const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                                    const TensorRef& lse = {}, const AttentionOptions& options = {});
+// lse from the forward pass is required (run the forward with return_lse).
+AttentionDecision attention_backward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
+                                     const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                                     const TensorRef& grad_o, const TensorRef& lse, const TensorRef& grad_q,
+                                     const TensorRef& grad_k, const TensorRef& grad_v,
+                                     const AttentionOptions& options = {});
+
+}  // namespace hal

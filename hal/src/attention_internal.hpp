@@ -1,0 +1,18 @@
+// Internal: attention helpers shared by attention.cpp and attention_select.cpp.
+#pragma once
+
+#include <cstdint>
+
+#include "hal/attention.hpp"
+
+namespace hal::detail {
+
+constexpr AttentionImplementation all_attention_implementations[] = {
+    AttentionImplementation::fused, AttentionImplementation::flash, AttentionImplementation::math};
+
+enum class AttentionTensor { q, k, v, o, lse, grad_o, grad_q, grad_k, grad_v };
+const char* attention_tensor_name(AttentionTensor tensor);
+// Bytes from the tensor's first element to one past its last.
+std::uint64_t attention_tensor_bytes(const hal_attention_params_v1& params, AttentionTensor tensor);
+
+}  // namespace hal::detail

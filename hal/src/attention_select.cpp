@@ -1,0 +1,366 @@
+// Choosing an attention implementation, explaining the choice, and running it.
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "attention_internal.hpp"
+#include "hal/capabilities.hpp"
+#include "loaded_backend.hpp"
+
+namespace hal {
+namespace {
+
+using detail::all_attention_implementations;
+
+struct Order {
+  std::vector<AttentionImplementation> implementations;
+  std::string source;
+};
+
+const char* environment(const char* name) {
+  const char* value = std::getenv(name);
+  return (value != nullptr && *value != '\0') ? value : nullptr;
+}
+
+bool environment_flag(const char* name) {
+  const char* value = environment(name);
+  return value != nullptr && std::string_view(value) != "0";
+}
+
+std::vector<AttentionImplementation> parse_order(const std::vector<std::string>& names, const std::string& source) {
+  std::vector<AttentionImplementation> order;
+  for (const auto& name : names) {
+    auto implementation = parse_attention_implementation(name);
+    if (!implementation)
+      throw Error(StatusCode::invalid_argument,
+                  source + " names '" + name + "', which is not an attention implementation; use fused, flash, math");
+    order.push_back(*implementation);
+  }
+  return order;
+}
+
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> items;
+  std::string current;
+  for (char c : text) {
+    if (c == ',') {
+      if (!current.empty()) items.push_back(current);
+      current.clear();
+    } else if (c != ' ') {
+      current += c;
+    }
+  }
+  if (!current.empty()) items.push_back(current);
+  return items;
+}
+
+// TransformerEngine's switches: each defaults to on; "0" turns one off.
+std::optional<Order> order_from_transformer_engine() {
+  struct Switch {
+    const char* variable;
+    AttentionImplementation implementation;
+  };
+  const Switch switches[] = {{"NVTE_FUSED_ATTN", AttentionImplementation::fused},
+                             {"NVTE_FLASH_ATTN", AttentionImplementation::flash},
+                             {"NVTE_UNFUSED_ATTN", AttentionImplementation::math}};
+  bool any_set = false;
+  Order order;
+  for (const auto& entry : switches) {
+    const char* value = environment(entry.variable);
+    if (value != nullptr && std::string_view(value) != "0" && std::string_view(value) != "1")
+      throw Error(StatusCode::invalid_argument,
+                  std::string(entry.variable) + "=" + value + " is not allowed; use 0 or 1");
+    any_set |= value != nullptr;
+    if (value == nullptr || std::string_view(value) == "1") order.implementations.push_back(entry.implementation);
+    if (value != nullptr) order.source += (order.source.empty() ? "" : " ") + std::string(entry.variable) + "=" + value;
+  }
+  if (!any_set) return std::nullopt;
+  return order;
+}
+
+Order resolve_order(const Device& device, const AttentionOptions& options, const Config& config) {
+  if (!options.implementations.empty()) return {options.implementations, "per-call choice"};
+  if (const char* list = environment("HAL_ATTN_BACKENDS"))
+    return {parse_order(parse_attention_order(list, "HAL_ATTN_BACKENDS"), "HAL_ATTN_BACKENDS"),
+            std::string("HAL_ATTN_BACKENDS=") + list};
+  if (auto transformer_engine = order_from_transformer_engine()) return *transformer_engine;
+  if (!config.attention_order.empty())
+    return {parse_order(config.attention_order, "config attention.order"), "config attention.order"};
+  if (const Capability* preferred = device.info().find_capability("attention.preferred_order"))
+    if (const auto* text = std::get_if<std::string>(&preferred->value))
+      return {parse_order(split_list(*text), device.backend_name() + " backend default"),
+              device.backend_name() + " backend default"};
+  return {{all_attention_implementations, all_attention_implementations + 3}, "built-in order"};
+}
+
+std::string describe_layer(const EffectiveCapability& capability) {
+  const CapabilityLayer& layer = capability.layers.back();
+  std::string text = "capability " + capability.key + " is " + layer.value + " (" + layer.layer + " by " + layer.source;
+  if (!layer.reason.empty()) text += ": " + layer.reason;
+  return text + ")";
+}
+
+std::vector<std::string> backend_reasons(const detail::LoadedBackend& backend, const Device& device,
+                                         AttentionImplementation implementation,
+                                         const hal_attention_params_v1& params, bool backward) {
+  char text[2048] = {};
+  const hal_status code = backend.attention()->supports(backend.context, device.index(),
+                                                        static_cast<hal_attention_implementation>(implementation),
+                                                        &params, backward ? 1 : 0, text, sizeof(text));
+  if (code != HAL_OK) return {backend.error(code, "asking whether attention is supported").message()};
+  std::vector<std::string> reasons;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty()) reasons.push_back(line);
+  return reasons;
+}
+
+AttentionCandidate evaluate(const detail::LoadedBackend& backend, const Device& device,
+                            AttentionImplementation implementation, const hal_attention_params_v1& params,
+                            bool backward) {
+  AttentionCandidate candidate{implementation, true, false, false, {}, 0};
+  if (backend.attention() == nullptr) {
+    candidate.reasons.push_back("the " + backend.name + " backend offers no attention");
+    return candidate;
+  }
+  const std::string key = "attention." + std::string(to_string(implementation));
+  const EffectiveCapability capability = effective_capability(device, key);
+  candidate.declared = !capability.layers.empty() && capability.layers.front().layer == "declared" &&
+                       capability.layers.front().value == "true";
+  if (!capability.value) {
+    candidate.reasons.push_back("capability " + key + " is not declared by the " + backend.name + " backend");
+    return candidate;
+  }
+  if (!capability.is_true()) {
+    candidate.reasons.push_back(describe_layer(capability));
+    return candidate;
+  }
+  candidate.reasons = backend_reasons(backend, device, implementation, params, backward);
+  candidate.eligible = candidate.reasons.empty();
+  std::uint64_t bytes = 0;
+  if (candidate.eligible &&
+      backend.attention()->workspace_size(backend.context, device.index(),
+                                          static_cast<hal_attention_implementation>(implementation), &params,
+                                          backward ? 1 : 0, &bytes) == HAL_OK)
+    candidate.workspace_bytes = bytes;
+  return candidate;
+}
+
+std::string cache_key(const hal_attention_params_v1& p, bool backward, const Order& order, bool strict) {
+  std::ostringstream key;
+  auto strides = [&](const hal_tensor_strides_v1& s) { key << s.batch << ',' << s.head << ',' << s.seq << ',' << s.dim << ';'; };
+  key << p.batch << ' ' << p.heads_q << ' ' << p.heads_kv << ' ' << p.seq_q << ' ' << p.seq_kv << ' '
+      << p.head_dim_qk << ' ' << p.head_dim_v << ' ' << p.dtype << ' ' << p.causal << ' ' << p.alignment << ' '
+      << p.window_left << ' ' << p.window_right << ' ' << p.softmax_scale << ' ' << p.return_lse << ' ';
+  for (const auto* s : {&p.q_strides, &p.k_strides, &p.v_strides, &p.o_strides, &p.grad_o_strides,
+                        &p.grad_q_strides, &p.grad_k_strides, &p.grad_v_strides})
+    strides(*s);
+  key << backward << strict << order.source << '|';
+  for (auto implementation : order.implementations) key << to_string(implementation) << ',';
+  // Capability overrides change the layers, so they are part of the key.
+  if (const char* overrides = environment("HAL_CAPABILITY_OVERRIDES")) key << '|' << overrides;
+  return key.str();
+}
+
+AttentionDecision decide(const Device& device, const hal_attention_params_v1& params, bool backward,
+                         const Order& order) {
+  const detail::LoadedBackend& backend = *device.backend();
+  AttentionDecision decision;
+  decision.order = order.implementations;
+  decision.order_source = order.source;
+  for (auto implementation : all_attention_implementations) {
+    AttentionCandidate candidate = evaluate(backend, device, implementation, params, backward);
+    candidate.in_order = std::find(order.implementations.begin(), order.implementations.end(), implementation) !=
+                         order.implementations.end();
+    decision.candidates.push_back(std::move(candidate));
+  }
+  for (auto implementation : order.implementations) {
+    const auto& candidate = decision.candidates[static_cast<std::size_t>(implementation)];
+    if (candidate.eligible) {
+      decision.chosen = implementation;
+      decision.found = true;
+      break;
+    }
+  }
+  // Not offering an implementation at all is no fallback; losing one the
+  // backend declares is.
+  for (auto implementation : order.implementations) {
+    if (decision.found && implementation == decision.chosen) break;
+    if (decision.candidates[static_cast<std::size_t>(implementation)].declared) decision.fell_back = true;
+  }
+  return decision;
+}
+
+std::string megabytes(std::uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  return text;
+}
+
+std::string first_reasons(const AttentionDecision& decision) {
+  std::string text;
+  for (const auto& candidate : decision.candidates) {
+    if (!text.empty()) text += "; ";
+    text += std::string(to_string(candidate.implementation)) + ": ";
+    if (!candidate.in_order) text += "not in the order (" + decision.order_source + ")";
+    else if (candidate.eligible) text += "eligible";
+    else text += candidate.reasons.empty() ? "ineligible" : candidate.reasons.front();
+  }
+  return text;
+}
+
+struct Settings {
+  bool strict = false;
+  bool debug = false;
+};
+
+Settings read_settings(const Config& config) {
+  return {environment("HAL_ATTN_STRICT") ? environment_flag("HAL_ATTN_STRICT") : config.attention_strict,
+          environment("HAL_ATTN_DEBUG") ? environment_flag("HAL_ATTN_DEBUG") : config.attention_debug};
+}
+
+// The decision for a call: cached per key, logged in debug mode, warned once
+// when it falls to math, and an error when nothing (or, strict, not the
+// first choice) is eligible.
+AttentionDecision decide_for_call(const Device& device, const AttentionParams& params,
+                                  const hal_attention_params_v1& resolved, bool backward,
+                                  const AttentionOptions& options) {
+  detail::LoadedBackend& backend = *device.backend();
+  const Settings settings = read_settings(*backend.config);
+  const Order order = resolve_order(device, options, *backend.config);
+  const std::string key = cache_key(resolved, backward, order, settings.strict);
+  const std::string what = std::string(backward ? "attention backward" : "attention forward") + " on " + device.id() +
+                           " for " + params.describe();
+  AttentionDecision decision;
+  bool fresh = false;
+  {
+    std::lock_guard lock(backend.attention_mutex);
+    if (auto cached = backend.attention_decisions.find(key); cached != backend.attention_decisions.end()) {
+      decision = cached->second;
+    } else {
+      decision = decide(device, resolved, backward, order);
+      backend.attention_decisions.emplace(key, decision);
+      fresh = true;
+    }
+  }
+  if (fresh && settings.debug) std::fprintf(stderr, "hal: %s:\n%s", what.c_str(), decision.to_string().c_str());
+  if (!decision.found)
+    throw Error(StatusCode::unsupported, "no attention implementation can run " + what + ": " +
+                                             first_reasons(decision) +
+                                             "; see 'halinfo attention' for the full explanation");
+  if (decision.fell_back && settings.strict)
+    throw Error(StatusCode::unsupported,
+                what + " would fall back to " + std::string(to_string(decision.chosen)) +
+                    " and HAL_ATTN_STRICT is set: " + first_reasons(decision));
+  if (fresh && decision.fell_back && decision.chosen == AttentionImplementation::math) {
+    std::lock_guard lock(backend.attention_mutex);
+    if (backend.attention_warned.insert(key).second)
+      detail::log_message(HAL_LOG_WARNING,
+                          what + " falls back to the math implementation, which needs " +
+                              megabytes(decision.candidates.back().workspace_bytes) + " of scratch memory (" +
+                              first_reasons(decision) + ")");
+  }
+  return decision;
+}
+
+hal_tensor_ref_v1 checked_tensor(const Device& device, const TensorRef& tensor, const hal_attention_params_v1& params,
+                                 detail::AttentionTensor which, DType expected) {
+  const char* name = detail::attention_tensor_name(which);
+  const auto& state = detail::usable_state(tensor.buffer.state(), std::string("attention tensor ") + name);
+  if (!(state.device == device))
+    throw Error(StatusCode::invalid_argument, std::string("attention tensor ") + name + " is in a buffer on " +
+                                                  state.device.id() + ", but the stream runs on " + device.id());
+  const std::uint64_t bytes = detail::attention_tensor_bytes(params, which);
+  state.check_range(tensor.offset, bytes, std::string("attention tensor ") + name + " (" + std::to_string(bytes) +
+                                              " bytes of " + std::string(to_string(expected)) + ")");
+  const std::size_t element = size_in_bytes(expected);
+  if (tensor.offset % element != 0)
+    throw Error(StatusCode::invalid_argument, std::string("attention tensor ") + name + " offset " +
+                                                  std::to_string(tensor.offset) + " is not a multiple of the " +
+                                                  std::to_string(element) + "-byte element size");
+  return {state.handle, tensor.offset};
+}
+
+const detail::StreamState& stream_state(const Stream& stream) {
+  if (!stream.state()) throw Error(StatusCode::invalid_argument, "attention: the stream is empty");
+  return *stream.state();
+}
+
+}  // namespace
+
+std::string AttentionDecision::to_string() const {
+  std::ostringstream text;
+  text << "  order: ";
+  for (std::size_t i = 0; i < order.size(); ++i) text << (i ? "," : "") << hal::to_string(order[i]);
+  text << " (" << order_source << ")\n";
+  for (const auto& candidate : candidates) {
+    std::string state;
+    if (found && candidate.implementation == chosen) state = fell_back ? "CHOSEN (fallback)" : "CHOSEN";
+    else if (!candidate.in_order) state = "not in order";
+    else state = candidate.eligible ? "eligible" : "ineligible";
+    text << "  " << hal::to_string(candidate.implementation) << std::string(7 - hal::to_string(candidate.implementation).size(), ' ')
+         << state << std::string(state.size() < 19 ? 19 - state.size() : 1, ' ');
+    if (candidate.eligible) text << "scratch " << megabytes(candidate.workspace_bytes);
+    for (std::size_t i = 0; i < candidate.reasons.size(); ++i) text << (i ? "; " : "") << candidate.reasons[i];
+    text << "\n";
+  }
+  if (!found) text << "  nothing eligible\n";
+  return text.str();
+}
+
+AttentionDecision explain_attention(const Device& device, const AttentionParams& params, bool backward,
+                                    const AttentionOptions& options) {
+  const hal_attention_params_v1 resolved = params.resolve();
+  return decide(device, resolved, backward, resolve_order(device, options, *device.backend()->config));
+}
+
+AttentionDecision attention_forward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
+                                    const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                                    const TensorRef& lse, const AttentionOptions& options) {
+  const Device& device = stream_state(stream).device;
+  const hal_attention_params_v1 resolved = params.resolve();
+  using detail::AttentionTensor;
+  const hal_tensor_ref_v1 q_ref = checked_tensor(device, q, resolved, AttentionTensor::q, params.dtype);
+  const hal_tensor_ref_v1 k_ref = checked_tensor(device, k, resolved, AttentionTensor::k, params.dtype);
+  const hal_tensor_ref_v1 v_ref = checked_tensor(device, v, resolved, AttentionTensor::v, params.dtype);
+  const hal_tensor_ref_v1 o_ref = checked_tensor(device, o, resolved, AttentionTensor::o, params.dtype);
+  hal_tensor_ref_v1 lse_ref{nullptr, 0};
+  if (params.return_lse) lse_ref = checked_tensor(device, lse, resolved, AttentionTensor::lse, DType::f32);
+  const AttentionDecision decision = decide_for_call(device, params, resolved, false, options);
+  const detail::LoadedBackend& backend = *device.backend();
+  backend.check(backend.attention()->forward(stream.state()->handle,
+                                             static_cast<hal_attention_implementation>(decision.chosen), &resolved,
+                                             q_ref, k_ref, v_ref, o_ref, lse_ref),
+                "enqueueing " + std::string(to_string(decision.chosen)) + " attention forward on " + device.id());
+  return decision;
+}
+
+AttentionDecision attention_backward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
+                                     const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                                     const TensorRef& grad_o, const TensorRef& lse, const TensorRef& grad_q,
+                                     const TensorRef& grad_k, const TensorRef& grad_v,
+                                     const AttentionOptions& options) {
+  const Device& device = stream_state(stream).device;
+  const hal_attention_params_v1 resolved = params.resolve();
+  using detail::AttentionTensor;
+  const hal_tensor_ref_v1 refs[] = {
+      checked_tensor(device, q, resolved, AttentionTensor::q, params.dtype),
+      checked_tensor(device, k, resolved, AttentionTensor::k, params.dtype),
+      checked_tensor(device, v, resolved, AttentionTensor::v, params.dtype),
+      checked_tensor(device, o, resolved, AttentionTensor::o, params.dtype),
+      checked_tensor(device, grad_o, resolved, AttentionTensor::grad_o, params.dtype),
+      checked_tensor(device, lse, resolved, AttentionTensor::lse, DType::f32),
+      checked_tensor(device, grad_q, resolved, AttentionTensor::grad_q, params.dtype),
+      checked_tensor(device, grad_k, resolved, AttentionTensor::grad_k, params.dtype),
+      checked_tensor(device, grad_v, resolved, AttentionTensor::grad_v, params.dtype)};
+  const AttentionDecision decision = decide_for_call(device, params, resolved, true, options);
+  const detail::LoadedBackend& backend = *device.backend();
+  backend.check(backend.attention()->backward(stream.state()->handle,
+                                              static_cast<hal_attention_implementation>(decision.chosen), &resolved,
+                                              refs[0], refs[1], refs[2], refs[3], refs[4], refs[5], refs[6], refs[7],
+                                              refs[8]),
+                "enqueueing " + std::string(to_string(decision.chosen)) + " attention backward on " + device.id());
+  return decision;
+}
+
+}  // namespace hal

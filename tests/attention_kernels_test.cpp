@@ -1,0 +1,685 @@
+// Tests of the host attention kernels (backends/host/attention).
+//
+// Every implementation (math f32, flash on each instruction-set path this CPU
+// has) is compared with math_*_f64, which reads the same inputs and
+// accumulates in double. A value passes when
+//   |actual - expected| <= tolerance.absolute * scale + tolerance.relative * |expected|
+// with scale = the largest |expected| of that tensor (at least 1e-30), so an
+// error is judged against the tensor's magnitude, not against values that
+// happen to be near zero. Per dtype:
+//   f32:  absolute 2e-5, relative 1e-5 (f32 accumulation over <= 256 dims / 131 keys)
+//   f16:  absolute 1e-3, relative 1e-3 (outputs rounded to 11 bits: ~4.9e-4)
+//   bf16: absolute 1.6e-2, relative 1.6e-2 (outputs rounded to 8 bits: ~3.9e-3)
+// The f64 reference is itself checked against central finite differences.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "attention/attention_common.hpp"
+#include "attention/attention_kernels.hpp"
+#include "attention/half.hpp"
+#include "attention/thread_pool.hpp"
+
+using namespace hal::host;
+
+namespace {
+
+// ---- tensors ---------------------------------------------------------------
+
+// Memory order of a test tensor; the kernels only see the strides.
+enum class Layout {
+  bhsd,        // contiguous [batch, heads, seq, dim]
+  bshd,        // contiguous [batch, seq, heads, dim]
+  padded,      // BHSD inside a larger tensor: padding after dim and after seq
+  dim_strided  // [batch, heads, dim, seq]: dim is the slow axis
+};
+
+struct Shape {
+  std::int64_t batch, heads, seq, dim;
+};
+
+hal_tensor_strides_v1 strides_for(Layout layout, Shape s) {
+  switch (layout) {
+    case Layout::bhsd: return {s.heads * s.seq * s.dim, s.seq * s.dim, s.dim, 1};
+    case Layout::bshd: return {s.seq * s.heads * s.dim, s.dim, s.heads * s.dim, 1};
+    case Layout::padded: {
+      const std::int64_t row = s.dim + 3;
+      const std::int64_t head = (s.seq + 2) * row;
+      return {s.heads * head + 5, head, row, 1};
+    }
+    case Layout::dim_strided: return {s.heads * s.seq * s.dim, s.seq * s.dim, 1, s.seq};
+  }
+  return {};
+}
+
+std::int64_t span(const hal_tensor_strides_v1& st, Shape s) {
+  return (s.batch - 1) * st.batch + (s.heads - 1) * st.head + (s.seq - 1) * st.seq + (s.dim - 1) * st.dim + 1;
+}
+
+std::size_t element_bytes(hal_dtype dtype) { return dtype == HAL_DTYPE_F32 ? 4 : 2; }
+
+struct Tensor {
+  hal_dtype dtype;
+  Shape shape;
+  hal_tensor_strides_v1 strides;
+  std::vector<unsigned char> bytes;
+
+  Tensor(hal_dtype type, Shape s, Layout layout)
+      : dtype(type), shape(s), strides(strides_for(layout, s)),
+        bytes(static_cast<std::size_t>(span(strides, s)) * element_bytes(type), 0xff) {}  // NaN-ish padding
+
+  void* data() { return bytes.data(); }
+  std::int64_t offset(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t d) const {
+    return element_offset(strides, b, h, i, d);
+  }
+  double get(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t d) const {
+    return load_as_float(dtype, bytes.data(), offset(b, h, i, d));
+  }
+  void set(std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t d, float value) {
+    store_float(dtype, bytes.data(), offset(b, h, i, d), value);
+  }
+  void fill_random(std::mt19937& random, float low = -1.0f, float high = 1.0f) {
+    std::uniform_real_distribution<float> uniform(low, high);
+    for (std::int64_t b = 0; b < shape.batch; ++b)
+      for (std::int64_t h = 0; h < shape.heads; ++h)
+        for (std::int64_t i = 0; i < shape.seq; ++i)
+          for (std::int64_t d = 0; d < shape.dim; ++d) set(b, h, i, d, uniform(random));
+  }
+  // Contiguous BHSD doubles, the layout of the f64 reference.
+  std::vector<double> to_doubles() const {
+    std::vector<double> out;
+    out.reserve(static_cast<std::size_t>(shape.batch * shape.heads * shape.seq * shape.dim));
+    for (std::int64_t b = 0; b < shape.batch; ++b)
+      for (std::int64_t h = 0; h < shape.heads; ++h)
+        for (std::int64_t i = 0; i < shape.seq; ++i)
+          for (std::int64_t d = 0; d < shape.dim; ++d) out.push_back(get(b, h, i, d));
+    return out;
+  }
+};
+
+// ---- comparison ------------------------------------------------------------
+
+struct Tolerance {
+  double absolute;
+  double relative;
+};
+
+Tolerance tolerance_for(hal_dtype dtype) {
+  switch (dtype) {
+    case HAL_DTYPE_F16: return {1e-3, 1e-3};
+    case HAL_DTYPE_BF16: return {1.6e-2, 1.6e-2};
+    default: return {2e-5, 1e-5};
+  }
+}
+
+void check_close(const std::string& what, const std::vector<double>& actual, const std::vector<double>& expected,
+                 Tolerance tolerance) {
+  REQUIRE(actual.size() == expected.size());
+  double scale = 1e-30;
+  for (double value : expected) scale = std::max(scale, std::abs(value));
+  std::size_t failures = 0;
+  std::size_t first_failure = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    const double error = std::abs(actual[i] - expected[i]);
+    const double allowed = tolerance.absolute * scale + tolerance.relative * std::abs(expected[i]);
+    worst = std::max(worst, error / scale);
+    if (!(error <= allowed)) {  // also catches NaN
+      if (failures == 0) first_failure = i;
+      ++failures;
+    }
+  }
+  INFO(what << ": " << failures << " of " << actual.size() << " values out of tolerance; worst error / scale = "
+            << worst << "; first at flat index " << first_failure << ": actual " << actual[first_failure]
+            << " expected " << expected[first_failure]);
+  CHECK(failures == 0);
+}
+
+void check_lse(const std::string& what, const std::vector<float>& actual, const std::vector<double>& expected) {
+  REQUIRE(actual.size() == expected.size());
+  std::size_t failures = 0;
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    if (std::isinf(expected[i])) {
+      failures += !(std::isinf(actual[i]) && actual[i] < 0);
+    } else {
+      failures += !(std::abs(actual[i] - expected[i]) <= 1e-5 * std::max(1.0, std::abs(expected[i])));
+    }
+  }
+  INFO(what << ": " << failures << " LSE values differ");
+  CHECK(failures == 0);
+}
+
+// ---- problems --------------------------------------------------------------
+
+struct Problem {
+  std::int64_t batch = 1, heads_q = 2, heads_kv = 2, seq_q = 37, seq_kv = 37, dim_qk = 64, dim_v = 64;
+  hal_dtype dtype = HAL_DTYPE_F32;
+  bool causal = false;
+  hal_mask_alignment alignment = HAL_MASK_TOP_LEFT;
+  std::int64_t window_left = -1, window_right = -1;
+  Layout q_layout = Layout::bhsd, k_layout = Layout::bhsd, v_layout = Layout::bhsd, o_layout = Layout::bhsd;
+  Layout grad_layout = Layout::bhsd;
+};
+
+// Inputs, outputs and params of one problem.
+struct Case {
+  hal_attention_params_v1 params{};
+  Tensor q, k, v, o, grad_o, grad_q, grad_k, grad_v;
+  std::vector<float> lse;
+
+  explicit Case(const Problem& p, unsigned seed = 7)
+      : q(p.dtype, {p.batch, p.heads_q, p.seq_q, p.dim_qk}, p.q_layout),
+        k(p.dtype, {p.batch, p.heads_kv, p.seq_kv, p.dim_qk}, p.k_layout),
+        v(p.dtype, {p.batch, p.heads_kv, p.seq_kv, p.dim_v}, p.v_layout),
+        o(p.dtype, {p.batch, p.heads_q, p.seq_q, p.dim_v}, p.o_layout),
+        grad_o(p.dtype, {p.batch, p.heads_q, p.seq_q, p.dim_v}, p.grad_layout),
+        grad_q(p.dtype, {p.batch, p.heads_q, p.seq_q, p.dim_qk}, p.grad_layout),
+        grad_k(p.dtype, {p.batch, p.heads_kv, p.seq_kv, p.dim_qk}, p.grad_layout),
+        grad_v(p.dtype, {p.batch, p.heads_kv, p.seq_kv, p.dim_v}, p.grad_layout),
+        lse(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), 0.0f) {
+    params.struct_size = sizeof(params);
+    params.batch = p.batch;
+    params.heads_q = p.heads_q;
+    params.heads_kv = p.heads_kv;
+    params.seq_q = p.seq_q;
+    params.seq_kv = p.seq_kv;
+    params.head_dim_qk = p.dim_qk;
+    params.head_dim_v = p.dim_v;
+    params.dtype = p.dtype;
+    params.causal = p.causal ? 1 : 0;
+    params.alignment = p.alignment;
+    params.window_left = p.window_left;
+    params.window_right = p.window_right;
+    // Larger than 1/sqrt(d) so that the softmax is far from uniform.
+    params.softmax_scale = 2.0f / std::sqrt(static_cast<float>(p.dim_qk));
+    params.return_lse = 1;
+    params.q_strides = q.strides;
+    params.k_strides = k.strides;
+    params.v_strides = v.strides;
+    params.o_strides = o.strides;
+    params.grad_o_strides = grad_o.strides;
+    params.grad_q_strides = grad_q.strides;
+    params.grad_k_strides = grad_k.strides;
+    params.grad_v_strides = grad_v.strides;
+    std::mt19937 random(seed);
+    q.fill_random(random);
+    k.fill_random(random);
+    v.fill_random(random);
+    grad_o.fill_random(random);
+  }
+};
+
+struct Reference {
+  std::vector<double> o, lse, grad_q, grad_k, grad_v;
+};
+
+Reference reference_for(Case& c, ThreadPool& pool) {
+  const hal_attention_params_v1& p = c.params;
+  Reference r;
+  r.o.resize(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q * p.head_dim_v));
+  r.lse.resize(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q));
+  r.grad_q.resize(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q * p.head_dim_qk));
+  r.grad_k.resize(static_cast<std::size_t>(p.batch * p.heads_kv * p.seq_kv * p.head_dim_qk));
+  r.grad_v.resize(static_cast<std::size_t>(p.batch * p.heads_kv * p.seq_kv * p.head_dim_v));
+  math_forward_f64(p, c.q.data(), c.k.data(), c.v.data(), r.o.data(), r.lse.data(), pool);
+  math_backward_f64(p, c.q.data(), c.k.data(), c.v.data(), c.grad_o.data(), r.grad_q.data(), r.grad_k.data(),
+                    r.grad_v.data(), pool);
+  return r;
+}
+
+// An implementation under test: math f32 or flash on one path.
+struct Implementation {
+  std::string name;
+  bool flash;
+  FlashIsa isa;
+};
+
+std::vector<Implementation> implementations() {
+  std::vector<Implementation> list{{"math", false, FlashIsa::scalar}};
+  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512}) {
+    if (flash_isa_supported(isa)) {
+      list.push_back({std::string("flash/") + flash_isa_name(isa), true, isa});
+    } else {
+      MESSAGE("flash/" << flash_isa_name(isa) << " is not supported by this CPU: not tested");
+    }
+  }
+  return list;
+}
+
+void run_forward(const Implementation& impl, Case& c, ThreadPool& pool) {
+  if (impl.flash) {
+    flash_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), pool, impl.isa);
+  } else {
+    math_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), pool);
+  }
+}
+
+void run_backward(const Implementation& impl, Case& c, ThreadPool& pool) {
+  if (impl.flash) {
+    flash_backward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.grad_o.data(), c.lse.data(),
+                   c.grad_q.data(), c.grad_k.data(), c.grad_v.data(), pool, impl.isa);
+  } else {
+    math_backward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.grad_o.data(), c.lse.data(),
+                  c.grad_q.data(), c.grad_k.data(), c.grad_v.data(), pool);
+  }
+}
+
+// Forward and backward of every implementation against the f64 reference.
+void check_problem(const Problem& problem) {
+  ThreadPool pool(2);
+  Case reference_case(problem);
+  const Reference expected = reference_for(reference_case, pool);
+  const Tolerance tolerance = tolerance_for(problem.dtype);
+  for (const Implementation& impl : implementations()) {
+    Case c(problem);
+    run_forward(impl, c, pool);
+    check_close(impl.name + " O", c.o.to_doubles(), expected.o, tolerance);
+    check_lse(impl.name + " LSE", c.lse, expected.lse);
+    run_backward(impl, c, pool);
+    check_close(impl.name + " dQ", c.grad_q.to_doubles(), expected.grad_q, tolerance);
+    check_close(impl.name + " dK", c.grad_k.to_doubles(), expected.grad_k, tolerance);
+    check_close(impl.name + " dV", c.grad_v.to_doubles(), expected.grad_v, tolerance);
+  }
+}
+
+}  // namespace
+
+// ---- conversions -------------------------------------------------------------
+
+TEST_CASE("f16 conversion round-trips every value and rounds ties to even") {
+  for (std::uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    const auto half = static_cast<std::uint16_t>(bits);
+    const float value = f16_bits_to_float(half);
+    const bool is_nan = (half & 0x7c00u) == 0x7c00u && (half & 0x3ffu) != 0;
+    if (is_nan) {
+      REQUIRE(std::isnan(value));
+      REQUIRE(std::isnan(f16_bits_to_float(float_to_f16_bits(value))));
+      continue;
+    }
+    REQUIRE(float_to_f16_bits(value) == half);
+    // The midpoint to the next value up (same sign) rounds to the even one.
+    const auto next = static_cast<std::uint16_t>(half + 1);
+    if ((half & 0x7fffu) < 0x7c00u && (next & 0x7fffu) <= 0x7c00u) {
+      const double next_value = (next & 0x7fffu) == 0x7c00u ? std::copysign(65536.0, value) : f16_bits_to_float(next);
+      const auto midpoint = static_cast<float>((static_cast<double>(value) + next_value) / 2);
+      const std::uint16_t even = (half & 1u) == 0 ? half : next;
+      REQUIRE(float_to_f16_bits(midpoint) == even);
+    }
+  }
+  CHECK(float_to_f16_bits(1e6f) == 0x7c00u);
+  CHECK(float_to_f16_bits(-std::numeric_limits<float>::infinity()) == 0xfc00u);
+  CHECK(float_to_f16_bits(1e-9f) == 0x0000u);
+  CHECK(float_to_f16_bits(-1e-9f) == 0x8000u);
+  CHECK(f16_bits_to_float(0x0001u) == std::ldexp(1.0f, -24));
+}
+
+TEST_CASE("bf16 conversion round-trips, rounds ties to even and keeps NaN") {
+  for (std::uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    const auto bf16 = static_cast<std::uint16_t>(bits);
+    const float value = bf16_bits_to_float(bf16);
+    if (std::isnan(value)) {
+      REQUIRE(std::isnan(bf16_bits_to_float(float_to_bf16_bits(value))));
+      continue;
+    }
+    REQUIRE(float_to_bf16_bits(value) == bf16);
+    const std::uint32_t value_bits = static_cast<std::uint32_t>(bf16) << 16;
+    if ((bf16 & 0x7fffu) < 0x7f80u) {
+      const float midpoint = float_from_bits(value_bits | 0x8000u);  // halfway to the next bf16
+      const std::uint16_t even = (bf16 & 1u) == 0 ? bf16 : static_cast<std::uint16_t>(bf16 + 1);
+      REQUIRE(float_to_bf16_bits(midpoint) == even);
+      REQUIRE(float_to_bf16_bits(float_from_bits(value_bits | 0x8001u)) == static_cast<std::uint16_t>(bf16 + 1));
+    }
+  }
+  CHECK(std::isnan(bf16_bits_to_float(float_to_bf16_bits(float_from_bits(0x7f800001u)))));  // signalling NaN stays NaN
+  CHECK(float_to_bf16_bits(std::numeric_limits<float>::max()) == 0x7f80u);               // rounds up to inf
+}
+
+// ---- thread pool -------------------------------------------------------------
+
+TEST_CASE("thread pool covers every index once, on distinct workers, and rethrows") {
+  ThreadPool pool(3);
+  CHECK(pool.thread_count() == 3);
+  std::vector<std::atomic<int>> hits(1000);
+  pool.parallel_for_with_worker(1000, [&](int worker, std::int64_t begin, std::int64_t end) {
+    CHECK(worker >= 0);
+    CHECK(worker < 3);
+    for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)]++;
+  });
+  CHECK(std::all_of(hits.begin(), hits.end(), [](const std::atomic<int>& h) { return h.load() == 1; }));
+
+  std::atomic<std::int64_t> nested_total{0};
+  pool.parallel_for(8, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      pool.parallel_for(10, [&](std::int64_t b, std::int64_t e) { nested_total += e - b; });
+    }
+  });
+  CHECK(nested_total.load() == 80);
+
+  CHECK_THROWS_AS(pool.parallel_for(100,
+                                    [](std::int64_t begin, std::int64_t) {
+                                      if (begin == 0) throw std::runtime_error("chunk failed");
+                                    }),
+                  std::runtime_error);
+  pool.parallel_for(0, [](std::int64_t, std::int64_t) { FAIL("no chunk for an empty range"); });
+  ThreadPool single(1);
+  std::int64_t covered = 0;
+  single.parallel_for(5, [&](std::int64_t begin, std::int64_t end) { covered += end - begin; });
+  CHECK(covered == 5);
+}
+
+// ---- validation --------------------------------------------------------------
+
+TEST_CASE("check_attention_params names each problem with its value") {
+  Problem problem;
+  Case c(problem);
+  CHECK(check_attention_params(c.params).empty());
+  CHECK(check_attention_params(c.params, true).empty());
+
+  auto has = [](const std::vector<std::string>& problems, const std::string& text) {
+    return std::any_of(problems.begin(), problems.end(),
+                       [&](const std::string& p) { return p.find(text) != std::string::npos; });
+  };
+  hal_attention_params_v1 bad = c.params;
+  bad.heads_q = 12;
+  bad.heads_kv = 5;
+  bad.dtype = HAL_DTYPE_I32;
+  bad.window_left = -3;
+  bad.seq_kv = 0;
+  auto problems = check_attention_params(bad);
+  CHECK(has(problems, "heads_q (12) is not a multiple of heads_kv (5)"));
+  CHECK(has(problems, "dtype i32 is not supported: use f32, f16 or bf16"));
+  CHECK(has(problems, "window_left (-3)"));
+  CHECK(has(problems, "seq_kv (0) must be positive"));
+
+  bad = c.params;
+  bad.k_strides.seq = -64;
+  bad.v_strides.dim = 0;
+  bad.grad_q_strides.head = -1;
+  problems = check_attention_params(bad);
+  CHECK(has(problems, "k_strides.seq (-64) is negative"));
+  CHECK(has(problems, "v_strides.dim is 0 but head_dim_v is 64"));
+  CHECK_FALSE(has(problems, "grad_q"));  // gradients are only checked for backward
+  CHECK(has(check_attention_params(bad, true), "grad_q_strides.head (-1) is negative"));
+
+  bad = c.params;
+  bad.batch = 1;
+  bad.q_strides.batch = 0;  // extent 1: any stride, zero included, is fine
+  CHECK(check_attention_params(bad).empty());
+
+  bad = c.params;
+  // As C code could: these values are outside the C++ enums' range.
+  const int bad_dtype = 42;
+  const int bad_alignment = 3;
+  static_assert(sizeof(bad.dtype) == sizeof(int) && sizeof(bad.alignment) == sizeof(int));
+  std::memcpy(&bad.dtype, &bad_dtype, sizeof(int));
+  std::memcpy(&bad.alignment, &bad_alignment, sizeof(int));
+  bad.softmax_scale = std::numeric_limits<float>::quiet_NaN();
+  problems = check_attention_params(bad);
+  CHECK(has(problems, "dtype (42) is not a hal_dtype"));
+  CHECK(has(problems, "alignment (3)"));
+  CHECK(has(problems, "softmax_scale (nan) must be finite"));
+
+  bad = c.params;
+  bad.struct_size = 8;
+  CHECK(has(check_attention_params(bad), "struct_size (8) is smaller"));
+
+  ThreadPool pool(1);
+  bad = c.params;
+  bad.heads_kv = 3;
+  try {
+    flash_forward(bad, c.q.data(), c.k.data(), c.v.data(), c.o.data(), nullptr, pool);
+    FAIL("flash_forward accepted heads_kv = 3");
+  } catch (const std::invalid_argument& error) {
+    CHECK(std::string(error.what()).find("heads_q (2) is not a multiple of heads_kv (3)") != std::string::npos);
+  }
+  CHECK_THROWS_AS(math_forward(c.params, nullptr, c.k.data(), c.v.data(), c.o.data(), nullptr, pool),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(flash_backward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.grad_o.data(), nullptr,
+                                 c.grad_q.data(), c.grad_k.data(), c.grad_v.data(), pool),
+                  std::invalid_argument);
+}
+
+// ---- instruction-set selection ----------------------------------------------
+
+TEST_CASE("HAL_HOST_ISA lowers the flash path and is ignored when unknown") {
+  const char* saved = std::getenv("HAL_HOST_ISA");
+  const std::string saved_value = saved ? saved : "";
+  unsetenv("HAL_HOST_ISA");
+  const FlashIsa best = flash_selected_isa();
+  CHECK(flash_isa_supported(best));
+  setenv("HAL_HOST_ISA", "scalar", 1);
+  CHECK(std::string(flash_isa_name()) == "scalar");
+  setenv("HAL_HOST_ISA", "avx512", 1);  // never above what the CPU has
+  CHECK(flash_selected_isa() == best);
+  setenv("HAL_HOST_ISA", "sse9", 1);
+  CHECK(flash_selected_isa() == best);
+  if (saved) {
+    setenv("HAL_HOST_ISA", saved_value.c_str(), 1);
+  } else {
+    unsetenv("HAL_HOST_ISA");
+  }
+}
+
+// ---- numerics ------------------------------------------------------------------
+
+TEST_CASE("multi-head, no mask, batch 2, seq 37 (not a tile multiple)") {
+  Problem p;
+  p.batch = 2;
+  check_problem(p);
+}
+
+TEST_CASE("GQA with one kv head (MQA), causal, seq 131, head dim 80") {
+  Problem p;
+  p.heads_q = 4;
+  p.heads_kv = 1;
+  p.seq_q = p.seq_kv = 131;
+  p.dim_qk = p.dim_v = 80;
+  p.causal = true;
+  check_problem(p);
+}
+
+TEST_CASE("GQA with two kv heads, causal bottom-right, seq_q < seq_kv, head dim 128") {
+  Problem p;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.seq_q = 37;
+  p.seq_kv = 131;
+  p.dim_qk = p.dim_v = 128;
+  p.causal = true;
+  p.alignment = HAL_MASK_BOTTOM_RIGHT;
+  check_problem(p);
+}
+
+TEST_CASE("causal top-left with seq_q < seq_kv") {
+  Problem p;
+  p.seq_q = 37;
+  p.seq_kv = 100;
+  p.causal = true;
+  check_problem(p);
+}
+
+TEST_CASE("causal with seq_q > seq_kv: bottom-right leaves fully masked rows (O = 0, LSE = -inf)") {
+  Problem p;
+  p.seq_q = 131;
+  p.seq_kv = 37;
+  p.causal = true;
+  p.alignment = HAL_MASK_BOTTOM_RIGHT;
+  check_problem(p);
+  Case c(p);
+  ThreadPool pool(2);
+  flash_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), pool);
+  CHECK(std::isinf(c.lse[0]));
+  CHECK(c.lse[0] < 0);
+  CHECK(c.o.get(0, 0, 0, 0) == 0.0);
+  CHECK(std::isfinite(c.lse[static_cast<std::size_t>(p.seq_q - 1)]));
+
+  p.alignment = HAL_MASK_TOP_LEFT;
+  check_problem(p);
+}
+
+TEST_CASE("decode: one query against 131 keys, causal bottom-right") {
+  Problem p;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.seq_q = 1;
+  p.seq_kv = 131;
+  p.dim_qk = p.dim_v = 128;
+  p.causal = true;
+  p.alignment = HAL_MASK_BOTTOM_RIGHT;
+  check_problem(p);
+}
+
+TEST_CASE("sliding window: causal with left window, and a two-sided window") {
+  Problem p;
+  p.seq_q = p.seq_kv = 131;
+  p.causal = true;
+  p.window_left = 16;
+  check_problem(p);
+  p.causal = false;
+  p.window_left = 9;
+  p.window_right = 5;
+  check_problem(p);
+  // Two-sided window, top-left, more queries than keys: queries past
+  // seq_kv + window_left see nothing.
+  p.seq_q = 140;
+  p.window_left = 3;
+  p.window_right = 0;
+  check_problem(p);
+}
+
+TEST_CASE("head dim 256 and different Q/K and V dims") {
+  Problem p;
+  p.seq_q = p.seq_kv = 40;
+  p.dim_qk = p.dim_v = 256;
+  check_problem(p);
+  p.dim_qk = 48;
+  p.dim_v = 72;
+  p.causal = true;
+  check_problem(p);
+}
+
+TEST_CASE("non-contiguous layouts: BSHD, padded V, dim-strided K, gradients with their own strides") {
+  Problem p;
+  p.batch = 2;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.seq_q = 37;
+  p.seq_kv = 70;
+  p.q_layout = Layout::bshd;
+  p.k_layout = Layout::dim_strided;
+  p.v_layout = Layout::padded;
+  p.o_layout = Layout::bshd;
+  p.grad_layout = Layout::padded;
+  p.causal = true;
+  p.alignment = HAL_MASK_BOTTOM_RIGHT;
+  check_problem(p);
+}
+
+TEST_CASE("f16 and bf16 inputs") {
+  for (hal_dtype dtype : {HAL_DTYPE_F16, HAL_DTYPE_BF16}) {
+    INFO("dtype " << (dtype == HAL_DTYPE_F16 ? "f16" : "bf16"));
+    Problem p;
+    p.dtype = dtype;
+    p.heads_q = 4;
+    p.heads_kv = 2;
+    p.seq_q = 70;
+    p.seq_kv = 131;
+    p.causal = true;
+    p.alignment = HAL_MASK_BOTTOM_RIGHT;
+    p.v_layout = Layout::bshd;
+    check_problem(p);
+  }
+}
+
+TEST_CASE("flash backward is deterministic for a given thread count") {
+  Problem p;
+  p.heads_q = 4;
+  p.heads_kv = 1;
+  p.seq_q = p.seq_kv = 200;
+  p.causal = true;
+  ThreadPool pool(2);
+  Case first(p), second(p);
+  for (Case* c : {&first, &second}) {
+    flash_forward(c->params, c->q.data(), c->k.data(), c->v.data(), c->o.data(), c->lse.data(), pool);
+    flash_backward(c->params, c->q.data(), c->k.data(), c->v.data(), c->o.data(), c->grad_o.data(), c->lse.data(),
+                   c->grad_q.data(), c->grad_k.data(), c->grad_v.data(), pool);
+  }
+  CHECK(first.grad_q.bytes == second.grad_q.bytes);
+  CHECK(first.grad_k.bytes == second.grad_k.bytes);
+}
+
+TEST_CASE("f64 reference gradients match central finite differences") {
+  Problem p;
+  p.heads_q = 2;
+  p.heads_kv = 1;
+  p.seq_q = 5;
+  p.seq_kv = 7;
+  p.dim_qk = 4;
+  p.dim_v = 3;
+  p.causal = true;
+  p.alignment = HAL_MASK_BOTTOM_RIGHT;
+  p.window_left = 3;
+  Case c(p);
+  ThreadPool pool(1);
+  const Reference analytic = reference_for(c, pool);
+  const std::vector<double> grad_o = c.grad_o.to_doubles();
+
+  // L = sum(O * dO) so that dL/dX is the backward of X.
+  auto loss = [&]() {
+    std::vector<double> o(analytic.o.size());
+    math_forward_f64(c.params, c.q.data(), c.k.data(), c.v.data(), o.data(), nullptr, pool);
+    double total = 0.0;
+    for (std::size_t i = 0; i < o.size(); ++i) total += o[i] * grad_o[i];
+    return total;
+  };
+  auto numeric_gradient = [&](Tensor& tensor) {
+    std::vector<double> gradient;
+    const Shape s = tensor.shape;
+    for (std::int64_t b = 0; b < s.batch; ++b)
+      for (std::int64_t h = 0; h < s.heads; ++h)
+        for (std::int64_t i = 0; i < s.seq; ++i)
+          for (std::int64_t d = 0; d < s.dim; ++d) {
+            const float original = static_cast<float>(tensor.get(b, h, i, d));
+            const float step = 1.0f / 128;
+            const float up = original + step;
+            const float down = original - step;
+            tensor.set(b, h, i, d, up);
+            const double loss_up = loss();
+            tensor.set(b, h, i, d, down);
+            const double loss_down = loss();
+            tensor.set(b, h, i, d, original);
+            // The f32 inputs hold up and down exactly as rounded: divide by their real distance.
+            gradient.push_back((loss_up - loss_down) / (static_cast<double>(up) - static_cast<double>(down)));
+          }
+    return gradient;
+  };
+  const Tolerance finite_difference{2e-4, 2e-4};  // O(step^2) truncation
+  check_close("dQ vs finite differences", analytic.grad_q, numeric_gradient(c.q), finite_difference);
+  check_close("dK vs finite differences", analytic.grad_k, numeric_gradient(c.k), finite_difference);
+  check_close("dV vs finite differences", analytic.grad_v, numeric_gradient(c.v), finite_difference);
+}
+
+TEST_CASE("workspace sizes: flash grows with seq, math with seq squared") {
+  Problem p;
+  Case c(p);
+  hal_attention_params_v1 small = c.params;
+  hal_attention_params_v1 large = c.params;
+  small.seq_q = small.seq_kv = 1024;
+  large.seq_q = large.seq_kv = 4096;
+  CHECK(math_workspace_bytes(large, false) > 12 * math_workspace_bytes(small, false));
+  for (bool backward : {false, true}) {
+    CHECK(flash_workspace_bytes(large, backward, 2) < 5 * flash_workspace_bytes(small, backward, 2));
+    CHECK(flash_workspace_bytes(large, backward, 2) < math_workspace_bytes(large, backward) / 10);
+  }
+}

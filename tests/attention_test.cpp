@@ -1,0 +1,282 @@
+// Attention through the public API: results against a plain reference, and
+// the explainable choice of implementation under every order source.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "hal/hal.hpp"
+#include "scoped_environment.hpp"
+
+using hal::AttentionImplementation;
+using hal::testing::ScopedEnvironment;
+
+namespace {
+
+// Clears every variable that steers attention, so tests start alike.
+ScopedEnvironment clean_attention_environment() {
+  return ScopedEnvironment{{"HAL_ATTN_BACKENDS", std::nullopt}, {"NVTE_FLASH_ATTN", std::nullopt},
+                           {"NVTE_FUSED_ATTN", std::nullopt},   {"NVTE_UNFUSED_ATTN", std::nullopt},
+                           {"HAL_ATTN_STRICT", std::nullopt},   {"HAL_ATTN_DEBUG", std::nullopt},
+                           {"HAL_CAPABILITY_OVERRIDES", std::nullopt}};
+}
+
+hal::Device host_device() {
+  static const hal::Runtime runtime = [] {
+    ScopedEnvironment environment{{"HAL_BACKENDS", "host"}};
+    hal::RuntimeOptions options;
+    options.config = hal::Config{};
+    return hal::Runtime::create(options);
+  }();
+  return runtime.device("host:0");
+}
+
+hal::AttentionParams small_params() {
+  hal::AttentionParams params;
+  params.batch = 2;
+  params.heads_q = 4;
+  params.heads_kv = 2;
+  params.seq_q = 5;
+  params.seq_kv = 7;
+  params.head_dim_qk = 8;
+  params.causal = true;
+  params.alignment = hal::MaskAlignment::bottom_right;
+  params.return_lse = true;
+  return params;
+}
+
+// Plain softmax(Q K^T * scale) V for contiguous BSHD f32 tensors.
+std::vector<double> reference_attention(const hal::AttentionParams& p, const std::vector<float>& q,
+                                        const std::vector<float>& k, const std::vector<float>& v) {
+  const std::int64_t d = p.head_dim_qk, group = p.heads_q / p.heads_kv, offset = p.seq_kv - p.seq_q;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  std::vector<double> out(static_cast<std::size_t>(p.batch * p.seq_q * p.heads_q * d), 0.0);
+  for (std::int64_t b = 0; b < p.batch; ++b)
+    for (std::int64_t h = 0; h < p.heads_q; ++h)
+      for (std::int64_t i = 0; i < p.seq_q; ++i) {
+        std::vector<double> weights(static_cast<std::size_t>(p.seq_kv), 0.0);
+        double largest = -INFINITY, total = 0;
+        for (std::int64_t j = 0; j < p.seq_kv; ++j) {
+          if (p.causal && j > i + offset) continue;
+          double dot = 0;
+          for (std::int64_t x = 0; x < d; ++x)
+            dot += q[((b * p.seq_q + i) * p.heads_q + h) * d + x] * k[((b * p.seq_kv + j) * p.heads_kv + h / group) * d + x];
+          weights[j] = dot * scale;
+          largest = std::max(largest, weights[j]);
+        }
+        for (std::int64_t j = 0; j < p.seq_kv; ++j) {
+          weights[j] = (p.causal && j > i + offset) ? 0.0 : std::exp(weights[j] - largest);
+          total += weights[j];
+        }
+        for (std::int64_t j = 0; j < p.seq_kv; ++j)
+          for (std::int64_t x = 0; x < d; ++x)
+            out[((b * p.seq_q + i) * p.heads_q + h) * d + x] +=
+                weights[j] / total * v[((b * p.seq_kv + j) * p.heads_kv + h / group) * d + x];
+      }
+  return out;
+}
+
+struct Problem {
+  hal::AttentionParams params;
+  std::vector<float> q, k, v;
+  hal::Buffer q_buffer, k_buffer, v_buffer, o_buffer, lse_buffer;
+
+  explicit Problem(const hal::AttentionParams& p) : params(p) {
+    std::mt19937 generator(7);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    auto random = [&](std::int64_t count) {
+      std::vector<float> values(static_cast<std::size_t>(count));
+      for (auto& value : values) value = uniform(generator);
+      return values;
+    };
+    q = random(p.batch * p.seq_q * p.heads_q * p.head_dim_qk);
+    k = random(p.batch * p.seq_kv * p.heads_kv * p.head_dim_qk);
+    v = random(p.batch * p.seq_kv * p.heads_kv * p.head_dim_qk);
+    const hal::Device device = host_device();
+    q_buffer = upload(device, q);
+    k_buffer = upload(device, k);
+    v_buffer = upload(device, v);
+    o_buffer = device.allocate(q.size() * sizeof(float));
+    lse_buffer = device.allocate(static_cast<std::uint64_t>(p.batch * p.heads_q * p.seq_q) * sizeof(float));
+  }
+  static hal::Buffer upload(const hal::Device& device, const std::vector<float>& values) {
+    hal::Buffer buffer = device.allocate(values.size() * sizeof(float));
+    buffer.write(0, values.data(), values.size() * sizeof(float));
+    return buffer;
+  }
+  hal::AttentionDecision run(const hal::AttentionOptions& options = {}) const {
+    const hal::Stream stream = host_device().create_stream();
+    const hal::AttentionDecision decision =
+        hal::attention_forward(stream, params, {q_buffer}, {k_buffer}, {v_buffer}, {o_buffer}, {lse_buffer}, options);
+    stream.synchronize();
+    return decision;
+  }
+  std::vector<float> output() const {
+    std::vector<float> values(q.size());
+    o_buffer.read(0, values.data(), values.size() * sizeof(float));
+    return values;
+  }
+};
+
+const hal::AttentionCandidate& candidate(const hal::AttentionDecision& decision, AttentionImplementation which) {
+  return decision.candidates.at(static_cast<std::size_t>(which));
+}
+
+bool mentions(const std::vector<std::string>& reasons, std::string_view part) {
+  for (const auto& reason : reasons)
+    if (reason.find(part) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("attention forward through the API matches the reference for every host implementation") {
+  auto environment = clean_attention_environment();
+  const Problem problem(small_params());
+  const std::vector<double> expected = reference_attention(problem.params, problem.q, problem.k, problem.v);
+  for (auto implementation : {AttentionImplementation::flash, AttentionImplementation::math}) {
+    CAPTURE(hal::to_string(implementation));
+    const hal::AttentionDecision decision = problem.run({{implementation}});
+    CHECK(decision.chosen == implementation);
+    CHECK(decision.order_source == "per-call choice");
+    const std::vector<float> output = problem.output();
+    double worst = 0;
+    for (std::size_t i = 0; i < output.size(); ++i) worst = std::max(worst, std::abs(output[i] - expected[i]));
+    CHECK(worst < 1e-5);  // f32 tolerance (see docs/attention.md)
+  }
+}
+
+TEST_CASE("the built-in order picks flash on the host and says why fused is out") {
+  auto environment = clean_attention_environment();
+  const hal::AttentionDecision decision = hal::explain_attention(host_device(), small_params());
+  REQUIRE(decision.found);
+  CHECK(decision.chosen == AttentionImplementation::flash);
+  CHECK(decision.order_source == "built-in order");
+  CHECK_FALSE(decision.fell_back);  // the host never offered fused: no fallback
+  const auto& fused = candidate(decision, AttentionImplementation::fused);
+  CHECK_FALSE(fused.eligible);
+  CHECK(mentions(fused.reasons, "capability attention.fused is false (declared by the host backend"));
+  CHECK(candidate(decision, AttentionImplementation::math).eligible);
+  CHECK(candidate(decision, AttentionImplementation::math).workspace_bytes > 0);
+  const std::string table = decision.to_string();
+  CHECK(table.find("flash  CHOSEN") != std::string::npos);
+  CHECK(table.find("(built-in order)") != std::string::npos);
+}
+
+TEST_CASE("HAL_ATTN_BACKENDS sets the order and rejects unknown names") {
+  auto environment = clean_attention_environment();
+  environment.set("HAL_ATTN_BACKENDS", "math,flash");
+  hal::AttentionDecision decision = hal::explain_attention(host_device(), small_params());
+  CHECK(decision.chosen == AttentionImplementation::math);
+  CHECK(decision.order_source == "HAL_ATTN_BACKENDS=math,flash");
+  CHECK_FALSE(candidate(decision, AttentionImplementation::fused).in_order);
+  environment.set("HAL_ATTN_BACKENDS", "flash,turbo");
+  CHECK_THROWS_WITH_AS(hal::explain_attention(host_device(), small_params()), doctest::Contains("turbo"),
+                       hal::Error);
+}
+
+TEST_CASE("the per-call choice outranks the environment") {
+  auto environment = clean_attention_environment();
+  environment.set("HAL_ATTN_BACKENDS", "math");
+  const hal::AttentionDecision decision =
+      hal::explain_attention(host_device(), small_params(), false, {{AttentionImplementation::flash}});
+  CHECK(decision.chosen == AttentionImplementation::flash);
+  CHECK(decision.order_source == "per-call choice");
+}
+
+TEST_CASE("TransformerEngine's NVTE variables are honoured as aliases") {
+  auto environment = clean_attention_environment();
+  SUBCASE("NVTE_FLASH_ATTN=0 leaves fused and math") {
+    environment.set("NVTE_FLASH_ATTN", "0");
+    const hal::AttentionDecision decision = hal::explain_attention(host_device(), small_params());
+    CHECK(decision.chosen == AttentionImplementation::math);
+    CHECK(decision.order_source == "NVTE_FLASH_ATTN=0");
+    CHECK_FALSE(candidate(decision, AttentionImplementation::flash).in_order);
+  }
+  SUBCASE("every implementation switched off: the error names each candidate's reason") {
+    environment.set("NVTE_FLASH_ATTN", "0");
+    environment.set("NVTE_UNFUSED_ATTN", "0");
+    const Problem problem(small_params());
+    try {
+      problem.run();
+      FAIL("expected an error");
+    } catch (const hal::Error& error) {
+      CHECK(error.code() == hal::StatusCode::unsupported);
+      const std::string message = error.what();
+      CHECK(message.find("fused: capability attention.fused is false") != std::string::npos);
+      CHECK(message.find("flash: not in the order") != std::string::npos);
+      CHECK(message.find("math: not in the order") != std::string::npos);
+    }
+  }
+  SUBCASE("values other than 0 and 1 are rejected") {
+    environment.set("NVTE_FUSED_ATTN", "yes");
+    CHECK_THROWS_WITH_AS(hal::explain_attention(host_device(), small_params()),
+                         doctest::Contains("NVTE_FUSED_ATTN=yes is not allowed"), hal::Error);
+  }
+}
+
+TEST_CASE("a user override removes flash; math is a fallback, and strict mode refuses it") {
+  auto environment = clean_attention_environment();
+  environment.set("HAL_CAPABILITY_OVERRIDES", "attention.flash=false");
+  const hal::AttentionDecision decision = hal::explain_attention(host_device(), small_params());
+  CHECK(decision.chosen == AttentionImplementation::math);
+  CHECK(decision.fell_back);
+  CHECK(mentions(candidate(decision, AttentionImplementation::flash).reasons,
+                 "override by HAL_CAPABILITY_OVERRIDES"));
+  CHECK(decision.to_string().find("CHOSEN (fallback)") != std::string::npos);
+
+  const Problem problem(small_params());
+  CHECK(problem.run().chosen == AttentionImplementation::math);  // warns once, runs
+  environment.set("HAL_ATTN_STRICT", "1");
+  CHECK_THROWS_WITH_AS(problem.run(), doctest::Contains("HAL_ATTN_STRICT"), hal::Error);
+}
+
+TEST_CASE("a quirk removes an implementation and is cited" * doctest::skip()) {
+  // Run by ctest with HAL_QUIRKS_FILE=tests/data/quirks_host_without_flash.toml
+  // (the quirks file is read once per process).
+  auto environment = clean_attention_environment();
+  const hal::AttentionDecision decision = hal::explain_attention(host_device(), small_params());
+  CHECK(decision.chosen == AttentionImplementation::math);
+  CHECK(decision.fell_back);
+  CHECK(mentions(candidate(decision, AttentionImplementation::flash).reasons,
+                 "quirk by test-host-flash-broken"));
+  CHECK(mentions(candidate(decision, AttentionImplementation::flash).reasons, "flash is known broken"));
+  const hal::EffectiveCapability flash = hal::effective_capability(host_device(), "attention.flash");
+  REQUIRE(flash.layers.size() == 2);
+  CHECK(flash.layers[0].layer == "declared");
+  CHECK(flash.layers[1].layer == "quirk");
+  CHECK(flash.decided_by == "quirk");
+}
+
+TEST_CASE("bad parameters and tensors are rejected with the value named") {
+  auto environment = clean_attention_environment();
+  hal::AttentionParams params = small_params();
+  params.heads_q = 12;
+  params.heads_kv = 5;
+  CHECK_THROWS_WITH_AS(params.resolve(), doctest::Contains("heads_q (12) is not a multiple of heads_kv (5)"),
+                       hal::Error);
+  params = small_params();
+  params.dtype = hal::DType::i32;
+  CHECK_THROWS_WITH_AS(params.resolve(), doctest::Contains("dtype i32 is not supported"), hal::Error);
+  params = small_params();
+  params.o_strides = hal::TensorStrides{0, 8, 8, 1};  // batch stride 0 with batch 2: outputs overlap
+  CHECK_THROWS_WITH_AS(params.resolve(), doctest::Contains("o stride of axis batch is 0"), hal::Error);
+
+  Problem problem(small_params());
+  problem.o_buffer = host_device().allocate(16);  // far too small for O
+  CHECK_THROWS_WITH_AS(problem.run(), doctest::Contains("attention tensor o"), hal::Error);
+}
+
+TEST_CASE("the PPU's known gaps ship as data: fused attention is off on a PPU, with the reason") {
+  hal::DeviceInfo ppu;
+  ppu.backend = "cuda";
+  ppu.name = "PPU-ZW810E";
+  ppu.capabilities.push_back({"attention.fused", true, "cuDNN found"});
+  // Evaluated against the real shipped data file.
+  const hal::Device device(host_device().backend(), 0, ppu);
+  const hal::EffectiveCapability fused = hal::effective_capability(device, "attention.fused");
+  CHECK_FALSE(fused.is_true());
+  CHECK(fused.decided_by == "quirk");
+  CHECK(fused.layers.back().source.find("ppu-in-cuda-compat-mode-no-fused-mha") != std::string::npos);
+}

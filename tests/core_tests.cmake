@@ -1,0 +1,15 @@
+# Unit tests of the core objects (memory, streams, events) on the host backend.
+# Included from tests/CMakeLists.txt.
+find_package(doctest REQUIRED)
+
+add_executable(hal_core_tests
+  ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/memory_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/stream_event_test.cpp)
+target_link_libraries(hal_core_tests PRIVATE hal::hal doctest::doctest hal_warnings Threads::Threads)
+# The host plugin is loaded at run time, so nothing else makes it build first.
+add_dependencies(hal_core_tests hal_backend_host)
+
+add_test(NAME core_tests COMMAND hal_core_tests)
+# Only the host plugin: the tests must not depend on what hardware is present.
+set_tests_properties(core_tests PROPERTIES ENVIRONMENT "HAL_BACKENDS=host" TIMEOUT 60 LABELS unit)

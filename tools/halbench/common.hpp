@@ -1,0 +1,126 @@
+// What every halbench benchmark shares: argument parsing, device selection,
+// timing, statistics and table / JSON output.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hal/hal.hpp"
+
+namespace halbench {
+
+// Ordered so that JSON keys come out in the order they are written.
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+// Exit codes: usage errors are distinct from failures while measuring.
+constexpr int exit_success = 0;
+constexpr int exit_failure = 1;
+constexpr int exit_usage = 2;
+
+// A bad flag or value; main prints it with a pointer to --help and exits 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A minimal "--flag value" / "--flag=value" parser that also writes --help.
+class OptionParser {
+ public:
+  // command: "halbench mem"; description: the paragraphs after the usage line.
+  OptionParser(std::string command, std::string description);
+
+  void add_switch(std::string name, std::string help, bool& target);
+  // parse gets the raw text and throws UsageError for a bad one.
+  void add_value(std::string name, std::string value_name, std::string help,
+                 std::function<void(std::string_view)> parse);
+
+  // Returns false when --help was asked for (the usage is then printed).
+  bool parse(std::span<const std::string_view> arguments);
+  std::string usage() const;
+
+ private:
+  struct Option {
+    std::string name;
+    std::string value_name;  // empty for a switch
+    std::string help;
+    std::function<void(std::string_view)> apply;
+  };
+  const Option* find(std::string_view name) const;
+
+  std::string command_;
+  std::string description_;
+  std::vector<Option> options_;
+};
+
+// The flags every subcommand has.
+struct CommonOptions {
+  std::optional<std::string> device_id;
+  bool json = false;
+  std::optional<std::uint64_t> iterations;
+};
+
+// Adds --device, --json and --iters; iterations_help says what one iteration is.
+void add_common_options(OptionParser& parser, CommonOptions& options, std::string iterations_help);
+
+// "--iters", "100" -> 100; rejects signs, junk and values below minimum.
+std::uint64_t parse_count(std::string_view flag, std::string_view text, std::uint64_t minimum = 1);
+// Plain bytes or a binary suffix: 4096, 4K, 4KiB, 256M, 1GiB.
+std::uint64_t parse_byte_size(std::string_view flag, std::string_view text);
+// "a,b,c" -> {"a","b","c"}; empty items are a usage error.
+std::vector<std::string> split_list(std::string_view flag, std::string_view text);
+
+// The device named by --device, else the first accelerator, else the first
+// device. Throws UsageError listing the devices there are.
+hal::Device select_device(const hal::Runtime& runtime, const std::optional<std::string>& device_id);
+
+// ---- timing and statistics ------------------------------------------------
+
+double seconds_between(Clock::time_point start, Clock::time_point end);
+// Nearest-rank percentile (0..100) of samples; samples must not be empty.
+double percentile(std::vector<double> samples, double percent);
+double median(std::vector<double> samples);
+
+// Keeps the compiler from dropping work whose result nobody reads (a memcpy
+// into a buffer that is never read again may legally be removed).
+inline void keep_memory_effects(const void* pointer) { asm volatile("" : : "r"(pointer) : "memory"); }
+
+// ---- output ----------------------------------------------------------------
+
+// A text table whose columns are as wide as their widest cell: names
+// left-aligned, numbers right-aligned so their digits line up.
+class Table {
+ public:
+  struct Column {
+    std::string header;
+    bool align_left = false;
+  };
+  explicit Table(std::vector<Column> columns);
+  void add_row(std::vector<std::string> cells);
+  void print(std::FILE* out) const;
+
+ private:
+  std::vector<Column> columns_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string format_fixed(double value, int decimals);
+
+// The "hal.bench/1" document: schema, benchmark, device, parameters, results, environment.
+Json make_document(std::string_view benchmark, const hal::Runtime& runtime, const hal::Device& device,
+                   Json parameters, Json results);
+void print_json(const Json& document);
+// The first line of table output: benchmark, device, hal version and machine load.
+void print_heading(std::string_view benchmark, const hal::Device& device);
+
+}  // namespace halbench
