@@ -32,10 +32,12 @@ struct HostDeviceFixture {
   }
 };
 
-// Checks that call throws hal::Error with the code and a message containing
-// every fragment; failures name the line of the caller.
+// Checks that call throws hal::Error with the code, a message containing
+// every fragment and, when given, the vendor's native code; failures name
+// the line of the caller.
 inline void check_error(const std::function<void()>& call, hal::StatusCode expected_code,
                         std::initializer_list<std::string_view> message_fragments,
+                        std::optional<long long> expected_native_code = std::nullopt,
                         std::source_location caller = std::source_location::current()) {
   INFO("expected from the call at line ", caller.line());
   try {
@@ -45,6 +47,7 @@ inline void check_error(const std::function<void()>& call, hal::StatusCode expec
     const std::string message = error.status().message();
     INFO("message: ", message);
     CHECK(error.code() == expected_code);
+    if (expected_native_code) CHECK(error.status().native_code() == *expected_native_code);
     for (const std::string_view fragment : message_fragments) {
       INFO("missing fragment: ", std::string(fragment));
       CHECK(message.find(fragment) != std::string::npos);

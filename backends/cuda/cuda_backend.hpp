@@ -1,0 +1,151 @@
+// Internal types of the CUDA backend: the driver API through shims/, one
+// primary context per device, and the ABI's opaque handles.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cuda_driver.hpp"
+#include "cudnn.hpp"
+#include "hal/backend_abi.h"
+#include "nccl.hpp"
+
+namespace hal::cuda {
+
+// Records the thread's last error and returns its status, so a failing path
+// reads `return fail(HAL_ERROR_..., "what to do")`.
+hal_status fail(hal_status status, std::string message, std::int64_t native_code = 0);
+hal_status succeed();
+void read_last_error(hal_error_info_v1* out);
+// The hal_status a CUresult stands for.
+hal_status status_of(CUresult result);
+
+struct CudaDevice {
+  CUdevice handle = 0;
+  std::string name, vendor, uuid, pci_bus_id;
+  int numa_node = -1;
+  std::uint64_t total_memory = 0;
+  std::uint32_t multiprocessors = 0, clock_mhz = 0, memory_clock_mhz = 0;
+  int compute_major = 0, compute_minor = 0;
+  bool managed_memory = false;
+
+  std::vector<std::pair<std::string, std::string>> version_strings;
+  std::vector<hal_key_value_v1> version_axes;  // points into version_strings
+  struct CapabilityStorage {
+    std::string key, string_value, note;
+  };
+  std::vector<CapabilityStorage> capability_strings;
+  std::vector<hal_capability_v1> capabilities;  // points into capability_strings
+
+  // Kernels from the embedded image (kernels.cpp); usable only when loaded and verified.
+  CUmodule kernel_module = nullptr;
+  CUfunction softmax_rows_f32 = nullptr;
+  bool kernels_usable = false;
+  std::string kernels_status;
+
+  // The primary context, retained on first use: creating one costs time and
+  // device memory, so enumeration alone does not.
+  std::once_flag context_once;
+  CUcontext context = nullptr;
+  CUresult context_result = CUDA_SUCCESS;
+};
+
+struct Context {
+  void (*log)(void*, hal_log_level, const char*) = nullptr;
+  void* log_user_data = nullptr;
+  std::unique_ptr<shims::CudaDriver> driver;
+  std::unique_ptr<shims::Cudnn> cudnn;
+  std::string cudnn_status;  // where it was found, or why not
+  std::unique_ptr<shims::Nccl> nccl;
+  std::string nccl_status;
+  int driver_version = 0;
+  std::vector<std::unique_ptr<CudaDevice>> devices;
+
+  Context() = default;
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  ~Context();
+
+  const shims::CudaDriverApi& api() const { return driver->api(); }
+  void log_message(hal_log_level level, const std::string& message) const {
+    if (log != nullptr) log(log_user_data, level, message.c_str());
+  }
+  // HAL_OK for CUDA_SUCCESS; otherwise records "<operation> failed: NAME
+  // (text)" with the CUresult as native code and returns the mapped status.
+  hal_status check(CUresult result, std::string_view operation) const;
+  // Retains the device's primary context if needed and makes it current on
+  // the calling thread (a no-op when it already is).
+  hal_status make_current(std::uint32_t device) const;
+  hal_status check_device(std::uint32_t device) const;
+};
+
+// Discovers the devices and their identity; fills context.devices.
+hal_status discover_devices(Context& context);
+void fill_device_info(const Context& context, std::uint32_t device, hal_device_info_v1& info);
+// "00000000:3B:00.0" -> "0000:3b:00.0"; "" when the text is not a PCI address.
+std::string normalize_pci_bus_id(std::string_view text);
+
+}  // namespace hal::cuda
+
+struct hal_buffer {
+  const hal::cuda::Context* context = nullptr;
+  std::uint32_t device = 0;
+  hal_memory_kind kind = HAL_MEMORY_DEVICE;
+  CUdeviceptr base = 0;       // what the driver returned; freed
+  CUdeviceptr address = 0;    // base rounded up to the requested alignment
+  void* host_base = nullptr;  // pinned host allocations: what cuMemFreeHost takes
+  void* host_address = nullptr;
+  std::uint64_t size = 0;
+};
+
+struct hal_stream {
+  const hal::cuda::Context* context = nullptr;
+  std::uint32_t device = 0;
+  CUstream handle = nullptr;
+};
+
+struct hal_event {
+  const hal::cuda::Context* context = nullptr;
+  std::uint32_t device = 0;
+  CUevent handle = nullptr;
+  std::atomic<bool> recorded{false};
+};
+
+struct hal_backend_context {
+  hal::cuda::Context cuda;
+};
+
+// The C entry points, defined in memory.cpp and stream.cpp.
+namespace hal::cuda {
+hal_status buffer_allocate(hal_backend_context* backend, std::uint32_t device, hal_memory_kind kind,
+                           std::uint64_t size, std::uint64_t alignment, hal_buffer** out);
+hal_status buffer_free(hal_buffer* buffer);
+void* buffer_host_address(hal_buffer* buffer);
+void* buffer_device_address(hal_buffer* buffer);
+hal_status copy_host_to_device(hal_stream* stream, hal_buffer* destination, std::uint64_t destination_offset,
+                               const void* source, std::uint64_t size);
+hal_status copy_device_to_host(hal_stream* stream, void* destination, hal_buffer* source, std::uint64_t source_offset,
+                               std::uint64_t size);
+hal_status copy_device_to_device(hal_stream* stream, hal_buffer* destination, std::uint64_t destination_offset,
+                                 hal_buffer* source, std::uint64_t source_offset, std::uint64_t size);
+hal_status fill(hal_stream* stream, hal_buffer* destination, std::uint64_t offset, std::uint64_t size,
+                const void* pattern, std::uint32_t pattern_size);
+hal_status stream_create(hal_backend_context* backend, std::uint32_t device, hal_stream** out);
+hal_status stream_destroy(hal_stream* stream);
+hal_status stream_synchronize(hal_stream* stream);
+hal_status stream_query(hal_stream* stream);
+hal_status stream_wait_event(hal_stream* stream, hal_event* event);
+hal_status stream_host_callback(hal_stream* stream, hal_host_callback callback, void* user_data);
+hal_status event_create(hal_backend_context* backend, std::uint32_t device, hal_event** out);
+hal_status event_destroy(hal_event* event);
+hal_status event_record(hal_event* event, hal_stream* stream);
+hal_status event_query(hal_event* event);
+hal_status event_synchronize(hal_event* event);
+hal_status event_elapsed_milliseconds(hal_event* start, hal_event* end, double* milliseconds);
+}  // namespace hal::cuda

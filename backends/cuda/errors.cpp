@@ -1,0 +1,147 @@
+// CUresult -> hal_status, the thread-local last error, and the per-thread
+// primary context.
+#include "cuda_backend.hpp"
+#include "kernels.hpp"
+
+namespace hal::cuda {
+namespace {
+
+struct LastError {
+  hal_status status = HAL_OK;
+  std::int64_t native_code = 0;
+  std::string message;
+};
+// The ABI's per-thread last error; the only state outside the context.
+thread_local LastError last_error;
+
+// What the user can do about a failure of this kind.
+const char* hint_for(hal_status status) {
+  switch (status) {
+    case HAL_ERROR_OUT_OF_MEMORY: return "free device memory or allocate less";
+    case HAL_ERROR_DEVICE_LOST:
+      return "the CUDA context is unusable after this error; restart the process and check the device (nvidia-smi, "
+             "dmesg for Xid errors)";
+    case HAL_ERROR_NOT_PRESENT: return "check the driver installation and CUDA_VISIBLE_DEVICES";
+    case HAL_ERROR_UNSUPPORTED: return "this device or driver cannot do it";
+    default: return nullptr;
+  }
+}
+
+// CUDA_ERROR_INSUFFICIENT_DRIVER: older drivers return it, CUDA 13's header
+// no longer names it.
+constexpr CUresult insufficient_driver = static_cast<CUresult>(35);
+
+}  // namespace
+
+hal_status fail(hal_status status, std::string message, std::int64_t native_code) {
+  last_error.status = status;
+  last_error.native_code = native_code;
+  last_error.message = std::move(message);
+  return status;
+}
+
+hal_status succeed() {
+  last_error.status = HAL_OK;
+  last_error.native_code = 0;
+  last_error.message.clear();
+  return HAL_OK;
+}
+
+void read_last_error(hal_error_info_v1* out) {
+  if (out == nullptr) return;
+  out->status = last_error.status;
+  out->native_code = last_error.native_code;
+  out->message = last_error.message.c_str();
+}
+
+hal_status status_of(CUresult result) {
+  if (result == insufficient_driver) return HAL_ERROR_NOT_PRESENT;
+  switch (result) {
+    case CUDA_SUCCESS: return HAL_OK;
+    case CUDA_ERROR_OUT_OF_MEMORY: return HAL_ERROR_OUT_OF_MEMORY;
+    case CUDA_ERROR_NOT_READY: return HAL_ERROR_TIMEOUT;
+    case CUDA_ERROR_TIMEOUT: return HAL_ERROR_TIMEOUT;
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_INVALID_HANDLE:
+    case CUDA_ERROR_INVALID_DEVICE:
+    case CUDA_ERROR_NOT_FOUND:
+    case CUDA_ERROR_ILLEGAL_STATE:
+      return HAL_ERROR_INVALID_ARGUMENT;
+    case CUDA_ERROR_NO_DEVICE:
+    case CUDA_ERROR_DEVICE_UNAVAILABLE:
+    case CUDA_ERROR_DEVICE_NOT_LICENSED:
+    case CUDA_ERROR_STUB_LIBRARY:
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH:
+    case CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE:
+    case CUDA_ERROR_SYSTEM_NOT_READY:
+      return HAL_ERROR_NOT_PRESENT;
+    case CUDA_ERROR_NOT_SUPPORTED:
+    case CUDA_ERROR_NOT_PERMITTED:
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    case CUDA_ERROR_INVALID_IMAGE:
+    case CUDA_ERROR_INVALID_PTX:
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+    case CUDA_ERROR_JIT_COMPILER_NOT_FOUND:
+    case CUDA_ERROR_JIT_COMPILATION_DISABLED:
+    case CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER:
+    case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED:
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
+      return HAL_ERROR_UNSUPPORTED;
+    // Sticky errors: the context and everything in it are gone.
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
+    case CUDA_ERROR_CONTAINED:
+    case CUDA_ERROR_EXTERNAL_DEVICE:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+      return HAL_ERROR_DEVICE_LOST;
+    case CUDA_ERROR_DEINITIALIZED: return HAL_ERROR_ABORTED;
+    default: return HAL_ERROR_INTERNAL;
+  }
+}
+
+hal_status Context::check(CUresult result, std::string_view operation) const {
+  if (result == CUDA_SUCCESS) return HAL_OK;
+  const hal_status status = status_of(result);
+  std::string message = std::string(operation) + " failed: " + driver->describe(result);
+  if (const char* hint = hint_for(status)) message += std::string("; ") + hint;
+  return fail(status, std::move(message), result);
+}
+
+hal_status Context::check_device(std::uint32_t device) const {
+  if (device >= devices.size())
+    return fail(HAL_ERROR_INVALID_ARGUMENT, "device index " + std::to_string(device) + " is out of range; there are " +
+                                                std::to_string(devices.size()) + " CUDA devices");
+  return HAL_OK;
+}
+
+hal_status Context::make_current(std::uint32_t index) const {
+  CudaDevice& device = *devices[index];
+  std::call_once(device.context_once,
+                 [&] { device.context_result = api().cuDevicePrimaryCtxRetain(&device.context, device.handle); });
+  if (device.context_result != CUDA_SUCCESS)
+    return check(device.context_result, "retaining the primary context of cuda:" + std::to_string(index));
+  CUcontext current = nullptr;
+  if (api().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == device.context) return HAL_OK;
+  return check(api().cuCtxSetCurrent(device.context), "making the context of cuda:" + std::to_string(index) +
+                                                          " current on this thread");
+}
+
+Context::~Context() {
+  if (!driver) return;
+  for (std::uint32_t index = 0; index < devices.size(); ++index) unload_kernels(*this, index);
+  for (const auto& device : devices) {
+    // At process exit the driver may already be torn down; nothing to report then.
+    if (device->context != nullptr) api().cuDevicePrimaryCtxRelease(device->handle);
+  }
+}
+
+}  // namespace hal::cuda

@@ -1,0 +1,103 @@
+#include "kernels.hpp"
+
+#include <cmath>
+#include <vector>
+
+namespace hal::cuda {
+namespace {
+
+constexpr const char* image_contents = "sm_80 and sm_90 code and compute_90 PTX";
+
+// Device memory for the check, freed on every path.
+struct ScratchMemory {
+  const shims::CudaDriverApi& api;
+  CUdeviceptr address = 0;
+  ~ScratchMemory() {
+    if (address != 0) api.cuMemFree(address);
+  }
+};
+
+// Runs the softmax on rows that exercise the reduction (more columns than
+// threads, negative and large values) and compares with the host.
+std::string verify_softmax(const Context& context, CUfunction softmax) {
+  const auto& api = context.api();
+  constexpr int rows = 2, columns = 100, threads = 64;
+  std::vector<float> input(rows * columns), output(rows * columns, -1.0f);
+  for (int i = 0; i < rows * columns; ++i) input[i] = static_cast<float>((i * 37) % 23) - 11.0f + (i / columns) * 80.0f;
+  const std::size_t bytes = input.size() * sizeof(float);
+  ScratchMemory memory{api};
+  CUresult result = api.cuMemAlloc(&memory.address, 2 * bytes);
+  if (result == CUDA_SUCCESS) result = api.cuMemcpyHtoD(memory.address, input.data(), bytes);
+  CUdeviceptr in = memory.address, out = memory.address + bytes;
+  int row_count = rows, column_count = columns;
+  void* arguments[] = {&in, &out, &row_count, &column_count};
+  if (result == CUDA_SUCCESS)
+    result = api.cuLaunchKernel(softmax, rows, 1, 1, threads, 1, 1, 0, nullptr, arguments, nullptr);
+  // The legacy stream orders this copy after the launch.
+  if (result == CUDA_SUCCESS) result = api.cuMemcpyDtoH(output.data(), out, bytes);
+  if (result != CUDA_SUCCESS) return "running the softmax check failed: " + context.driver->describe(result);
+  for (int row = 0; row < rows; ++row) {
+    double maximum = -INFINITY, sum = 0.0;
+    for (int j = 0; j < columns; ++j) maximum = std::max<double>(maximum, input[row * columns + j]);
+    for (int j = 0; j < columns; ++j) sum += std::exp(input[row * columns + j] - maximum);
+    for (int j = 0; j < columns; ++j) {
+      const double expected = std::exp(input[row * columns + j] - maximum) / sum;
+      const double got = output[row * columns + j];
+      if (std::abs(got - expected) > 1e-6 + 1e-4 * expected)
+        return "the softmax check gave " + std::to_string(got) + " at row " + std::to_string(row) + " column " +
+               std::to_string(j) + " instead of " + std::to_string(expected) +
+               "; the device runs the image but not correctly";
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+void load_kernels(const Context& context, std::uint32_t index) {
+  CudaDevice& device = *context.devices[index];
+  const auto image = embedded_kernel_image();
+  if (image.empty()) {
+    device.kernels_status = "this plugin was built without nvcc, so it carries no kernel image (CMake HAL_CUDA_KERNELS)";
+    return;
+  }
+  if (!context.driver->has_module_api()) {
+    device.kernels_status = "the CUDA driver lacks the module API (cuModuleLoadData, cuLaunchKernel)";
+    return;
+  }
+  if (context.make_current(index) != HAL_OK) {
+    device.kernels_status = "the device's primary context is unusable, so no kernel image was loaded";
+    return;
+  }
+  const auto& api = context.api();
+  CUresult result = api.cuModuleLoadData(&device.kernel_module, image.data());
+  if (result != CUDA_SUCCESS) {
+    device.kernel_module = nullptr;
+    device.kernels_status = "cuModuleLoadData failed: " + context.driver->describe(result) +
+                            "; the embedded image holds " + image_contents + " and none of it loads on this device";
+    return;
+  }
+  result = api.cuModuleGetFunction(&device.softmax_rows_f32, device.kernel_module, "hal_softmax_rows_f32");
+  std::string problem = result != CUDA_SUCCESS ? "cuModuleGetFunction(hal_softmax_rows_f32) failed: " +
+                                                     context.driver->describe(result)
+                                               : verify_softmax(context, device.softmax_rows_f32);
+  if (!problem.empty()) {
+    device.kernels_status = std::move(problem);
+    unload_kernels(context, index);
+    return;
+  }
+  device.kernels_usable = true;
+  device.kernels_status = std::string("loaded from the embedded image (") + image_contents +
+                          ") and checked: softmax matches the host";
+}
+
+void unload_kernels(const Context& context, std::uint32_t index) {
+  CudaDevice& device = *context.devices[index];
+  if (device.kernel_module == nullptr) return;
+  if (context.make_current(index) == HAL_OK) context.api().cuModuleUnload(device.kernel_module);
+  device.kernel_module = nullptr;
+  device.softmax_rows_f32 = nullptr;
+  device.kernels_usable = false;
+}
+
+}  // namespace hal::cuda

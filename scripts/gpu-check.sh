@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# One prepared run on the lent GPU machine (NVIDIA H200: nvcc 13, CMake,
+# ninja, PyTorch with cuDNN and NCCL; no package registry). Everything it
+# learns goes under $OUT; summary.txt lists each step with its exit status.
+#
+# Prepare here with scripts/gpu-bundle.sh, then run through the device tool
+# with carry ["build-gpu-bundle"] and a timeout of about 540 s:
+#   scripts/gpu-check.sh
+#
+# Steps:
+#  1. environment: GPU, driver, toolkit, PyTorch and its cuDNN/NCCL;
+#  2. whether all of hal configures there (it needs hwloc, Boost, toml++ and
+#     doctest headers the machine may lack) — recorded, not required;
+#  3. the CUDA backend built there from source (nvcc fatbin + g++, needing
+#     only the CUDA headers), used in place of the carried plugin when it
+#     builds;
+#  4. halinfo -v and --json; the "cuda semantics" unit tests on the GPU;
+#  5. halconform on cuda:0; halbench mem and dispatch on cuda:0;
+#  6. PyTorch reference figures (copy bandwidth, 1 MiB copy cost, SDPA).
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="${OUT:-$root/gpu-check-out}"
+bundle="${HAL_GPU_BUNDLE:-$root/build-gpu-bundle}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$out"
+summary="$out/summary.txt"
+: > "$summary"
+
+# step NAME SECONDS COMMAND...: runs with a time limit, output to NAME.log.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  local started=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  local status=$?
+  echo "$name: exit $status in $((SECONDS - started)) s" | tee -a "$summary"
+  return $status
+}
+
+cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+nvcc="$(command -v nvcc || echo "$cuda_home/bin/nvcc")"
+
+step environment 60 bash -c '
+  nvidia-smi; nvidia-smi -q | head -40
+  echo "== nvcc"; '"$nvcc"' --version
+  echo "== cmake"; cmake --version | head -1; ninja --version
+  echo "== compilers"; c++ --version | head -1
+  echo "== glibc"; ldd --version | head -1
+  echo "== libcuda"; ldconfig -p | grep -E "libcuda\.so|libnccl|libcudnn" || true
+  echo "== python"; python3 -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
+  echo "== hal bundle"; cat "'"$bundle"'/MANIFEST" 2>/dev/null || echo "no bundle at '"$bundle"'"'
+
+if [ ! -d "$bundle/lib/hal/backends" ]; then
+  echo "no bundle at $bundle: run scripts/gpu-bundle.sh here and carry build-gpu-bundle" | tee -a "$summary"
+  exit 1
+fi
+export LD_LIBRARY_PATH="$bundle/lib:$bundle/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# 2. Does the whole project configure here? Only recorded.
+step configure-probe 120 cmake -S "$root" -B "$work/probe" -G Ninja -DHAL_BUILD_TESTS=OFF
+
+# 3. The CUDA backend from source, with nothing but the CUDA headers.
+cuda_plugin="$bundle/lib/hal/backends/libhal_backend_cuda.so"
+mkdir -p "$work/cuda"
+if step build-cuda-backend 300 bash -c '
+    set -e
+    "'"$nvcc"'" --fatbin -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+      -gencode arch=compute_90,code=compute_90 -o "'"$work"'/cuda/kernels.fatbin" "'"$root"'"/backends/kernels/*.cu
+    c++ -std=c++20 -O2 -shared -fPIC -fvisibility=hidden -Wall -Wextra \
+      -I"'"$root"'/hal/include" -I"'"$root"'/shims" -isystem "'"$cuda_home"'/include" \
+      -DHAL_VERSION_STRING="\"built-on-gpu-machine\"" -DHAL_CUDA_KERNEL_FATBIN="\"'"$work"'/cuda/kernels.fatbin\"" \
+      "'"$root"'"/backends/cuda/*.cpp "'"$root"'"/shims/*.cpp -ldl -pthread -o "'"$work"'/cuda/libhal_backend_cuda.so"
+    readelf -d "'"$work"'/cuda/libhal_backend_cuda.so" | grep NEEDED'; then
+  cuda_plugin="$work/cuda/libhal_backend_cuda.so"
+  echo "using the CUDA backend built here: $cuda_plugin" | tee -a "$summary"
+else
+  echo "using the carried CUDA backend: $cuda_plugin" | tee -a "$summary"
+fi
+export HAL_BACKENDS_FORCE="$bundle/lib/hal/backends/libhal_backend_host.so:$cuda_plugin"
+export HAL_CONFIG=""
+
+# 4. What hal sees, and the unit tests on the GPU.
+step halinfo 60 "$bundle/bin/halinfo" -v
+step halinfo-json 60 bash -c '"'"$bundle"'/bin/halinfo" --json > "'"$out"'/halinfo.json"'
+step unit-tests-gpu 180 env HAL_TEST_CUDA_DRIVER=system HAL_BACKENDS=host,cuda \
+  "$bundle/bin/hal_cuda_tests" "--test-suite=cuda semantics,no driver" --duration=true
+step unit-tests-gpu-junit 180 env HAL_TEST_CUDA_DRIVER=system HAL_BACKENDS=host,cuda \
+  "$bundle/bin/hal_cuda_tests" "--test-suite=cuda semantics" --reporters=junit "--out=$out/unit-tests-gpu.xml"
+if [ -x "$bundle/bin/hal_core_tests" ]; then
+  step core-tests-host 120 env HAL_BACKENDS=host "$bundle/bin/hal_core_tests"
+fi
+
+# 5. Conformance on the GPU, then halbench.
+if [ -x "$bundle/bin/halconform" ]; then
+  step halconform 240 "$bundle/bin/halconform" --device cuda:0 --timeout 60 --report-dir "$out/conformance"
+fi
+if [ -x "$bundle/bin/halbench" ]; then
+  step halbench-mem 120 bash -c '"'"$bundle"'/bin/halbench" mem --device cuda:0 --json > "'"$out"'/halbench-mem.json"'
+  step halbench-dispatch 120 bash -c '"'"$bundle"'/bin/halbench" dispatch --device cuda:0 --json > "'"$out"'/halbench-dispatch.json"'
+else
+  echo "halbench: not in this build; mem/dispatch figures not taken" | tee -a "$summary"
+fi
+
+# 6. PyTorch on the same device, for ratios.
+step torch-reference 180 python3 "$root/scripts/gpu_reference.py" "$out/torch-reference.json"
+
+echo "results in $out" | tee -a "$summary"

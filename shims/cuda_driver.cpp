@@ -1,0 +1,96 @@
+#include "cuda_driver.hpp"
+
+namespace hal::shims {
+namespace {
+
+// cuGetProcAddress before CUDA 12 took four arguments; _v2 added the status.
+using GetProcAddressV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
+using GetProcAddressV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+struct DriverSymbol {
+  const char* base_name;
+  const char* exported_name;
+  int cuda_version;
+  bool required;
+};
+
+}  // namespace
+
+CudaDriver::LoadResult CudaDriver::load(const std::string& configured_path) {
+  LibraryRequest request;
+  request.display_name = "CUDA driver";
+  request.sonames = {"libcuda.so.1"};
+  request.environment_variable = "HAL_CUDA_DRIVER";
+  request.configured_path = configured_path;
+  request.never_unload = true;
+  LibraryLoad load = load_library(request);
+  if (!load.loaded()) {
+    return {nullptr, true,
+            "the CUDA driver (libcuda.so.1) was not found; install the NVIDIA driver or set HAL_CUDA_DRIVER "
+            "to its path. Tried: " +
+                load.describe_attempts()};
+  }
+
+  auto driver = std::unique_ptr<CudaDriver>(new CudaDriver());
+  driver->library_ = std::move(load.library);
+  const SharedLibrary& library = driver->library_;
+  CudaDriverApi& api = driver->api_;
+
+  // cuInit and cuGetProcAddress come from plain dlsym: they are how the rest is found.
+  api.cuInit = reinterpret_cast<decltype(api.cuInit)>(library.find("cuInit"));
+  if (api.cuInit == nullptr)
+    return {nullptr, false, library.path() + " does not export cuInit; it is not a CUDA driver"};
+  const auto get_proc_v2 = reinterpret_cast<GetProcAddressV2>(library.find("cuGetProcAddress_v2"));
+  const auto get_proc_v1 =
+      get_proc_v2 == nullptr ? reinterpret_cast<GetProcAddressV1>(library.find("cuGetProcAddress")) : nullptr;
+  driver->resolution_method_ = get_proc_v2 ? "cuGetProcAddress_v2" : get_proc_v1 ? "cuGetProcAddress" : "dlsym";
+
+  std::vector<SymbolSpec> specs;
+  std::vector<DriverSymbol> symbols;
+#define HAL_CUDA_DRIVER_SPEC(function, exported, version, is_required) \
+  specs.push_back(symbol(api.function, {#function}, is_required));     \
+  symbols.push_back({#function, exported, version, is_required});
+  HAL_CUDA_DRIVER_FUNCTIONS(HAL_CUDA_DRIVER_SPEC)
+#undef HAL_CUDA_DRIVER_SPEC
+
+  // Each spec carries its base name; the lookup maps it to the versioned entry.
+  const SymbolResolution resolution = resolve_symbols(specs, [&](const char* base_name) -> void* {
+    const DriverSymbol* entry = nullptr;
+    for (const auto& candidate : symbols)
+      if (std::string_view(candidate.base_name) == base_name) entry = &candidate;
+    if (entry == nullptr) return nullptr;
+    void* address = nullptr;
+    if (get_proc_v2 != nullptr) {
+      CUdriverProcAddressQueryResult status{};
+      if (get_proc_v2(base_name, &address, entry->cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status) !=
+              CUDA_SUCCESS ||
+          status != CU_GET_PROC_ADDRESS_SUCCESS)
+        address = nullptr;
+    } else if (get_proc_v1 != nullptr) {
+      if (get_proc_v1(base_name, &address, entry->cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM) != CUDA_SUCCESS)
+        address = nullptr;
+    }
+    // A driver without cuGetProcAddress, or one that does not list a symbol there.
+    return address != nullptr ? address : library.find(entry->exported_name);
+  });
+  if (!resolution.complete()) {
+    return {nullptr, false,
+            "the CUDA driver at " + library.path() + " lacks required functions (" +
+                SymbolResolution::join(resolution.missing_required) +
+                "); it is too old or not a CUDA driver: update the NVIDIA driver"};
+  }
+  driver->missing_optional_ = resolution.missing_optional;
+  return {std::move(driver), false, {}};
+}
+
+std::string CudaDriver::describe(CUresult result) const {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (api_.cuGetErrorName == nullptr || api_.cuGetErrorName(result, &name) != CUDA_SUCCESS) name = nullptr;
+  if (api_.cuGetErrorString == nullptr || api_.cuGetErrorString(result, &text) != CUDA_SUCCESS) text = nullptr;
+  std::string description = name != nullptr ? name : "CUresult " + std::to_string(static_cast<int>(result));
+  if (text != nullptr) description += std::string(" (") + text + ")";
+  return description;
+}
+
+}  // namespace hal::shims

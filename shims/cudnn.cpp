@@ -1,0 +1,31 @@
+#include "cudnn.hpp"
+
+namespace hal::shims {
+
+Cudnn::LoadResult Cudnn::load(const std::string& configured_path) {
+  LibraryRequest request;
+  request.display_name = "cuDNN (libcudnn.so.9)";
+  request.sonames = {"libcudnn.so.9"};
+  request.environment_variable = "HAL_CUDNN";
+  request.configured_path = configured_path;
+  auto cudnn = std::unique_ptr<Cudnn>(new Cudnn());
+  CudnnApi& api = cudnn->api_;
+  VendorLibraryLoad load = open_vendor_library(
+      request, {symbol(api.cudnnGetVersion, {"cudnnGetVersion"}, true),
+                symbol(api.cudnnGetCudartVersion, {"cudnnGetCudartVersion"}, false),
+                symbol(api.cudnnGetErrorString, {"cudnnGetErrorString"}, false)});
+  if (!load.ok()) return {nullptr, load.error};
+  cudnn->library_ = std::move(load.library);
+  return {std::move(cudnn), {}};
+}
+
+std::string Cudnn::format_version(std::size_t encoded) {
+  // cuDNN 9 moved to major * 10000 + minor * 100 + patch; before it was major * 1000.
+  const std::size_t major_unit = encoded >= 90000 ? 10000 : 1000;
+  return std::to_string(encoded / major_unit) + "." + std::to_string(encoded % major_unit / 100) + "." +
+         std::to_string(encoded % 100);
+}
+
+std::string Cudnn::version() const { return format_version(api_.cudnnGetVersion()); }
+
+}  // namespace hal::shims

@@ -1,0 +1,39 @@
+// cuDNN (libcudnn.so.9), resolved at run time: for now its presence and
+// version; the graph API for fused attention builds on this table.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "vendor_library.hpp"
+
+namespace hal::shims {
+
+struct CudnnApi {
+  std::size_t (*cudnnGetVersion)() = nullptr;
+  std::size_t (*cudnnGetCudartVersion)() = nullptr;  // optional
+  const char* (*cudnnGetErrorString)(int status) = nullptr;  // optional
+};
+
+class Cudnn {
+ public:
+  struct LoadResult {
+    std::unique_ptr<Cudnn> library;  // null when unusable
+    std::string message;
+  };
+  static LoadResult load(const std::string& configured_path);
+
+  const CudnnApi& api() const { return api_; }
+  const std::string& path() const { return library_.path(); }
+  // "9.19.0"
+  std::string version() const;
+  // cudnnGetVersion's number in cuDNN's encoding (9.x: 91900, 8.x: 8907).
+  static std::string format_version(std::size_t encoded);
+
+ private:
+  SharedLibrary library_;
+  CudnnApi api_;
+};
+
+}  // namespace hal::shims

@@ -1,0 +1,76 @@
+// Opens a vendor library at run time, searching the places vendors and pip
+// put it, and remembers every path tried with what went wrong there.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace hal::shims {
+
+// An open shared library; closes it when destroyed.
+class SharedLibrary {
+ public:
+  SharedLibrary() = default;
+  SharedLibrary(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}
+  SharedLibrary(SharedLibrary&& other) noexcept { *this = std::move(other); }
+  SharedLibrary& operator=(SharedLibrary&& other) noexcept;
+  SharedLibrary(const SharedLibrary&) = delete;
+  SharedLibrary& operator=(const SharedLibrary&) = delete;
+  ~SharedLibrary() { close(); }
+
+  bool is_open() const { return handle_ != nullptr; }
+  // The file that was opened, as the dynamic linker resolved it.
+  const std::string& path() const { return path_; }
+  // The address of an exported symbol, or nullptr.
+  void* find(const char* symbol) const;
+
+ private:
+  void close();
+  void* handle_ = nullptr;
+  std::string path_;
+};
+
+struct LoadAttempt {
+  std::string where;    // "HAL_CUDA_DRIVER", "CUDA_HOME", "python site-packages", "system"
+  std::string path;     // the file or soname handed to the dynamic linker
+  std::string outcome;  // "loaded" or why not (dlerror, "not found", ...)
+};
+
+struct LibraryRequest {
+  std::string display_name;          // "CUDA driver": used in messages
+  std::vector<std::string> sonames;  // file names to look for, in order: {"libcuda.so.1"}
+  // An explicit file (or directory holding one of the sonames); the
+  // environment variable wins over the configured path. When either is set,
+  // nothing else is searched: the user asked for that library.
+  std::string environment_variable;  // "HAL_CUDA_DRIVER"
+  std::string configured_path;       // from the backend's config options
+  bool search_toolkit = true;        // $CUDA_HOME, $CUDA_PATH, /usr/local/cuda
+  bool search_python_packages = true;  // site-packages/nvidia/*/lib
+  // Vendor install directories searched after an explicit path and before
+  // the CUDA stages, each reported under its label: {"ROCM_PATH", "/opt/rocm-6.1/lib"}.
+  std::vector<std::pair<std::string, std::string>> install_directories;
+  // Keeps the library mapped after close: drivers start threads and
+  // register exit handlers that must not outlive their code.
+  bool never_unload = false;
+};
+
+struct LibraryLoad {
+  SharedLibrary library;
+  std::vector<LoadAttempt> attempts;
+  bool loaded() const { return library.is_open(); }
+  // "tried: A (why); B (why)" for error messages and reports.
+  std::string describe_attempts() const;
+};
+
+// Never throws; a library that cannot be found is a LibraryLoad with no library.
+LibraryLoad load_library(const LibraryRequest& request);
+
+// The search stages, exposed for tests and for halinfo-style reports.
+std::vector<std::string> toolkit_library_directories();
+// site-packages / dist-packages directories found from prefixes derived
+// without running Python: virtualenv, conda, pyenv, user and system paths.
+std::vector<std::string> python_site_package_directories();
+
+}  // namespace hal::shims

@@ -1,0 +1,498 @@
+// The CUDA backend through hal's public API, against the fake driver in
+// tests/fakes/fake_cuda_driver. ctest runs each suite in its own process
+// with the driver identity in the environment (see cuda_tests.cmake).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda.h>
+#include <cudnn_version.h>
+#include <nccl.h>
+
+#include "core_test_support.hpp"
+#include "hal/capabilities.hpp"
+#include "hal/hal.hpp"
+#include "scoped_environment.hpp"
+
+using hal::BackendState;
+using hal::MemoryKind;
+using hal::StatusCode;
+using hal::testing::ScopedEnvironment;
+using hal_test::check_error;
+using hal_test::counting_bytes;
+using hal_test::read_all;
+using hal_test::StreamGate;
+
+namespace {
+
+bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+hal::RuntimeOptions default_options() {
+  hal::RuntimeOptions options;
+  options.config = hal::Config{};  // the user's config file must not change the tests
+  return options;
+}
+
+// The fake driver, or with HAL_TEST_CUDA_DRIVER=system the machine's own
+// (how scripts/gpu-check.sh runs the "cuda semantics" suite on a GPU).
+std::string fake_driver_path() {
+  const char* moved = std::getenv("HAL_TEST_FAKE_CUDA_DRIVER");  // a build tree carried to another machine
+  return moved != nullptr && *moved != '\0' ? moved : HAL_FAKE_CUDA_DRIVER_PATH;
+}
+
+std::optional<std::string> driver_under_test() {
+  const char* choice = std::getenv("HAL_TEST_CUDA_DRIVER");
+  if (choice != nullptr && std::string_view(choice) == "system") return std::nullopt;
+  return fake_driver_path();
+}
+
+// A runtime with the CUDA backend on the driver under test; no cuDNN or
+// NCCL unless a test asks for them, so results do not depend on the machine.
+struct FakeDriverFixture {
+  ScopedEnvironment environment{{"HAL_CUDA_DRIVER", driver_under_test()},
+                                {"HAL_BACKENDS", "host,cuda"},
+                                {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"},
+                                {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
+                                {"HAL_FAKE_CUDA_FAIL", std::nullopt},
+                                {"HAL_FAKE_CUDA_NO_PROC_ADDRESS", std::nullopt}};
+  hal::Runtime runtime = hal::Runtime::create(default_options());
+
+  const hal::BackendReport& report() const {
+    const hal::BackendReport* found = runtime.find_backend("cuda");
+    REQUIRE(found != nullptr);
+    return *found;
+  }
+  hal::Device device(int index = 0) const {
+    const hal::BackendReport& cuda = report();  // not inside the assertion: doctest cannot nest them
+    REQUIRE_MESSAGE(cuda.state == BackendState::loaded, cuda.reason);
+    return runtime.device("cuda:" + std::to_string(index));
+  }
+};
+
+const hal::Capability& capability(const hal::DeviceInfo& info, std::string_view key) {
+  const hal::Capability* found = info.find_capability(key);
+  REQUIRE_MESSAGE(found != nullptr, "no capability " << key);
+  return *found;
+}
+
+bool sysfs_has(const std::string& pci_bus_id) {
+  return std::filesystem::exists("/sys/bus/pci/devices/" + pci_bus_id);
+}
+
+}  // namespace
+
+TEST_SUITE("cuda semantics") {
+  TEST_CASE_FIXTURE(FakeDriverFixture, "devices are found by UUID and PCI bus id") {
+    const hal::DeviceInfo& info = device(0).info();
+    CHECK(info.uuid.starts_with("GPU-"));
+    CHECK(runtime.device(info.uuid) == device(0));
+    REQUIRE_FALSE(info.pci_bus_id.empty());
+    CHECK(runtime.device(info.pci_bus_id) == device(0));
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "every memory kind round-trips data at offsets") {
+    for (const MemoryKind kind : {MemoryKind::device, MemoryKind::host_pinned, MemoryKind::managed}) {
+      CAPTURE(hal::to_string(kind));
+      hal::Buffer buffer = device(0).allocate(4096, kind);
+      buffer.fill(0, 4096, 0);
+      const auto payload = counting_bytes(1000, 7);
+      buffer.write(123, payload.data(), payload.size());
+      std::vector<std::uint8_t> expected(4096, 0);
+      std::copy(payload.begin(), payload.end(), expected.begin() + 123);
+      CHECK(read_all(buffer) == expected);
+      if (kind == MemoryKind::device) {
+        check_error([&] { (void)buffer.host_address(); }, StatusCode::unsupported, {});
+      } else {
+        const auto* host = static_cast<const std::uint8_t*>(buffer.host_address());
+        REQUIRE(host != nullptr);
+        CHECK(std::memcmp(host + 123, payload.data(), payload.size()) == 0);
+      }
+    }
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "allocations honour alignments beyond the driver's own") {
+    for (const MemoryKind kind : {MemoryKind::device, MemoryKind::host_pinned, MemoryKind::managed}) {
+      for (const std::uint64_t alignment : {std::uint64_t{0}, std::uint64_t{64}, std::uint64_t{4096},
+                                            std::uint64_t{1} << 16, std::uint64_t{2} << 20}) {
+        CAPTURE(hal::to_string(kind));
+        CAPTURE(alignment);
+        hal::Buffer buffer = device(0).allocate(1000, kind, alignment);
+        const auto address = reinterpret_cast<std::uintptr_t>(buffer.device_address());
+        CHECK(address % (alignment == 0 ? 256 : alignment) == 0);
+        const auto bytes = counting_bytes(1000);
+        buffer.write(0, bytes.data(), bytes.size());
+        CHECK(read_all(buffer) == bytes);
+      }
+    }
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "fills of every pattern size are exact at any offset") {
+    hal::Buffer buffer = device(0).allocate(256);
+    const std::uint32_t pattern = 0xa1b2c3d4;
+    for (const std::uint32_t pattern_size : {1u, 2u, 4u}) {
+      for (const std::uint64_t slot : {0ull, 1ull, 3ull, 5ull}) {
+        const std::uint64_t offset = slot * pattern_size;
+        for (const std::uint64_t count : {1ull, 3ull, 17ull}) {
+          CAPTURE(pattern_size);
+          CAPTURE(offset);
+          CAPTURE(count);
+          const std::uint64_t size = count * pattern_size;
+          buffer.fill(0, 256, 0xee);
+          buffer.fill(offset, size, pattern, pattern_size);
+          std::vector<std::uint8_t> expected(256, 0xee);
+          for (std::uint64_t i = 0; i < size; ++i)
+            expected[offset + i] = static_cast<std::uint8_t>(pattern >> (8 * (i % pattern_size)));
+          CHECK(read_all(buffer) == expected);
+        }
+      }
+    }
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "stream work runs in order, asynchronously") {
+    hal::Stream stream = device(0).create_stream();
+    hal::Buffer buffer = device(0).allocate(4096);
+    const auto bytes = counting_bytes(4096);
+    std::vector<std::uint8_t> result(4096, 0);
+    StreamGate gate;
+    gate.block(stream);
+    stream.copy_to_device(buffer, 0, bytes.data(), bytes.size());
+    stream.fill(buffer, 8, 8, 0x55);
+    stream.copy_to_host(result.data(), buffer, 0, result.size());
+    // Held at the gate: nothing ran yet and the stream says so.
+    CHECK_FALSE(stream.is_idle());
+    CHECK(std::all_of(result.begin(), result.end(), [](std::uint8_t b) { return b == 0; }));
+    gate.open();
+    stream.synchronize();
+    CHECK(stream.is_idle());
+    auto expected = bytes;
+    std::fill(expected.begin() + 8, expected.begin() + 16, 0x55);
+    CHECK(result == expected);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "host callbacks run after earlier work with an ok status") {
+    hal::Stream stream = device(0).create_stream();
+    hal::Buffer buffer = device(0).allocate(64, MemoryKind::host_pinned);
+    stream.fill(buffer, 0, 64, 0x42);
+    std::atomic<int> seen{-1};
+    std::atomic<bool> ok{false};
+    stream.enqueue_host_callback([&](const hal::Status& status) {
+      seen = static_cast<const std::uint8_t*>(buffer.host_address())[63];
+      ok = status.is_ok();
+    });
+    stream.synchronize();
+    CHECK(seen == 0x42);
+    CHECK(ok);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "events order streams and time the work between them") {
+    hal::Stream producer = device(0).create_stream();
+    hal::Stream consumer = device(0).create_stream();
+    hal::Event start = device(0).create_event();
+    hal::Event done = device(0).create_event();
+    hal::Buffer buffer = device(0).allocate(64);
+    buffer.fill(0, 64, 0);
+    std::vector<std::uint8_t> result(64, 0xff);
+
+    StreamGate gate;
+    producer.record(start);
+    gate.block(producer);
+    producer.fill(buffer, 0, 64, 0x77);
+    producer.enqueue_host_callback([](const hal::Status&) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+    producer.record(done);
+    consumer.wait(done);
+    consumer.copy_to_host(result.data(), buffer, 0, result.size());
+
+    CHECK_FALSE(done.is_complete());
+    gate.open();
+    consumer.synchronize();
+    CHECK(std::all_of(result.begin(), result.end(), [](std::uint8_t b) { return b == 0x77; }));
+    done.synchronize();
+    CHECK(done.is_complete());
+    CHECK(hal::Event::elapsed_milliseconds(start, done) >= 15.0);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "timing an event never recorded is invalid_argument") {
+    hal::Stream stream = device(0).create_stream();
+    hal::Event recorded = device(0).create_event();
+    hal::Event never = device(0).create_event();
+    stream.record(recorded);
+    stream.synchronize();
+    check_error([&] { (void)hal::Event::elapsed_milliseconds(recorded, never); }, StatusCode::invalid_argument,
+                {"never recorded"});
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "device-to-device copies work within and across devices") {
+    const bool two_devices = runtime.find_backend("cuda")->device_count > 1;
+    hal::Buffer source = device(0).allocate(1 << 20);
+    hal::Buffer target = device(two_devices ? 1 : 0).allocate(1 << 20);
+    const auto bytes = counting_bytes(1 << 20, 3);
+    source.write(0, bytes.data(), bytes.size());
+    target.copy_from(0, source, 0, bytes.size());
+    CHECK(read_all(target) == bytes);
+    hal::Stream stream = device(0).create_stream();
+    stream.copy(source, 100, target, 0, 1000);
+    stream.synchronize();
+    std::vector<std::uint8_t> expected = bytes;
+    std::copy(bytes.begin(), bytes.begin() + 1000, expected.begin() + 100);
+    CHECK(read_all(source) == expected);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "more device memory than the device has is out_of_memory, not a crash") {
+    const std::uint64_t too_much = device(0).info().total_memory + (1ull << 20);
+    check_error([&] { (void)device(0).allocate(too_much); }, StatusCode::out_of_memory,
+                {"CUDA_ERROR_OUT_OF_MEMORY", std::to_string(too_much) + " bytes of device memory on cuda:0"},
+                CUDA_ERROR_OUT_OF_MEMORY);
+    hal::Buffer buffer = device(0).allocate(64);  // the failure leaves the device usable
+    CHECK(buffer.valid());
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "the primary context is made current on every calling thread") {
+    hal::Device gpu = device(1);
+    std::vector<std::uint8_t> read_back;
+    std::thread worker([&] {
+      // A fresh thread has no current context; the backend must set it.
+      hal::Buffer buffer = gpu.allocate(256);
+      buffer.fill(0, 256, 0x5a);
+      read_back = read_all(buffer);
+    });
+    worker.join();
+    CHECK(read_back == std::vector<std::uint8_t>(256, 0x5a));
+  }
+
+}
+
+TEST_SUITE("fake driver") {
+  TEST_CASE_FIXTURE(FakeDriverFixture, "devices are enumerated with their identity and memory") {
+    const hal::BackendReport& cuda = report();
+    REQUIRE_MESSAGE(cuda.state == BackendState::loaded, cuda.reason);
+    CHECK(cuda.device_count == 2);
+    const hal::DeviceInfo& first = device(0).info();
+    const hal::DeviceInfo& second = device(1).info();
+    CHECK(first.type == hal::DeviceType::gpu);
+    CHECK(first.name == "NVIDIA A100-SXM4-80GB");
+    CHECK(second.name == "NVIDIA A100-SXM4-40GB");
+    CHECK(first.uuid == "GPU-facec0da-0001-4000-8000-000000000000");
+    CHECK(second.uuid == "GPU-facec0da-0001-4000-8000-000000000001");
+    // The driver's "00000000:E1:00.0" comes out normalized.
+    CHECK(first.pci_bus_id == "0000:e1:00.0");
+    CHECK(second.pci_bus_id == "0000:e2:00.0");
+    if (!sysfs_has(first.pci_bus_id)) {
+      CHECK(first.numa_node == -1);
+      CHECK(first.vendor == "unknown");
+    }
+    CHECK(first.total_memory == (1ull << 30));
+    CHECK(second.total_memory == (512ull << 20));
+    CHECK(first.free_memory <= first.total_memory);
+    CHECK(first.compute_units == 108);
+    CHECK(first.clock_mhz == 1410);
+    CHECK(first.memory_clock_mhz == 1593);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "version axes and capabilities say what is declared and why") {
+    const hal::DeviceInfo& info = device(0).info();
+    CHECK(info.version("driver") == "13.0");
+    CHECK(info.version("cuda_headers").has_value());
+    CHECK_FALSE(info.version("cudnn").has_value());
+    CHECK_FALSE(info.version("nccl").has_value());
+
+    const hal::Capability& compute = capability(info, "cuda.compute_capability");
+    CHECK(compute.value_string() == "8.0");
+    CHECK(contains(compute.note, "reported"));
+    CHECK(device(0).supports("memory.managed"));
+    CHECK(device(0).supports("memory.host_pinned"));
+    CHECK(device(0).supports("p2p"));
+    CHECK(contains(capability(info, "p2p").note, "cuda:1"));
+    for (const char* key : {"attention.fused", "attention.flash", "attention.math"}) {
+      CAPTURE(key);
+      CHECK_FALSE(device(0).supports(key));
+      CHECK(contains(capability(info, key).note, "not built yet"));
+    }
+    // A missing optional library is a declared state with every path tried.
+    CHECK_FALSE(device(0).supports("library.cudnn"));
+    CHECK(contains(capability(info, "library.cudnn").note, "/nonexistent/libcudnn.so.9"));
+    CHECK(contains(capability(info, "library.cudnn").note, "HAL_CUDNN"));
+    CHECK_FALSE(device(0).supports("library.nccl"));
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "a device without a loadable kernel image has kernels off, with the reason") {
+    const hal::Capability& kernels = capability(device(0).info(), "kernels");
+    CHECK_FALSE(device(0).supports("kernels"));
+#if HAL_TEST_CUDA_KERNELS_BUILT
+    // The fake loads no image, as a device without a matching architecture.
+    CHECK(contains(kernels.note, "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU"));
+    CHECK(contains(kernels.note, "sm_80 and sm_90 code and compute_90 PTX"));
+#else
+    CHECK(contains(kernels.note, "built without nvcc"));
+#endif
+    // Nothing that needs kernels is claimed, so nothing fails at launch later.
+    CHECK_FALSE(device(0).supports("attention.flash"));
+    CHECK_FALSE(device(0).supports("attention.math"));
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "copies between devices and free memory accounting") {
+    const std::uint64_t free_before = device(1).free_memory();
+    hal::Buffer source = device(0).allocate(1 << 20);
+    hal::Buffer target = device(1).allocate(1 << 20);
+    CHECK(device(1).free_memory() <= free_before - (1 << 20));
+    const auto bytes = counting_bytes(1 << 20, 3);
+    source.write(0, bytes.data(), bytes.size());
+    target.copy_from(0, source, 0, bytes.size());
+    CHECK(read_all(target) == bytes);
+    target.free();
+    CHECK(device(1).free_memory() == free_before);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "an allocation beyond the device's memory is out_of_memory") {
+    check_error([&] { (void)device(1).allocate(600ull << 20); }, StatusCode::out_of_memory,
+                {"CUDA_ERROR_OUT_OF_MEMORY", "629145600 bytes of device memory on cuda:1"}, CUDA_ERROR_OUT_OF_MEMORY);
+    check_error([&] { (void)device(1).allocate(600ull << 20, MemoryKind::managed); }, StatusCode::out_of_memory,
+                {"managed memory"});
+    // The failure leaves the device usable.
+    hal::Buffer buffer = device(1).allocate(64);
+    CHECK(buffer.valid());
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "a device fault in stream work is device_lost at synchronize") {
+    hal::Stream stream = device(0).create_stream();
+    hal::Buffer buffer = device(0).allocate(64);
+    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemsetD8Async=700");
+    stream.fill(buffer, 0, 64, 1);  // enqueued fine; fails when it runs
+    check_error([&] { stream.synchronize(); }, StatusCode::device_lost,
+                {"CUDA_ERROR_ILLEGAL_ADDRESS", "restart the process"}, CUDA_ERROR_ILLEGAL_ADDRESS);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "driver errors of synchronous calls map to hal status codes") {
+    hal::Buffer buffer = device(0).allocate(64);
+    std::uint8_t byte = 0;
+    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemcpyDtoH=719");
+    check_error([&] { buffer.read(0, &byte, 1); }, StatusCode::device_lost, {"CUDA_ERROR_LAUNCH_FAILED", "cuda:0"},
+                CUDA_ERROR_LAUNCH_FAILED);
+    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemcpyHtoD=801");
+    check_error([&] { buffer.write(0, &byte, 1); }, StatusCode::unsupported, {"CUDA_ERROR_NOT_SUPPORTED"},
+                CUDA_ERROR_NOT_SUPPORTED);
+    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemAlloc=999");
+    check_error([&] { (void)device(0).allocate(64); }, StatusCode::internal, {"CUDA_ERROR_UNKNOWN"}, CUDA_ERROR_UNKNOWN);
+  }
+
+  TEST_CASE("a driver without cuGetProcAddress is resolved by its exported names") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                                  {"HAL_BACKENDS", "cuda"},
+                                  {"HAL_FAKE_CUDA_NO_PROC_ADDRESS", "1"},
+                                  {"HAL_FAKE_CUDA_FAIL", std::nullopt}};
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    REQUIRE(runtime.find_backend("cuda")->state == BackendState::loaded);
+    hal::Buffer buffer = runtime.device("cuda:0").allocate(16);
+    buffer.fill(0, 16, 0x01020304, 4);
+    CHECK(read_all(buffer)[5] == 0x03);
+  }
+
+  TEST_CASE("the config's [backend.cuda] driver option locates the driver") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", std::nullopt}, {"HAL_BACKENDS", "cuda"}};
+    hal::RuntimeOptions options = default_options();
+    options.config->backend_options["cuda"]["driver"] = std::filesystem::path(fake_driver_path()).parent_path().string();  // a directory works too
+    const hal::Runtime runtime = hal::Runtime::create(options);
+    const hal::BackendReport* report = runtime.find_backend("cuda");
+    REQUIRE(report != nullptr);
+    CHECK_MESSAGE(report->state == BackendState::loaded, report->reason);
+    CHECK(report->device_count == 2);
+  }
+
+  TEST_CASE("an explicit driver path that does not exist is the only path tried") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", "/nonexistent/dir/libcuda.so.1"}, {"HAL_BACKENDS", "cuda"}};
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::BackendReport* report = runtime.find_backend("cuda");
+    REQUIRE(report != nullptr);
+    CHECK(report->state == BackendState::unavailable);
+    CHECK(contains(report->reason, "[HAL_CUDA_DRIVER] /nonexistent/dir/libcuda.so.1: not found"));
+    CHECK(contains(report->reason, "nothing else was searched"));
+    CHECK_FALSE(contains(report->reason, "[system]"));
+  }
+
+  TEST_CASE("cuDNN and NCCL versions are their own axes when the libraries are found") {
+    const std::string toolkit = "/usr/local/cuda/lib64";
+    if (!std::filesystem::exists(toolkit + "/libcudnn.so.9") || !std::filesystem::exists(toolkit + "/libnccl.so.2")) {
+      MESSAGE("skipped: the toolkit at " << toolkit << " has no cuDNN 9 or NCCL 2");
+      return;
+    }
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                                  {"HAL_BACKENDS", "cuda"},
+                                  {"HAL_CUDNN", toolkit + "/libcudnn.so.9"},
+                                  {"HAL_NCCL", toolkit + "/libnccl.so.2"}};
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::Device device = runtime.device("cuda:0");
+    CHECK(device.info().version("cudnn") == std::to_string(CUDNN_MAJOR) + "." + std::to_string(CUDNN_MINOR) + "." +
+                                                std::to_string(CUDNN_PATCHLEVEL));
+    CHECK(device.info().version("nccl") == std::to_string(NCCL_MAJOR) + "." + std::to_string(NCCL_MINOR) + "." +
+                                               std::to_string(NCCL_PATCH));
+    CHECK(device.supports("library.cudnn"));
+    CHECK(contains(device.info().find_capability("library.nccl")->note, "libnccl.so.2"));
+  }
+
+}
+
+TEST_SUITE("ppu identity") {
+  TEST_CASE_FIXTURE(FakeDriverFixture, "a CUDA-compatible device reporting compute capability 8.0 is not taken for an A100") {
+    const hal::DeviceInfo& info = device(0).info();
+    CHECK(info.name == "PPU-ZW810E");
+    CHECK(info.total_memory == (96ull << 30));
+    const hal::Capability& compute = capability(info, "cuda.compute_capability");
+    CHECK(compute.value_string() == "8.0");
+    CHECK(contains(compute.note, "CUDA-compatible device"));
+    // The vendor comes from PCI, never from the reported architecture.
+    CHECK(info.vendor != "NVIDIA");
+    // Kernel-based features are not claimed from the compute capability.
+    CHECK_FALSE(device(0).supports("attention.flash"));
+    // The shipped quirk for a PPU in CUDA-compatible mode matches it by name.
+    const hal::EffectiveCapability fused = hal::effective_capability(device(0), "attention.fused");
+    CHECK(fused.value == "false");
+    CHECK(std::any_of(fused.layers.begin(), fused.layers.end(), [](const hal::CapabilityLayer& layer) {
+      return layer.layer == "quirk" && contains(layer.source, "ppu-in-cuda-compat-mode-no-fused-mha");
+    }));
+  }
+}
+
+TEST_SUITE("no device") {
+  TEST_CASE("a driver that finds no device makes the backend unavailable, saying so") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()}, {"HAL_BACKENDS", "host,cuda"}};
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::BackendReport* report = runtime.find_backend("cuda");
+    REQUIRE(report != nullptr);
+    CHECK(report->state == BackendState::unavailable);
+    CHECK(contains(report->reason, "found no device"));
+    CHECK(contains(report->reason, "CUDA_ERROR_NO_DEVICE"));
+    CHECK(runtime.find_backend("host")->state == BackendState::loaded);
+  }
+}
+
+TEST_SUITE("no driver") {
+  TEST_CASE("without a driver the plugin loads and reports unavailable with every path tried") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", std::nullopt}, {"HAL_BACKENDS", "host,cuda"}};
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::BackendReport* report = runtime.find_backend("cuda");
+    REQUIRE(report != nullptr);
+    if (report->state == BackendState::loaded) {
+      MESSAGE("this machine has a CUDA driver (" << report->device_count << " devices): nothing to check here");
+      return;
+    }
+    CHECK(report->state == BackendState::unavailable);
+    CHECK(contains(report->path, "libhal_backend_cuda.so"));
+    CHECK(contains(report->reason, "the CUDA driver (libcuda.so.1) was not found"));
+    CHECK(contains(report->reason, "HAL_CUDA_DRIVER"));
+    CHECK(contains(report->reason, "[python site-packages]"));
+    CHECK(contains(report->reason, "[system] libcuda.so.1: "));
+    if (std::filesystem::exists("/usr/local/cuda/lib64"))
+      CHECK(contains(report->reason, "[CUDA toolkit] "));
+    // Everything else carries on.
+    CHECK(runtime.find_backend("host")->state == BackendState::loaded);
+    CHECK(runtime.device("host:0").info().type == hal::DeviceType::cpu);
+  }
+}

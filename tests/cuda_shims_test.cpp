@@ -1,0 +1,157 @@
+// The run-time library search and symbol tables of shims/.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <unistd.h>
+
+#include "cudnn.hpp"
+#include "library_loader.hpp"
+#include "nccl.hpp"
+#include "scoped_environment.hpp"
+#include "symbol_table.hpp"
+
+using hal::testing::ScopedEnvironment;
+namespace shims = hal::shims;
+namespace fs = std::filesystem;
+
+namespace {
+
+bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+// A temporary directory removed at the end of the test.
+struct TemporaryDirectory {
+  fs::path path = fs::temp_directory_path() / ("hal-shims-test-" + std::to_string(::getpid()));
+  TemporaryDirectory() { fs::create_directories(path); }
+  ~TemporaryDirectory() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+shims::LibraryRequest fake_driver_request() {
+  shims::LibraryRequest request;
+  request.display_name = "test library";
+  request.sonames = {"libcuda.so.1"};
+  request.environment_variable = "HAL_SHIMS_TEST_LIBRARY";
+  return request;
+}
+
+}  // namespace
+
+TEST_SUITE("shims") {
+  TEST_CASE("an explicit file is loaded and reported as the only attempt") {
+    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", HAL_FAKE_CUDA_DRIVER_PATH}};
+    const shims::LibraryLoad load = shims::load_library(fake_driver_request());
+    REQUIRE(load.loaded());
+    CHECK(load.library.find("cuInit") != nullptr);
+    CHECK(load.library.find("no_such_symbol") == nullptr);
+    REQUIRE(load.attempts.size() == 1);
+    CHECK(load.attempts[0].where == "HAL_SHIMS_TEST_LIBRARY");
+    CHECK(contains(load.attempts[0].outcome, "loaded"));
+  }
+
+  TEST_CASE("the environment wins over the configured path") {
+    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", "/nonexistent/libcuda.so.1"}};
+    shims::LibraryRequest request = fake_driver_request();
+    request.configured_path = HAL_FAKE_CUDA_DRIVER_PATH;
+    const shims::LibraryLoad load = shims::load_library(request);
+    CHECK_FALSE(load.loaded());
+    CHECK(contains(load.describe_attempts(), "[HAL_SHIMS_TEST_LIBRARY] /nonexistent/libcuda.so.1: not found"));
+    environment.set("HAL_SHIMS_TEST_LIBRARY", std::nullopt);
+    const shims::LibraryLoad configured = shims::load_library(request);
+    CHECK(configured.loaded());
+    CHECK(configured.attempts.at(0).where == "config");
+  }
+
+  TEST_CASE("a file that is not a library is reported with the dynamic linker's error") {
+    TemporaryDirectory directory;
+    const fs::path garbage = directory.path / "libcuda.so.1";
+    std::ofstream(garbage) << "not an ELF file\n";
+    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", garbage.string()}};
+    const shims::LibraryLoad load = shims::load_library(fake_driver_request());
+    CHECK_FALSE(load.loaded());
+    REQUIRE(load.attempts.size() == 1);
+    CHECK(contains(load.attempts[0].outcome, "libcuda.so.1"));  // dlerror names the file
+  }
+
+  TEST_CASE("link-time stubs are never loaded") {
+    TemporaryDirectory directory;
+    const fs::path stubs = directory.path / "stubs";
+    fs::create_directories(stubs);
+    fs::copy_file(HAL_FAKE_CUDA_DRIVER_PATH, stubs / "libcuda.so.1");
+    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", (stubs / "libcuda.so.1").string()}};
+    const shims::LibraryLoad load = shims::load_library(fake_driver_request());
+    CHECK_FALSE(load.loaded());
+    CHECK(contains(load.describe_attempts(), "link-time stub"));
+  }
+
+  TEST_CASE("pip wheels under a virtualenv's site-packages are searched before the system") {
+    TemporaryDirectory directory;
+    const fs::path wheel = directory.path / "lib/python3.11/site-packages/nvidia/fake_driver/lib";
+    fs::create_directories(wheel);
+    fs::copy_file(HAL_FAKE_CUDA_DRIVER_PATH, wheel / "libcuda.so.1");
+    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", std::nullopt},
+                                  {"VIRTUAL_ENV", directory.path.string()}};
+    shims::LibraryRequest request = fake_driver_request();
+    request.search_toolkit = false;
+    const auto sites = shims::python_site_package_directories();
+    REQUIRE_FALSE(sites.empty());
+    CHECK(sites.front() == (directory.path / "lib/python3.11/site-packages").string());
+    const shims::LibraryLoad load = shims::load_library(request);
+    REQUIRE_MESSAGE(load.loaded(), load.describe_attempts());
+    CHECK(load.attempts.back().where == "python site-packages");
+    CHECK(contains(load.library.path(), "nvidia/fake_driver/lib/libcuda.so.1"));
+  }
+
+  TEST_CASE("the toolkit directories come from CUDA_HOME first") {
+    TemporaryDirectory directory;
+    fs::create_directories(directory.path / "lib64");
+    ScopedEnvironment environment{{"CUDA_HOME", directory.path.string()}, {"CUDA_PATH", std::nullopt}};
+    const auto directories = shims::toolkit_library_directories();
+    REQUIRE_FALSE(directories.empty());
+    CHECK(directories.front() == (directory.path / "lib64").string());
+  }
+
+  TEST_CASE("symbol tables take the first alternative found and report what is missing") {
+    // An RCCL-like library: all-to-all spelled ncclAllToAll, no ncclCommFinalize.
+    const std::map<std::string, int> exported = {{"ncclAllToAll", 1}, {"ncclGetVersion", 2}};
+    int (*all_to_all)() = nullptr;
+    int (*get_version)() = nullptr;
+    int (*finalize)() = nullptr;
+    int (*init_rank)() = nullptr;
+    const shims::SymbolResolution resolution = shims::resolve_symbols(
+        {shims::symbol(all_to_all, {"ncclAlltoAll", "ncclAllToAll"}, false),
+         shims::symbol(get_version, {"ncclGetVersion"}, true), shims::symbol(finalize, {"ncclCommFinalize"}, false),
+         shims::symbol(init_rank, {"ncclCommInitRank"}, true)},
+        [&](const char* name) -> void* {
+          auto found = exported.find(name);
+          // Distinct non-null addresses stand for the exported functions.
+          return found == exported.end() ? nullptr : reinterpret_cast<void*>(static_cast<std::uintptr_t>(found->second));
+        });
+    CHECK(reinterpret_cast<std::uintptr_t>(all_to_all) == 1);
+    CHECK(reinterpret_cast<std::uintptr_t>(get_version) == 2);
+    CHECK(reinterpret_cast<void*>(finalize) == nullptr);
+    CHECK_FALSE(resolution.complete());
+    CHECK(resolution.missing_required == std::vector<std::string>{"ncclCommInitRank"});
+    CHECK(resolution.missing_optional == std::vector<std::string>{"ncclCommFinalize"});
+  }
+
+  TEST_CASE("vendor version numbers are decoded in each release's encoding") {
+    CHECK(shims::Cudnn::format_version(91900) == "9.19.0");
+    CHECK(shims::Cudnn::format_version(8907) == "8.9.7");
+    CHECK(shims::Nccl::format_version(22809) == "2.28.9");
+    CHECK(shims::Nccl::format_version(2708) == "2.7.8");
+  }
+
+  TEST_CASE("a library lacking required NCCL functions is unusable, with the names") {
+    // The fake driver exports none of NCCL's functions.
+    shims::LibraryRequest request = shims::Nccl::nvidia_request(HAL_FAKE_CUDA_DRIVER_PATH);
+    ScopedEnvironment environment{{"HAL_NCCL", std::nullopt}};
+    const shims::Nccl::LoadResult load = shims::Nccl::load(request);
+    CHECK(load.library == nullptr);
+    CHECK(contains(load.message, "lacks required functions (ncclGetVersion"));
+  }
+}

@@ -1,0 +1,47 @@
+# The CUDA backend against a fake driver, the shims, and the plugin's link
+# dependencies. Included from tests/CMakeLists.txt when HAL_WITH_CUDA is ON.
+
+# The fake driver is named like the real one, alone in its directory, and
+# never installed.
+set(HAL_FAKE_CUDA_DRIVER_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_cuda_driver)
+add_library(fake_cuda_driver SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_driver/fake_cuda_driver.cpp)
+set_target_properties(fake_cuda_driver PROPERTIES
+  OUTPUT_NAME cuda PREFIX lib SUFFIX .so.1
+  LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_CUDA_DRIVER_DIR}
+  CXX_VISIBILITY_PRESET hidden)
+target_include_directories(fake_cuda_driver SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_link_libraries(fake_cuda_driver PRIVATE hal_warnings Threads::Threads)
+
+add_executable(hal_cuda_tests
+  ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_backend_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_shims_test.cpp)
+target_include_directories(hal_cuda_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
+target_link_libraries(hal_cuda_tests PRIVATE hal::hal hal_shims hal_warnings Threads::Threads)
+target_compile_definitions(hal_cuda_tests PRIVATE
+  HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
+  HAL_FAKE_CUDA_DRIVER_DIR="${HAL_FAKE_CUDA_DRIVER_DIR}"
+  HAL_TEST_CUDA_KERNELS_BUILT=$<BOOL:${HAL_CUDA_KERNELS}>)
+add_dependencies(hal_cuda_tests fake_cuda_driver hal_backend_cuda hal_backend_host hal_data)
+
+# One process per driver identity: a driver's devices are fixed once cuInit ran.
+set(HAL_CUDA_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=")
+add_test(NAME cuda_fake_driver_tests COMMAND hal_cuda_tests "--test-suite=cuda semantics,fake driver,shims")
+set_tests_properties(cuda_fake_driver_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2;HAL_FAKE_CUDA_MEMORY=1G,512M;HAL_FAKE_CUDA_NAME=NVIDIA A100-SXM4-80GB,NVIDIA A100-SXM4-40GB")
+add_test(NAME cuda_fake_ppu_tests COMMAND hal_cuda_tests "--test-suite=ppu identity")
+set_tests_properties(cuda_fake_ppu_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=ppu")
+add_test(NAME cuda_fake_no_device_tests COMMAND hal_cuda_tests "--test-suite=no device")
+set_tests_properties(cuda_fake_no_device_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=0")
+add_test(NAME cuda_no_driver_tests COMMAND hal_cuda_tests "--test-suite=no driver")
+set_tests_properties(cuda_no_driver_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_CUDA_DRIVER=")
+
+# The plugin must load where no NVIDIA library is installed.
+find_program(HAL_READELF readelf REQUIRED)
+add_test(NAME cuda_plugin_needs_no_nvidia_library
+  COMMAND ${CMAKE_COMMAND} -DREADELF=${HAL_READELF} -DPLUGIN=$<TARGET_FILE:hal_backend_cuda>
+          -P ${CMAKE_CURRENT_LIST_DIR}/check_no_vendor_libraries.cmake)
+set_tests_properties(cuda_plugin_needs_no_nvidia_library PROPERTIES LABELS unit)

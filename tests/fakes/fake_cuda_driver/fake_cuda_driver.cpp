@@ -1,0 +1,865 @@
+// A test double of libcuda.so.1 on host memory and threads (see README.md).
+// A driver is process-wide by nature, so this one keeps global state.
+#include <cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#undef cuEventElapsedTime
+#undef cuGetProcAddress
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+struct CUctx_st {
+  int device = 0;
+  int references = 0;
+  CUresult sticky_error = CUDA_SUCCESS;  // a device fault poisons the context
+};
+struct CUmod_st {};
+struct CUfunc_st {};
+
+namespace {
+
+// ---- configuration -------------------------------------------------------
+
+std::string environment(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = text.find(separator, start);
+    parts.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return parts;
+}
+
+// The value for device `index` of a comma-separated list: its own entry, or the last.
+std::string per_device(const char* variable, std::size_t index) {
+  const std::string text = environment(variable);
+  if (text.empty()) return {};
+  const auto parts = split(text, ',');
+  return parts[std::min(index, parts.size() - 1)];
+}
+
+std::size_t parse_size(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  std::size_t scale = 1;
+  if (end != nullptr) {
+    switch (*end) {
+      case 'K': case 'k': scale = 1ull << 10; break;
+      case 'M': case 'm': scale = 1ull << 20; break;
+      case 'G': case 'g': scale = 1ull << 30; break;
+      default: break;
+    }
+  }
+  return static_cast<std::size_t>(value * static_cast<double>(scale));
+}
+
+// A fault from HAL_FAKE_CUDA_FAIL for this function, read on every call.
+CUresult injected_fault(const char* function) {
+  for (const auto& entry : split(environment("HAL_FAKE_CUDA_FAIL"), ',')) {
+    const auto equals = entry.find('=');
+    if (equals != std::string::npos && entry.substr(0, equals) == function)
+      return static_cast<CUresult>(std::atoi(entry.c_str() + equals + 1));
+  }
+  return CUDA_SUCCESS;
+}
+
+// ---- state ---------------------------------------------------------------
+
+struct Device {
+  std::string name;
+  CUuuid uuid{};
+  std::string pci_bus_id;
+  int compute_major = 8, compute_minor = 0;
+  std::size_t memory = 0;
+  std::size_t used = 0;  // guarded by Driver::mutex
+  int multiprocessors = 108, clock_khz = 1410000, memory_clock_khz = 1593000, bus_width = 5120;
+  int l2_bytes = 40 << 20;
+  bool managed = true;
+  CUctx_st primary;
+};
+
+struct Allocation {
+  std::size_t size = 0;
+  int device = 0;
+  enum class Kind { device, host, managed } kind = Kind::device;
+};
+
+struct Stream;
+
+struct Driver {
+  std::mutex mutex;
+  bool initialized = false;
+  int version = 13000;
+  std::vector<Device> devices;
+  std::map<std::uintptr_t, Allocation> allocations;  // by start address
+  std::set<Stream*> streams;
+};
+
+Driver& driver() {
+  static Driver instance;
+  return instance;
+}
+
+thread_local CUctx_st* current_context = nullptr;
+
+void fill_uuid(CUuuid& uuid, const std::string& hex, int index) {
+  if (hex.size() == 32) {
+    for (int i = 0; i < 16; ++i) uuid.bytes[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    return;
+  }
+  const unsigned char pattern[16] = {0xfa, 0xce, 0xc0, 0xda, 0x00, 0x01, 0x40, 0x00,
+                                     0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+  std::memcpy(uuid.bytes, pattern, 16);
+  uuid.bytes[15] = static_cast<char>(index);
+}
+
+void configure_devices(Driver& state) {
+  const std::string count_text = environment("HAL_FAKE_CUDA_DEVICES");
+  const int count = count_text.empty() ? 1 : std::atoi(count_text.c_str());
+  const std::string identity = environment("HAL_FAKE_CUDA_IDENTITY");
+  if (const std::string version = environment("HAL_FAKE_CUDA_DRIVER_VERSION"); !version.empty())
+    state.version = std::atoi(version.c_str());
+  for (int index = 0; index < count; ++index) {
+    Device device;
+    if (identity == "ppu") {
+      device.name = "PPU-ZW810E";
+      device.memory = 96ull << 30;
+      device.multiprocessors = 128;
+    } else if (identity == "h100") {
+      device.name = "NVIDIA H100 80GB HBM3";
+      device.compute_major = 9;
+      device.memory = 80ull << 30;
+      device.multiprocessors = 132;
+    } else {
+      device.name = "NVIDIA A100-SXM4-80GB";
+      device.memory = 80ull << 30;
+    }
+    if (auto name = per_device("HAL_FAKE_CUDA_NAME", index); !name.empty()) device.name = name;
+    if (auto capability = per_device("HAL_FAKE_CUDA_COMPUTE_CAPABILITY", index); !capability.empty())
+      std::sscanf(capability.c_str(), "%d.%d", &device.compute_major, &device.compute_minor);
+    if (auto memory = per_device("HAL_FAKE_CUDA_MEMORY", index); !memory.empty()) device.memory = parse_size(memory);
+    if (auto managed = per_device("HAL_FAKE_CUDA_MANAGED", index); !managed.empty()) device.managed = managed != "0";
+    fill_uuid(device.uuid, per_device("HAL_FAKE_CUDA_UUID", index), index);
+    // The driver prints an 8-digit domain and upper-case hex; hal normalizes it.
+    char bus_id[32];
+    std::snprintf(bus_id, sizeof(bus_id), "00000000:%02X:00.0", 0xE1 + index);
+    device.pci_bus_id = per_device("HAL_FAKE_CUDA_PCI_BUS_ID", index);
+    if (device.pci_bus_id.empty()) device.pci_bus_id = bus_id;
+    device.primary.device = index;
+    state.devices.push_back(std::move(device));
+  }
+}
+
+// ---- streams -------------------------------------------------------------
+
+using Operation = std::function<CUresult()>;
+
+// An in-order queue run by one worker thread.
+struct Stream {
+  explicit Stream(CUctx_st* owner) : context(owner), worker([this] { work(); }) {}
+  ~Stream() {
+    {
+      std::lock_guard lock(mutex);
+      stopping = true;
+    }
+    available.notify_all();
+    worker.join();
+  }
+  void enqueue(Operation operation) {
+    {
+      std::lock_guard lock(mutex);
+      queue.push_back(std::move(operation));
+    }
+    available.notify_all();
+  }
+  void wait_idle() {
+    std::unique_lock lock(mutex);
+    idle.wait(lock, [&] { return queue.empty() && !running; });
+  }
+  bool is_idle() {
+    std::lock_guard lock(mutex);
+    return queue.empty() && !running;
+  }
+
+  CUctx_st* context;
+  std::mutex mutex;
+  std::condition_variable available, idle;
+  std::deque<Operation> queue;
+  bool running = false, stopping = false;
+  std::thread worker;  // last: starts after the members above exist
+
+ private:
+  void work() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      available.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty()) return;  // stopping with nothing left
+      Operation operation = std::move(queue.front());
+      queue.pop_front();
+      running = true;
+      lock.unlock();
+      const CUresult result = operation();
+      if (result != CUDA_SUCCESS) {
+        std::lock_guard state_lock(driver().mutex);
+        if (context->sticky_error == CUDA_SUCCESS) context->sticky_error = result;
+      }
+      lock.lock();
+      running = false;
+      if (queue.empty()) idle.notify_all();
+    }
+  }
+};
+
+struct Event {
+  std::mutex mutex;
+  std::condition_variable completed;
+  unsigned flags = 0;
+  std::uint64_t records = 0, completions = 0;
+  std::chrono::steady_clock::time_point timestamp;
+};
+
+}  // namespace
+
+struct CUstream_st : Stream {
+  using Stream::Stream;
+};
+struct CUevent_st : Event {};
+
+namespace {
+
+CUresult sticky_error(const CUctx_st* context) {
+  std::lock_guard lock(driver().mutex);
+  return context->sticky_error;
+}
+
+// The context of the calling thread, or why there is none.
+CUresult need_context(CUctx_st*& context) {
+  if (!driver().initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (current_context == nullptr || current_context->references == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  context = current_context;
+  return sticky_error(context);
+}
+
+bool valid_device(CUdevice device) {
+  return driver().initialized && device >= 0 && static_cast<std::size_t>(device) < driver().devices.size();
+}
+
+// True when [address, address + size) lies inside one allocation.
+bool known_range(CUdeviceptr address, std::size_t size) {
+  std::lock_guard lock(driver().mutex);
+  auto& allocations = driver().allocations;
+  auto after = allocations.upper_bound(static_cast<std::uintptr_t>(address));
+  if (after == allocations.begin()) return false;
+  const auto& [start, allocation] = *std::prev(after);
+  return address >= start && address + size <= start + allocation.size;
+}
+
+void* pointer(CUdeviceptr address) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)); }
+
+CUresult allocate(std::size_t size, std::size_t alignment, Allocation::Kind kind, void** out) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  Device& device = driver().devices[context->device];
+  {
+    std::lock_guard lock(driver().mutex);
+    if (kind != Allocation::Kind::host && size > device.memory - device.used) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  void* memory = std::aligned_alloc(alignment, (size + alignment - 1) / alignment * alignment);
+  if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard lock(driver().mutex);
+  if (kind != Allocation::Kind::host) device.used += size;
+  driver().allocations[reinterpret_cast<std::uintptr_t>(memory)] = {size, context->device, kind};
+  *out = memory;
+  return CUDA_SUCCESS;
+}
+
+// cuMemFree synchronizes with the device's streams, as the real one does.
+CUresult release(void* memory, bool host) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard lock(driver().mutex);
+    auto found = driver().allocations.find(reinterpret_cast<std::uintptr_t>(memory));
+    if (found == driver().allocations.end() || (found->second.kind == Allocation::Kind::host) != host)
+      return CUDA_ERROR_INVALID_VALUE;
+    streams.assign(driver().streams.begin(), driver().streams.end());
+  }
+  for (Stream* stream : streams) stream->wait_idle();
+  std::lock_guard lock(driver().mutex);
+  auto found = driver().allocations.find(reinterpret_cast<std::uintptr_t>(memory));
+  if (found->second.kind != Allocation::Kind::host) driver().devices[found->second.device].used -= found->second.size;
+  driver().allocations.erase(found);
+  std::free(memory);
+  return CUDA_SUCCESS;
+}
+
+CUresult check_copy(CUdeviceptr device_side, std::size_t size) {
+  return known_range(device_side, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+// Runs now (stream == nullptr) or enqueues; an injected fault makes the
+// enqueued operation fail when it runs, as device faults surface later.
+CUresult submit(const char* function, CUstream stream, Operation operation) {
+  const CUresult fault = injected_fault(function);
+  if (stream == nullptr) {
+    CUctx_st* context = nullptr;
+    if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+    if (fault != CUDA_SUCCESS) return fault;
+    return operation();
+  }
+  if (CUresult result = sticky_error(stream->context); result != CUDA_SUCCESS) return result;
+  if (fault != CUDA_SUCCESS)
+    stream->enqueue([fault] { return fault; });
+  else
+    stream->enqueue(std::move(operation));
+  return CUDA_SUCCESS;
+}
+
+template <typename Element>
+CUresult memset_elements(const char* function, CUdeviceptr address, Element value, std::size_t count,
+                         CUstream stream) {
+  if (address % sizeof(Element) != 0 || !known_range(address, count * sizeof(Element))) return CUDA_ERROR_INVALID_VALUE;
+  return submit(function, stream, [=] {
+    auto* target = static_cast<Element*>(pointer(address));
+    std::fill(target, target + count, value);
+    return CUDA_SUCCESS;
+  });
+}
+
+const std::map<CUresult, std::pair<const char*, const char*>>& error_names() {
+  static const std::map<CUresult, std::pair<const char*, const char*>> names = {
+      {CUDA_SUCCESS, {"CUDA_SUCCESS", "no error"}},
+      {CUDA_ERROR_INVALID_VALUE, {"CUDA_ERROR_INVALID_VALUE", "invalid argument"}},
+      {CUDA_ERROR_OUT_OF_MEMORY, {"CUDA_ERROR_OUT_OF_MEMORY", "out of memory"}},
+      {CUDA_ERROR_NOT_INITIALIZED, {"CUDA_ERROR_NOT_INITIALIZED", "initialization error"}},
+      {CUDA_ERROR_NO_DEVICE, {"CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"}},
+      {CUDA_ERROR_INVALID_DEVICE, {"CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"}},
+      {CUDA_ERROR_INVALID_CONTEXT, {"CUDA_ERROR_INVALID_CONTEXT", "invalid device context"}},
+      {CUDA_ERROR_NO_BINARY_FOR_GPU, {"CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"}},
+      {CUDA_ERROR_INVALID_HANDLE, {"CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"}},
+      {CUDA_ERROR_NOT_FOUND, {"CUDA_ERROR_NOT_FOUND", "named symbol not found"}},
+      {CUDA_ERROR_NOT_READY, {"CUDA_ERROR_NOT_READY", "device not ready"}},
+      {CUDA_ERROR_ILLEGAL_ADDRESS, {"CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"}},
+      {CUDA_ERROR_LAUNCH_FAILED, {"CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"}},
+      {CUDA_ERROR_NOT_SUPPORTED, {"CUDA_ERROR_NOT_SUPPORTED", "operation not supported"}},
+      {CUDA_ERROR_UNKNOWN, {"CUDA_ERROR_UNKNOWN", "unknown error"}},
+  };
+  return names;
+}
+
+}  // namespace
+
+// ---- the exported driver API ----------------------------------------------
+
+FAKE_EXPORT CUresult cuInit(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(driver().mutex);
+  if (!driver().initialized) {
+    configure_devices(driver());
+    if (driver().devices.empty()) return CUDA_ERROR_NO_DEVICE;
+    driver().initialized = true;
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDriverGetVersion(int* version) {
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = driver().version;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetCount(int* count) {
+  if (!driver().initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  *count = static_cast<int>(driver().devices.size());
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (!driver().initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetName(char* name, int length, CUdevice device) {
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  if (name == nullptr || length <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::snprintf(name, static_cast<std::size_t>(length), "%s", driver().devices[device].name.c_str());
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice device) {
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  *uuid = driver().devices[device].uuid;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice device) {
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = driver().devices[device].memory;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice device) {
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  const Device& info = driver().devices[device];
+  switch (attribute) {
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = info.multiprocessors; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *value = info.clock_khz; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *value = info.memory_clock_khz; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = info.compute_major; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = info.compute_minor; break;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *value = info.managed ? 1 : 0; break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *value = info.managed ? 1 : 0; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = info.l2_bytes; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *value = info.bus_width; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 163 * 1024; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceGetPCIBusId(char* bus_id, int length, CUdevice device) {
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(bus_id, static_cast<std::size_t>(length), "%s", driver().devices[device].pci_bus_id.c_str());
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDeviceCanAccessPeer(int* can_access, CUdevice device, CUdevice peer) {
+  if (!valid_device(device) || !valid_device(peer)) return CUDA_ERROR_INVALID_DEVICE;
+  *can_access = device != peer ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  if (CUresult fault = injected_fault("cuDevicePrimaryCtxRetain"); fault != CUDA_SUCCESS) return fault;
+  std::lock_guard lock(driver().mutex);
+  CUctx_st& primary = driver().devices[device].primary;
+  if (primary.references++ == 0) primary.sticky_error = CUDA_SUCCESS;  // a fresh context
+  *context = &primary;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+  if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard lock(driver().mutex);
+  CUctx_st& primary = driver().devices[device].primary;
+  if (primary.references == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--primary.references > 0) return CUDA_SUCCESS;
+  // The context is destroyed: its memory goes with it, as after a fault
+  // that made cuMemFree fail.
+  auto& allocations = driver().allocations;
+  for (auto it = allocations.begin(); it != allocations.end();) {
+    if (it->second.device != device) {
+      ++it;
+      continue;
+    }
+    std::free(reinterpret_cast<void*>(it->first));
+    it = allocations.erase(it);
+  }
+  driver().devices[device].used = 0;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* context) {
+  if (!driver().initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  *context = current_context;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext context) {
+  if (!driver().initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  current_context = context;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  std::lock_guard lock(driver().mutex);
+  const Device& device = driver().devices[context->device];
+  *free = device.memory - device.used;
+  *total = device.memory;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* address, std::size_t size) {
+  if (CUresult fault = injected_fault("cuMemAlloc"); fault != CUDA_SUCCESS) return fault;
+  void* memory = nullptr;
+  const CUresult result = allocate(size, 256, Allocation::Kind::device, &memory);
+  if (result == CUDA_SUCCESS) *address = reinterpret_cast<std::uintptr_t>(memory);
+  return result;
+}
+
+FAKE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* address, std::size_t size, unsigned int flags) {
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  if (!driver().devices[context->device].managed) return CUDA_ERROR_NOT_SUPPORTED;
+  void* memory = nullptr;
+  const CUresult result = allocate(size, 256, Allocation::Kind::managed, &memory);
+  if (result == CUDA_SUCCESS) *address = reinterpret_cast<std::uintptr_t>(memory);
+  return result;
+}
+
+FAKE_EXPORT CUresult cuMemHostAlloc(void** host, std::size_t size, unsigned int) {
+  return allocate(size, 4096, Allocation::Kind::host, host);
+}
+
+FAKE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* address, void* host, unsigned int flags) {
+  if (flags != 0 || !known_range(reinterpret_cast<std::uintptr_t>(host), 1)) return CUDA_ERROR_INVALID_VALUE;
+  *address = reinterpret_cast<std::uintptr_t>(host);  // unified addressing
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr address) { return release(pointer(address), false); }
+FAKE_EXPORT CUresult cuMemFreeHost(void* host) { return release(host, true); }
+
+FAKE_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr target, const void* source, std::size_t size) {
+  if (CUresult result = check_copy(target, size); result != CUDA_SUCCESS) return result;
+  return submit("cuMemcpyHtoD", nullptr, [=] { std::memcpy(pointer(target), source, size); return CUDA_SUCCESS; });
+}
+FAKE_EXPORT CUresult cuMemcpyDtoH_v2(void* target, CUdeviceptr source, std::size_t size) {
+  if (CUresult result = check_copy(source, size); result != CUDA_SUCCESS) return result;
+  return submit("cuMemcpyDtoH", nullptr, [=] { std::memcpy(target, pointer(source), size); return CUDA_SUCCESS; });
+}
+FAKE_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr target, CUdeviceptr source, std::size_t size) {
+  if (check_copy(target, size) != CUDA_SUCCESS || check_copy(source, size) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_VALUE;
+  return submit("cuMemcpyDtoD", nullptr,
+                [=] { std::memmove(pointer(target), pointer(source), size); return CUDA_SUCCESS; });
+}
+FAKE_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr target, const void* source, std::size_t size, CUstream stream) {
+  if (CUresult result = check_copy(target, size); result != CUDA_SUCCESS) return result;
+  return submit("cuMemcpyHtoDAsync", stream,
+                [=] { std::memcpy(pointer(target), source, size); return CUDA_SUCCESS; });
+}
+FAKE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* target, CUdeviceptr source, std::size_t size, CUstream stream) {
+  if (CUresult result = check_copy(source, size); result != CUDA_SUCCESS) return result;
+  return submit("cuMemcpyDtoHAsync", stream,
+                [=] { std::memcpy(target, pointer(source), size); return CUDA_SUCCESS; });
+}
+FAKE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr target, CUdeviceptr source, std::size_t size, CUstream stream) {
+  if (check_copy(target, size) != CUDA_SUCCESS || check_copy(source, size) != CUDA_SUCCESS)
+    return CUDA_ERROR_INVALID_VALUE;
+  return submit("cuMemcpyDtoDAsync", stream,
+                [=] { std::memmove(pointer(target), pointer(source), size); return CUDA_SUCCESS; });
+}
+
+FAKE_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr address, unsigned char value, std::size_t count) {
+  return memset_elements("cuMemsetD8", address, value, count, nullptr);
+}
+FAKE_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr address, unsigned short value, std::size_t count) {
+  return memset_elements("cuMemsetD16", address, value, count, nullptr);
+}
+FAKE_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr address, unsigned int value, std::size_t count) {
+  return memset_elements("cuMemsetD32", address, value, count, nullptr);
+}
+FAKE_EXPORT CUresult cuMemsetD8Async(CUdeviceptr address, unsigned char value, std::size_t count, CUstream stream) {
+  return memset_elements("cuMemsetD8Async", address, value, count, stream);
+}
+FAKE_EXPORT CUresult cuMemsetD16Async(CUdeviceptr address, unsigned short value, std::size_t count, CUstream stream) {
+  return memset_elements("cuMemsetD16Async", address, value, count, stream);
+}
+FAKE_EXPORT CUresult cuMemsetD32Async(CUdeviceptr address, unsigned int value, std::size_t count, CUstream stream) {
+  return memset_elements("cuMemsetD32Async", address, value, count, stream);
+}
+
+FAKE_EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  if (flags != CU_STREAM_DEFAULT && flags != CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
+  auto* created = new CUstream_st(context);
+  std::lock_guard lock(driver().mutex);
+  driver().streams.insert(created);
+  *stream = created;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
+  if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard lock(driver().mutex);
+    if (driver().streams.erase(stream) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  }
+  delete stream;  // drains the queue, then joins the worker
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
+  if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  stream->wait_idle();
+  return sticky_error(stream->context);
+}
+
+FAKE_EXPORT CUresult cuStreamQuery(CUstream stream) {
+  if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult result = sticky_error(stream->context); result != CUDA_SUCCESS) return result;
+  return stream->is_idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int) {
+  if (stream == nullptr || event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::uint64_t target;
+  {
+    std::lock_guard lock(event->mutex);
+    target = event->records;
+  }
+  if (target == 0) return CUDA_SUCCESS;
+  stream->enqueue([event, target] {
+    std::unique_lock lock(event->mutex);
+    event->completed.wait(lock, [&] { return event->completions >= target; });
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream stream, CUhostFn function, void* data) {
+  if (stream == nullptr || function == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  stream->enqueue([function, data] {
+    function(data);
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  auto* created = new CUevent_st();
+  created->flags = flags;
+  *event = created;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
+  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // Pending records and waits reference the event: let them finish first.
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard lock(driver().mutex);
+    streams.assign(driver().streams.begin(), driver().streams.end());
+  }
+  for (Stream* stream : streams) stream->wait_idle();
+  delete event;
+  return CUDA_SUCCESS;
+}
+
+// Records complete even on a poisoned context, so no waiter hangs; queries
+// and synchronizes then return the context's error.
+FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
+  if (event == nullptr || stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::uint64_t target;
+  {
+    std::lock_guard lock(event->mutex);
+    target = ++event->records;
+  }
+  stream->enqueue([event, target] {
+    {
+      std::lock_guard lock(event->mutex);
+      if (target > event->completions) {
+        event->completions = target;
+        event->timestamp = std::chrono::steady_clock::now();
+      }
+    }
+    event->completed.notify_all();
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventQuery(CUevent event) {
+  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard lock(event->mutex);
+  return event->completions >= event->records ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+FAKE_EXPORT CUresult cuEventSynchronize(CUevent event) {
+  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::unique_lock lock(event->mutex);
+  const std::uint64_t target = event->records;
+  event->completed.wait(lock, [&] { return event->completions >= target; });
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuEventElapsedTime(float* milliseconds, CUevent start, CUevent end) {
+  if (milliseconds == nullptr || start == nullptr || end == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  std::chrono::steady_clock::time_point times[2];
+  CUevent events[2] = {start, end};
+  for (int i = 0; i < 2; ++i) {
+    std::lock_guard lock(events[i]->mutex);
+    if (events[i]->records == 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (events[i]->completions < events[i]->records) return CUDA_ERROR_NOT_READY;
+    times[i] = events[i]->timestamp;
+  }
+  *milliseconds = std::chrono::duration<float, std::milli>(times[1] - times[0]).count();
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuEventElapsedTime_v2(float* milliseconds, CUevent start, CUevent end) {
+  return cuEventElapsedTime(milliseconds, start, end);
+}
+
+FAKE_EXPORT CUresult cuGetErrorName(CUresult error, const char** name) {
+  const auto found = error_names().find(error);
+  if (found == error_names().end()) {
+    *name = nullptr;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *name = found->second.first;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGetErrorString(CUresult error, const char** text) {
+  const auto found = error_names().find(error);
+  if (found == error_names().end()) {
+    *text = nullptr;
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  *text = found->second.second;
+  return CUDA_SUCCESS;
+}
+
+// No device code runs here: every image is for another architecture.
+FAKE_EXPORT CUresult cuModuleLoadData(CUmodule*, const void* image) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  return image == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NO_BINARY_FOR_GPU;
+}
+FAKE_EXPORT CUresult cuModuleUnload(CUmodule) { return CUDA_ERROR_INVALID_HANDLE; }
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction*, CUmodule, const char*) { return CUDA_ERROR_INVALID_HANDLE; }
+FAKE_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void**, void**) {
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
+// ---- cuGetProcAddress ------------------------------------------------------
+
+namespace {
+
+struct ProcEntry {
+  const char* name;
+  void* address;
+  int introduced;  // the CUDA version whose ABI this function has
+};
+
+template <typename Function>
+ProcEntry entry(const char* name, Function* function, int introduced) {
+  return {name, reinterpret_cast<void*>(function), introduced};
+}
+
+const std::vector<ProcEntry>& proc_table() {
+  static const std::vector<ProcEntry> table = {
+      entry("cuInit", cuInit, 2000),
+      entry("cuDriverGetVersion", cuDriverGetVersion, 2020),
+      entry("cuDeviceGetCount", cuDeviceGetCount, 2000),
+      entry("cuDeviceGet", cuDeviceGet, 2000),
+      entry("cuDeviceGetName", cuDeviceGetName, 2000),
+      entry("cuDeviceGetUuid", cuDeviceGetUuid_v2, 11040),
+      entry("cuDeviceTotalMem", cuDeviceTotalMem_v2, 3020),
+      entry("cuDeviceGetAttribute", cuDeviceGetAttribute, 2000),
+      entry("cuDeviceGetPCIBusId", cuDeviceGetPCIBusId, 4010),
+      entry("cuDeviceCanAccessPeer", cuDeviceCanAccessPeer, 4000),
+      entry("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000),
+      entry("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000),
+      entry("cuCtxGetCurrent", cuCtxGetCurrent, 4000),
+      entry("cuCtxSetCurrent", cuCtxSetCurrent, 4000),
+      entry("cuMemGetInfo", cuMemGetInfo_v2, 3020),
+      entry("cuMemAlloc", cuMemAlloc_v2, 3020),
+      entry("cuMemFree", cuMemFree_v2, 3020),
+      entry("cuMemHostAlloc", cuMemHostAlloc, 2020),
+      entry("cuMemFreeHost", cuMemFreeHost, 2000),
+      entry("cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2, 3020),
+      entry("cuMemAllocManaged", cuMemAllocManaged, 6000),
+      entry("cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020),
+      entry("cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020),
+      entry("cuMemcpyDtoD", cuMemcpyDtoD_v2, 3020),
+      entry("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, 3020),
+      entry("cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, 3020),
+      entry("cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2, 3020),
+      entry("cuMemsetD8", cuMemsetD8_v2, 3020),
+      entry("cuMemsetD16", cuMemsetD16_v2, 3020),
+      entry("cuMemsetD32", cuMemsetD32_v2, 3020),
+      entry("cuMemsetD8Async", cuMemsetD8Async, 3020),
+      entry("cuMemsetD16Async", cuMemsetD16Async, 3020),
+      entry("cuMemsetD32Async", cuMemsetD32Async, 3020),
+      entry("cuStreamCreate", cuStreamCreate, 2000),
+      entry("cuStreamDestroy", cuStreamDestroy_v2, 4000),
+      entry("cuStreamSynchronize", cuStreamSynchronize, 2000),
+      entry("cuStreamQuery", cuStreamQuery, 2000),
+      entry("cuStreamWaitEvent", cuStreamWaitEvent, 3020),
+      entry("cuLaunchHostFunc", cuLaunchHostFunc, 10000),
+      entry("cuEventCreate", cuEventCreate, 2000),
+      entry("cuEventDestroy", cuEventDestroy_v2, 4000),
+      entry("cuEventRecord", cuEventRecord, 2000),
+      entry("cuEventQuery", cuEventQuery, 2000),
+      entry("cuEventSynchronize", cuEventSynchronize, 2000),
+      entry("cuEventElapsedTime", cuEventElapsedTime, 2000),
+      entry("cuGetErrorName", cuGetErrorName, 6000),
+      entry("cuGetErrorString", cuGetErrorString, 6000),
+      entry("cuModuleLoadData", cuModuleLoadData, 2000),
+      entry("cuModuleUnload", cuModuleUnload, 2000),
+      entry("cuModuleGetFunction", cuModuleGetFunction, 2000),
+      entry("cuLaunchKernel", cuLaunchKernel, 4000),
+  };
+  return table;
+}
+
+}  // namespace
+
+FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** function, int cuda_version, cuuint64_t,
+                                         CUdriverProcAddressQueryResult* status) {
+  if (symbol == nullptr || function == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *function = nullptr;
+  auto report = [&](CUdriverProcAddressQueryResult value) {
+    if (status != nullptr) *status = value;
+  };
+  if (environment("HAL_FAKE_CUDA_NO_PROC_ADDRESS") == "1") {
+    report(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  for (const auto& candidate : proc_table()) {
+    if (std::strcmp(candidate.name, symbol) != 0) continue;
+    // Asking below the version of this ABI would get an older prototype from a real driver.
+    if (cuda_version < candidate.introduced) {
+      report(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+      return CUDA_ERROR_NOT_FOUND;
+    }
+    *function = candidate.address;
+    report(CU_GET_PROC_ADDRESS_SUCCESS);
+    return CUDA_SUCCESS;
+  }
+  report(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** function, int cuda_version, cuuint64_t flags) {
+  return cuGetProcAddress_v2(symbol, function, cuda_version, flags, nullptr);
+}
