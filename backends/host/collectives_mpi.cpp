@@ -257,7 +257,7 @@ hal_status MpiCommunicator::connect(std::int64_t timeout_ms) {
       if (status != mpi::success)
         return fail(HAL_ERROR_INTERNAL, who + ": MPI_Op_create for f16/bf16 failed: " + mpi_.error_text(status));
     }
-  description = mpi_.version + " (" + mpi_.path + "), " + thread_level_name(session_->thread_level()) +
+  description = thread_level_name(session_->thread_level()) +
                 (serialize_ ? " (calls of all communicators serialized)" : "") + ", MPI_COMM_WORLD rank " +
                 std::to_string(session_->world_rank()) + " of " + std::to_string(session_->world_size());
   watchdog_ = std::thread([this] { watch(); });
@@ -588,8 +588,15 @@ void MpiCommunicator::end_job(const std::string& message, int exit_code) {
                            " calls MPI_Abort(MPI_COMM_WORLD, " + std::to_string(exit_code) +
                            "): the launcher ends every rank of the job";
   context_.host.log_message(HAL_LOG_ERROR, text);
-  std::fprintf(stderr, "hal: %s\n", text.c_str());
   std::fflush(stderr);
+  // One MPI_Abort ends the job; several at once can hang Open MPI 4.1's
+  // mpirun. The lowest failing rank aborts; the others give it time first.
+  std::this_thread::sleep_for(Milliseconds(100));
+  for (int peer = 0; peer < rank_; ++peer)
+    if (!peek(store_, prefix_ + "/failed/" + std::to_string(peer)).empty()) {
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      break;
+    }
   mpi_.Abort(mpi_.comm_world, exit_code);
   std::_Exit(exit_code);  // MPI_Abort does not return; this is in case a library's does
 }
