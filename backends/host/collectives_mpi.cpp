@@ -591,7 +591,7 @@ void MpiCommunicator::end_job(const std::string& message, int exit_code) {
   std::fflush(stderr);
   // One MPI_Abort ends the job; several at once can hang Open MPI 4.1's
   // mpirun. The lowest failing rank aborts; the others give it time first.
-  std::this_thread::sleep_for(Milliseconds(100));
+  std::this_thread::sleep_for(Milliseconds(100) + Milliseconds(300) * std::min(rank_, 10));
   for (int peer = 0; peer < rank_; ++peer)
     if (!peek(store_, prefix_ + "/failed/" + std::to_string(peer)).empty()) {
       std::this_thread::sleep_for(std::chrono::seconds(5));
