@@ -40,8 +40,9 @@ constexpr std::uint64_t default_max_workspace = 4 * gibibyte;
 constexpr double auto_target_seconds = 1.0;
 constexpr std::uint64_t auto_min_iterations = 2;
 constexpr std::uint64_t auto_max_iterations = 50;
-// Shapes at or below this are measured without a size check: their time and
-// memory estimates come from measurements of them.
+// Shapes up to this length run without a time estimate; a longer one with no
+// shorter measurement of its implementation and direction is estimated from
+// one call at this length.
 constexpr std::int64_t calibration_seq = 256;
 
 enum class Direction { forward, backward };
@@ -201,31 +202,15 @@ class Runner {
       return;
     }
 
-    auto call = [&] {
-      if (backward)
-        hal::attention_backward(stream_, params, {tensors.q}, {tensors.k}, {tensors.v}, {tensors.o}, {tensors.grad_o},
-                                {tensors.lse}, {tensors.grad_q}, {tensors.grad_k}, {tensors.grad_v}, per_call);
-      else
-        hal::attention_forward(stream_, params, {tensors.q}, {tensors.k}, {tensors.v}, {tensors.o}, {tensors.lse},
-                               per_call);
-    };
-    // Backward reads O and LSE: they come from this implementation's forward.
-    if (backward) {
-      hal::attention_forward(stream_, params, {tensors.q}, {tensors.k}, {tensors.v}, {tensors.o}, {tensors.lse},
-                             per_call);
-      stream_.synchronize();
-    }
-
     // The warm-up call faults in the workspace and starts the backend's
     // threads; its time also sizes the automatic iteration count.
-    const CallTime warm_up = timed_call(call);
+    const CallTime warm_up = time_calls(params, backward, per_call, tensors, 1).front();
     const std::uint64_t iterations =
         options_.common.iterations.value_or(std::clamp<std::uint64_t>(
             static_cast<std::uint64_t>(std::ceil(auto_target_seconds / std::max(warm_up.event_ms * 1e-3, 1e-6))),
             auto_min_iterations, auto_max_iterations));
     std::vector<double> event_ms, wall_ms;
-    for (std::uint64_t i = 0; i < iterations; ++i) {
-      const CallTime time = timed_call(call);
+    for (const CallTime& time : time_calls(params, backward, per_call, tensors, iterations, false)) {
       event_ms.push_back(time.event_ms);
       wall_ms.push_back(time.wall_ms);
     }
@@ -240,38 +225,73 @@ class Runner {
     double event_ms;
     double wall_ms;
   };
+  struct Rate {
+    AttentionImplementation implementation;
+    Direction direction;
+    std::int64_t seq;
+    double gflops;
+  };
 
-  template <typename Call>
-  CallTime timed_call(const Call& call) {
-    const Clock::time_point wall_start = Clock::now();
-    stream_.record(start_);
-    call();
-    stream_.record(end_);
-    stream_.synchronize();
-    const double wall_ms = seconds_between(wall_start, Clock::now()) * 1e3;
-    return {hal::Event::elapsed_milliseconds(start_, end_), wall_ms};
+  // `count` calls, each timed alone. Backward reads O and LSE: with
+  // need_forward_outputs they come first from this implementation's forward.
+  std::vector<CallTime> time_calls(const hal::AttentionParams& params, bool backward,
+                                   const hal::AttentionOptions& per_call, Tensors& t, std::uint64_t count,
+                                   bool need_forward_outputs = true) {
+    auto forward = [&] { hal::attention_forward(stream_, params, {t.q}, {t.k}, {t.v}, {t.o}, {t.lse}, per_call); };
+    if (backward && need_forward_outputs) {
+      forward();
+      stream_.synchronize();
+    }
+    std::vector<CallTime> times;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const Clock::time_point wall_start = Clock::now();
+      stream_.record(start_);
+      if (backward)
+        hal::attention_backward(stream_, params, {t.q}, {t.k}, {t.v}, {t.o}, {t.grad_o}, {t.lse}, {t.grad_q},
+                                {t.grad_k}, {t.grad_v}, per_call);
+      else
+        forward();
+      stream_.record(end_);
+      stream_.synchronize();
+      const double wall_ms = seconds_between(wall_start, Clock::now()) * 1e3;
+      times.push_back({hal::Event::elapsed_milliseconds(start_, end_), wall_ms});
+    }
+    return times;
   }
 
-  // Why a shape is skipped: its workspace is over --max-workspace, or its
-  // call would take over --max-call-seconds at the rate this implementation
-  // reached on the largest smaller shape measured in this run (FLOPs grow as
-  // seq^2, and the rate per FLOP does not improve with size for math).
-  std::optional<std::string> too_big(AttentionImplementation implementation, Direction direction, std::int64_t seq,
-                                     double flops, std::uint64_t workspace_bytes) const {
-    const std::string where = "--max-workspace " + format_bytes(options_.max_workspace);
-    if (options_.max_workspace > 0 && workspace_bytes > options_.max_workspace)
-      return "needs " + format_bytes(workspace_bytes) + " of workspace, over " + where;
-    if (options_.max_call_seconds <= 0 || seq <= calibration_seq) return std::nullopt;
+  // The rate this implementation reached on the largest shape below `seq`
+  // measured in this run; when there is none, one untimed-for-results call
+  // at calibration_seq provides it.
+  const Rate& rate_below(AttentionImplementation implementation, Direction direction, std::int64_t seq) {
     const Rate* best = nullptr;
     for (const Rate& rate : rates_)
       if (rate.implementation == implementation && rate.direction == direction && rate.seq < seq &&
           (best == nullptr || rate.seq > best->seq))
         best = &rate;
-    if (best == nullptr) return std::nullopt;
-    const double estimate = flops / (best->gflops * 1e9);
+    if (best != nullptr) return *best;
+    const hal::AttentionParams params = make_params(options_, calibration_seq);
+    const bool backward = direction == Direction::backward;
+    Tensors tensors = make_tensors(device_, params, backward);
+    const CallTime time = time_calls(params, backward, {{implementation}}, tensors, 1).front();
+    const double flops = hal::host::attention_flops(params.resolve(), backward);
+    rates_.push_back({implementation, direction, calibration_seq, flops / (time.event_ms * 1e-3) * 1e-9});
+    return rates_.back();
+  }
+
+  // Why a shape is skipped: its workspace is over --max-workspace, or its
+  // call would take over --max-call-seconds at the rate of rate_below (FLOPs
+  // grow as seq^2; the rate per FLOP of math does not improve with size).
+  std::optional<std::string> too_big(AttentionImplementation implementation, Direction direction, std::int64_t seq,
+                                     double flops, std::uint64_t workspace_bytes) {
+    if (options_.max_workspace > 0 && workspace_bytes > options_.max_workspace)
+      return "needs " + format_bytes(workspace_bytes) + " of workspace, over --max-workspace " +
+             format_bytes(options_.max_workspace);
+    if (options_.max_call_seconds <= 0 || seq <= calibration_seq) return std::nullopt;
+    const Rate& rate = rate_below(implementation, direction, seq);
+    const double estimate = flops / (rate.gflops * 1e9);
     if (estimate <= options_.max_call_seconds) return std::nullopt;
-    return "estimated " + format_fixed(estimate, 1) + " s per call (at the " + format_fixed(best->gflops, 1) +
-           " GFLOP/s measured at seq " + std::to_string(best->seq) + "), over --max-call-seconds " +
+    return "estimated " + format_fixed(estimate, 1) + " s per call (at the " + format_fixed(rate.gflops, 1) +
+           " GFLOP/s measured at seq " + std::to_string(rate.seq) + "), over --max-call-seconds " +
            format_fixed(options_.max_call_seconds, 1);
   }
 
@@ -279,13 +299,6 @@ class Runner {
     if (bytes >= gibibyte) return format_fixed(static_cast<double>(bytes) / static_cast<double>(gibibyte), 2) + " GiB";
     return format_fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1) + " MiB";
   }
-
-  struct Rate {
-    AttentionImplementation implementation;
-    Direction direction;
-    std::int64_t seq;
-    double gflops;
-  };
 
   const AttnOptions& options_;
   hal::Device device_;
@@ -405,8 +418,10 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
       std::printf("# torch %s, %d threads: torch ms = median of torch.nn.functional.scaled_dot_product_attention "
                   "(wall clock); torch/hal > 1: hal is faster\n",
                   torch->version.c_str(), torch->threads);
+      std::vector<std::string> notes;
       for (const TorchRow& row : torch->rows)
-        if (row.note.size()) std::printf("# torch seq %lld %s: %s\n", static_cast<long long>(row.seq), row.direction.c_str(), row.note.c_str());
+        if (!row.note.empty() && std::find(notes.begin(), notes.end(), row.note) == notes.end()) notes.push_back(row.note);
+      for (const std::string& note : notes) std::printf("# torch: %s\n", note.c_str());
     }
   }
 }

@@ -113,8 +113,11 @@ TorchResults run_torch_sdpa(const TorchRequest& request, const std::string& pyth
   TorchResults results;
   try {
     results.document = Json::parse(output);
-    results.version = results.document["environment"].value("torch_version", "");
-    results.threads = results.document["environment"].value("threads", 0);
+    // Without torch, its version is null.
+    const Json& environment = results.document.at("environment");
+    if (environment.contains("torch_version") && environment["torch_version"].is_string())
+      results.version = environment["torch_version"].get<std::string>();
+    results.threads = environment.value("threads", 0);
     for (const Json& row : results.document.at("results"))
       results.rows.push_back({row.at("seq").get<std::int64_t>(), row.at("direction").get<std::string>(),
                               row.at("ms_per_call").get<double>(), row.value("note", "")});
