@@ -9,7 +9,10 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "benchmarks.hpp"
 #include "common.hpp"
@@ -44,6 +47,8 @@ constexpr std::uint64_t auto_max_iterations = 50;
 // shorter measurement of its implementation and direction is estimated from
 // one call at this length.
 constexpr std::int64_t calibration_seq = 256;
+// A host run whose process got less of the CPUs than this was contended.
+constexpr double contended_cpu_share = 0.9;
 
 enum class Direction { forward, backward };
 std::string_view to_string(Direction direction) { return direction == Direction::forward ? "forward" : "backward"; }
@@ -155,6 +160,30 @@ Tensors make_tensors(const hal::Device& device, const hal::AttentionParams& p, b
 
 // ---- measurement ----------------------------------------------------------------------
 
+// The share of `threads` CPUs this process got over an interval: its CPU time
+// (every thread, user + system) / (wall time x threads). Well below 1 means
+// other work took the CPUs, and the figures of that interval are low by about
+// that much; the FMA peak and a host attention run should both be near 1.
+class CpuShare {
+ public:
+  explicit CpuShare(int threads) : threads_(threads), wall_start_(Clock::now()), cpu_start_(cpu_seconds()) {}
+  double finish() const {
+    const double wall = seconds_between(wall_start_, Clock::now());
+    return wall <= 0 ? 0.0 : (cpu_seconds() - cpu_start_) / (wall * threads_);
+  }
+
+ private:
+  static double cpu_seconds() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  }
+  int threads_;
+  Clock::time_point wall_start_;
+  double cpu_start_;
+};
+
 struct Measurement {
   AttentionImplementation implementation;
   std::int64_t seq;
@@ -165,6 +194,7 @@ struct Measurement {
   double min_event_ms;
   double flops;
   std::uint64_t workspace_bytes;
+  double cpu_share;  // see CpuShare; meaningful on the host device only
   double gflops() const { return flops / (event_ms * 1e-3) * 1e-9; }
 };
 
@@ -177,8 +207,9 @@ struct Skip {
 
 class Runner {
  public:
-  Runner(const AttnOptions& options, const hal::Device& device)
-      : options_(options), device_(device), stream_(device.create_stream()),
+  // threads: how many the host backend's attention pool runs (for CpuShare).
+  Runner(const AttnOptions& options, const hal::Device& device, int threads)
+      : options_(options), device_(device), threads_(threads), stream_(device.create_stream()),
         start_(device.create_event()), end_(device.create_event()) {}
 
   // Measures one implementation on one shape and direction, or says why not.
@@ -210,12 +241,14 @@ class Runner {
             static_cast<std::uint64_t>(std::ceil(auto_target_seconds / std::max(warm_up.event_ms * 1e-3, 1e-6))),
             auto_min_iterations, auto_max_iterations));
     std::vector<double> event_ms, wall_ms;
+    const CpuShare cpu_share(threads_);
     for (const CallTime& time : time_calls(params, backward, per_call, tensors, iterations, false)) {
       event_ms.push_back(time.event_ms);
       wall_ms.push_back(time.wall_ms);
     }
     Measurement m{implementation, seq, direction, iterations, median(event_ms), median(wall_ms),
-                  *std::min_element(event_ms.begin(), event_ms.end()), flops, candidate->workspace_bytes};
+                  *std::min_element(event_ms.begin(), event_ms.end()), flops, candidate->workspace_bytes,
+                  cpu_share.finish()};
     rates_.push_back({implementation, direction, seq, m.gflops()});
     measurements.push_back(m);
   }
@@ -302,6 +335,7 @@ class Runner {
 
   const AttnOptions& options_;
   hal::Device device_;
+  int threads_;
   hal::Stream stream_;
   hal::Event start_, end_;
   std::vector<Rate> rates_;
@@ -309,21 +343,36 @@ class Runner {
 
 // ---- the f32 FMA peak -------------------------------------------------------------------
 
+// Measured before and again after the attention runs: other work on the
+// machine moves both figures, and efficiency is quoted against the higher one
+// so that a busy moment during one measurement does not inflate it.
 struct PeakReport {
-  hal::host::FmaPeak peak;
-  bool applies;  // the device is this CPU: efficiency is meaningful
+  hal::host::FmaPeak before{};
+  hal::host::FmaPeak after{};
+  bool applies = false;  // the device is this CPU: efficiency is meaningful
+  double reference_gflops() const { return std::max(before.all_threads_gflops, after.all_threads_gflops); }
 };
 
-PeakReport measure_peak(const hal::Device& device) {
+// The best of a few short measurements, so a moment of other work on the
+// machine does not lower it.
+hal::host::FmaPeak measure_peak() {
+  constexpr int attempts = 3;
+  constexpr double seconds_per_figure = 0.1;
   // The same thread count as the host backend's attention pool
-  // (hardware_concurrency); the pool is gone before attention runs.
+  // (hardware_concurrency); this pool is gone before attention runs.
   hal::host::ThreadPool pool;
-  return {hal::host::measure_fma_peak(pool), device.info().type == hal::DeviceType::cpu};
+  hal::host::FmaPeak best = hal::host::measure_fma_peak(pool, hal::host::flash_selected_isa(), seconds_per_figure);
+  for (int attempt = 1; attempt < attempts; ++attempt) {
+    const hal::host::FmaPeak peak = hal::host::measure_fma_peak(pool, hal::host::flash_selected_isa(), seconds_per_figure);
+    best.per_thread_gflops = std::max(best.per_thread_gflops, peak.per_thread_gflops);
+    best.all_threads_gflops = std::max(best.all_threads_gflops, peak.all_threads_gflops);
+  }
+  return best;
 }
 
 std::optional<double> efficiency(const Measurement& m, const PeakReport& peak) {
-  if (!peak.applies || peak.peak.all_threads_gflops <= 0) return std::nullopt;
-  return m.gflops() / peak.peak.all_threads_gflops;
+  if (!peak.applies || peak.reference_gflops() <= 0) return std::nullopt;
+  return m.gflops() / peak.reference_gflops();
 }
 
 // ---- flash / math ratios -------------------------------------------------------------------
@@ -366,19 +415,27 @@ const TorchRow* find_torch(const TorchResults& torch, std::int64_t seq, Directio
   return nullptr;
 }
 
-void print_table(const AttnOptions& options, const hal::Device& device, const PeakReport& peak,
-                 const std::vector<Measurement>& measurements, const std::vector<Skip>& skips,
-                 const std::optional<TorchResults>& torch) {
+// The lines printed before measuring starts: what runs, and the FMA peak.
+void print_preamble(const AttnOptions& options, const hal::Device& device, const PeakReport& peak) {
   print_heading("attn", device);
   std::printf("# f32 FMA peak (%s, %d threads): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread%s\n",
-              peak.peak.isa, peak.peak.threads, peak.peak.all_threads_gflops, peak.peak.per_thread_gflops,
+              peak.before.isa, peak.before.threads, peak.before.all_threads_gflops, peak.before.per_thread_gflops,
               peak.applies ? "" : " -- of the host CPU, not of this device: no efficiency column");
   std::printf("# %s; FLOPs count visible query/key pairs only\n", shape_text(options).c_str());
+  std::fflush(stdout);
+}
+
+void print_table(const hal::Device& device, const PeakReport& peak, const std::vector<Measurement>& measurements,
+                 const std::vector<Skip>& skips, const std::optional<TorchResults>& torch) {
+  std::printf("# f32 FMA peak again after the runs: %.1f GFLOP/s all threads; eff %% is against %.1f (the higher)%s\n",
+              peak.after.all_threads_gflops, peak.reference_gflops(),
+              device.info().type == hal::DeviceType::cpu ? "" : " -- not applicable to this device");
   std::printf("# ms = median per call by hal events (wall = enqueue to synchronize); eff = GFLOP/s / FMA peak;\n"
-              "# extra = the implementation's workspace for one call\n");
+              "# cpu = CPU time this process got / (wall time x %d threads); extra = workspace of one call\n",
+              peak.before.threads);
   const bool with_torch = torch && !torch->rows.empty();
   std::vector<Table::Column> columns{{"impl", true}, {"dir", true}, {"seq"}, {"iters"}, {"ms"}, {"wall ms"},
-                                     {"TFLOP/s"}, {"eff %"}, {"extra MiB"}};
+                                     {"TFLOP/s"}, {"eff %"}, {"cpu %"}, {"extra MiB"}};
   if (with_torch) {
     columns.push_back({"torch ms"});
     columns.push_back({"torch/hal"});
@@ -389,7 +446,8 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
     std::vector<std::string> row{std::string(hal::to_string(m.implementation)), std::string(to_string(m.direction)),
                                  std::to_string(m.seq), std::to_string(m.iterations), format_fixed(m.event_ms, 2),
                                  format_fixed(m.wall_ms, 2), format_fixed(m.gflops() * 1e-3, 3),
-                                 eff ? format_fixed(*eff * 100, 1) : "-", format_mib(m.workspace_bytes)};
+                                 eff ? format_fixed(*eff * 100, 1) : "-",
+                                 peak.applies ? format_fixed(m.cpu_share * 100, 0) : "-", format_mib(m.workspace_bytes)};
     if (with_torch) {
       const TorchRow* t = find_torch(*torch, m.seq, m.direction);
       row.push_back(t ? format_fixed(t->ms, 2) : "-");
@@ -398,6 +456,11 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
     table.add_row(std::move(row));
   }
   table.print(stdout);
+  if (peak.applies && std::any_of(measurements.begin(), measurements.end(),
+                                  [](const Measurement& m) { return m.cpu_share < contended_cpu_share; }))
+    std::printf("# warning: rows with cpu %% below %.0f ran while other work took CPUs: their times are too long\n"
+                "# and their eff %% is unreliable (the FMA peak may have been lowered too); rerun on a quiet machine\n",
+                contended_cpu_share * 100);
   for (const Skip& skip : skips)
     std::printf("# skipped %s %s seq %lld: %s\n", std::string(hal::to_string(skip.implementation)).c_str(),
                 std::string(to_string(skip.direction)).c_str(), static_cast<long long>(skip.seq), skip.reason.c_str());
@@ -462,6 +525,7 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                 {"flops", m.flops},
                 {"tflops", m.gflops() * 1e-3},
                 {"efficiency", eff ? Json(*eff) : Json(nullptr)},
+                {"cpu_share", peak.applies ? Json(m.cpu_share) : Json(nullptr)},
                 {"peak_extra_bytes", m.workspace_bytes}};
     if (torch) {
       const TorchRow* t = find_torch(*torch, m.seq, m.direction);
@@ -471,10 +535,12 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
     results.push_back(std::move(row));
   }
   Json document = make_document("attn", runtime, device, std::move(parameters), std::move(results));
-  document["fma_peak"] = {{"isa", peak.peak.isa},
-                          {"threads", peak.peak.threads},
-                          {"per_thread_gflops", peak.peak.per_thread_gflops},
-                          {"all_threads_gflops", peak.peak.all_threads_gflops},
+  document["fma_peak"] = {{"isa", peak.before.isa},
+                          {"threads", peak.before.threads},
+                          {"per_thread_gflops", peak.before.per_thread_gflops},
+                          {"all_threads_gflops", peak.before.all_threads_gflops},
+                          {"all_threads_gflops_after", peak.after.all_threads_gflops},
+                          {"efficiency_reference_gflops", peak.reference_gflops()},
                           {"applies_to_device", peak.applies}};
   Json ratios = Json::array();
   for (const Ratio& r : flash_math_ratios(measurements))
@@ -576,11 +642,14 @@ int run_attn(std::span<const std::string_view> arguments) {
   const hal::Runtime runtime = hal::Runtime::create();
   const hal::Device device = select_device(runtime, options.common.device_id);
   // Measured before any attention call, while the machine runs nothing of ours.
-  const PeakReport peak = measure_peak(device);
+  PeakReport peak;
+  peak.before = measure_peak();
+  peak.applies = device.info().type == hal::DeviceType::cpu;
+  if (!options.common.json) print_preamble(options, device, peak);
 
   std::vector<Measurement> measurements;
   std::vector<Skip> skips;
-  Runner runner(options, device);
+  Runner runner(options, device, peak.before.threads);
   for (const std::int64_t seq : options.seqs) {
     Tensors tensors = make_tensors(device, make_params(options, seq), options.backward);
     for (const Direction direction : options.directions())
@@ -588,18 +657,20 @@ int run_attn(std::span<const std::string_view> arguments) {
         runner.run(implementation, seq, direction, tensors, measurements, skips);
   }
 
+  peak.after = measure_peak();
+
   std::optional<TorchResults> torch;
   if (options.compare_torch) {
     TorchRequest request{options.seqs, options.batch, options.heads_q, options.heads_kv, options.head_dim,
                          std::string(hal::to_string(options.dtype)), options.causal, options.backward,
-                         peak.peak.threads, options.common.iterations};
+                         peak.before.threads, options.common.iterations};
     torch = run_torch_sdpa(request, options.python, options.torch_script);
   }
 
   if (options.common.json)
     print_json(to_json(options, runtime, device, peak, measurements, skips, torch));
   else
-    print_table(options, device, peak, measurements, skips, torch);
+    print_table(device, peak, measurements, skips, torch);
   return exit_success;
 }
 
