@@ -438,6 +438,7 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
                                      {"TFLOP/s"}, {"eff %"}, {"cpu %"}, {"extra MiB"}};
   if (with_torch) {
     columns.push_back({"torch ms"});
+    columns.push_back({"torch cpu %"});
     columns.push_back({"torch/hal"});
   }
   Table table(columns);
@@ -451,6 +452,7 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
     if (with_torch) {
       const TorchRow* t = find_torch(*torch, m.seq, m.direction);
       row.push_back(t ? format_fixed(t->ms, 2) : "-");
+      row.push_back(t ? format_fixed(t->cpu_share * 100, 0) : "-");
       row.push_back(t ? format_fixed(t->ms / m.event_ms, 2) : "-");
     }
     table.add_row(std::move(row));

@@ -120,7 +120,8 @@ TorchResults run_torch_sdpa(const TorchRequest& request, const std::string& pyth
     results.threads = environment.value("threads", 0);
     for (const Json& row : results.document.at("results"))
       results.rows.push_back({row.at("seq").get<std::int64_t>(), row.at("direction").get<std::string>(),
-                              row.at("ms_per_call").get<double>(), row.value("note", "")});
+                              row.at("ms_per_call").get<double>(), row.value("cpu_share", 0.0),
+                              row.value("note", "")});
     if (results.rows.empty()) {
       const Json& skipped = results.document.at("skipped");
       results.reason = skipped.empty() ? "it measured nothing" : skipped.front().value("reason", "no reason given");

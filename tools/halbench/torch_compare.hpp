@@ -25,6 +25,7 @@ struct TorchRow {
   std::int64_t seq;
   std::string direction;  // "forward" / "backward"
   double ms;              // median per call
+  double cpu_share;       // CPU time / (wall x threads) over its timed calls
   std::string note;       // how torch ran it (e.g. how GQA was handled)
 };
 

@@ -129,8 +129,12 @@ def document(arguments, results, skipped, torch_version, threads):
     }
 
 
-def time_calls(call, iterations):
-    """One warm-up call, then `iterations` (or enough for about 1 s) timed calls: milliseconds each."""
+def time_calls(call, iterations, threads):
+    """One warm-up call, then `iterations` (or enough for about 1 s) timed calls.
+
+    Returns the milliseconds of each timed call and the CPU share of the timed
+    calls: process CPU time / (wall time x threads), as halbench attn reports it.
+    """
     start = time.perf_counter()
     call()
     warm_up = time.perf_counter() - start
@@ -138,11 +142,13 @@ def time_calls(call, iterations):
         iterations = min(max(math.ceil(AUTO_TARGET_SECONDS / max(warm_up, 1e-6)), AUTO_MIN_ITERATIONS),
                          AUTO_MAX_ITERATIONS)
     samples = []
+    cpu_start, wall_start = time.process_time(), time.perf_counter()
     for _ in range(iterations):
         start = time.perf_counter()
         call()
         samples.append((time.perf_counter() - start) * 1e3)
-    return samples
+    cpu_share = (time.process_time() - cpu_start) / ((time.perf_counter() - wall_start) * threads)
+    return samples, cpu_share
 
 
 def measure(torch, arguments):
@@ -185,13 +191,14 @@ def measure(torch, arguments):
 
                 def call():
                     torch.autograd.grad(out, (q_leaf, k_leaf, v_leaf), grad_out, retain_graph=True)
-            samples = time_calls(call, arguments.iters)
+            samples, cpu_share = time_calls(call, arguments.iters, torch.get_num_threads())
             ms = statistics.median(samples)
             flops = attention_flops(seq, arguments, direction == "backward")
             results.append({
                 "implementation": "torch_sdpa", "direction": direction, "seq": seq, "iterations": len(samples),
                 "ms_per_call": ms, "wall_ms_per_call": ms, "min_ms_per_call": min(samples), "flops": flops,
-                "tflops": flops / (ms * 1e-3) * 1e-12, "efficiency": None, "peak_extra_bytes": None,
+                "tflops": flops / (ms * 1e-3) * 1e-12, "efficiency": None, "cpu_share": cpu_share,
+                "peak_extra_bytes": None,
                 "note": note})
     return results
 
@@ -204,10 +211,10 @@ def print_table(doc):
         print(f"# not measured: {skip['reason']}")
     if not doc["results"]:
         return
-    print(f"{'dir':<9}{'seq':>6}{'iters':>7}{'ms':>11}{'TFLOP/s':>9}  note")
+    print(f"{'dir':<9}{'seq':>6}{'iters':>7}{'ms':>11}{'TFLOP/s':>9}{'cpu %':>7}  note")
     for row in doc["results"]:
         print(f"{row['direction']:<9}{row['seq']:>6}{row['iterations']:>7}{row['ms_per_call']:>11.2f}"
-              f"{row['tflops']:>9.3f}  {row['note']}")
+              f"{row['tflops']:>9.3f}{row['cpu_share'] * 100:>7.0f}  {row['note']}")
 
 
 def main(argv):
