@@ -9,7 +9,6 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <sys/resource.h>
@@ -109,8 +108,6 @@ double parse_seconds(std::string_view flag, std::string_view text) {
     throw UsageError(std::string(flag) + ": '" + copy + "' is not a number of seconds; expected a number >= 0");
   return value;
 }
-
-AttnOptions parse_options(std::span<const std::string_view> arguments, bool& help_shown);
 
 // ---- device tensors -----------------------------------------------------------------
 
@@ -213,8 +210,10 @@ class Runner {
         start_(device.create_event()), end_(device.create_event()) {}
 
   // Measures one implementation on one shape and direction, or says why not.
-  void run(AttentionImplementation implementation, std::int64_t seq, Direction direction, Tensors& tensors,
-           std::vector<Measurement>& measurements, std::vector<Skip>& skips) {
+  // `tensors` of this shape are allocated on first use, so a shape that
+  // every implementation skips allocates nothing.
+  void run(AttentionImplementation implementation, std::int64_t seq, Direction direction,
+           std::optional<Tensors>& tensors, std::vector<Measurement>& measurements, std::vector<Skip>& skips) {
     const hal::AttentionParams params = make_params(options_, seq);
     const bool backward = direction == Direction::backward;
     const hal::AttentionOptions per_call{{implementation}};
@@ -232,17 +231,18 @@ class Runner {
       skips.push_back({implementation, seq, direction, *reason});
       return;
     }
+    if (!tensors) tensors = make_tensors(device_, params, options_.backward);
 
     // The warm-up call faults in the workspace and starts the backend's
     // threads; its time also sizes the automatic iteration count.
-    const CallTime warm_up = time_calls(params, backward, per_call, tensors, 1).front();
+    const CallTime warm_up = time_calls(params, backward, per_call, *tensors, 1).front();
     const std::uint64_t iterations =
         options_.common.iterations.value_or(std::clamp<std::uint64_t>(
             static_cast<std::uint64_t>(std::ceil(auto_target_seconds / std::max(warm_up.event_ms * 1e-3, 1e-6))),
             auto_min_iterations, auto_max_iterations));
     std::vector<double> event_ms, wall_ms;
     const CpuShare cpu_share(threads_);
-    for (const CallTime& time : time_calls(params, backward, per_call, tensors, iterations, false)) {
+    for (const CallTime& time : time_calls(params, backward, per_call, *tensors, iterations, false)) {
       event_ms.push_back(time.event_ms);
       wall_ms.push_back(time.wall_ms);
     }
@@ -457,7 +457,10 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
     }
     table.add_row(std::move(row));
   }
-  table.print(stdout);
+  if (measurements.empty())
+    std::printf("# nothing measured\n");
+  else
+    table.print(stdout);
   if (peak.applies && std::any_of(measurements.begin(), measurements.end(),
                                   [](const Measurement& m) { return m.cpu_share < contended_cpu_share; }))
     std::printf("# warning: rows with cpu %% below %.0f ran while other work took CPUs: their times are too long\n"
@@ -628,6 +631,14 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
   help_shown = !parser.parse(arguments);
   if (options.backward && options.forward_only)
     throw UsageError("--backward and --forward-only contradict each other; give one");
+  // Keeps every element count and byte offset far from overflowing.
+  constexpr double max_elements = 1ull << 40;
+  const double largest = static_cast<double>(options.batch) * static_cast<double>(options.heads_q) *
+                         static_cast<double>(options.seqs.back()) * static_cast<double>(options.head_dim);
+  if (largest > max_elements)
+    throw UsageError("the shape batch " + std::to_string(options.batch) + " x heads " + std::to_string(options.heads_q) +
+                     " x seq " + std::to_string(options.seqs.back()) + " x head dim " + std::to_string(options.head_dim) +
+                     " has over 2^40 elements per tensor; choose a smaller one");
   if (options.heads_q % options.heads_kv != 0)
     throw UsageError("--heads-kv " + std::to_string(options.heads_kv) + " does not divide --heads-q " +
                      std::to_string(options.heads_q) + "; expected a divisor (GQA groups are equal)");
@@ -653,7 +664,7 @@ int run_attn(std::span<const std::string_view> arguments) {
   std::vector<Skip> skips;
   Runner runner(options, device, peak.before.threads);
   for (const std::int64_t seq : options.seqs) {
-    Tensors tensors = make_tensors(device, make_params(options, seq), options.backward);
+    std::optional<Tensors> tensors;
     for (const Direction direction : options.directions())
       for (const AttentionImplementation implementation : options.implementations)
         runner.run(implementation, seq, direction, tensors, measurements, skips);
