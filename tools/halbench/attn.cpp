@@ -157,26 +157,27 @@ Tensors make_tensors(const hal::Device& device, const hal::AttentionParams& p, b
 
 // ---- measurement ----------------------------------------------------------------------
 
-// The share of `threads` CPUs this process got over an interval: its CPU time
-// (every thread, user + system) / (wall time x threads). Well below 1 means
-// other work took the CPUs, and the figures of that interval are low by about
-// that much; the FMA peak and a host attention run should both be near 1.
-class CpuShare {
+// CPU time (user + system, every thread of this process) and wall time over
+// an interval. cpu / (wall x threads) is the share of `threads` CPUs the
+// process got: well below 1 means other work took the CPUs and times of that
+// interval are too long by about that much. Rates per CPU-second are what
+// time slicing by other work does not change.
+class CpuInterval {
  public:
-  explicit CpuShare(int threads) : threads_(threads), wall_start_(Clock::now()), cpu_start_(cpu_seconds()) {}
-  double finish() const {
-    const double wall = seconds_between(wall_start_, Clock::now());
-    return wall <= 0 ? 0.0 : (cpu_seconds() - cpu_start_) / (wall * threads_);
-  }
+  CpuInterval() : wall_start_(Clock::now()), cpu_start_(process_cpu_seconds()) {}
+  struct Elapsed {
+    double wall_seconds, cpu_seconds;
+    double share(int threads) const { return wall_seconds <= 0 ? 0.0 : cpu_seconds / (wall_seconds * threads); }
+  };
+  Elapsed finish() const { return {seconds_between(wall_start_, Clock::now()), process_cpu_seconds() - cpu_start_}; }
 
  private:
-  static double cpu_seconds() {
+  static double process_cpu_seconds() {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
     auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
     return seconds(usage.ru_utime) + seconds(usage.ru_stime);
   }
-  int threads_;
   Clock::time_point wall_start_;
   double cpu_start_;
 };
@@ -191,8 +192,11 @@ struct Measurement {
   double min_event_ms;
   double flops;
   std::uint64_t workspace_bytes;
-  double cpu_share;  // see CpuShare; meaningful on the host device only
+  // Host device only (the work runs in this process): see CpuInterval.
+  double cpu_share;
+  double cpu_seconds_per_call;  // mean
   double gflops() const { return flops / (event_ms * 1e-3) * 1e-9; }
+  double gflops_per_cpu_second() const { return cpu_seconds_per_call <= 0 ? 0.0 : flops / cpu_seconds_per_call * 1e-9; }
 };
 
 struct Skip {
@@ -204,7 +208,7 @@ struct Skip {
 
 class Runner {
  public:
-  // threads: how many the host backend's attention pool runs (for CpuShare).
+  // threads: how many the host backend's attention pool runs (for the CPU share).
   Runner(const AttnOptions& options, const hal::Device& device, int threads)
       : options_(options), device_(device), threads_(threads), stream_(device.create_stream()),
         start_(device.create_event()), end_(device.create_event()) {}
@@ -241,14 +245,17 @@ class Runner {
             static_cast<std::uint64_t>(std::ceil(auto_target_seconds / std::max(warm_up.event_ms * 1e-3, 1e-6))),
             auto_min_iterations, auto_max_iterations));
     std::vector<double> event_ms, wall_ms;
-    const CpuShare cpu_share(threads_);
+    const CpuInterval cpu;
     for (const CallTime& time : time_calls(params, backward, per_call, *tensors, iterations, false)) {
       event_ms.push_back(time.event_ms);
       wall_ms.push_back(time.wall_ms);
     }
     Measurement m{implementation, seq, direction, iterations, median(event_ms), median(wall_ms),
                   *std::min_element(event_ms.begin(), event_ms.end()), flops, candidate->workspace_bytes,
-                  cpu_share.finish()};
+                  0.0, 0.0};
+    const CpuInterval::Elapsed elapsed = cpu.finish();
+    m.cpu_share = elapsed.share(threads_);
+    m.cpu_seconds_per_call = elapsed.cpu_seconds / static_cast<double>(iterations);
     rates_.push_back({implementation, direction, seq, m.gflops()});
     measurements.push_back(m);
   }
@@ -343,36 +350,68 @@ class Runner {
 
 // ---- the f32 FMA peak -------------------------------------------------------------------
 
+constexpr int peak_attempts = 3;
+constexpr double peak_seconds_per_figure = 0.1;
+
+struct PeakSample {
+  hal::host::FmaPeak peak;       // best of peak_attempts, every thread of the pool
+  double gflops_per_cpu_second;  // one core, other work's time slices taken out
+};
+
 // Measured before and again after the attention runs: other work on the
 // machine moves both figures, and efficiency is quoted against the higher one
 // so that a busy moment during one measurement does not inflate it.
 struct PeakReport {
-  hal::host::FmaPeak before{};
-  hal::host::FmaPeak after{};
+  PeakSample before{};
+  PeakSample after{};
   bool applies = false;  // the device is this CPU: efficiency is meaningful
-  double reference_gflops() const { return std::max(before.all_threads_gflops, after.all_threads_gflops); }
+  int threads() const { return before.peak.threads; }
+  double reference_gflops() const { return std::max(before.peak.all_threads_gflops, after.peak.all_threads_gflops); }
+  double reference_gflops_per_cpu_second() const {
+    return std::max(before.gflops_per_cpu_second, after.gflops_per_cpu_second);
+  }
 };
 
-// The best of a few short measurements, so a moment of other work on the
-// machine does not lower it.
-hal::host::FmaPeak measure_peak() {
-  constexpr int attempts = 3;
-  constexpr double seconds_per_figure = 0.1;
-  // The same thread count as the host backend's attention pool
-  // (hardware_concurrency); this pool is gone before attention runs.
-  hal::host::ThreadPool pool;
-  hal::host::FmaPeak best = hal::host::measure_fma_peak(pool, hal::host::flash_selected_isa(), seconds_per_figure);
-  for (int attempt = 1; attempt < attempts; ++attempt) {
-    const hal::host::FmaPeak peak = hal::host::measure_fma_peak(pool, hal::host::flash_selected_isa(), seconds_per_figure);
-    best.per_thread_gflops = std::max(best.per_thread_gflops, peak.per_thread_gflops);
-    best.all_threads_gflops = std::max(best.all_threads_gflops, peak.all_threads_gflops);
+PeakSample measure_peak() {
+  const hal::host::FlashIsa isa = hal::host::flash_selected_isa();
+  PeakSample sample{};
+  {
+    // The same thread count as the host backend's attention pool
+    // (hardware_concurrency); this pool is gone before attention runs.
+    hal::host::ThreadPool pool;
+    sample.peak = hal::host::measure_fma_peak(pool, isa, peak_seconds_per_figure);
+    // The best of a few short measurements, so a moment of other work on the
+    // machine does not lower it.
+    for (int attempt = 1; attempt < peak_attempts; ++attempt) {
+      const hal::host::FmaPeak peak = hal::host::measure_fma_peak(pool, isa, peak_seconds_per_figure);
+      sample.peak.per_thread_gflops = std::max(sample.peak.per_thread_gflops, peak.per_thread_gflops);
+      sample.peak.all_threads_gflops = std::max(sample.peak.all_threads_gflops, peak.all_threads_gflops);
+    }
   }
-  return best;
+  // Per CPU-second: on a one-thread pool everything runs on this thread, so
+  // the CPU share of the whole measurement converts its rate (median of a few).
+  hal::host::ThreadPool one_thread(1);
+  std::vector<double> rates;
+  for (int attempt = 0; attempt < peak_attempts; ++attempt) {
+    const CpuInterval cpu;
+    const hal::host::FmaPeak peak = hal::host::measure_fma_peak(one_thread, isa, peak_seconds_per_figure);
+    const double share = cpu.finish().share(1);
+    if (share > 0) rates.push_back(std::max(peak.per_thread_gflops, peak.all_threads_gflops) / std::min(share, 1.0));
+  }
+  sample.gflops_per_cpu_second = rates.empty() ? 0.0 : median(rates);
+  return sample;
 }
 
 std::optional<double> efficiency(const Measurement& m, const PeakReport& peak) {
   if (!peak.applies || peak.reference_gflops() <= 0) return std::nullopt;
   return m.gflops() / peak.reference_gflops();
+}
+
+// GFLOP per CPU-second of the attention / of one core's FMA peak: the
+// efficiency with other work's time slices taken out of both.
+std::optional<double> efficiency_per_cpu_second(const Measurement& m, const PeakReport& peak) {
+  if (!peak.applies || peak.reference_gflops_per_cpu_second() <= 0 || m.cpu_seconds_per_call <= 0) return std::nullopt;
+  return m.gflops_per_cpu_second() / peak.reference_gflops_per_cpu_second();
 }
 
 // ---- flash / math ratios -------------------------------------------------------------------
@@ -418,8 +457,10 @@ const TorchRow* find_torch(const TorchResults& torch, std::int64_t seq, Directio
 // The lines printed before measuring starts: what runs, and the FMA peak.
 void print_preamble(const AttnOptions& options, const hal::Device& device, const PeakReport& peak) {
   print_heading("attn", device);
-  std::printf("# f32 FMA peak (%s, %d threads): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread%s\n",
-              peak.before.isa, peak.before.threads, peak.before.all_threads_gflops, peak.before.per_thread_gflops,
+  std::printf("# f32 FMA peak (%s, %d threads): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread, "
+              "%.1f GFLOP per CPU-second%s\n",
+              peak.before.peak.isa, peak.threads(), peak.before.peak.all_threads_gflops,
+              peak.before.peak.per_thread_gflops, peak.before.gflops_per_cpu_second,
               peak.applies ? "" : " -- of the host CPU, not of this device: no efficiency column");
   std::printf("# %s; FLOPs count visible query/key pairs only\n", shape_text(options).c_str());
   std::fflush(stdout);
@@ -427,15 +468,17 @@ void print_preamble(const AttnOptions& options, const hal::Device& device, const
 
 void print_table(const hal::Device& device, const PeakReport& peak, const std::vector<Measurement>& measurements,
                  const std::vector<Skip>& skips, const std::optional<TorchResults>& torch) {
-  std::printf("# f32 FMA peak again after the runs: %.1f GFLOP/s all threads; eff %% is against %.1f (the higher)%s\n",
-              peak.after.all_threads_gflops, peak.reference_gflops(),
+  std::printf("# f32 FMA peak again after the runs: %.1f GFLOP/s all threads, %.1f GFLOP per CPU-second;\n"
+              "# efficiency is against the higher of each pair%s\n",
+              peak.after.peak.all_threads_gflops, peak.after.gflops_per_cpu_second,
               device.info().type == hal::DeviceType::cpu ? "" : " -- not applicable to this device");
   std::printf("# ms = median per call by hal events (wall = enqueue to synchronize); eff = GFLOP/s / FMA peak;\n"
-              "# cpu = CPU time this process got / (wall time x %d threads); extra = workspace of one call\n",
-              peak.before.threads);
+              "# cpu = CPU time this process got / (wall time x %d threads); cpu eff = GFLOP per CPU-second /\n"
+              "# FMA GFLOP per CPU-second (other work's time slices taken out); extra = workspace of one call\n",
+              peak.threads());
   const bool with_torch = torch && !torch->rows.empty();
   std::vector<Table::Column> columns{{"impl", true}, {"dir", true}, {"seq"}, {"iters"}, {"ms"}, {"wall ms"},
-                                     {"TFLOP/s"}, {"eff %"}, {"cpu %"}, {"extra MiB"}};
+                                     {"TFLOP/s"}, {"eff %"}, {"cpu %"}, {"cpu eff %"}, {"extra MiB"}};
   if (with_torch) {
     columns.push_back({"torch ms"});
     columns.push_back({"torch cpu %"});
@@ -444,11 +487,13 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
   Table table(columns);
   for (const Measurement& m : measurements) {
     const std::optional<double> eff = efficiency(m, peak);
+    const std::optional<double> cpu_eff = efficiency_per_cpu_second(m, peak);
     std::vector<std::string> row{std::string(hal::to_string(m.implementation)), std::string(to_string(m.direction)),
                                  std::to_string(m.seq), std::to_string(m.iterations), format_fixed(m.event_ms, 2),
                                  format_fixed(m.wall_ms, 2), format_fixed(m.gflops() * 1e-3, 3),
                                  eff ? format_fixed(*eff * 100, 1) : "-",
-                                 peak.applies ? format_fixed(m.cpu_share * 100, 0) : "-", format_mib(m.workspace_bytes)};
+                                 peak.applies ? format_fixed(m.cpu_share * 100, 0) : "-",
+                                 cpu_eff ? format_fixed(*cpu_eff * 100, 1) : "-", format_mib(m.workspace_bytes)};
     if (with_torch) {
       const TorchRow* t = find_torch(*torch, m.seq, m.direction);
       row.push_back(t ? format_fixed(t->ms, 2) : "-");
@@ -531,6 +576,8 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                 {"tflops", m.gflops() * 1e-3},
                 {"efficiency", eff ? Json(*eff) : Json(nullptr)},
                 {"cpu_share", peak.applies ? Json(m.cpu_share) : Json(nullptr)},
+                {"gflops_per_cpu_second", peak.applies ? Json(m.gflops_per_cpu_second()) : Json(nullptr)},
+                {"efficiency_per_cpu_second", efficiency_per_cpu_second(m, peak) ? Json(*efficiency_per_cpu_second(m, peak)) : Json(nullptr)},
                 {"peak_extra_bytes", m.workspace_bytes}};
     if (torch) {
       const TorchRow* t = find_torch(*torch, m.seq, m.direction);
@@ -540,12 +587,15 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
     results.push_back(std::move(row));
   }
   Json document = make_document("attn", runtime, device, std::move(parameters), std::move(results));
-  document["fma_peak"] = {{"isa", peak.before.isa},
-                          {"threads", peak.before.threads},
-                          {"per_thread_gflops", peak.before.per_thread_gflops},
-                          {"all_threads_gflops", peak.before.all_threads_gflops},
-                          {"all_threads_gflops_after", peak.after.all_threads_gflops},
+  document["fma_peak"] = {{"isa", peak.before.peak.isa},
+                          {"threads", peak.threads()},
+                          {"per_thread_gflops", peak.before.peak.per_thread_gflops},
+                          {"all_threads_gflops", peak.before.peak.all_threads_gflops},
+                          {"gflops_per_cpu_second", peak.before.gflops_per_cpu_second},
+                          {"all_threads_gflops_after", peak.after.peak.all_threads_gflops},
+                          {"gflops_per_cpu_second_after", peak.after.gflops_per_cpu_second},
                           {"efficiency_reference_gflops", peak.reference_gflops()},
+                          {"efficiency_reference_gflops_per_cpu_second", peak.reference_gflops_per_cpu_second()},
                           {"applies_to_device", peak.applies}};
   Json ratios = Json::array();
   for (const Ratio& r : flash_math_ratios(measurements))
@@ -662,7 +712,7 @@ int run_attn(std::span<const std::string_view> arguments) {
 
   std::vector<Measurement> measurements;
   std::vector<Skip> skips;
-  Runner runner(options, device, peak.before.threads);
+  Runner runner(options, device, peak.threads());
   for (const std::int64_t seq : options.seqs) {
     std::optional<Tensors> tensors;
     for (const Direction direction : options.directions())
@@ -676,7 +726,7 @@ int run_attn(std::span<const std::string_view> arguments) {
   if (options.compare_torch) {
     TorchRequest request{options.seqs, options.batch, options.heads_q, options.heads_kv, options.head_dim,
                          std::string(hal::to_string(options.dtype)), options.causal, options.backward,
-                         peak.before.threads, options.common.iterations};
+                         peak.threads(), options.common.iterations};
     torch = run_torch_sdpa(request, options.python, options.torch_script);
   }
 
