@@ -466,6 +466,13 @@ void print_preamble(const AttnOptions& options, const hal::Device& device, const
   std::fflush(stdout);
 }
 
+// CPU seconds per call of torch / of hal: the speed ratio with other work's
+// time slices taken out (host device only, where hal's work is in-process).
+std::optional<double> torch_over_hal_cpu_seconds(const TorchRow& torch, const Measurement& m) {
+  if (torch.cpu_seconds_per_call <= 0 || m.cpu_seconds_per_call <= 0) return std::nullopt;
+  return torch.cpu_seconds_per_call / m.cpu_seconds_per_call;
+}
+
 void print_table(const hal::Device& device, const PeakReport& peak, const std::vector<Measurement>& measurements,
                  const std::vector<Skip>& skips, const std::optional<TorchResults>& torch) {
   std::printf("# f32 FMA peak again after the runs: %.1f GFLOP/s all threads, %.1f GFLOP per CPU-second;\n"
@@ -483,6 +490,7 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
     columns.push_back({"torch ms"});
     columns.push_back({"torch cpu %"});
     columns.push_back({"torch/hal"});
+    columns.push_back({"torch/hal cpu-s"});
   }
   Table table(columns);
   for (const Measurement& m : measurements) {
@@ -499,6 +507,8 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
       row.push_back(t ? format_fixed(t->ms, 2) : "-");
       row.push_back(t ? format_fixed(t->cpu_share * 100, 0) : "-");
       row.push_back(t ? format_fixed(t->ms / m.event_ms, 2) : "-");
+      const std::optional<double> cpu_ratio = t && peak.applies ? torch_over_hal_cpu_seconds(*t, m) : std::nullopt;
+      row.push_back(cpu_ratio ? format_fixed(*cpu_ratio, 2) : "-");
     }
     table.add_row(std::move(row));
   }
@@ -529,7 +539,7 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
       std::printf("# torch: not measured: %s\n", torch->reason.c_str());
     } else {
       std::printf("# torch %s, %d threads: torch ms = median of torch.nn.functional.scaled_dot_product_attention "
-                  "(wall clock); torch/hal > 1: hal is faster\n",
+                  "(wall clock);\n# torch/hal > 1: hal is faster; torch/hal cpu-s: the same by CPU seconds per call\n",
                   torch->version.c_str(), torch->threads);
       std::vector<std::string> notes;
       for (const TorchRow& row : torch->rows)
@@ -583,6 +593,8 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
       const TorchRow* t = find_torch(*torch, m.seq, m.direction);
       row["torch_ms_per_call"] = t ? Json(t->ms) : Json(nullptr);
       row["torch_over_hal"] = t ? Json(t->ms / m.event_ms) : Json(nullptr);
+      const std::optional<double> cpu_ratio = t ? torch_over_hal_cpu_seconds(*t, m) : std::nullopt;
+      row["torch_over_hal_cpu_seconds"] = cpu_ratio && peak.applies ? Json(*cpu_ratio) : Json(nullptr);
     }
     results.push_back(std::move(row));
   }

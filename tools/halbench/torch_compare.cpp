@@ -121,6 +121,7 @@ TorchResults run_torch_sdpa(const TorchRequest& request, const std::string& pyth
     for (const Json& row : results.document.at("results"))
       results.rows.push_back({row.at("seq").get<std::int64_t>(), row.at("direction").get<std::string>(),
                               row.at("ms_per_call").get<double>(), row.value("cpu_share", 0.0),
+                              row.value("cpu_seconds_per_call", 0.0),
                               row.value("note", "")});
     if (results.rows.empty()) {
       const Json& skipped = results.document.at("skipped");

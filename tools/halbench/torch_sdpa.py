@@ -132,8 +132,9 @@ def document(arguments, results, skipped, torch_version, threads):
 def time_calls(call, iterations, threads):
     """One warm-up call, then `iterations` (or enough for about 1 s) timed calls.
 
-    Returns the milliseconds of each timed call and the CPU share of the timed
-    calls: process CPU time / (wall time x threads), as halbench attn reports it.
+    Returns the milliseconds of each timed call, the CPU share of the timed
+    calls (process CPU time / (wall time x threads), as halbench attn reports
+    it) and the mean CPU seconds per call.
     """
     start = time.perf_counter()
     call()
@@ -147,8 +148,9 @@ def time_calls(call, iterations, threads):
         start = time.perf_counter()
         call()
         samples.append((time.perf_counter() - start) * 1e3)
-    cpu_share = (time.process_time() - cpu_start) / ((time.perf_counter() - wall_start) * threads)
-    return samples, cpu_share
+    cpu_seconds = time.process_time() - cpu_start
+    cpu_share = cpu_seconds / ((time.perf_counter() - wall_start) * threads)
+    return samples, cpu_share, cpu_seconds / iterations
 
 
 def measure(torch, arguments):
@@ -191,13 +193,15 @@ def measure(torch, arguments):
 
                 def call():
                     torch.autograd.grad(out, (q_leaf, k_leaf, v_leaf), grad_out, retain_graph=True)
-            samples, cpu_share = time_calls(call, arguments.iters, torch.get_num_threads())
+            samples, cpu_share, cpu_seconds_per_call = time_calls(call, arguments.iters, torch.get_num_threads())
             ms = statistics.median(samples)
             flops = attention_flops(seq, arguments, direction == "backward")
             results.append({
                 "implementation": "torch_sdpa", "direction": direction, "seq": seq, "iterations": len(samples),
                 "ms_per_call": ms, "wall_ms_per_call": ms, "min_ms_per_call": min(samples), "flops": flops,
                 "tflops": flops / (ms * 1e-3) * 1e-12, "efficiency": None, "cpu_share": cpu_share,
+                "cpu_seconds_per_call": cpu_seconds_per_call,
+                "gflops_per_cpu_second": flops / cpu_seconds_per_call * 1e-9 if cpu_seconds_per_call > 0 else None,
                 "peak_extra_bytes": None,
                 "note": note})
     return results
