@@ -7,6 +7,7 @@ packages=(
   libhwloc-dev libboost-dev doctest-dev libtomlplusplus-dev
   libgloo-dev openmpi-bin libopenmpi-dev
   libbenchmark-dev nlohmann-json3-dev
+  libssl-dev python3
 )
 
 missing=()

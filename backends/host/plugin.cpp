@@ -4,6 +4,7 @@
 #include <new>
 
 #include "attention/thread_pool.hpp"
+#include "collectives.hpp"
 #include "host_backend.hpp"
 
 #ifndef HAL_VERSION_STRING
@@ -261,7 +262,7 @@ hal_status event_elapsed_milliseconds(hal_event* start, hal_event* end, double* 
   return succeed();
 }
 
-constexpr hal_backend_v1 make_table() {
+hal_backend_v1 make_table() {
   hal_backend_v1 table{};
   table.struct_size = sizeof(hal_backend_v1);
   table.abi_version = 1;
@@ -293,11 +294,11 @@ constexpr hal_backend_v1 make_table() {
   table.event_synchronize = event_synchronize;
   table.event_elapsed_milliseconds = event_elapsed_milliseconds;
   table.attention = &attention_table;
-  table.collectives = nullptr;
+  table.collectives = collectives();
   return table;
 }
 
-constexpr hal_backend_v1 host_table = make_table();
+const hal_backend_v1 host_table = make_table();
 
 }  // namespace
 

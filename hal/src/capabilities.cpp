@@ -1,10 +1,13 @@
 #include "hal/capabilities.hpp"
 
 #include <cstdlib>
+#include <filesystem>
+#include <optional>
 #include <mutex>
 
 #include "loaded_backend.hpp"
 #include "quirks.hpp"
+#include "hal/probe_cache.hpp"
 
 namespace hal {
 namespace {
@@ -40,6 +43,28 @@ const detail::QuirkDatabase& quirks_with_warning() {
   return database;
 }
 
+// The probe cache, reread only when the file changes: selection asks often.
+std::optional<ProbeRecord> probed(const DeviceInfo& info, const std::string& key, std::string& path_text) {
+  static std::mutex mutex;
+  static std::filesystem::path loaded_path;
+  static std::filesystem::file_time_type loaded_time;
+  static ProbeCache cache;
+  const std::filesystem::path path = ProbeCache::default_path();
+  path_text = path.string();
+  std::error_code error;
+  const auto modified = std::filesystem::last_write_time(path, error);
+  if (error) return std::nullopt;  // no cache yet
+  std::lock_guard lock(mutex);
+  if (path != loaded_path || modified != loaded_time) {
+    std::string problem;
+    cache = ProbeCache::load_or_empty(path, &problem);
+    if (!problem.empty()) detail::log_message(HAL_LOG_WARNING, problem);
+    loaded_path = path;
+    loaded_time = modified;
+  }
+  return cache.find(info, key);
+}
+
 }  // namespace
 
 EffectiveCapability effective_capability(const Device& device, const std::string& key) {
@@ -55,6 +80,11 @@ EffectiveCapability effective_capability(const Device& device, const std::string
   for (const detail::Quirk* quirk : quirks_with_warning().matching(device.info()))
     if (auto value = quirk->capability_values.find(key); value != quirk->capability_values.end())
       speak({"quirk", value->second, quirk->id + " (" + quirk->location + ")", quirk->reason});
+  // Verified by running it on this device with these exact versions: outranks declarations and quirks.
+  std::string cache_path;
+  if (const auto record = probed(device.info(), key, cache_path))
+    speak({"probe", record->present ? "true" : "false",
+           "probe cache " + cache_path + ", " + record->case_id + " at " + record->timestamp, record->evidence});
   for (const auto& [override_key, value] : user_overrides())
     if (override_key == key) speak({"override", value, "HAL_CAPABILITY_OVERRIDES", "set by the user"});
   return result;

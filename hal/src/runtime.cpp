@@ -7,6 +7,7 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
+#include "hal/capabilities.hpp"
 #include "loader.hpp"
 
 namespace hal {
@@ -338,6 +339,9 @@ Runtime Runtime::create(const RuntimeOptions& options) {
     };
     return rank(a.name) < rank(b.name);
   });
+  // Known-dangerous environment settings are said at start, not after a hang.
+  for (const auto& device : state->devices)
+    for (const auto& hazard : environment_hazards(device)) detail::log_message(HAL_LOG_WARNING, hazard.message);
   return Runtime(std::move(state));
 }
 

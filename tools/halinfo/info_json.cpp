@@ -27,6 +27,9 @@ nlohmann::json device_to_json(const hal::Device& device) {
     std::visit([&](const auto& typed) { value = typed; }, capability.value);
     capabilities[capability.key] = {{"value", value}, {"note", capability.note}};
   }
+  nlohmann::json hazards = nlohmann::json::array();
+  for (const auto& hazard : hal::environment_hazards(device))
+    hazards.push_back({{"quirk", hazard.quirk_id}, {"message", hazard.message}});
   return {{"id", device.id()},
           {"backend", info.backend},
           {"index", info.index},
@@ -42,7 +45,8 @@ nlohmann::json device_to_json(const hal::Device& device) {
           {"clock_mhz", info.clock_mhz},
           {"memory_clock_mhz", info.memory_clock_mhz},
           {"versions", versions},
-          {"capabilities", capabilities}};
+          {"capabilities", capabilities},
+          {"hazards", hazards}};
 }
 
 nlohmann::json info_document(const hal::Runtime& runtime, const std::vector<hal::Device>& devices) {

@@ -78,6 +78,7 @@ void print_summary(const hal::Runtime& runtime, const std::vector<hal::Device>& 
         << format_bytes(info.total_memory) << ", " << info.compute_units << " compute units";
     if (info.numa_node >= 0) out << ", NUMA node " << info.numa_node;
     out << "\n";
+    for (const auto& hazard : hal::environment_hazards(device)) out << "          HAZARD " << hazard.message << "\n";
     if (verbose) print_device_details(device, out);
   }
 }

@@ -217,6 +217,100 @@ typedef struct hal_attention_v1 {
                          hal_tensor_ref_v1 grad_v);
 } hal_attention_v1;
 
+/* ---- collectives ---------------------------------------------------------
+ * A communicator joins `world_size` processes (one device each) that met
+ * through a key-value store. libhal owns the store and hands the backend
+ * this callback table, so any backend (Gloo on the host, an NCCL-compatible
+ * library on GPUs exchanging its unique id) rendezvouses the same way. */
+
+typedef enum hal_collective_kind {
+  HAL_COLLECTIVE_ALL_REDUCE = 0,
+  HAL_COLLECTIVE_BROADCAST = 1,
+  HAL_COLLECTIVE_REDUCE = 2,
+  HAL_COLLECTIVE_ALL_GATHER = 3,
+  HAL_COLLECTIVE_REDUCE_SCATTER = 4,
+  HAL_COLLECTIVE_ALL_TO_ALL = 5,
+  HAL_COLLECTIVE_GATHER = 6,
+  HAL_COLLECTIVE_SCATTER = 7,
+  HAL_COLLECTIVE_SEND = 8,
+  HAL_COLLECTIVE_RECV = 9,
+  HAL_COLLECTIVE_BARRIER = 10
+} hal_collective_kind;
+
+typedef enum hal_reduce_op {
+  HAL_REDUCE_SUM = 0,
+  HAL_REDUCE_PROD = 1,
+  HAL_REDUCE_MIN = 2,
+  HAL_REDUCE_MAX = 3,
+  HAL_REDUCE_AVG = 4
+} hal_reduce_op;
+
+/* Receives a value the store found; called at most once per get. */
+typedef void (*hal_store_value_sink)(void* sink_user_data, const void* value, size_t size);
+
+typedef struct hal_store_v1 {
+  size_t struct_size;
+  void* user_data;
+  hal_status (*set)(void* user_data, const char* key, const void* value, size_t size);
+  /* Waits up to timeout_ms for the key, then hands its value to sink.
+   * HAL_ERROR_TIMEOUT when it did not appear in time. */
+  hal_status (*get)(void* user_data, const char* key, int64_t timeout_ms, hal_store_value_sink sink,
+                    void* sink_user_data);
+} hal_store_v1;
+
+typedef struct hal_communicator hal_communicator;
+
+typedef struct hal_communicator_config_v1 {
+  size_t struct_size;
+  uint32_t device;
+  int32_t rank;
+  int32_t world_size;
+  int64_t timeout_ms;                /* default for every operation, > 0 */
+  /* Valid until communicator_destroy returns. */
+  const hal_store_v1* store;
+  const char* key_prefix;            /* unique per communicator; prefix every store key with it */
+  const hal_key_value_v1* options;   /* backend options, e.g. "interface" */
+  uint32_t option_count;
+} hal_communicator_config_v1;
+
+/* One operation. Counts are elements: per rank for ALL_GATHER, GATHER,
+ * SCATTER (the block each rank contributes or gets), per peer for
+ * ALL_TO_ALL, the received block for REDUCE_SCATTER, the whole buffer
+ * otherwise. In-place is send == recv (same buffer and offset), and for
+ * ALL_GATHER/GATHER send at recv + rank * count. libhal has checked the
+ * ranges, root/peer, device and dtype before calling. */
+typedef struct hal_collective_op_v1 {
+  size_t struct_size;
+  hal_collective_kind kind;
+  hal_dtype dtype;
+  hal_reduce_op reduce_op;
+  int32_t root;                      /* root for rooted ops, peer for SEND/RECV, else -1 */
+  uint64_t count;
+  uint64_t sequence;                 /* numbered by libhal, for error messages */
+  int64_t timeout_ms;                /* this operation's timeout, > 0 */
+  hal_tensor_ref_v1 send;            /* buffer NULL when unused */
+  hal_tensor_ref_v1 recv;
+} hal_collective_op_v1;
+
+typedef struct hal_collectives_v1 {
+  size_t struct_size;
+  hal_status (*communicator_create)(hal_backend_context* context, const hal_communicator_config_v1* config,
+                                    hal_communicator** out);
+  /* Aborts what is still running, then frees the communicator. */
+  hal_status (*communicator_destroy)(hal_communicator* communicator);
+  /* Safe from any thread, also while an operation blocks: pending and later
+   * operations fail with HAL_ERROR_ABORTED promptly. */
+  hal_status (*communicator_abort)(hal_communicator* communicator);
+  /* HAL_OK, or the first error an enqueued operation hit (message in the
+   * last error). */
+  hal_status (*communicator_get_async_error)(hal_communicator* communicator);
+  /* Enqueues op_count operations on stream as one group: every operation
+   * of the group is posted before any is waited for (SEND/RECV pairs), and
+   * errors surface on the stream and on the communicator. */
+  hal_status (*enqueue)(hal_communicator* communicator, hal_stream* stream, const hal_collective_op_v1* operations,
+                        uint32_t op_count);
+} hal_collectives_v1;
+
 typedef void (*hal_host_callback)(void* user_data, hal_status stream_status);
 
 /* Copies and fills take a stream; stream == NULL means a synchronous
@@ -294,6 +388,10 @@ HAL_ABI_PIN_SIZE(hal_attention_params_v1, 360);
 HAL_ABI_PIN_SIZE(hal_tensor_ref_v1, 16);
 HAL_ABI_PIN_SIZE(hal_attention_v1, 40);
 HAL_ABI_PIN_SIZE(hal_backend_v1, 248);
+HAL_ABI_PIN_SIZE(hal_store_v1, 32);
+HAL_ABI_PIN_SIZE(hal_communicator_config_v1, 64);
+HAL_ABI_PIN_SIZE(hal_collective_op_v1, 80);
+HAL_ABI_PIN_SIZE(hal_collectives_v1, 48);
 #undef HAL_ABI_PIN_SIZE
 #endif
 

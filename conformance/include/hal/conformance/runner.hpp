@@ -1,0 +1,81 @@
+// Planning a run and running each case in its own process with a time limit,
+// so a backend that crashes or hangs is recorded and the run goes on.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hal/conformance/case.hpp"
+#include "hal/conformance/profile.hpp"
+#include "hal/device.hpp"
+#include "hal/probe_cache.hpp"
+
+namespace hal::conformance {
+
+struct PlannedCase {
+  const Case* test_case = nullptr;
+  Device device;
+  CaseSettings settings;
+  double timeout_seconds = 60;
+};
+
+struct Plan {
+  std::vector<PlannedCase> to_run;
+  // Results known without running anything: UNSUPPORTED (capability not
+  // claimed) and SKIPPED (profile patterns no registered case implements).
+  std::vector<CaseResult> decided;
+};
+
+struct PlanOptions {
+  std::optional<std::vector<Tier>> tiers;  // --tier: replaces the profile's tiers
+  std::vector<std::string> filters;        // --filter globs; any may match
+  bool probes_only = false;                // --probe-only: only probe cases
+  std::optional<double> timeout_seconds;   // --timeout: replaces the profile's
+};
+
+Plan make_plan(const Registry& registry, const Profile& profile, const std::vector<Device>& devices,
+               const PlanOptions& options);
+
+struct Progress {
+  std::size_t finished = 0, total = 0;
+  const CaseResult* result = nullptr;  // the case that just finished, or null when one started
+  std::vector<std::string> running;    // "case on device" of the cases in flight
+};
+
+struct RunnerOptions {
+  // The program and leading arguments that run one case; the runner appends
+  // --run-case ID --device ID --case-settings JSON --result-fd 3.
+  std::vector<std::string> case_command;
+  int jobs = 1;
+  std::function<void(const Progress&)> on_progress;  // called from one thread at a time
+};
+
+// Runs every planned case in a child process, `jobs` at a time; results come
+// back in plan order. A child that dies is CRASH, one past its time limit is
+// killed (SIGKILL to its process group) and TIMEOUT, one that cannot be
+// started or reports garbage is ERROR.
+std::vector<CaseResult> run_cases(const std::vector<PlannedCase>& plan, const RunnerOptions& options);
+CaseResult run_case_process(const PlannedCase& planned, const std::vector<std::string>& case_command);
+
+// The case process: runs one case on one device and writes its result as
+// JSON to result_fd. Returns the process exit status (0 when a result was
+// written, whatever the outcome).
+int case_process_main(const Registry& registry, std::string_view case_id, std::string_view device_id,
+                      std::string_view settings_json, int result_fd);
+
+// One result per profile requirement and device ("requirement.<name>"): PASS
+// when a matching case passed there, FAIL when matching cases ran and none
+// passed, SKIPPED when none is implemented in this build or none ran.
+std::vector<CaseResult> evaluate_requirements(const Profile& profile, const Registry& registry,
+                                              const std::vector<Device>& devices,
+                                              const std::vector<CaseResult>& results);
+
+// Writes each probe case's verdict (present: it passed; absent: it failed,
+// crashed or timed out) for its capability. Returns how many were recorded.
+std::size_t record_probes(ProbeCache& cache, const std::vector<CaseResult>& results,
+                          const std::vector<Device>& devices);
+
+}  // namespace hal::conformance

@@ -1,0 +1,437 @@
+// TcpStore: rank 0 serves a key-value map over TCP; every rank is a client.
+//
+// Wire format (little-endian host order; both ends run the same build):
+//   request  := op:u8 key_size:u32 key  then  'S' value_size:u64 value
+//                                          |  'G' timeout_ms:i64
+//                                          |  'A' delta:i64
+//   response := 'S' -> status:u8
+//               'G' -> status:u8 (0 found, 1 timed out) [value_size:u64 value]
+//               'A' -> status:u8 value:i64
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "hal/collectives.hpp"
+
+namespace hal {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint8_t kSet = 'S', kGet = 'G', kAdd = 'A';
+constexpr std::uint8_t kFound = 0, kTimedOut = 1;
+
+std::string errno_text() { return std::strerror(errno); }
+
+template <typename T>
+void append(std::string& out, const T& value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+class FileDescriptor {
+ public:
+  FileDescriptor() = default;
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~FileDescriptor() { reset(); }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+struct AddressList {
+  addrinfo* head = nullptr;
+  ~AddressList() {
+    if (head != nullptr) ::freeaddrinfo(head);
+  }
+};
+
+void resolve(const std::string& host, std::uint16_t port, bool passive, AddressList& out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  const std::string service = std::to_string(port);
+  const int status = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &out.head);
+  if (status != 0)
+    throw Error(StatusCode::invalid_argument, "TcpStore: cannot resolve host '" + host + "': " +
+                                                  ::gai_strerror(status) + "; check MASTER_ADDR");
+}
+
+}  // namespace
+
+// ---- server ----------------------------------------------------------------
+
+struct TcpStore::Server {
+  struct Connection {
+    FileDescriptor fd;
+    std::string input, output;
+    // A get waiting for its key.
+    bool waiting = false;
+    std::string waiting_key;
+    Clock::time_point waiting_deadline;
+  };
+
+  FileDescriptor listener;
+  FileDescriptor wake_read, wake_write;  // a pipe that interrupts poll() for shutdown
+  std::uint16_t port = 0;
+  std::map<std::string, std::string, std::less<>> values;
+  std::vector<Connection> connections;
+  std::thread thread;
+
+  Server(const std::string& host, std::uint16_t requested_port) {
+    AddressList addresses;
+    resolve(host, requested_port, true, addresses);
+    std::string last_error = "no address";
+    for (addrinfo* address = addresses.head; address != nullptr; address = address->ai_next) {
+      FileDescriptor fd(::socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol));
+      if (fd.get() < 0) {
+        last_error = errno_text();
+        continue;
+      }
+      const int on = 1;
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+      if (::bind(fd.get(), address->ai_addr, address->ai_addrlen) != 0 || ::listen(fd.get(), 1024) != 0) {
+        last_error = errno_text();
+        continue;
+      }
+      listener = std::move(fd);
+      break;
+    }
+    if (listener.get() < 0)
+      throw Error(StatusCode::invalid_argument, "TcpStore: rank 0 cannot listen on " + host + ":" +
+                                                    std::to_string(requested_port) + ": " + last_error +
+                                                    "; pick a free MASTER_PORT on an address of this host");
+    sockaddr_storage bound{};
+    socklen_t length = sizeof(bound);
+    ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &length);
+    port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                             : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    int pipe_fds[2];
+    if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0)
+      throw Error(StatusCode::internal, "TcpStore: cannot create a pipe: " + errno_text());
+    wake_read = FileDescriptor(pipe_fds[0]);
+    wake_write = FileDescriptor(pipe_fds[1]);
+    ::fcntl(listener.get(), F_SETFL, O_NONBLOCK);
+    thread = std::thread([this] { serve(); });
+  }
+
+  ~Server() {
+    const char byte = 0;
+    [[maybe_unused]] const auto written = ::write(wake_write.get(), &byte, 1);
+    thread.join();
+  }
+
+  // Parses complete requests from the connection's input; false on a
+  // malformed one (the connection is dropped).
+  bool handle_requests(Connection& connection) {
+    for (;;) {
+      std::string& in = connection.input;
+      constexpr std::size_t header = 1 + sizeof(std::uint32_t);
+      if (in.size() < header) return true;
+      const auto op = static_cast<std::uint8_t>(in[0]);
+      std::uint32_t key_size;
+      std::memcpy(&key_size, in.data() + 1, sizeof(key_size));
+      if (key_size > (1u << 20)) return false;
+      const std::size_t key_end = header + key_size;
+      std::size_t request_end;
+      if (op == kSet) {
+        if (in.size() < key_end + sizeof(std::uint64_t)) return true;
+        std::uint64_t value_size;
+        std::memcpy(&value_size, in.data() + key_end, sizeof(value_size));
+        if (value_size > (1ull << 32)) return false;
+        request_end = key_end + sizeof(value_size) + value_size;
+      } else if (op == kGet || op == kAdd) {
+        request_end = key_end + sizeof(std::int64_t);
+      } else {
+        return false;
+      }
+      if (in.size() < request_end) return true;
+      std::string key = in.substr(header, key_size);
+      if (op == kSet) {
+        values[key] = in.substr(key_end + sizeof(std::uint64_t), request_end - key_end - sizeof(std::uint64_t));
+        connection.output += static_cast<char>(kFound);
+        wake_waiters(key);
+      } else {
+        std::int64_t argument;
+        std::memcpy(&argument, in.data() + key_end, sizeof(argument));
+        if (op == kAdd) {
+          // Kept as decimal text, as FileStore keeps counters, so get() reads the same on both.
+          std::int64_t value = 0;
+          if (const auto it = values.find(key); it != values.end())
+            std::from_chars(it->second.data(), it->second.data() + it->second.size(), value);
+          value += argument;
+          values[key] = std::to_string(value);
+          connection.output += static_cast<char>(kFound);
+          append(connection.output, value);
+          wake_waiters(key);
+        } else if (const auto it = values.find(key); it != values.end()) {
+          answer_found(connection, it->second);
+        } else {
+          connection.waiting = true;
+          connection.waiting_key = std::move(key);
+          connection.waiting_deadline = Clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(argument, 0));
+        }
+      }
+      in.erase(0, request_end);
+    }
+  }
+
+  static void answer_found(Connection& connection, const std::string& value) {
+    connection.output += static_cast<char>(kFound);
+    append(connection.output, static_cast<std::uint64_t>(value.size()));
+    connection.output += value;
+  }
+
+  void wake_waiters(const std::string& key) {
+    for (Connection& connection : connections)
+      if (connection.waiting && connection.waiting_key == key) {
+        connection.waiting = false;
+        answer_found(connection, values[key]);
+      }
+  }
+
+  void serve() {
+    char scratch[65536];
+    for (;;) {
+      std::vector<pollfd> fds{{wake_read.get(), POLLIN, 0}, {listener.get(), POLLIN, 0}};
+      auto next_deadline = Clock::now() + std::chrono::seconds(1);
+      for (const Connection& connection : connections) {
+        fds.push_back({connection.fd.get(), static_cast<short>(POLLIN | (connection.output.empty() ? 0 : POLLOUT)), 0});
+        if (connection.waiting) next_deadline = std::min(next_deadline, connection.waiting_deadline);
+      }
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - Clock::now()).count();
+      if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(wait, 0) + 1)) < 0 && errno != EINTR)
+        return;
+      if (fds[0].revents != 0) return;  // shutdown
+      if (fds[1].revents & POLLIN)
+        for (;;) {
+          const int client = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+          if (client < 0) break;
+          const int on = 1;
+          ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+          connections.push_back(Connection{FileDescriptor(client), {}, {}, false, {}, {}});
+        }
+      // connections may have grown: fds holds the older ones only, in order.
+      std::vector<bool> closed(connections.size(), false);
+      for (std::size_t i = 0; i + 2 < fds.size(); ++i) {
+        Connection& connection = connections[i];
+        const short events = fds[i + 2].revents;
+        if (events & (POLLIN | POLLHUP | POLLERR)) {
+          const ssize_t got = ::recv(connection.fd.get(), scratch, sizeof(scratch), 0);
+          if (got > 0) {
+            connection.input.append(scratch, static_cast<std::size_t>(got));
+            if (!handle_requests(connection)) closed[i] = true;
+          } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+            closed[i] = true;
+          }
+        }
+      }
+      const auto now = Clock::now();
+      for (std::size_t i = 0; i < connections.size(); ++i) {
+        Connection& connection = connections[i];
+        if (connection.waiting && now >= connection.waiting_deadline) {
+          connection.waiting = false;
+          connection.output += static_cast<char>(kTimedOut);
+        }
+        while (!closed[i] && !connection.output.empty()) {
+          const ssize_t sent = ::send(connection.fd.get(), connection.output.data(), connection.output.size(),
+                                      MSG_NOSIGNAL);
+          if (sent > 0) {
+            connection.output.erase(0, static_cast<std::size_t>(sent));
+          } else {
+            if (errno != EAGAIN && errno != EINTR) closed[i] = true;
+            break;
+          }
+        }
+      }
+      for (std::size_t i = connections.size(); i-- > 0;)
+        if (closed[i]) connections.erase(connections.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+};
+
+// ---- client ----------------------------------------------------------------
+
+struct TcpStore::Client {
+  FileDescriptor fd;
+  std::string where;  // "host:port" for messages
+  std::mutex mutex;   // one request at a time on the connection
+
+  Client(const std::string& host, std::uint16_t port, std::chrono::milliseconds connect_timeout)
+      : where(host + ":" + std::to_string(port)) {
+    const auto start = Clock::now();
+    const auto deadline = start + connect_timeout;
+    auto pause = std::chrono::milliseconds(10);
+    std::string last_error;
+    int attempts = 0;
+    for (;;) {
+      ++attempts;
+      AddressList addresses;
+      resolve(host, port, false, addresses);
+      for (addrinfo* address = addresses.head; address != nullptr && fd.get() < 0; address = address->ai_next) {
+        FileDescriptor candidate(::socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol));
+        if (candidate.get() < 0) {
+          last_error = errno_text();
+          continue;
+        }
+        if (::connect(candidate.get(), address->ai_addr, address->ai_addrlen) == 0)
+          fd = std::move(candidate);
+        else
+          last_error = errno_text();
+      }
+      if (fd.get() >= 0) break;
+      const auto now = Clock::now();
+      if (now >= deadline)
+        throw Error(StatusCode::timeout,
+                    "TcpStore: cannot reach the store at " + where + " after " + std::to_string(attempts) +
+                        " attempts over " +
+                        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - start).count()) +
+                        " ms (last error: " + last_error +
+                        "); check that rank 0 is running and MASTER_ADDR/MASTER_PORT point at it");
+      std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
+      pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+    }
+    const int on = 1;
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+  }
+
+  [[noreturn]] void lost(const std::string& what) const {
+    throw Error(StatusCode::device_lost, "TcpStore: " + what + " the store at " + where +
+                                             "; rank 0, which hosts it, probably exited");
+  }
+
+  void send_all(const std::string& bytes) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t sent = ::send(fd.get(), bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (sent < 0 && errno == EINTR) continue;
+      if (sent <= 0) lost("cannot send to (" + errno_text() + ")");
+      done += static_cast<std::size_t>(sent);
+    }
+  }
+
+  // Reads exactly size bytes, giving up at the deadline so a stopped server
+  // cannot hang the caller.
+  void receive_all(void* destination, std::size_t size, Clock::time_point deadline) {
+    auto* out = static_cast<char*>(destination);
+    std::size_t done = 0;
+    while (done < size) {
+      pollfd descriptor{fd.get(), POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) lost("no answer in time from");
+      const int ready = ::poll(&descriptor, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) continue;  // the deadline check above ends it
+      const ssize_t got = ::recv(fd.get(), out + done, size - done, 0);
+      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (got <= 0) lost("lost the connection to");
+      done += static_cast<std::size_t>(got);
+    }
+  }
+
+  static std::string request(std::uint8_t op, std::string_view key) {
+    std::string bytes;
+    bytes += static_cast<char>(op);
+    append(bytes, static_cast<std::uint32_t>(key.size()));
+    bytes += key;
+    return bytes;
+  }
+};
+
+// The server's answer to a get arrives by its deadline; this margin covers
+// the trip and a busy server before the client calls it lost.
+constexpr auto kAnswerMargin = std::chrono::seconds(10);
+
+TcpStore::TcpStore(const TcpStoreOptions& options) {
+  if (options.host.empty())
+    throw Error(StatusCode::invalid_argument, "TcpStore: the host is empty; set MASTER_ADDR to rank 0's address");
+  std::uint16_t port = options.port;
+  if (options.is_server) {
+    server_ = std::make_unique<Server>(options.host, options.port);
+    port = server_->port;
+  } else if (port == 0) {
+    throw Error(StatusCode::invalid_argument, "TcpStore: a client needs the server's port; port 0 is only for rank 0");
+  }
+  client_ = std::make_unique<Client>(options.host, port, options.connect_timeout);
+}
+
+TcpStore::~TcpStore() {
+  client_.reset();
+  server_.reset();
+}
+
+std::uint16_t TcpStore::port() const {
+  if (server_) return server_->port;
+  const auto colon = client_->where.rfind(':');
+  return static_cast<std::uint16_t>(std::stoi(client_->where.substr(colon + 1)));
+}
+
+void TcpStore::set(std::string_view key, std::string_view value) {
+  std::string bytes = Client::request(kSet, key);
+  append(bytes, static_cast<std::uint64_t>(value.size()));
+  bytes += value;
+  std::lock_guard lock(client_->mutex);
+  client_->send_all(bytes);
+  std::uint8_t status;
+  client_->receive_all(&status, 1, Clock::now() + kAnswerMargin);
+}
+
+std::string TcpStore::get(std::string_view key, std::chrono::milliseconds timeout) {
+  std::string bytes = Client::request(kGet, key);
+  append(bytes, static_cast<std::int64_t>(timeout.count()));
+  std::lock_guard lock(client_->mutex);
+  client_->send_all(bytes);
+  const auto deadline = Clock::now() + timeout + kAnswerMargin;
+  std::uint8_t status;
+  client_->receive_all(&status, 1, deadline);
+  if (status == kTimedOut)
+    throw Error(StatusCode::timeout, "TcpStore: key '" + std::string(key) + "' was not set within " +
+                                         std::to_string(timeout.count()) + " ms (store at " + client_->where +
+                                         "); did every rank start and reach the same step?");
+  std::uint64_t size;
+  client_->receive_all(&size, sizeof(size), deadline);
+  std::string value(size, '\0');
+  client_->receive_all(value.data(), size, deadline);
+  return value;
+}
+
+std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
+  std::string bytes = Client::request(kAdd, key);
+  append(bytes, delta);
+  std::lock_guard lock(client_->mutex);
+  client_->send_all(bytes);
+  std::uint8_t status;
+  std::int64_t value;
+  const auto deadline = Clock::now() + kAnswerMargin;
+  client_->receive_all(&status, 1, deadline);
+  client_->receive_all(&value, sizeof(value), deadline);
+  return value;
+}
+
+}  // namespace hal

@@ -1,0 +1,219 @@
+// Collectives: stores in process, communicators across processes over loopback.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "hal/collectives.hpp"
+#include "hal/hal.hpp"
+#include "launch.hpp"
+#include "scoped_environment.hpp"
+
+using hal::testing::launch_ranks;
+using hal::testing::ScopedEnvironment;
+using namespace std::chrono_literals;
+
+namespace {
+
+bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+std::string temporary_directory() {
+  char name[] = "/tmp/hal-store-XXXXXX";
+  REQUIRE(::mkdtemp(name) != nullptr);
+  return name;
+}
+
+std::vector<hal::testing::RankOutcome> run_worker(int ranks, std::vector<std::string> arguments,
+                                                  std::vector<std::pair<std::string, std::string>> environment = {}) {
+  arguments.insert(arguments.begin(), HAL_COLLECTIVES_WORKER);
+  environment.emplace_back("HAL_BACKEND_PATH", HAL_PLUGIN_DIR);
+  environment.emplace_back("HAL_BACKENDS", "host");
+  return launch_ranks(ranks, arguments, environment, 50s);
+}
+
+void check_all_passed(const std::vector<hal::testing::RankOutcome>& outcomes) {
+  bool all = true;
+  for (const auto& outcome : outcomes) all = all && outcome.passed();
+  CHECK_MESSAGE(all, hal::testing::describe(outcomes));
+}
+
+// Exercises a store from two threads: set/get, a get that waits, add, and a timeout.
+void check_store(hal::Store& writer, hal::Store& reader, const std::string& counter = "counter") {
+  writer.set("plain", std::string("a\0b", 3));
+  CHECK(reader.get("plain", 1s) == std::string("a\0b", 3));
+  std::thread late([&] {
+    std::this_thread::sleep_for(100ms);
+    writer.set("late/key with spaces", "value");
+  });
+  CHECK(reader.get("late/key with spaces", 5s) == "value");
+  late.join();
+  CHECK(writer.add(counter, 2) == 2);
+  CHECK(reader.add(counter, 5) == 7);
+  CHECK(reader.get(counter, 1s) == "7");
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    reader.get("never-set", 200ms);
+    FAIL("get of a missing key returned");
+  } catch (const hal::Error& error) {
+    CHECK(error.code() == hal::StatusCode::timeout);
+    CHECK(contains(error.what(), "never-set"));
+  }
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
+  reader.wait({"plain", counter}, 1s);
+}
+
+}  // namespace
+
+TEST_CASE("FileStore: set, get, waiting get, add, timeout") {
+  const std::string directory = temporary_directory();
+  hal::FileStore writer(directory), reader(directory);
+  check_store(writer, reader);
+  std::filesystem::remove_all(directory);
+}
+
+TEST_CASE("TcpStore: rank 0 serves, clients set, get, wait and add") {
+  hal::TcpStoreOptions server_options;
+  server_options.is_server = true;
+  hal::TcpStore server(server_options);
+  hal::TcpStoreOptions client_options;
+  client_options.port = server.port();
+  hal::TcpStore client(client_options);
+  check_store(server, client);
+  check_store(client, server, "second counter");
+}
+
+TEST_CASE("TcpStore: an unreachable store is a clear error after the deadline") {
+  hal::TcpStoreOptions options;
+  options.port = static_cast<std::uint16_t>(hal::testing::free_tcp_port());
+  options.connect_timeout = 700ms;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    hal::TcpStore store(options);
+    FAIL("connected to a port nobody listens on");
+  } catch (const hal::Error& error) {
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    CHECK(error.code() == hal::StatusCode::timeout);
+    CHECK(contains(error.what(), "127.0.0.1:" + std::to_string(options.port)));
+    CHECK(contains(error.what(), "MASTER_ADDR"));
+    CHECK(elapsed >= 700ms);
+    CHECK(elapsed < 3s);
+  }
+}
+
+TEST_CASE("Store::from_environment: torchrun variables win over OpenMPI's") {
+  const std::string directory = temporary_directory();
+  {
+    ScopedEnvironment environment{{"RANK", "1"},
+                                  {"WORLD_SIZE", "4"},
+                                  {"LOCAL_RANK", "1"},
+                                  {"OMPI_COMM_WORLD_RANK", "3"},
+                                  {"OMPI_COMM_WORLD_SIZE", "8"},
+                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+                                  {"HAL_STORE_DIR", directory}};
+    const auto found = hal::Store::from_environment();
+    CHECK(found.rank == 1);
+    CHECK(found.world_size == 4);
+    CHECK(found.local_rank == 1);
+    CHECK(contains(found.source, "RANK/WORLD_SIZE"));
+    CHECK(dynamic_cast<hal::FileStore*>(found.store.get()) != nullptr);
+  }
+  {
+    ScopedEnvironment environment{{"RANK", std::nullopt},
+                                  {"WORLD_SIZE", std::nullopt},
+                                  {"LOCAL_RANK", std::nullopt},
+                                  {"OMPI_COMM_WORLD_RANK", "2"},
+                                  {"OMPI_COMM_WORLD_SIZE", "3"},
+                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                  {"HAL_STORE_DIR", directory}};
+    const auto found = hal::Store::from_environment();
+    CHECK(found.rank == 2);
+    CHECK(found.world_size == 3);
+    CHECK(contains(found.source, "OMPI_COMM_WORLD"));
+  }
+  {
+    ScopedEnvironment environment{{"RANK", "5"}, {"WORLD_SIZE", "4"}, {"HAL_STORE_DIR", directory}};
+    CHECK_THROWS_WITH_AS(hal::Store::from_environment(), doctest::Contains("RANK='5'"), hal::Error);
+  }
+  {
+    ScopedEnvironment environment{{"RANK", "0"},          {"WORLD_SIZE", "1"},   {"HAL_STORE_DIR", std::nullopt},
+                                  {"MASTER_ADDR", std::nullopt}, {"MASTER_PORT", "1234"}};
+    CHECK_THROWS_WITH_AS(hal::Store::from_environment(), doctest::Contains("MASTER_ADDR is not set"), hal::Error);
+  }
+  std::filesystem::remove_all(directory);
+}
+
+TEST_CASE("Communicator: bad arguments fail on the calling rank before anything is sent") {
+  ScopedEnvironment environment{{"HAL_BACKEND_PATH", HAL_PLUGIN_DIR}, {"HAL_BACKENDS", "host"}};
+  const hal::Runtime runtime = hal::Runtime::create();
+  const hal::Device device = runtime.device("host:0");
+  REQUIRE(device.supports("collectives"));
+  const std::string directory = temporary_directory();
+  auto store = std::make_shared<hal::FileStore>(directory);
+  hal::Communicator comm = hal::Communicator::create(device, 0, 1, store);
+  hal::Stream stream = device.create_stream();
+  hal::Buffer small = device.allocate(16);
+  using hal::DataType;
+  using hal::ReduceOp;
+
+  CHECK_THROWS_WITH_AS(comm.broadcast(small, small, 4, DataType::f32, 1, stream),
+                       doctest::Contains("root 1 is outside the communicator's ranks [0, 1)"), hal::Error);
+  CHECK_THROWS_WITH_AS(comm.all_reduce(small, small, 5, DataType::f32, ReduceOp::sum, stream),
+                       doctest::Contains("rank 0: all_reduce #"), hal::Error);
+  CHECK_THROWS_WITH_AS(comm.all_reduce(small, small, std::uint64_t{1} << 62, DataType::f64, ReduceOp::sum, stream),
+                       doctest::Contains("overflows"), hal::Error);
+  CHECK_THROWS_WITH_AS(comm.send(small, 1, DataType::f32, 0, stream), doctest::Contains("peer 0 is this rank"),
+                       hal::Error);
+  CHECK_THROWS_WITH_AS(comm.all_reduce(hal::Buffer(), small, 1, DataType::f32, ReduceOp::sum, stream),
+                       doctest::Contains("send buffer is empty"), hal::Error);
+  CHECK_THROWS_WITH_AS(hal::Communicator::create(device, 2, 2, store), doctest::Contains("rank must be in [0, 2)"),
+                       hal::Error);
+  CHECK_THROWS_WITH_AS(hal::parse_data_type("f17"), doctest::Contains("use one of f32, f64"), hal::Error);
+  // Groups take point-to-point operations only.
+  comm.group_start();
+  CHECK_THROWS_WITH_AS(comm.barrier(stream), doctest::Contains("only send and recv can be grouped"), hal::Error);
+  comm.group_cancel();
+
+  // A world of one still runs every operation.
+  const float values[4] = {1, 2, 3, 4};
+  small.write(0, values, sizeof(values));
+  comm.all_reduce(small, small, 4, DataType::f32, ReduceOp::avg, stream);
+  comm.barrier(stream);
+  stream.synchronize();
+  float result[4] = {};
+  small.read(0, result, sizeof(result));
+  CHECK(result[3] == 4.0f);
+  CHECK(comm.async_error().is_ok());
+  comm.destroy();
+  CHECK(!comm.valid());
+  std::filesystem::remove_all(directory);
+}
+
+TEST_CASE("every operation x type x in/out-of-place on 2, 3 and 4 ranks") {
+  for (const int ranks : {2, 3, 4}) {
+    CAPTURE(ranks);
+    check_all_passed(run_worker(ranks, {"ops"}));
+  }
+}
+
+TEST_CASE("split and point-to-point groups") {
+  check_all_passed(run_worker(4, {"split"}));
+  check_all_passed(run_worker(3, {"split"}));
+  check_all_passed(run_worker(2, {"p2p"}));
+  check_all_passed(run_worker(3, {"p2p"}));
+}
+
+TEST_CASE("a rank killed mid-operation: the others fail naming it within the timeout") {
+  const int victim = 2;
+  const auto outcomes = run_worker(3, {"kill", std::to_string(victim)});
+  CHECK_MESSAGE(outcomes[victim].signal == SIGKILL, hal::testing::describe(outcomes));
+  for (int rank = 0; rank < 3; ++rank)
+    if (rank != victim) CHECK_MESSAGE(outcomes[rank].passed(), hal::testing::describe(outcomes));
+}
+
+TEST_CASE("HAL_COLL_CHECK=1: mismatched counts are an error on every rank") {
+  check_all_passed(run_worker(3, {"mismatch"}, {{"HAL_COLL_CHECK", "1"}}));
+}
+
+TEST_CASE("abort from another thread ends a blocked operation promptly") {
+  check_all_passed(run_worker(2, {"abort"}));
+}

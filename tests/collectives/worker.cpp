@@ -1,0 +1,472 @@
+// One rank of a multi-process collectives test. The rank, world size and
+// store come from the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT). Every rank computes the expected result of each operation
+// from the inputs of all ranks and compares it element by element.
+//
+//   collectives_worker ops|split|p2p|kill VICTIM|mismatch|abort
+// Exit status 0 when every check passed; failures are printed.
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hal/hal.hpp"
+#include "hal/collectives.hpp"
+
+using hal::BufferView;
+using hal::DataType;
+using hal::ReduceOp;
+
+namespace {
+
+int failures = 0;
+
+#define EXPECT(condition, message)                                                                  \
+  do {                                                                                              \
+    if (!(condition)) {                                                                             \
+      ++failures;                                                                                   \
+      if (failures < 20) std::cout << "FAILED: " << message << " (" << #condition << ")" << std::endl; \
+    }                                                                                               \
+  } while (false)
+
+// ---- values in every data type ------------------------------------------------
+
+std::uint16_t bf16_from_float(float value) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  const std::uint32_t lsb = (bits >> 16) & 1u;
+  return static_cast<std::uint16_t>((bits + 0x7fffu + lsb) >> 16);
+}
+
+float float_from_bf16(std::uint16_t half) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(half) << 16;
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+void store_value(DataType type, void* base, std::size_t i, double value) {
+  switch (type) {
+    case DataType::f32: static_cast<float*>(base)[i] = static_cast<float>(value); break;
+    case DataType::f64: static_cast<double*>(base)[i] = value; break;
+    case DataType::f16: static_cast<_Float16*>(base)[i] = static_cast<_Float16>(static_cast<float>(value)); break;
+    case DataType::bf16: static_cast<std::uint16_t*>(base)[i] = bf16_from_float(static_cast<float>(value)); break;
+    // Integers wrap like the two's-complement arithmetic of the backend.
+    case DataType::i8: static_cast<std::int8_t*>(base)[i] = static_cast<std::int8_t>(static_cast<std::int64_t>(value)); break;
+    case DataType::u8: static_cast<std::uint8_t*>(base)[i] = static_cast<std::uint8_t>(static_cast<std::int64_t>(value)); break;
+    case DataType::i32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(static_cast<std::int64_t>(value)); break;
+    case DataType::i64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(value); break;
+  }
+}
+
+double load_value(DataType type, const void* base, std::size_t i) {
+  switch (type) {
+    case DataType::f32: return static_cast<const float*>(base)[i];
+    case DataType::f64: return static_cast<const double*>(base)[i];
+    case DataType::f16: return static_cast<float>(static_cast<const _Float16*>(base)[i]);
+    case DataType::bf16: return float_from_bf16(static_cast<const std::uint16_t*>(base)[i]);
+    case DataType::i8: return static_cast<const std::int8_t*>(base)[i];
+    case DataType::u8: return static_cast<const std::uint8_t*>(base)[i];
+    case DataType::i32: return static_cast<const std::int32_t*>(base)[i];
+    case DataType::i64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
+  }
+  return 0;
+}
+
+double round_to(DataType type, double value) {
+  std::int64_t scratch = 0;
+  store_value(type, &scratch, 0, value);
+  return load_value(type, &scratch, 0);
+}
+
+bool is_integer(DataType type) {
+  return type == DataType::i8 || type == DataType::u8 || type == DataType::i32 || type == DataType::i64;
+}
+
+// Rank r's input element i: small integers, exact in every type.
+double input_of(int rank, std::size_t i) { return 1 + static_cast<double>((rank * 7 + i * 3) % 5); }
+
+// The reduction of element i over every rank, as the backend computes it:
+// exactly (small integers), then avg divides in the type's arithmetic
+// (f32 for f32/f16/bf16), then one rounding into the type.
+double reduced(DataType type, ReduceOp op, int world, std::size_t i) {
+  double result = input_of(0, i);
+  for (int r = 1; r < world; ++r) {
+    const double v = input_of(r, i);
+    switch (op) {
+      case ReduceOp::sum: case ReduceOp::avg: result += v; break;
+      case ReduceOp::prod: result *= v; break;
+      case ReduceOp::min: result = std::min(result, v); break;
+      case ReduceOp::max: result = std::max(result, v); break;
+    }
+  }
+  if (op == ReduceOp::avg) {
+    if (is_integer(type))
+      return round_to(type, static_cast<double>(static_cast<std::int64_t>(round_to(type, result)) / world));
+    if (type == DataType::f64) return result / world;
+    return round_to(type, static_cast<float>(result) / static_cast<float>(world));
+  }
+  return round_to(type, result);
+}
+
+// ---- running one case ----------------------------------------------------------
+
+struct Context {
+  std::shared_ptr<hal::Store> store;
+  hal::Device device;
+  hal::Stream stream;
+  hal::Communicator comm;
+  int rank = 0, world = 1;
+};
+
+std::vector<std::uint8_t> host_block(DataType type, std::size_t count, const std::function<double(std::size_t)>& value) {
+  std::vector<std::uint8_t> bytes(std::max<std::size_t>(count * hal::size_of(type), 1));
+  for (std::size_t i = 0; i < count; ++i) store_value(type, bytes.data(), i, value(i));
+  return bytes;
+}
+
+// Synchronous, so that the caller's bytes may go away at once.
+hal::Buffer upload(Context& context, const std::vector<std::uint8_t>& bytes) {
+  hal::Buffer buffer = context.device.allocate(bytes.size());
+  buffer.write(0, bytes.data(), bytes.size());
+  return buffer;
+}
+
+// Compares count elements of actual against expected(i); names the case.
+void compare(const std::string& name, DataType type, const std::vector<std::uint8_t>& actual, std::size_t offset,
+             std::size_t count, const std::function<double(std::size_t)>& expected) {
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const double got = load_value(type, actual.data() + offset * hal::size_of(type), i);
+    const double want = expected(i);
+    if (got != want) {
+      if (wrong == 0)
+        std::cout << "  " << name << ": element " << i << " is " << got << ", expected " << want << std::endl;
+      ++wrong;
+    }
+  }
+  EXPECT(wrong == 0, name << ": " << wrong << " of " << count << " elements wrong");
+}
+
+constexpr DataType all_types[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,
+                                  DataType::i8,  DataType::u8,  DataType::i32, DataType::i64};
+constexpr ReduceOp all_reduce_ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+
+// Runs every operation once for (type, count, in_place) and checks it.
+void run_all_operations(Context& c, DataType type, std::size_t count, bool in_place) {
+  const std::size_t size = hal::size_of(type);
+  const int n = c.world, r = c.rank;
+  const std::string tag = std::string(hal::to_string(type)) + " count " + std::to_string(count) +
+                          (in_place ? " in-place" : " out-of-place") + " rank " + std::to_string(r) + "/" +
+                          std::to_string(n);
+  const auto mine = [&](std::size_t i) { return input_of(r, i); };
+  std::vector<std::uint8_t> result;
+  const auto fetch = [&](const hal::Buffer& buffer, std::size_t elements) {
+    result.assign(std::max<std::size_t>(elements * size, 1), 0);
+    c.stream.copy_to_host(result.data(), buffer, 0, elements * size);
+    c.stream.synchronize();
+  };
+  const std::size_t all = count * static_cast<std::size_t>(n);
+  const auto empty = [&](std::size_t elements) {
+    return upload(c, std::vector<std::uint8_t>(std::max<std::size_t>(elements * size, 1), 0xEE));
+  };
+
+  for (const ReduceOp op : all_reduce_ops) {
+    const std::string what = std::string(hal::to_string(op)) + " " + tag;
+    {  // all_reduce
+      hal::Buffer send = upload(c, host_block(type, count, mine));
+      hal::Buffer recv = in_place ? send : empty(count);
+      c.comm.all_reduce(send, recv, count, type, op, c.stream);
+      fetch(recv, count);
+      compare("all_reduce " + what, type, result, 0, count, [&](std::size_t i) { return reduced(type, op, n, i); });
+      if (!in_place) {
+        fetch(send, count);
+        compare("all_reduce send untouched " + what, type, result, 0, count, mine);
+      }
+    }
+    {  // reduce to the last rank
+      const int root = n - 1;
+      hal::Buffer send = upload(c, host_block(type, count, mine));
+      hal::Buffer recv = in_place ? send : empty(count);
+      c.comm.reduce(send, recv, count, type, op, root, c.stream);
+      fetch(recv, count);
+      if (r == root)
+        compare("reduce " + what, type, result, 0, count, [&](std::size_t i) { return reduced(type, op, n, i); });
+    }
+    {  // reduce_scatter: block q of every rank's input is reduced onto rank q
+      hal::Buffer send = upload(c, host_block(type, all, mine));
+      hal::Buffer recv = in_place ? send : empty(count);
+      c.comm.reduce_scatter(send, BufferView(recv, in_place ? r * count * size : 0), count, type, op, c.stream);
+      fetch(recv, in_place ? all : count);
+      compare("reduce_scatter " + what, type, result, in_place ? r * count : 0, count,
+              [&](std::size_t i) { return reduced(type, op, n, r * count + i); });
+    }
+  }
+  {  // broadcast from rank 0 (and from the last rank when there are several)
+    for (const int root : {0, n - 1}) {
+      hal::Buffer send = upload(c, host_block(type, count, mine));
+      hal::Buffer recv = in_place ? send : empty(count);
+      c.comm.broadcast(send, recv, count, type, root, c.stream);
+      fetch(recv, count);
+      compare("broadcast root " + std::to_string(root) + " " + tag, type, result, 0, count,
+              [&](std::size_t i) { return input_of(root, i); });
+    }
+  }
+  {  // all_gather
+    hal::Buffer recv = empty(all);
+    hal::Buffer send = in_place ? recv : upload(c, host_block(type, count, mine));
+    if (in_place) {
+      const auto own = host_block(type, count, mine);
+      recv.write(r * count * size, own.data(), count * size);
+    }
+    c.comm.all_gather(BufferView(send, in_place ? r * count * size : 0), recv, count, type, c.stream);
+    fetch(recv, all);
+    compare("all_gather " + tag, type, result, 0, all,
+            [&](std::size_t j) { return input_of(static_cast<int>(j / std::max<std::size_t>(count, 1)), j % std::max<std::size_t>(count, 1)); });
+  }
+  {  // all_to_all: block p of rank r's input goes to rank p
+    hal::Buffer send = upload(c, host_block(type, all, mine));
+    hal::Buffer recv = in_place ? send : empty(all);
+    c.comm.all_to_all(send, recv, count, type, c.stream);
+    fetch(recv, all);
+    compare("all_to_all " + tag, type, result, 0, all, [&](std::size_t j) {
+      const std::size_t block = j / std::max<std::size_t>(count, 1), i = j % std::max<std::size_t>(count, 1);
+      return input_of(static_cast<int>(block), r * count + i);
+    });
+  }
+  {  // gather to rank 1 (or 0)
+    const int root = n > 1 ? 1 : 0;
+    hal::Buffer recv = empty(all);
+    hal::Buffer send;
+    std::uint64_t send_offset = 0;
+    if (in_place && r == root) {
+      send = recv;
+      send_offset = root * count * size;
+      const auto own = host_block(type, count, mine);
+      recv.write(send_offset, own.data(), count * size);
+    } else {
+      send = upload(c, host_block(type, count, mine));
+    }
+    c.comm.gather(BufferView(send, send_offset), recv, count, type, root, c.stream);
+    fetch(recv, all);
+    if (r == root)
+      compare("gather " + tag, type, result, 0, all, [&](std::size_t j) {
+        return input_of(static_cast<int>(j / std::max<std::size_t>(count, 1)), j % std::max<std::size_t>(count, 1));
+      });
+  }
+  {  // scatter from rank 0
+    const int root = 0;
+    hal::Buffer send = upload(c, host_block(type, all, mine));
+    hal::Buffer recv = (in_place && r == root) ? send : empty(count);
+    const std::uint64_t recv_offset = (in_place && r == root) ? root * count * size : 0;
+    c.comm.scatter(send, BufferView(recv, recv_offset), count, type, root, c.stream);
+    fetch(recv, count);
+    compare("scatter " + tag, type, result, 0, count, [&](std::size_t i) { return input_of(root, r * count + i); });
+  }
+}
+
+Context connect(const hal::Runtime& runtime, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  auto environment = hal::Store::from_environment(std::chrono::seconds(20));
+  Context context{environment.store, runtime.device("host:0"), {}, {}, 0, 1};
+  context.stream = context.device.create_stream();
+  context.rank = environment.rank;
+  context.world = environment.world_size;
+  hal::CommunicatorOptions options;
+  options.timeout = timeout;
+  context.comm = hal::Communicator::create(context.device, environment.rank, environment.world_size,
+                                           environment.store, options);
+  return context;
+}
+
+// ---- scenarios ---------------------------------------------------------------------
+
+void scenario_ops(const hal::Runtime& runtime) {
+  Context c = connect(runtime);
+  for (const DataType type : all_types)
+    for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}})
+      for (const bool in_place : {false, true}) run_all_operations(c, type, count, in_place);
+  // A large count, for the multi-segment paths of the ring algorithms.
+  for (const DataType type : {DataType::f32, DataType::bf16})
+    for (const bool in_place : {false, true}) {
+      const std::size_t count = (std::size_t{1} << 20) + 3;
+      hal::Buffer send = upload(c, host_block(type, count, [&](std::size_t i) { return input_of(c.rank, i); }));
+      hal::Buffer recv = in_place ? send : c.device.allocate(count * hal::size_of(type));
+      c.comm.all_reduce(send, recv, count, type, ReduceOp::sum, c.stream);
+      std::vector<std::uint8_t> result(count * hal::size_of(type));
+      c.stream.copy_to_host(result.data(), recv, 0, result.size());
+      c.stream.synchronize();
+      compare("large all_reduce " + std::string(hal::to_string(type)), type, result, 0, count,
+              [&](std::size_t i) { return reduced(type, ReduceOp::sum, c.world, i); });
+    }
+  c.comm.barrier(c.stream);
+  c.stream.synchronize();
+}
+
+void scenario_split(const hal::Runtime& runtime) {
+  Context c = connect(runtime);
+  // Even and odd ranks, in reverse order of the old rank.
+  hal::Communicator child = c.comm.split(c.rank % 2, -c.rank);
+  std::vector<int> members;
+  for (int r = c.rank % 2; r < c.world; r += 2) members.insert(members.begin(), r);
+  EXPECT(child.world_size() == static_cast<int>(members.size()), "split world size " << child.world_size());
+  const int expected_rank = static_cast<int>(std::find(members.begin(), members.end(), c.rank) - members.begin());
+  EXPECT(child.rank() == expected_rank, "split rank " << child.rank() << " expected " << expected_rank);
+  // all_reduce of the old ranks over the child sums the members.
+  const std::int64_t mine = c.rank;
+  hal::Buffer buffer = c.device.allocate(sizeof(mine));
+  c.stream.copy_to_device(buffer, 0, &mine, sizeof(mine));
+  child.all_reduce(buffer, buffer, 1, DataType::i64, ReduceOp::sum, c.stream);
+  std::int64_t sum = 0;
+  c.stream.copy_to_host(&sum, buffer, 0, sizeof(sum));
+  c.stream.synchronize();
+  std::int64_t expected = 0;
+  for (const int member : members) expected += member;
+  EXPECT(sum == expected, "split all_reduce gave " << sum << ", expected " << expected);
+  // A rank that opts out gets no communicator; the others still work.
+  hal::Communicator partial = c.comm.split(c.rank == 0 ? -1 : 0, 0);
+  EXPECT(partial.valid() == (c.rank != 0), "split with a negative color");
+  if (partial.valid()) {
+    EXPECT(partial.world_size() == c.world - 1, "partial world size " << partial.world_size());
+    partial.barrier(c.stream);
+    c.stream.synchronize();
+  }
+  c.comm.barrier(c.stream);
+  c.stream.synchronize();
+}
+
+void scenario_p2p(const hal::Runtime& runtime) {
+  Context c = connect(runtime);
+  const int right = (c.rank + 1) % c.world, left = (c.rank + c.world - 1) % c.world;
+  for (const std::size_t count : {std::size_t{0}, std::size_t{5}, std::size_t{100000}}) {
+    const auto data = host_block(DataType::i32, count, [&](std::size_t i) { return input_of(c.rank, i); });
+    hal::Buffer send = upload(c, data);
+    hal::Buffer recv = c.device.allocate(data.size());
+    {
+      hal::Group group(c.comm);  // both directions at once: no deadlock
+      c.comm.send(send, count, DataType::i32, right, c.stream);
+      c.comm.recv(recv, count, DataType::i32, left, c.stream);
+    }
+    std::vector<std::uint8_t> result(data.size());
+    c.stream.copy_to_host(result.data(), recv, 0, result.size());
+    c.stream.synchronize();
+    compare("ring send/recv count " + std::to_string(count), DataType::i32, result, 0, count,
+            [&](std::size_t i) { return input_of(left, i); });
+  }
+}
+
+// The victim dies while the others wait inside an all_reduce; they must fail
+// with an error naming it, within the 3 s timeout.
+int scenario_kill(const hal::Runtime& runtime, int victim) {
+  const auto timeout = std::chrono::seconds(3);
+  Context c = connect(runtime, timeout);
+  hal::Buffer buffer = c.device.allocate(1 << 20);
+  for (int round = 0; round < 3; ++round) {
+    c.comm.all_reduce(buffer, buffer, (1 << 20) / 4, DataType::f32, ReduceOp::sum, c.stream);
+    c.stream.synchronize();
+  }
+  if (c.rank == victim) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others are waiting by now
+    std::raise(SIGKILL);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    c.comm.all_reduce(buffer, buffer, (1 << 20) / 4, DataType::f32, ReduceOp::sum, c.stream);
+    c.stream.synchronize();
+    std::cout << "FAILED: the all_reduce succeeded although rank " << victim << " was killed" << std::endl;
+    return 1;
+  } catch (const hal::Error& error) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "error after " << seconds << " s: " << error.what() << std::endl;
+    const std::string text = error.what();
+    EXPECT(text.find("rank " + std::to_string(victim)) != std::string::npos, "the error names the victim");
+    EXPECT(text.find("all_reduce #3") != std::string::npos, "the error names the operation and its sequence");
+    EXPECT(seconds < 3.0 + 1.0, "failed within the timeout");
+    EXPECT(!c.comm.async_error().is_ok(), "the communicator reports the error too");
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+// HAL_COLL_CHECK=1 is set by the test: rank 1 passes a different count.
+void scenario_mismatch(const hal::Runtime& runtime) {
+  Context c = connect(runtime, std::chrono::seconds(5));
+  hal::Buffer buffer = c.device.allocate(64);
+  c.comm.all_reduce(buffer, buffer, 4, DataType::f32, ReduceOp::sum, c.stream);  // agrees
+  c.stream.synchronize();
+  try {
+    c.comm.all_reduce(buffer, buffer, c.rank == 1 ? 5 : 4, DataType::f32, ReduceOp::sum, c.stream);
+    c.stream.synchronize();
+    EXPECT(false, "the mismatched all_reduce succeeded");
+  } catch (const hal::Error& error) {
+    std::cout << error.what() << std::endl;
+    const std::string text = error.what();
+    EXPECT(error.code() == hal::StatusCode::invalid_argument, "a mismatch is invalid_argument");
+    EXPECT(text.find("HAL_COLL_CHECK") != std::string::npos, "the error names the check");
+    EXPECT(text.find("rank 1: all_reduce count=5") != std::string::npos, "the error shows rank 1's fingerprint");
+    EXPECT(text.find("all_reduce #1") != std::string::npos, "the error names the sequence number");
+  }
+  // The communicator is still usable: nothing reached the transport.
+  c.comm.all_reduce(buffer, buffer, 4, DataType::f32, ReduceOp::sum, c.stream);
+  c.stream.synchronize();
+}
+
+// Rank 0 aborts an all_reduce that rank 1 never joins: it ends promptly.
+void scenario_abort(const hal::Runtime& runtime) {
+  Context c = connect(runtime, std::chrono::seconds(20));
+  hal::Buffer buffer = c.device.allocate(64);
+  if (c.rank == 0) {
+    const auto start = std::chrono::steady_clock::now();
+    std::thread aborter([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      c.comm.abort();
+    });
+    try {
+      c.comm.all_reduce(buffer, buffer, 4, DataType::f32, ReduceOp::sum, c.stream);
+      c.stream.synchronize();
+      EXPECT(false, "the aborted all_reduce succeeded");
+    } catch (const hal::Error& error) {
+      std::cout << error.what() << std::endl;
+      EXPECT(error.code() == hal::StatusCode::aborted, "an aborted operation reports aborted");
+    }
+    aborter.join();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT(seconds < 5, "abort ended the operation after " << seconds << " s, long before the 20 s timeout");
+    c.store->set("abort-scenario-done", "1");
+  } else {
+    // Takes no part, but stays connected until rank 0 is done.
+    c.store->get("abort-scenario-done", std::chrono::seconds(30));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::cerr << "usage: collectives_worker ops|split|p2p|kill VICTIM|mismatch|abort" << std::endl;
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  try {
+    const hal::Runtime runtime = hal::Runtime::create();
+    if (scenario == "ops") scenario_ops(runtime);
+    else if (scenario == "split") scenario_split(runtime);
+    else if (scenario == "p2p") scenario_p2p(runtime);
+    else if (scenario == "kill" && argc > 2) return scenario_kill(runtime, std::atoi(argv[2]));
+    else if (scenario == "mismatch") scenario_mismatch(runtime);
+    else if (scenario == "abort") scenario_abort(runtime);
+    else {
+      std::cerr << "unknown scenario '" << scenario << "'" << std::endl;
+      return 2;
+    }
+  } catch (const std::exception& error) {
+    std::cout << "FAILED with an exception: " << error.what() << std::endl;
+    return 1;
+  }
+  if (failures != 0) std::cout << failures << " checks failed" << std::endl;
+  return failures == 0 ? 0 : 1;
+}

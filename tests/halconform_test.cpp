@@ -1,0 +1,203 @@
+// halconform as operators and CI run it: exit codes, reports, the probe cache,
+// waivers, and fake backends that crash, hang, overclaim or compute wrong results.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+  fs::path directory;  // holds the reports and the probe cache
+  nlohmann::json report;
+
+  std::string outcome(const std::string& case_id, const std::string& device) const {
+    for (const auto& result : report["results"])
+      if (result["case"] == case_id && result["device"] == device) return result["outcome"];
+    return "missing";
+  }
+};
+
+fs::path fresh_directory() {
+  static int counter = 0;
+  const fs::path path = fs::temp_directory_path() / ("halconform-test-" + std::to_string(getpid()) + "-" +
+                                                     std::to_string(counter++));
+  fs::remove_all(path);
+  fs::create_directories(path);
+  return path;
+}
+
+// Runs halconform with its probe cache and reports in a fresh directory.
+Run halconform(const std::string& arguments, const std::string& environment = "HAL_BACKENDS=host") {
+  Run run;
+  run.directory = fresh_directory();
+  const std::string command = "env HAL_PROBE_CACHE=" + (run.directory / "probes.json").string() + " " + environment +
+                              " " + HALCONFORM_PATH + " --report-dir " + (run.directory / "report").string() + " " +
+                              arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> chunk{};
+  while (std::size_t read = std::fread(chunk.data(), 1, chunk.size(), pipe)) run.output.append(chunk.data(), read);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const fs::path json = run.directory / "report" / "conformance.json";
+  if (fs::exists(json)) {
+    std::ifstream file(json);
+    run.report = nlohmann::json::parse(file);
+  }
+  return run;
+}
+
+nlohmann::json probe_cache(const Run& run) {
+  std::ifstream file(run.directory / "probes.json");
+  REQUIRE(file.good());
+  return nlohmann::json::parse(file);
+}
+
+// The probe record of a capability for the device whose uuid is given.
+nlohmann::json probe_record(const nlohmann::json& cache, const std::string& uuid, const std::string& capability) {
+  for (const auto& [key, device] : cache["devices"].items())
+    if (device["uuid"] == uuid && device["capabilities"].contains(capability)) return device["capabilities"][capability];
+  return nullptr;
+}
+
+const std::string fakes_environment = std::string("HAL_BACKEND_PATH=") + HAL_FAKE_BACKEND_DIR +
+                                      " HAL_BACKENDS=fake_crash,fake_hang,fake_overclaim,fake_bitflip";
+
+}  // namespace
+
+TEST_CASE("the smoke profile passes on the host backend and writes all three reports") {
+  const Run run = halconform("--jobs 2");
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 0);
+  REQUIRE(run.report.is_object());
+  CHECK(run.report["schema"] == "hal.conformance/1");
+  CHECK(run.report["verdict"] == "pass");
+  CHECK(run.report["profile"]["name"] == "smoke");
+  CHECK(run.report["counts"]["PASS"].get<int>() >= 15);
+  CHECK(run.report["counts"]["FAIL"] == 0);
+  CHECK(fs::exists(run.directory / "report" / "conformance.junit.xml"));
+  CHECK(fs::exists(run.directory / "report" / "conformance.html"));
+  CHECK(run.output.find("conformance.html") != std::string::npos);
+  bool hashed_libhal = false;
+  for (const auto& library : run.report["manifest"]["libraries"])
+    hashed_libhal |= library["role"] == "libhal" && library["sha256"].get<std::string>().size() == 64;
+  CHECK(hashed_libhal);
+  CHECK(run.report["manifest"]["environment"]["HAL_BACKENDS"] == "host");
+  // Probes ran, so the cache now says what the host verifiably has.
+  const std::string uuid = run.report["devices"][0]["uuid"];
+  const auto managed = probe_record(probe_cache(run), uuid, "memory.managed");
+  REQUIRE(managed.is_object());
+  CHECK(managed["present"] == true);
+  CHECK(managed["case"] == "api.memory.managed");
+}
+
+TEST_CASE("fake backends: crash, hang, overclaim and wrong results are recorded and the run completes") {
+  const Run run = halconform("--timeout 2 --jobs 4", fakes_environment);
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 1);
+  REQUIRE(run.report.is_object());
+  CHECK(run.report["verdict"] == "fail");
+  CHECK(run.report["devices"].size() == 4);
+  CHECK(run.outcome("api.memory.fill_patterns", "fake_crash:0") == "CRASH");
+  CHECK(run.outcome("api.stream.in_order", "fake_hang:0") == "TIMEOUT");
+  CHECK(run.outcome("api.memory.managed", "fake_overclaim:0") == "FAIL");
+  CHECK(run.outcome("api.memory.copy_roundtrip", "fake_bitflip:0") == "FAIL");
+  // What each fake does not break still passes: the run went on past each fault.
+  for (const char* device : {"fake_crash:0", "fake_hang:0", "fake_overclaim:0", "fake_bitflip:0"}) {
+    CAPTURE(device);
+    CHECK(run.outcome("identity.device.info_complete", device) == "PASS");
+    CHECK(run.outcome("api.memory.allocate_free", device) == "PASS");
+  }
+  for (const auto& result : run.report["results"]) {
+    if (result["outcome"] == "CRASH") {
+      CHECK(result["evidence"]["message"].get<std::string>().find("SIGSEGV") != std::string::npos);
+    }
+    if (result["outcome"] == "TIMEOUT") {
+      CHECK(result["evidence"]["message"].get<std::string>().find("killed") != std::string::npos);
+    }
+  }
+  // The overclaimed capability is cached as verified absent, with the evidence.
+  const auto managed = probe_record(probe_cache(run), "fake-fake_overclaim-0", "memory.managed");
+  REQUIRE(managed.is_object());
+  CHECK(managed["present"] == false);
+  CHECK(managed["evidence"].get<std::string>().find("not implemented by the fake_overclaim") != std::string::npos);
+}
+
+TEST_CASE("waivers turn a known failure into XFAIL, flag a stale one as XPASS and ignore an expired one") {
+  const fs::path waivers = fresh_directory() / "waivers.toml";
+  std::ofstream(waivers) << R"(
+[[waiver]]
+cases = "api.memory.copy_roundtrip"
+device = "Fake fake_bitflip*"
+reason = "copies flip a bit"
+tracking = "https://tracker.example/7"
+expires = 2099-01-01
+
+[[waiver]]
+cases = "api.memory.allocate_free"
+device = "fake_bitflip"
+reason = "was broken once"
+tracking = "https://tracker.example/8"
+expires = 2099-01-01
+
+[[waiver]]
+cases = "api.memory.fill_patterns"
+reason = "old"
+tracking = "https://tracker.example/9"
+expires = 2001-01-01
+)";
+  const Run run = halconform("--waivers " + waivers.string() +
+                                 " --filter api.memory.copy_roundtrip --filter api.memory.allocate_free"
+                                 " --filter api.memory.fill_patterns",
+                             std::string("HAL_BACKEND_PATH=") + HAL_FAKE_BACKEND_DIR + " HAL_BACKENDS=fake_bitflip");
+  CAPTURE(run.output);
+  REQUIRE(run.report.is_object());
+  CHECK(run.outcome("api.memory.copy_roundtrip", "fake_bitflip:0") == "XFAIL");
+  CHECK(run.outcome("api.memory.allocate_free", "fake_bitflip:0") == "XPASS");
+  CHECK(run.outcome("api.memory.fill_patterns", "fake_bitflip:0") == "FAIL");  // expired waiver
+  CHECK(run.report["waivers"]["expired"].size() == 1);
+  CHECK(run.output.find("expired on 2001-01-01") != std::string::npos);
+  CHECK(run.exit_code == 1);
+}
+
+TEST_CASE("--probe-only runs only probes and refreshes the cache") {
+  const Run run = halconform("--probe-only");
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 0);
+  for (const auto& result : run.report["results"]) CHECK(result["probe"] == true);
+  CHECK(run.report["results"].size() >= 3);
+  const auto cache = probe_cache(run);
+  CHECK(cache["schema"] == "hal.probes/1");
+  CHECK(probe_record(cache, run.report["devices"][0]["uuid"], "events.timing")["present"] == true);
+}
+
+TEST_CASE("bad input is a harness error naming the bad value; no evidence is not a pass") {
+  CHECK(halconform("--tier speed").exit_code == 2);
+  CHECK(halconform("--tier speed").output.find("unknown tier 'speed'") != std::string::npos);
+  const Run profile = halconform("--profile nope");
+  CHECK(profile.exit_code == 2);
+  CHECK(profile.output.find("available: ") != std::string::npos);
+  CHECK(halconform("--jobs zero").exit_code == 2);
+  CHECK(halconform("--device cuda:7").exit_code == 2);
+  CHECK(halconform("--bogus").output.find("unknown argument '--bogus'") != std::string::npos);
+  const Run nothing = halconform("--filter 'nothing.matches.*'");
+  CHECK(nothing.exit_code == 1);
+  CHECK(nothing.report["verdict"] == "inconclusive");
+  const Run listed = halconform("--list --profile llm-training");
+  CHECK(listed.exit_code == 0);
+  CHECK(listed.output.find("api.memory.copy_roundtrip") != std::string::npos);
+  CHECK(listed.output.find("not implemented in this build") != std::string::npos);
+}

@@ -1,0 +1,478 @@
+// halbench coll: collective bandwidth in nccl-tests' conventions, with the
+// same sizes through Gloo called directly beside it, so hal's overhead reads
+// as a ratio. Run under a launcher: `halrun -n 4 halbench coll -b 8 -e 64M -f 2`.
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "hal/collectives.hpp"
+#include "hal/hal.hpp"
+#include "benchmarks.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Collective { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce };
+constexpr const char* collective_names[] = {"all_reduce", "all_gather", "reduce_scatter",
+                                            "all_to_all", "broadcast",  "reduce"};
+
+struct Options {
+  std::uint64_t min_bytes = 8, max_bytes = 64ull << 20;
+  double factor = 2;
+  int iterations = 20, warmups = 5;
+  bool check = true;
+  Collective collective = Collective::all_reduce;
+  hal::ReduceOp op = hal::ReduceOp::sum;
+  hal::DataType type = hal::DataType::f32;
+  int root = 0;
+  bool json = false;
+  bool gloo_baseline = true;
+  std::string device = "host:0";
+};
+
+std::uint64_t parse_size(const std::string& text) {
+  std::size_t end = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    throw UsageError("size '" + text + "' is not a number (e.g. 8, 64K, 64M, 1G)");
+  }
+  const std::string suffix = text.substr(end);
+  double scale = 1;
+  if (suffix == "K" || suffix == "k") scale = 1024;
+  else if (suffix == "M" || suffix == "m") scale = 1024.0 * 1024;
+  else if (suffix == "G" || suffix == "g") scale = 1024.0 * 1024 * 1024;
+  else if (!suffix.empty()) throw UsageError("size suffix '" + suffix + "' is not K, M or G");
+  if (value < 0) throw UsageError("size '" + text + "' is negative");
+  return static_cast<std::uint64_t>(value * scale);
+}
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: halbench coll [options]   (start it with halrun, torchrun or mpirun)\n"
+               "  -b, --minbytes SIZE   smallest size (default 8)\n"
+               "  -e, --maxbytes SIZE   largest size (default 64M)\n"
+               "  -f, --stepfactor F    multiply the size by F each step (default 2)\n"
+               "  -n, --iters N         timed iterations (default 20)\n"
+               "  -w, --warmup_iters N  untimed iterations first (default 5)\n"
+               "  -c, --check 0|1       check results and count #wrong (default 1)\n"
+               "  -C, --collective NAME all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, reduce\n"
+               "  -o, --op OP           sum, prod, min, max, avg (default sum)\n"
+               "  -d, --datatype TYPE   f32, f64, f16, bf16, i8, u8, i32, i64 (default f32)\n"
+               "  -r, --root N          root of broadcast and reduce (default 0)\n"
+               "  --device ID           device (default host:0)\n"
+               "  --no-gloo             skip the direct Gloo baseline\n"
+               "  --json                one JSON document instead of the table\n");
+}
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 0; i < argc; ++i) {
+    const std::string flag = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError(flag + " needs a value");
+      return argv[++i];
+    };
+    const auto integer = [&](int minimum) {
+      const std::string text = value();
+      try {
+        const int parsed = std::stoi(text);
+        if (parsed >= minimum) return parsed;
+      } catch (const std::exception&) {
+      }
+      throw UsageError(flag + " '" + text + "' is not an integer >= " + std::to_string(minimum));
+    };
+    if (flag == "-b" || flag == "--minbytes") options.min_bytes = parse_size(value());
+    else if (flag == "-e" || flag == "--maxbytes") options.max_bytes = parse_size(value());
+    else if (flag == "-f" || flag == "--stepfactor") {
+      const std::string text = value();
+      options.factor = std::atof(text.c_str());
+      if (!(options.factor > 1)) throw UsageError("-f '" + text + "' must be a number above 1");
+    } else if (flag == "-n" || flag == "--iters") options.iterations = integer(1);
+    else if (flag == "-w" || flag == "--warmup_iters") options.warmups = integer(0);
+    else if (flag == "-c" || flag == "--check") options.check = integer(0) != 0;
+    else if (flag == "-o" || flag == "--op") options.op = hal::parse_reduce_op(value());
+    else if (flag == "-d" || flag == "--datatype") options.type = hal::parse_data_type(value());
+    else if (flag == "-r" || flag == "--root") options.root = integer(0);
+    else if (flag == "--device") options.device = value();
+    else if (flag == "--json") options.json = true;
+    else if (flag == "--no-gloo") options.gloo_baseline = false;
+    else if (flag == "-C" || flag == "--collective") {
+      const std::string name = value();
+      bool found = false;
+      for (int c = 0; c < 6; ++c)
+        if (name == collective_names[c]) {
+          options.collective = static_cast<Collective>(c);
+          found = true;
+        }
+      if (!found) throw UsageError("collective '" + name + "' is not known; see --help");
+    } else if (flag == "-h" || flag == "--help") {
+      print_usage(stdout);
+      std::exit(0);
+    } else {
+      throw UsageError("unknown option '" + flag + "'");
+    }
+  }
+  if (options.min_bytes > options.max_bytes) throw UsageError("-b is larger than -e");
+  return options;
+}
+
+// nccl-tests' bus bandwidth factors: what each rank's link carries relative
+// to the algorithm bandwidth of an optimal ring.
+double bus_factor(Collective collective, int ranks) {
+  const double n = ranks;
+  switch (collective) {
+    case Collective::all_reduce: return 2 * (n - 1) / n;
+    case Collective::all_gather: case Collective::reduce_scatter: case Collective::all_to_all: return (n - 1) / n;
+    case Collective::broadcast: case Collective::reduce: return 1;
+  }
+  return 1;
+}
+
+// The value every element of a rank's input holds, and what each result
+// element must be. Small integers: exact in every type.
+double input_value(int rank) { return rank + 1; }
+
+double expected_value(const Options& options, int ranks, int rank, std::uint64_t block) {
+  const auto reduced = [&] {
+    double result = 0;
+    switch (options.op) {
+      case hal::ReduceOp::sum: result = ranks * (ranks + 1) / 2.0; break;
+      case hal::ReduceOp::prod: result = 1; for (int r = 1; r <= ranks; ++r) result *= r; break;
+      case hal::ReduceOp::min: result = 1; break;
+      case hal::ReduceOp::max: result = ranks; break;
+      case hal::ReduceOp::avg: {
+        const double sum = ranks * (ranks + 1) / 2.0;
+        const bool integer = options.type == hal::DataType::i8 || options.type == hal::DataType::u8 ||
+                             options.type == hal::DataType::i32 || options.type == hal::DataType::i64;
+        result = integer ? static_cast<double>(static_cast<long long>(sum) / ranks) : sum / ranks;
+      } break;
+    }
+    return result;
+  };
+  switch (options.collective) {
+    case Collective::all_reduce: case Collective::reduce_scatter: case Collective::reduce: return reduced();
+    case Collective::all_gather: case Collective::all_to_all: return input_value(static_cast<int>(block));
+    case Collective::broadcast: return input_value(options.root);
+  }
+  (void)rank;
+  return 0;
+}
+
+void store_element(hal::DataType type, void* base, std::size_t i, double value) {
+  switch (type) {
+    case hal::DataType::f32: static_cast<float*>(base)[i] = static_cast<float>(value); break;
+    case hal::DataType::f64: static_cast<double*>(base)[i] = value; break;
+    case hal::DataType::f16: static_cast<_Float16*>(base)[i] = static_cast<_Float16>(static_cast<float>(value)); break;
+    case hal::DataType::bf16: {
+      const float f = static_cast<float>(value);
+      std::uint32_t bits;
+      std::memcpy(&bits, &f, sizeof(bits));
+      static_cast<std::uint16_t*>(base)[i] = static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    } break;
+    case hal::DataType::i8: static_cast<std::int8_t*>(base)[i] = static_cast<std::int8_t>(static_cast<long long>(value)); break;
+    case hal::DataType::u8: static_cast<std::uint8_t*>(base)[i] = static_cast<std::uint8_t>(static_cast<long long>(value)); break;
+    case hal::DataType::i32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(value); break;
+    case hal::DataType::i64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(value); break;
+  }
+}
+
+bool same_element(hal::DataType type, const void* actual, std::size_t i, double expected) {
+  std::int64_t reference = 0;
+  store_element(type, &reference, 0, expected);
+  const std::size_t size = hal::size_of(type);
+  return std::memcmp(static_cast<const std::uint8_t*>(actual) + i * size, &reference, size) == 0;
+}
+
+// Gloo's rendezvous over a hal::Store, for the direct baseline.
+class GlooStore final : public gloo::rendezvous::Store {
+ public:
+  explicit GlooStore(hal::Store& store) : store_(store) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set("halbench/gloo/" + key, std::string_view(data.data(), data.size()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    const std::string value = store_.get("halbench/gloo/" + key, std::chrono::seconds(60));
+    return {value.begin(), value.end()};
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, std::chrono::seconds(60)); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> prefixed;
+    for (const auto& key : keys) prefixed.push_back("halbench/gloo/" + key);
+    store_.wait(prefixed, timeout);
+  }
+
+ private:
+  hal::Store& store_;
+};
+
+struct Row {
+  std::uint64_t size = 0, count = 0;
+  double time_us[2] = {0, 0};  // out-of-place, in-place
+  double algbw[2] = {0, 0}, busbw[2] = {0, 0};
+  std::uint64_t wrong[2] = {0, 0};
+  std::optional<double> gloo_time_us, gloo_busbw;
+};
+
+}  // namespace
+
+int run_collective_benchmark(int argc, char** argv) {
+  Options options;
+  try {
+    options = parse(argc, argv);
+  } catch (const UsageError& error) {
+    std::fprintf(stderr, "halbench coll: %s (see --help)\n", error.what());
+    return 2;
+  }
+  const hal::Runtime runtime = hal::Runtime::create();
+  const hal::Device device = runtime.device(options.device);
+  auto launcher = hal::Store::from_environment();
+  const int rank = launcher.rank, ranks = launcher.world_size;
+  if (options.root >= ranks) {
+    std::fprintf(stderr, "halbench coll: root %d is outside [0, %d)\n", options.root, ranks);
+    return 2;
+  }
+  hal::Communicator comm = hal::Communicator::create(device, rank, ranks, launcher.store);
+  hal::Stream stream = device.create_stream();
+
+  std::shared_ptr<gloo::Context> gloo_context;
+  const bool gloo_has_it = options.collective != Collective::reduce_scatter && options.collective != Collective::reduce &&
+                           options.type == hal::DataType::f32 && options.op == hal::ReduceOp::sum;
+  if (options.gloo_baseline && gloo_has_it) {
+    gloo::transport::tcp::attr attributes;
+    attributes.hostname = "127.0.0.1";
+    auto gloo_device = gloo::transport::tcp::CreateDevice(attributes);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, ranks);
+    GlooStore store(*launcher.store);
+    context->connectFullMesh(store, gloo_device);
+    gloo_context = context;
+  }
+
+  const std::size_t element = hal::size_of(options.type);
+  const double factor = bus_factor(options.collective, ranks);
+  const bool gathers = options.collective == Collective::all_gather || options.collective == Collective::reduce_scatter ||
+                       options.collective == Collective::all_to_all;
+  std::vector<Row> rows;
+  for (double size_step = static_cast<double>(options.min_bytes); size_step <= static_cast<double>(options.max_bytes);
+       size_step = std::max(size_step * options.factor, size_step + 1)) {
+    // Sizes are of the whole (largest) buffer, rounded down to whole elements per rank.
+    const std::uint64_t unit = element * (gathers ? static_cast<std::uint64_t>(ranks) : 1);
+    const std::uint64_t size = static_cast<std::uint64_t>(size_step) / unit * unit;
+    const std::uint64_t count = size / element;                          // elements of the large buffer
+    const std::uint64_t per_rank = gathers ? count / static_cast<std::uint64_t>(ranks) : count;
+    Row row;
+    row.size = size;
+    row.count = count;
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      const std::uint64_t bytes = std::max<std::uint64_t>(size, 1);
+      hal::Buffer send = device.allocate(bytes), recv = in_place ? send : device.allocate(bytes);
+      const std::uint64_t own_offset = static_cast<std::uint64_t>(rank) * per_rank * element;
+      const auto run_once = [&] {
+        switch (options.collective) {
+          case Collective::all_reduce: comm.all_reduce(send, recv, count, options.type, options.op, stream); break;
+          case Collective::all_gather:
+            comm.all_gather(hal::BufferView(send, in_place ? own_offset : 0), recv, per_rank, options.type, stream);
+            break;
+          case Collective::reduce_scatter:
+            comm.reduce_scatter(send, hal::BufferView(recv, in_place ? own_offset : 0), per_rank, options.type,
+                                options.op, stream);
+            break;
+          case Collective::all_to_all: comm.all_to_all(send, recv, per_rank, options.type, stream); break;
+          case Collective::broadcast: comm.broadcast(send, recv, count, options.type, options.root, stream); break;
+          case Collective::reduce: comm.reduce(send, recv, count, options.type, options.op, options.root, stream); break;
+        }
+      };
+      for (int i = 0; i < options.warmups; ++i) run_once();
+      comm.barrier(stream);
+      stream.synchronize();
+      const auto start = Clock::now();
+      for (int i = 0; i < options.iterations; ++i) run_once();
+      stream.synchronize();
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / options.iterations;
+      row.time_us[in_place] = seconds * 1e6;
+      row.algbw[in_place] = seconds > 0 ? static_cast<double>(size) / seconds / 1e9 : 0;
+      row.busbw[in_place] = row.algbw[in_place] * factor;
+
+      if (options.check) {
+        // Fill the inputs with known values, run once more, count wrong elements.
+        std::vector<std::uint8_t> host(bytes);
+        for (std::uint64_t i = 0; i < count; ++i) store_element(options.type, host.data(), i, input_value(rank));
+        send.write(0, host.data(), bytes);
+        run_once();
+        stream.synchronize();
+        recv.read(0, host.data(), bytes);
+        std::uint64_t wrong = 0;
+        const bool has_result = !((options.collective == Collective::reduce) && rank != options.root);
+        const std::uint64_t result_elements =
+            options.collective == Collective::reduce_scatter ? per_rank : count;
+        const std::uint64_t result_start = options.collective == Collective::reduce_scatter && in_place
+                                               ? static_cast<std::uint64_t>(rank) * per_rank : 0;
+        if (has_result)
+          for (std::uint64_t i = 0; i < result_elements; ++i) {
+            const std::uint64_t block = per_rank > 0 ? i / per_rank : 0;
+            if (!same_element(options.type, host.data(), result_start + i,
+                              expected_value(options, ranks, rank, block)))
+              ++wrong;
+          }
+        // Every rank's count, summed.
+        hal::Buffer total = device.allocate(sizeof(std::int64_t));
+        const std::int64_t mine = static_cast<std::int64_t>(wrong);
+        total.write(0, &mine, sizeof(mine));
+        comm.all_reduce(total, total, 1, hal::DataType::i64, hal::ReduceOp::sum, stream);
+        stream.synchronize();
+        std::int64_t sum = 0;
+        total.read(0, &sum, sizeof(sum));
+        row.wrong[in_place] = static_cast<std::uint64_t>(sum);
+      }
+    }
+    if (gloo_context && count > 0) {
+      // Gloo directly, in place on host memory: the floor hal's host backend builds on.
+      std::vector<float> data(count, static_cast<float>(input_value(rank)));
+      std::vector<float> output(gathers ? count : 0);
+      std::uint32_t tag = 0;
+      const auto run_gloo = [&] {
+        switch (options.collective) {
+          case Collective::all_reduce: {
+            gloo::AllreduceOptions o(gloo_context);
+            o.setOutput(data.data(), count);
+            o.setReduceFunction([](void* c, const void* a, const void* b, size_t n) {
+              auto* out = static_cast<float*>(c);
+              const auto* x = static_cast<const float*>(a);
+              const auto* y = static_cast<const float*>(b);
+              for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+            });
+            o.setTag(tag++);
+            gloo::allreduce(o);
+          } break;
+          case Collective::all_gather: {
+            gloo::AllgatherOptions o(gloo_context);
+            o.setInput(data.data(), per_rank);
+            o.setOutput(output.data(), count);
+            o.setTag(tag++);
+            gloo::allgather(o);
+          } break;
+          case Collective::all_to_all: {
+            gloo::AlltoallOptions o(gloo_context);
+            o.setInput(data.data(), count);
+            o.setOutput(output.data(), count);
+            o.setTag(tag++);
+            gloo::alltoall(o);
+          } break;
+          case Collective::broadcast: {
+            gloo::BroadcastOptions o(gloo_context);
+            o.setOutput(data.data(), count);
+            o.setRoot(options.root);
+            o.setTag(tag++);
+            gloo::broadcast(o);
+          } break;
+          default: break;
+        }
+      };
+      for (int i = 0; i < options.warmups; ++i) run_gloo();
+      comm.barrier(stream);
+      stream.synchronize();
+      const auto start = Clock::now();
+      for (int i = 0; i < options.iterations; ++i) run_gloo();
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / options.iterations;
+      row.gloo_time_us = seconds * 1e6;
+      row.gloo_busbw = static_cast<double>(size) / seconds / 1e9 * factor;
+    }
+    rows.push_back(row);
+    if (size_step >= static_cast<double>(options.max_bytes)) break;
+  }
+  comm.barrier(stream);
+  stream.synchronize();
+
+  if (rank != 0) return 0;
+  const std::string type_text(hal::to_string(options.type));
+  const std::string op_text = (options.collective == Collective::all_reduce ||
+                               options.collective == Collective::reduce_scatter ||
+                               options.collective == Collective::reduce)
+                                  ? std::string(hal::to_string(options.op))
+                                  : "none";
+  const int root = (options.collective == Collective::broadcast || options.collective == Collective::reduce)
+                       ? options.root : -1;
+  std::uint64_t total_wrong = 0;
+  if (options.json) {
+    std::printf("{\"schema\": \"hal.bench.coll/1\", \"collective\": \"%s\", \"ranks\": %d, \"device\": \"%s\", "
+                "\"iterations\": %d, \"warmups\": %d, \"bus_factor\": %.6f, \"rows\": [",
+                collective_names[static_cast<int>(options.collective)], ranks, options.device.c_str(),
+                options.iterations, options.warmups, factor);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const Row& row = rows[i];
+      std::printf("%s\n  {\"size\": %llu, \"count\": %llu, \"type\": \"%s\", \"redop\": \"%s\", \"root\": %d, "
+                  "\"out_of_place\": {\"time_us\": %.3f, \"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %llu}, "
+                  "\"in_place\": {\"time_us\": %.3f, \"algbw\": %.4f, \"busbw\": %.4f, \"wrong\": %llu}",
+                  i ? "," : "", static_cast<unsigned long long>(row.size), static_cast<unsigned long long>(row.count),
+                  type_text.c_str(), op_text.c_str(), root, row.time_us[0], row.algbw[0], row.busbw[0],
+                  static_cast<unsigned long long>(row.wrong[0]), row.time_us[1], row.algbw[1], row.busbw[1],
+                  static_cast<unsigned long long>(row.wrong[1]));
+      if (row.gloo_time_us)
+        std::printf(", \"gloo\": {\"time_us\": %.3f, \"busbw\": %.4f, \"ratio\": %.4f}", *row.gloo_time_us,
+                    *row.gloo_busbw, *row.gloo_busbw > 0 ? row.busbw[1] / *row.gloo_busbw : 0.0);
+      std::printf("}");
+      total_wrong += row.wrong[0] + row.wrong[1];
+    }
+    std::printf("\n]}\n");
+  } else {
+    std::printf("# halbench coll: %s, %d ranks on %s, %d iterations after %d warmups, busbw factor %.3f\n",
+                collective_names[static_cast<int>(options.collective)], ranks, options.device.c_str(),
+                options.iterations, options.warmups, factor);
+    std::printf("#%60s%38s%32s\n", "out-of-place", "in-place", "gloo direct");
+    std::printf("%12s %12s %6s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s %10s %8s %6s\n", "size", "count", "type",
+                "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time",
+                "busbw", "ratio");
+    std::printf("%12s %12s %6s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s %10s %8s %6s\n", "(B)", "(elements)", "", "",
+                "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "");
+    for (const Row& row : rows) {
+      std::printf("%12llu %12llu %6s %6s %5d %10.1f %8.3f %8.3f %7llu %10.1f %8.3f %8.3f %7llu",
+                  static_cast<unsigned long long>(row.size), static_cast<unsigned long long>(row.count),
+                  type_text.c_str(), op_text.c_str(), root, row.time_us[0], row.algbw[0], row.busbw[0],
+                  static_cast<unsigned long long>(row.wrong[0]), row.time_us[1], row.algbw[1], row.busbw[1],
+                  static_cast<unsigned long long>(row.wrong[1]));
+      if (row.gloo_time_us)
+        std::printf(" %10.1f %8.3f %6.3f\n", *row.gloo_time_us, *row.gloo_busbw,
+                    *row.gloo_busbw > 0 ? row.busbw[1] / *row.gloo_busbw : 0.0);
+      else
+        std::printf(" %10s %8s %6s\n", "-", "-", "-");
+      total_wrong += row.wrong[0] + row.wrong[1];
+    }
+    std::printf("# #wrong total: %llu%s\n", static_cast<unsigned long long>(total_wrong),
+                options.check ? "" : " (checks off: -c 0)");
+    if (!gloo_has_it && options.gloo_baseline)
+      std::printf("# gloo direct: only for all_reduce, all_gather, all_to_all and broadcast of f32 with sum\n");
+  }
+  return total_wrong == 0 ? 0 : 1;
+}
+
+namespace halbench {
+
+// The collectives benchmark keeps nccl-tests' argv-style flags (-b -e -f ...).
+int run_coll(std::span<const std::string_view> arguments) {
+  std::vector<std::string> owned(arguments.begin(), arguments.end());
+  std::vector<char*> argv;
+  for (auto& argument : owned) argv.push_back(argument.data());
+  argv.push_back(nullptr);
+  return run_collective_benchmark(static_cast<int>(owned.size()), argv.data());
+}
+
+}  // namespace halbench
