@@ -250,12 +250,10 @@ class Runner {
       event_ms.push_back(time.event_ms);
       wall_ms.push_back(time.wall_ms);
     }
-    Measurement m{implementation, seq, direction, iterations, median(event_ms), median(wall_ms),
-                  *std::min_element(event_ms.begin(), event_ms.end()), flops, candidate->workspace_bytes,
-                  0.0, 0.0};
     const CpuInterval::Elapsed elapsed = cpu.finish();
-    m.cpu_share = elapsed.share(threads_);
-    m.cpu_seconds_per_call = elapsed.cpu_seconds / static_cast<double>(iterations);
+    const Measurement m{implementation, seq, direction, iterations, median(event_ms), median(wall_ms),
+                        *std::min_element(event_ms.begin(), event_ms.end()), flops, candidate->workspace_bytes,
+                        elapsed.share(threads_), elapsed.cpu_seconds / static_cast<double>(iterations)};
     rates_.push_back({implementation, direction, seq, m.gflops()});
     measurements.push_back(m);
   }
