@@ -3,6 +3,8 @@
 // per call), in TFLOP/s and as a fraction of the machine's f32 FMA peak
 // measured in the same run; optionally beside PyTorch's
 // scaled_dot_product_attention on the same shapes (torch_sdpa.py).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,12 +13,10 @@
 #include <string>
 #include <vector>
 
-#include <sys/resource.h>
-
 #include "benchmarks.hpp"
 #include "common.hpp"
-#include "torch_compare.hpp"
 #include "hal/attention.hpp"
+#include "torch_compare.hpp"
 
 // The one place halbench reaches below the public API: the FMA-peak kernel
 // and the FLOP count live beside the host attention kernels, because the peak
@@ -175,7 +175,9 @@ class CpuInterval {
   static double process_cpu_seconds() {
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+    auto seconds = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+    };
     return seconds(usage.ru_utime) + seconds(usage.ru_stime);
   }
   Clock::time_point wall_start_;
@@ -210,8 +212,12 @@ class Runner {
  public:
   // threads: how many the host backend's attention pool runs (for the CPU share).
   Runner(const AttnOptions& options, const hal::Device& device, int threads)
-      : options_(options), device_(device), threads_(threads), stream_(device.create_stream()),
-        start_(device.create_event()), end_(device.create_event()) {}
+      : options_(options),
+        device_(device),
+        threads_(threads),
+        stream_(device.create_stream()),
+        start_(device.create_event()),
+        end_(device.create_event()) {}
 
   // Measures one implementation on one shape and direction, or says why not.
   // `tensors` of this shape are allocated on first use, so a shape that
@@ -222,16 +228,19 @@ class Runner {
     const bool backward = direction == Direction::backward;
     const hal::AttentionOptions per_call{{implementation}};
     const hal::AttentionDecision decision = hal::explain_attention(device_, params, backward, per_call);
-    const auto candidate = std::find_if(decision.candidates.begin(), decision.candidates.end(),
-                                        [&](const hal::AttentionCandidate& c) { return c.implementation == implementation; });
+    const auto candidate =
+        std::find_if(decision.candidates.begin(), decision.candidates.end(),
+                     [&](const hal::AttentionCandidate& c) { return c.implementation == implementation; });
     if (!decision.found || decision.chosen != implementation || candidate == decision.candidates.end()) {
       std::string reason = "not eligible on " + device_.id();
-      if (candidate != decision.candidates.end() && !candidate->reasons.empty()) reason += ": " + candidate->reasons.front();
+      if (candidate != decision.candidates.end() && !candidate->reasons.empty())
+        reason += ": " + candidate->reasons.front();
       skips.push_back({implementation, seq, direction, reason});
       return;
     }
     const double flops = hal::host::attention_flops(params.resolve(), backward);
-    if (const std::optional<std::string> reason = too_big(implementation, direction, seq, flops, candidate->workspace_bytes)) {
+    if (const std::optional<std::string> reason =
+            too_big(implementation, direction, seq, flops, candidate->workspace_bytes)) {
       skips.push_back({implementation, seq, direction, *reason});
       return;
     }
@@ -240,10 +249,9 @@ class Runner {
     // The warm-up call faults in the workspace and starts the backend's
     // threads; its time also sizes the automatic iteration count.
     const CallTime warm_up = time_calls(params, backward, per_call, *tensors, 1).front();
-    const std::uint64_t iterations =
-        options_.common.iterations.value_or(std::clamp<std::uint64_t>(
-            static_cast<std::uint64_t>(std::ceil(auto_target_seconds / std::max(warm_up.event_ms * 1e-3, 1e-6))),
-            auto_min_iterations, auto_max_iterations));
+    const std::uint64_t iterations = options_.common.iterations.value_or(std::clamp<std::uint64_t>(
+        static_cast<std::uint64_t>(std::ceil(auto_target_seconds / std::max(warm_up.event_ms * 1e-3, 1e-6))),
+        auto_min_iterations, auto_max_iterations));
     std::vector<double> event_ms, wall_ms;
     const CpuInterval cpu;
     for (const CallTime& time : time_calls(params, backward, per_call, *tensors, iterations, false)) {
@@ -251,9 +259,17 @@ class Runner {
       wall_ms.push_back(time.wall_ms);
     }
     const CpuInterval::Elapsed elapsed = cpu.finish();
-    const Measurement m{implementation, seq, direction, iterations, median(event_ms), median(wall_ms),
-                        *std::min_element(event_ms.begin(), event_ms.end()), flops, candidate->workspace_bytes,
-                        elapsed.share(threads_), elapsed.cpu_seconds / static_cast<double>(iterations)};
+    const Measurement m{implementation,
+                        seq,
+                        direction,
+                        iterations,
+                        median(event_ms),
+                        median(wall_ms),
+                        *std::min_element(event_ms.begin(), event_ms.end()),
+                        flops,
+                        candidate->workspace_bytes,
+                        elapsed.share(threads_),
+                        elapsed.cpu_seconds / static_cast<double>(iterations)};
     rates_.push_back({implementation, direction, seq, m.gflops()});
     measurements.push_back(m);
   }
@@ -417,8 +433,8 @@ std::optional<double> efficiency_per_cpu_second(const Measurement& m, const Peak
 struct Ratio {
   std::int64_t seq;
   Direction direction;
-  double speedup;        // math ms / flash ms
-  double memory_ratio;   // math workspace / flash workspace
+  double speedup;       // math ms / flash ms
+  double memory_ratio;  // math workspace / flash workspace
 };
 
 std::vector<Ratio> flash_math_ratios(const std::vector<Measurement>& measurements) {
@@ -455,11 +471,12 @@ const TorchRow* find_torch(const TorchResults& torch, std::int64_t seq, Directio
 // The lines printed before measuring starts: what runs, and the FMA peak.
 void print_preamble(const AttnOptions& options, const hal::Device& device, const PeakReport& peak) {
   print_heading("attn", device);
-  std::printf("# f32 FMA peak (%s, %d threads): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread, "
-              "%.1f GFLOP per CPU-second%s\n",
-              peak.before.peak.isa, peak.threads(), peak.before.peak.all_threads_gflops,
-              peak.before.peak.per_thread_gflops, peak.before.gflops_per_cpu_second,
-              peak.applies ? "" : " -- of the host CPU, not of this device: no efficiency column");
+  std::printf(
+      "# f32 FMA peak (%s, %d threads): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread, "
+      "%.1f GFLOP per CPU-second%s\n",
+      peak.before.peak.isa, peak.threads(), peak.before.peak.all_threads_gflops, peak.before.peak.per_thread_gflops,
+      peak.before.gflops_per_cpu_second,
+      peak.applies ? "" : " -- of the host CPU, not of this device: no efficiency column");
   std::printf("# %s; FLOPs count visible query/key pairs only\n", shape_text(options).c_str());
   std::fflush(stdout);
 }
@@ -473,17 +490,19 @@ std::optional<double> torch_over_hal_cpu_seconds(const TorchRow& torch, const Me
 
 void print_table(const hal::Device& device, const PeakReport& peak, const std::vector<Measurement>& measurements,
                  const std::vector<Skip>& skips, const std::optional<TorchResults>& torch) {
-  std::printf("# f32 FMA peak again after the runs: %.1f GFLOP/s all threads, %.1f GFLOP per CPU-second;\n"
-              "# efficiency is against the higher of each pair%s\n",
-              peak.after.peak.all_threads_gflops, peak.after.gflops_per_cpu_second,
-              device.info().type == hal::DeviceType::cpu ? "" : " -- not applicable to this device");
-  std::printf("# ms = median per call by hal events (wall = enqueue to synchronize); eff = GFLOP/s / FMA peak;\n"
-              "# cpu = CPU time this process got / (wall time x %d threads); cpu eff = GFLOP per CPU-second /\n"
-              "# FMA GFLOP per CPU-second (other work's time slices taken out); extra = workspace of one call\n",
-              peak.threads());
+  std::printf(
+      "# f32 FMA peak again after the runs: %.1f GFLOP/s all threads, %.1f GFLOP per CPU-second;\n"
+      "# efficiency is against the higher of each pair%s\n",
+      peak.after.peak.all_threads_gflops, peak.after.gflops_per_cpu_second,
+      device.info().type == hal::DeviceType::cpu ? "" : " -- not applicable to this device");
+  std::printf(
+      "# ms = median per call by hal events (wall = enqueue to synchronize); eff = GFLOP/s / FMA peak;\n"
+      "# cpu = CPU time this process got / (wall time x %d threads); cpu eff = GFLOP per CPU-second /\n"
+      "# FMA GFLOP per CPU-second (other work's time slices taken out); extra = workspace of one call\n",
+      peak.threads());
   const bool with_torch = torch && !torch->rows.empty();
-  std::vector<Table::Column> columns{{"impl", true}, {"dir", true}, {"seq"}, {"iters"}, {"ms"}, {"wall ms"},
-                                     {"TFLOP/s"}, {"eff %"}, {"cpu %"}, {"cpu eff %"}, {"extra MiB"}};
+  std::vector<Table::Column> columns{{"impl", true}, {"dir", true}, {"seq"},   {"iters"},     {"ms"},       {"wall ms"},
+                                     {"TFLOP/s"},    {"eff %"},     {"cpu %"}, {"cpu eff %"}, {"extra MiB"}};
   if (with_torch) {
     columns.push_back({"torch ms"});
     columns.push_back({"torch cpu %"});
@@ -494,12 +513,17 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
   for (const Measurement& m : measurements) {
     const std::optional<double> eff = efficiency(m, peak);
     const std::optional<double> cpu_eff = efficiency_per_cpu_second(m, peak);
-    std::vector<std::string> row{std::string(hal::to_string(m.implementation)), std::string(to_string(m.direction)),
-                                 std::to_string(m.seq), std::to_string(m.iterations), format_fixed(m.event_ms, 2),
-                                 format_fixed(m.wall_ms, 2), format_fixed(m.gflops() * 1e-3, 3),
+    std::vector<std::string> row{std::string(hal::to_string(m.implementation)),
+                                 std::string(to_string(m.direction)),
+                                 std::to_string(m.seq),
+                                 std::to_string(m.iterations),
+                                 format_fixed(m.event_ms, 2),
+                                 format_fixed(m.wall_ms, 2),
+                                 format_fixed(m.gflops() * 1e-3, 3),
                                  eff ? format_fixed(*eff * 100, 1) : "-",
                                  peak.applies ? format_fixed(m.cpu_share * 100, 0) : "-",
-                                 cpu_eff ? format_fixed(*cpu_eff * 100, 1) : "-", format_mib(m.workspace_bytes)};
+                                 cpu_eff ? format_fixed(*cpu_eff * 100, 1) : "-",
+                                 format_mib(m.workspace_bytes)};
     if (with_torch) {
       const TorchRow* t = find_torch(*torch, m.seq, m.direction);
       row.push_back(t ? format_fixed(t->ms, 2) : "-");
@@ -516,9 +540,10 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
     table.print(stdout);
   if (peak.applies && std::any_of(measurements.begin(), measurements.end(),
                                   [](const Measurement& m) { return m.cpu_share < contended_cpu_share; }))
-    std::printf("# warning: rows with cpu %% below %.0f ran while other work took CPUs: their times are too long\n"
-                "# and their eff %% is unreliable (the FMA peak may have been lowered too); rerun on a quiet machine\n",
-                contended_cpu_share * 100);
+    std::printf(
+        "# warning: rows with cpu %% below %.0f ran while other work took CPUs: their times are too long\n"
+        "# and their eff %% is unreliable (the FMA peak may have been lowered too); rerun on a quiet machine\n",
+        contended_cpu_share * 100);
   for (const Skip& skip : skips)
     std::printf("# skipped %s %s seq %lld: %s\n", std::string(hal::to_string(skip.implementation)).c_str(),
                 std::string(to_string(skip.direction)).c_str(), static_cast<long long>(skip.seq), skip.reason.c_str());
@@ -536,40 +561,43 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
     if (torch->rows.empty()) {
       std::printf("# torch: not measured: %s\n", torch->reason.c_str());
     } else {
-      std::printf("# torch %s, %d threads: torch ms = median of torch.nn.functional.scaled_dot_product_attention "
-                  "(wall clock);\n# torch/hal > 1: hal is faster; torch/hal cpu-s: the same by CPU seconds per call\n",
-                  torch->version.c_str(), torch->threads);
+      std::printf(
+          "# torch %s, %d threads: torch ms = median of torch.nn.functional.scaled_dot_product_attention "
+          "(wall clock);\n# torch/hal > 1: hal is faster; torch/hal cpu-s: the same by CPU seconds per call\n",
+          torch->version.c_str(), torch->threads);
       std::vector<std::string> notes;
       for (const TorchRow& row : torch->rows)
-        if (!row.note.empty() && std::find(notes.begin(), notes.end(), row.note) == notes.end()) notes.push_back(row.note);
+        if (!row.note.empty() && std::find(notes.begin(), notes.end(), row.note) == notes.end())
+          notes.push_back(row.note);
       for (const std::string& note : notes) std::printf("# torch: %s\n", note.c_str());
     }
   }
 }
 
-Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal::Device& device,
-             const PeakReport& peak, const std::vector<Measurement>& measurements, const std::vector<Skip>& skips,
+Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal::Device& device, const PeakReport& peak,
+             const std::vector<Measurement>& measurements, const std::vector<Skip>& skips,
              const std::optional<TorchResults>& torch) {
   Json directions = Json::array();
   for (const Direction d : options.directions()) directions.push_back(to_string(d));
   Json implementations = Json::array();
   for (const AttentionImplementation i : options.implementations) implementations.push_back(hal::to_string(i));
-  Json parameters = {{"implementations", implementations},
-                     {"seq", options.seqs},
-                     {"batch", options.batch},
-                     {"heads_q", options.heads_q},
-                     {"heads_kv", options.heads_kv},
-                     {"head_dim", options.head_dim},
-                     {"dtype", hal::to_string(options.dtype)},
-                     {"causal", options.causal},
-                     {"layout", "bshd"},
-                     {"directions", directions},
-                     {"iterations", options.common.iterations ? Json(*options.common.iterations) : Json("auto")},
-                     {"statistic", "median"},
-                     {"clock", "hal events (execution); wall clock also reported"},
-                     {"flops", "visible query/key pairs only: forward 2*pairs*(d_qk+d_v), backward 2*pairs*(3*d_qk+2*d_v)"},
-                     {"max_call_seconds", options.max_call_seconds},
-                     {"max_workspace_bytes", options.max_workspace}};
+  Json parameters = {
+      {"implementations", implementations},
+      {"seq", options.seqs},
+      {"batch", options.batch},
+      {"heads_q", options.heads_q},
+      {"heads_kv", options.heads_kv},
+      {"head_dim", options.head_dim},
+      {"dtype", hal::to_string(options.dtype)},
+      {"causal", options.causal},
+      {"layout", "bshd"},
+      {"directions", directions},
+      {"iterations", options.common.iterations ? Json(*options.common.iterations) : Json("auto")},
+      {"statistic", "median"},
+      {"clock", "hal events (execution); wall clock also reported"},
+      {"flops", "visible query/key pairs only: forward 2*pairs*(d_qk+d_v), backward 2*pairs*(3*d_qk+2*d_v)"},
+      {"max_call_seconds", options.max_call_seconds},
+      {"max_workspace_bytes", options.max_workspace}};
   Json results = Json::array();
   for (const Measurement& m : measurements) {
     const std::optional<double> eff = efficiency(m, peak);
@@ -585,7 +613,8 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                 {"efficiency", eff ? Json(*eff) : Json(nullptr)},
                 {"cpu_share", peak.applies ? Json(m.cpu_share) : Json(nullptr)},
                 {"gflops_per_cpu_second", peak.applies ? Json(m.gflops_per_cpu_second()) : Json(nullptr)},
-                {"efficiency_per_cpu_second", efficiency_per_cpu_second(m, peak) ? Json(*efficiency_per_cpu_second(m, peak)) : Json(nullptr)},
+                {"efficiency_per_cpu_second",
+                 efficiency_per_cpu_second(m, peak) ? Json(*efficiency_per_cpu_second(m, peak)) : Json(nullptr)},
                 {"peak_extra_bytes", m.workspace_bytes}};
     if (torch) {
       const TorchRow* t = find_torch(*torch, m.seq, m.direction);
@@ -641,20 +670,23 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
   add_common_options(parser, options.common,
                      "timed calls per shape, after one warm-up call\n"
                      "(default: enough for about 1 s, at least 2, at most 50)");
-  parser.add_value("--impl", "LIST", "implementations, in order: flash, math, fused (default flash,math)",
-                   [&](std::string_view text) {
-                     options.implementations.clear();
-                     for (const std::string& item : split_list("--impl", text)) {
-                       const auto implementation = hal::parse_attention_implementation(item);
-                       if (!implementation)
-                         throw UsageError("--impl: '" + item + "' is not an implementation; expected flash, math or fused");
-                       options.implementations.push_back(*implementation);
-                     }
-                   });
-  parser.add_value("--seq", "LIST", "sequence lengths (query = key/value), e.g. 512,1024,2048,4096,8192\n(default 512,2048,4096)",
+  parser.add_value(
+      "--impl", "LIST", "implementations, in order: flash, math, fused (default flash,math)",
+      [&](std::string_view text) {
+        options.implementations.clear();
+        for (const std::string& item : split_list("--impl", text)) {
+          const auto implementation = hal::parse_attention_implementation(item);
+          if (!implementation)
+            throw UsageError("--impl: '" + item + "' is not an implementation; expected flash, math or fused");
+          options.implementations.push_back(*implementation);
+        }
+      });
+  parser.add_value("--seq", "LIST",
+                   "sequence lengths (query = key/value), e.g. 512,1024,2048,4096,8192\n(default 512,2048,4096)",
                    [&](std::string_view text) {
                      options.seqs.clear();
-                     for (const std::string& item : split_list("--seq", text)) options.seqs.push_back(parse_positive("--seq", item));
+                     for (const std::string& item : split_list("--seq", text))
+                       options.seqs.push_back(parse_positive("--seq", item));
                      std::sort(options.seqs.begin(), options.seqs.end());
                      options.seqs.erase(std::unique(options.seqs.begin(), options.seqs.end()), options.seqs.end());
                    });
@@ -675,9 +707,9 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
   parser.add_switch("--causal", "causal mask (top-left; query and key lengths are equal)", options.causal);
   parser.add_switch("--backward", "measure the backward pass too (about 2.5x the forward FLOPs)", options.backward);
   parser.add_switch("--forward-only", "measure the forward pass only (the default)", options.forward_only);
-  parser.add_value("--max-call-seconds", "S",
-                   "skip a shape whose call is estimated to take longer (default 10; 0: no limit)",
-                   [&](std::string_view text) { options.max_call_seconds = parse_seconds("--max-call-seconds", text); });
+  parser.add_value(
+      "--max-call-seconds", "S", "skip a shape whose call is estimated to take longer (default 10; 0: no limit)",
+      [&](std::string_view text) { options.max_call_seconds = parse_seconds("--max-call-seconds", text); });
   parser.add_value("--max-workspace", "BYTES", "skip a shape whose workspace is larger (default 4G)",
                    [&](std::string_view text) { options.max_workspace = parse_byte_size("--max-workspace", text); });
   parser.add_switch("--compare-torch",
@@ -686,8 +718,10 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
                     options.compare_torch);
   parser.add_value("--python", "PATH", "Python interpreter for --compare-torch (default python3)",
                    [&](std::string_view text) { options.python = std::string(text); });
-  parser.add_value("--torch-script", "PATH", "torch_sdpa.py for --compare-torch (default: the one beside halbench's sources\nor installed in share/hal)",
-                   [&](std::string_view text) { options.torch_script = std::string(text); });
+  parser.add_value(
+      "--torch-script", "PATH",
+      "torch_sdpa.py for --compare-torch (default: the one beside halbench's sources\nor installed in share/hal)",
+      [&](std::string_view text) { options.torch_script = std::string(text); });
   help_shown = !parser.parse(arguments);
   if (options.backward && options.forward_only)
     throw UsageError("--backward and --forward-only contradict each other; give one");
@@ -696,8 +730,9 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
   const double largest = static_cast<double>(options.batch) * static_cast<double>(options.heads_q) *
                          static_cast<double>(options.seqs.back()) * static_cast<double>(options.head_dim);
   if (largest > max_elements)
-    throw UsageError("the shape batch " + std::to_string(options.batch) + " x heads " + std::to_string(options.heads_q) +
-                     " x seq " + std::to_string(options.seqs.back()) + " x head dim " + std::to_string(options.head_dim) +
+    throw UsageError("the shape batch " + std::to_string(options.batch) + " x heads " +
+                     std::to_string(options.heads_q) + " x seq " + std::to_string(options.seqs.back()) +
+                     " x head dim " + std::to_string(options.head_dim) +
                      " has over 2^40 elements per tensor; choose a smaller one");
   if (options.heads_q % options.heads_kv != 0)
     throw UsageError("--heads-kv " + std::to_string(options.heads_kv) + " does not divide --heads-q " +
@@ -734,9 +769,11 @@ int run_attn(std::span<const std::string_view> arguments) {
 
   std::optional<TorchResults> torch;
   if (options.compare_torch) {
-    TorchRequest request{options.seqs, options.batch, options.heads_q, options.heads_kv, options.head_dim,
-                         std::string(hal::to_string(options.dtype)), options.causal, options.backward,
-                         peak.threads(), options.common.iterations};
+    TorchRequest request{options.seqs,     options.batch,
+                         options.heads_q,  options.heads_kv,
+                         options.head_dim, std::string(hal::to_string(options.dtype)),
+                         options.causal,   options.backward,
+                         peak.threads(),   options.common.iterations};
     torch = run_torch_sdpa(request, options.python, options.torch_script);
   }
 

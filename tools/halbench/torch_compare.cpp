@@ -1,13 +1,13 @@
 #include "torch_compare.hpp"
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
-
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 extern char** environ;
 
@@ -83,22 +83,14 @@ std::pair<int, std::string> run_capturing_stdout(const std::vector<std::string>&
 
 TorchResults run_torch_sdpa(const TorchRequest& request, const std::string& python,
                             const std::optional<std::string>& script) {
-  std::vector<std::string> argv{python,
-                                find_script(script),
-                                "--seq",
-                                join(request.seqs),
-                                "--batch",
-                                std::to_string(request.batch),
-                                "--heads-q",
-                                std::to_string(request.heads_q),
-                                "--heads-kv",
-                                std::to_string(request.heads_kv),
-                                "--head-dim",
-                                std::to_string(request.head_dim),
-                                "--dtype",
-                                request.dtype,
-                                "--threads",
-                                std::to_string(request.threads),
+  std::vector<std::string> argv{python,       find_script(script),
+                                "--seq",      join(request.seqs),
+                                "--batch",    std::to_string(request.batch),
+                                "--heads-q",  std::to_string(request.heads_q),
+                                "--heads-kv", std::to_string(request.heads_kv),
+                                "--head-dim", std::to_string(request.head_dim),
+                                "--dtype",    request.dtype,
+                                "--threads",  std::to_string(request.threads),
                                 "--json"};
   if (request.causal) argv.push_back("--causal");
   if (request.backward) argv.push_back("--backward");
@@ -121,14 +113,14 @@ TorchResults run_torch_sdpa(const TorchRequest& request, const std::string& pyth
     for (const Json& row : results.document.at("results"))
       results.rows.push_back({row.at("seq").get<std::int64_t>(), row.at("direction").get<std::string>(),
                               row.at("ms_per_call").get<double>(), row.value("cpu_share", 0.0),
-                              row.value("cpu_seconds_per_call", 0.0),
-                              row.value("note", "")});
+                              row.value("cpu_seconds_per_call", 0.0), row.value("note", "")});
     if (results.rows.empty()) {
       const Json& skipped = results.document.at("skipped");
       results.reason = skipped.empty() ? "it measured nothing" : skipped.front().value("reason", "no reason given");
     }
   } catch (const Json::exception& error) {
-    throw std::runtime_error("torch_sdpa.py printed output that is not its JSON document: " + std::string(error.what()));
+    throw std::runtime_error("torch_sdpa.py printed output that is not its JSON document: " +
+                             std::string(error.what()));
   }
   return results;
 }

@@ -23,11 +23,11 @@ struct TorchRequest {
 
 struct TorchRow {
   std::int64_t seq;
-  std::string direction;  // "forward" / "backward"
-  double ms;              // median per call
-  double cpu_share;       // CPU time / (wall x threads) over its timed calls
+  std::string direction;        // "forward" / "backward"
+  double ms;                    // median per call
+  double cpu_share;             // CPU time / (wall x threads) over its timed calls
   double cpu_seconds_per_call;  // mean; 0 when the script did not report it
-  std::string note;       // how torch ran it (e.g. how GQA was handled)
+  std::string note;             // how torch ran it (e.g. how GQA was handled)
 };
 
 struct TorchResults {
