@@ -24,6 +24,16 @@ LibraryRequest HipRuntime::library_request(const std::string& configured_path) {
   return request;
 }
 
+std::string HipRuntime::search_description() {
+  const LibraryRequest request = library_request("");
+  std::string text;
+  for (const auto& [label, directory] : request.install_directories)
+    text += directory + (std::filesystem::is_directory(directory) ? " (exists)" : " (no such directory)") + ", ";
+  text += "then ";
+  for (std::size_t i = 0; i < request.sonames.size(); ++i) text += (i ? ", " : "") + request.sonames[i];
+  return text + " on the system library path";
+}
+
 HipRuntime::LoadResult HipRuntime::load(const std::string& configured_path) {
   auto runtime = std::unique_ptr<HipRuntime>(new HipRuntime());
   HipRuntimeApi& api = runtime->api_;

@@ -95,6 +95,9 @@ class HipRuntime {
   // The search: HAL_HIP_RUNTIME, the configured path, $ROCM_PATH/lib,
   // /opt/rocm/lib, then the system's library path.
   static LibraryRequest library_request(const std::string& configured_path);
+  // Where load() would look, without loading anything: "$ROCM_PATH/lib,
+  // /opt/rocm/lib, then libamdhip64.so.6, ... on the system library path".
+  static std::string search_description();
 
   const HipRuntimeApi& api() const { return api_; }
   const std::string& path() const { return library_.path(); }

@@ -1,4 +1,6 @@
 // The ROCm backend's plugin table: initialization and the C entry points.
+#include <cstdlib>
+#include <filesystem>
 #include <new>
 
 #include "backend_options.hpp"
@@ -10,6 +12,8 @@
 
 namespace hal::rocm {
 namespace {
+
+constexpr const char* kfd_device_node = "/dev/kfd";
 
 void get_last_error(hal_error_info_v1* out) { backend::read_last_error(out); }
 
@@ -25,6 +29,18 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     context.log_user_data = init->log_user_data;
     auto options = backend::read_backend_options(*init, "rocm", {"runtime"}, "runtime (a path to libamdhip64.so)");
 
+    // Loading libamdhip64 costs about 100 ms, which every hal process would
+    // pay on machines without an AMD GPU; the kernel driver's device node
+    // tells cheaply. An explicit runtime path is always loaded.
+    const char* explicit_runtime = std::getenv("HAL_HIP_RUNTIME");
+    const bool runtime_named = !options["runtime"].empty() || (explicit_runtime != nullptr && *explicit_runtime != '\0');
+    if (!runtime_named && !std::filesystem::exists(kfd_device_node))
+      return fail(HAL_ERROR_NOT_PRESENT,
+                  std::string("no AMD GPU driver: ") + kfd_device_node +
+                      " (the amdgpu kernel driver's compute interface) does not exist, so the HIP runtime was not "
+                      "loaded; load the amdgpu driver, or set HAL_HIP_RUNTIME (or [backend.rocm] runtime) to a "
+                      "libamdhip64.so to load it anyway. It would be searched in: " +
+                      shims::HipRuntime::search_description());
     shims::HipRuntime::LoadResult runtime = shims::HipRuntime::load(options["runtime"]);
     if (!runtime.runtime)
       return fail(runtime.library_missing ? HAL_ERROR_NOT_PRESENT : HAL_ERROR_UNSUPPORTED, runtime.message);
