@@ -113,6 +113,7 @@ void run_rank(CaseContext& context, const RankPart& part) {
   CommunicatorOptions options;
   options.timeout = operation_timeout;
   rank.communicator = Communicator::create(context.device(), rank.rank, rank.world_size, store, options);
+  if (rank.rank == 0) context.note("communicator: " + rank.communicator.description());
   rank.stream = context.device().create_stream();
   part(context, rank);
   rank.stream.synchronize();
