@@ -6,6 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libhwloc-dev libboost-dev doctest-dev libtomlplusplus-dev
   libgloo-dev openmpi-bin libopenmpi-dev
+  hipcc libamdhip64-dev
   libbenchmark-dev nlohmann-json3-dev
   libssl-dev python3
 )

@@ -203,13 +203,22 @@ LibraryLoad load_library(const LibraryRequest& request) {
     return search.take();
   }
 
-  // 2. The toolkit.
+  // 2. Vendor install directories; a missing one is listed, as a tried place.
+  for (const auto& [label, directory] : request.install_directories) {
+    if (!is_directory(directory)) {
+      search.note(label, directory, "no such directory");
+      continue;
+    }
+    if (search.try_directory(label, directory)) return search.take();
+  }
+
+  // 3. The CUDA toolkit.
   if (request.search_toolkit) {
     for (const auto& directory : toolkit_library_directories())
       if (search.try_directory("CUDA toolkit", directory)) return search.take();
   }
 
-  // 3. pip wheels: site-packages/nvidia/<package>/lib. Only directories that
+  // 4. pip wheels: site-packages/nvidia/<package>/lib. Only directories that
   // hold the library are listed, or every wheel would appear in the report.
   if (request.search_python_packages) {
     const auto sites = python_site_package_directories();
@@ -232,7 +241,7 @@ LibraryLoad load_library(const LibraryRequest& request) {
     }
   }
 
-  // 4. The system's search path (ld.so.cache, LD_LIBRARY_PATH).
+  // 5. The system's search path (ld.so.cache, LD_LIBRARY_PATH).
   for (const auto& soname : request.sonames)
     if (search.try_path("system", soname)) return search.take();
   return search.take();

@@ -48,6 +48,9 @@ struct LibraryRequest {
   std::string configured_path;       // from the backend's config options
   bool search_toolkit = true;        // $CUDA_HOME, $CUDA_PATH, /usr/local/cuda
   bool search_python_packages = true;  // site-packages/nvidia/*/lib
+  // Vendor install directories searched after an explicit path and before
+  // the CUDA stages, each reported under its label: {"ROCM_PATH", "/opt/rocm-6.1/lib"}.
+  std::vector<std::pair<std::string, std::string>> install_directories;
   // Keeps the library mapped after close: drivers start threads and
   // register exit handlers that must not outlive their code.
   bool never_unload = false;

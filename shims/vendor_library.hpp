@@ -15,12 +15,14 @@ struct VendorLibraryLoad {
   std::vector<std::string> missing_optional;  // features these disable are the caller's to name
   std::string error;                          // why it is unusable, every path tried included
   bool library_missing = false;               // nothing loadable was found (versus found but unusable)
+  std::string attempts;                       // every path tried, as LibraryLoad::describe_attempts says
   bool ok() const { return library.is_open(); }
 };
 
 inline VendorLibraryLoad open_vendor_library(const LibraryRequest& request, const std::vector<SymbolSpec>& symbols) {
   VendorLibraryLoad result;
   LibraryLoad load = load_library(request);
+  result.attempts = load.describe_attempts();
   if (!load.loaded()) {
     std::string variable = request.environment_variable.empty() ? "" : " or set " + request.environment_variable;
     result.error = request.display_name + " was not found" + variable + ". Tried: " + load.describe_attempts();

@@ -130,4 +130,8 @@ struct hal_backend_context {
   // Attention's worker threads, started on first use.
   std::mutex attention_pool_mutex;
   std::unique_ptr<hal::host::ThreadPool> attention_pool;
+  // The process's MPI session (shims/mpi), held from the first MPI
+  // communicator until shutdown, which finalizes MPI when hal started it.
+  std::mutex mpi_session_mutex;
+  std::shared_ptr<void> mpi_session;
 };

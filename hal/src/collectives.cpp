@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <mutex>
+#include <tuple>
 
 #include "loaded_backend.hpp"
 
@@ -176,6 +177,29 @@ class PrefixedStore final : public Store {
   std::string prefix_;
 };
 
+const hal_collectives_v2* collectives_v2(const hal_collectives_v1* table) {
+  if (table == nullptr || table->struct_size < sizeof(hal_collectives_v2)) return nullptr;
+  return reinterpret_cast<const hal_collectives_v2*>(table);
+}
+
+// The engine request: the options, then HAL_COLL_ENGINE, then the config file.
+std::pair<std::string, std::string> engine_request(const Device& device, const CommunicatorOptions& options) {
+  const auto check = [](const std::string& value, const std::string& origin) {
+    if (value != "auto" && value != "gloo" && value != "mpi")
+      throw Error(StatusCode::invalid_argument,
+                  origin + "='" + value + "' is not a collectives engine; use auto, gloo or mpi");
+    return value;
+  };
+  if (!options.engine.empty())
+    return {check(options.engine, "CommunicatorOptions::engine"), "CommunicatorOptions::engine=" + options.engine};
+  if (const char* variable = std::getenv("HAL_COLL_ENGINE"); variable != nullptr && *variable != '\0')
+    return {check(variable, "HAL_COLL_ENGINE"), "HAL_COLL_ENGINE=" + std::string(variable)};
+  const auto& config = device.backend()->config;
+  if (config && config->source)
+    return {config->collectives_engine, "config collectives.engine (" + config->source->string() + ")"};
+  return {"auto", "the default engine setting"};
+}
+
 bool check_mode_from_environment() {
   const char* value = std::getenv("HAL_COLL_CHECK");
   if (value == nullptr || *value == '\0') return false;
@@ -195,6 +219,7 @@ struct Communicator::State {
   int world_size = 1;
   std::unique_ptr<StoreBridge> store;
   std::string prefix;
+  std::string description;
   CommunicatorOptions options;
   bool check = false;
   std::atomic<std::uint64_t> collective_sequence{0};
@@ -329,8 +354,13 @@ Communicator Communicator::create(const Device& device, int rank, int world_size
   state->prefix = "hal/communicator" + std::to_string(store->communicators_created_.fetch_add(1));
   state->store = std::make_unique<StoreBridge>(std::move(store));
 
+  const auto [engine, engine_source] = engine_request(device, options);
   std::vector<hal_key_value_v1> backend_options;
   for (const auto& [key, value] : options.backend_options) backend_options.push_back({key.c_str(), value.c_str()});
+  if (collectives_v2(table) != nullptr) {  // a backend with engines to choose from
+    backend_options.push_back({"engine", engine.c_str()});
+    backend_options.push_back({"engine_source", engine_source.c_str()});
+  }
   hal_communicator_config_v1 config{};
   config.struct_size = sizeof(config);
   config.device = device.index();
@@ -346,7 +376,36 @@ Communicator Communicator::create(const Device& device, int rank, int world_size
     state->destroyed = true;  // nothing to destroy
     throw Error(device.backend()->error(status, where));
   }
+  if (const hal_collectives_v2* v2 = collectives_v2(table); v2 != nullptr && v2->communicator_description != nullptr)
+    state->description = v2->communicator_description(state->handle);
+  else
+    state->description = device.backend_name() + " collectives";
   return Communicator(std::move(state));
+}
+
+CollectivesEngineChoice collectives_engine(const Device& device, const CommunicatorOptions& options) {
+  const hal_collectives_v1* table = collectives_table(*device.backend());
+  if (table == nullptr)
+    throw Error(StatusCode::unsupported, "the " + device.backend_name() + " backend of " + device.id() +
+                                             " has no collectives (capability 'collectives' is false)");
+  CollectivesEngineChoice choice;
+  std::tie(choice.requested, choice.requested_by) = engine_request(device, options);
+  const hal_collectives_v2* v2 = collectives_v2(table);
+  if (v2 == nullptr || v2->choose_engine == nullptr) {
+    choice.engine = device.backend_name();
+    choice.reason = "the " + device.backend_name() + " backend has one collectives engine";
+    choice.engines = choice.engine;
+    return choice;
+  }
+  hal_collectives_engine_v1 out{};
+  out.struct_size = sizeof(out);
+  device.backend()->check(
+      v2->choose_engine(device.backend()->context, choice.requested.c_str(), choice.requested_by.c_str(), &out),
+      "choosing the collectives engine of " + device.id());
+  choice.engine = out.engine != nullptr ? out.engine : "";
+  choice.reason = out.reason != nullptr ? out.reason : "";
+  choice.engines = out.engines != nullptr ? out.engines : "";
+  return choice;
 }
 
 namespace {
@@ -363,6 +422,7 @@ Communicator::State& usable(const std::shared_ptr<Communicator::State>& state, s
 int Communicator::rank() const { return usable(state_, "Communicator::rank").rank; }
 int Communicator::world_size() const { return usable(state_, "Communicator::world_size").world_size; }
 Device Communicator::device() const { return usable(state_, "Communicator::device").device; }
+std::string Communicator::description() const { return usable(state_, "Communicator::description").description; }
 
 Communicator Communicator::split(int color, int key) const {
   auto& state = usable(state_, "Communicator::split");

@@ -356,7 +356,7 @@ const std::vector<KeyRule>& key_rules() {
       positive_number_key("collectives.timeout_seconds", &Config::collectives_timeout_seconds, "",
                           "How long a collective operation may wait for its peers before it fails with a timeout."),
       choice_key("collectives.engine", &Config::collectives_engine, {"auto", "gloo", "mpi"}, "HAL_COLL_ENGINE",
-                 "The host collectives engine; auto picks MPI when launched by mpirun, else Gloo."),
+                 "The host collectives engine; auto picks MPI when launched by mpirun or srun and libmpi loads, else Gloo."),
   };
   return rules;
 }

@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cctype>
+#include <climits>
+#include <functional>
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
@@ -184,37 +187,150 @@ std::optional<LauncherRanks> read_ranks(const char* rank_name, const char* size_
 
 }  // namespace
 
+namespace {
+
+// One bracket group "[01-04,07]" starting at text[open]: the first number as
+// written (zero padding kept) and the position after ']'.
+std::pair<std::string, std::size_t> first_of_bracket(std::string_view list, std::size_t open) {
+  const std::size_t close = list.find(']', open);
+  if (close == std::string_view::npos)
+    throw Error(StatusCode::invalid_argument, "Slurm node list '" + std::string(list) + "' has an unclosed '['");
+  const std::string_view inside = list.substr(open + 1, close - open - 1);
+  const std::string_view first = inside.substr(0, inside.find_first_of(",-"));
+  if (first.empty() || !std::all_of(first.begin(), first.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+    throw Error(StatusCode::invalid_argument, "Slurm node list '" + std::string(list) + "': '[" + std::string(inside) +
+                                                  "]' does not start with a number");
+  return {std::string(first), close + 1};
+}
+
+// A port for the TcpStore that every rank of a job derives alike.
+std::uint16_t derived_port(std::uint64_t job, std::uint64_t step) {
+  return static_cast<std::uint16_t>(20000 + (job % 1000) * 20 + step % 20);
+}
+
+}  // namespace
+
+std::string first_host_of_slurm_nodelist(std::string_view list) {
+  if (list.empty()) throw Error(StatusCode::invalid_argument, "the Slurm node list is empty");
+  std::string host;
+  for (std::size_t i = 0; i < list.size();) {
+    const char c = list[i];
+    if (c == ',') break;  // the end of the first entry
+    if (c == '[') {
+      auto [number, next] = first_of_bracket(list, i);
+      host += number;
+      i = next;
+    } else if (c == ']') {
+      throw Error(StatusCode::invalid_argument, "Slurm node list '" + std::string(list) + "' has an unmatched ']'");
+    } else {
+      host += c;
+      ++i;
+    }
+  }
+  if (host.empty()) throw Error(StatusCode::invalid_argument, "Slurm node list '" + std::string(list) + "' starts with ','");
+  return host;
+}
+
 Store::FromEnvironment Store::from_environment(std::chrono::milliseconds connect_timeout) {
-  const auto torchrun = read_ranks("RANK", "WORLD_SIZE", "LOCAL_RANK");
-  const auto openmpi = read_ranks("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK");
-  if (!torchrun && !openmpi)
+  struct Launcher {
+    const char* name;
+    const char* variables;
+    const char* rank_name;
+    const char* size_name;
+    const char* local_name;
+    std::optional<LauncherRanks> ranks;
+  };
+  // Precedence: torchrun's variables describe the ranks of a job started by
+  // torchrun inside an mpirun or srun allocation; mpirun inside a Slurm
+  // allocation inherits the allocation's SLURM_* (SLURM_PROCID=0 in a batch
+  // script), so OpenMPI's win over Slurm's.
+  Launcher launchers[] = {
+      {"torchrun", "RANK/WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", {}},
+      {"mpirun", "OMPI_COMM_WORLD_RANK/SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+       "OMPI_COMM_WORLD_LOCAL_RANK", {}},
+      {"srun", "SLURM_PROCID/SLURM_NTASKS", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", {}},
+  };
+  bool found = false;
+  for (Launcher& launcher : launchers) {
+    try {
+      launcher.ranks = read_ranks(launcher.rank_name, launcher.size_name, launcher.local_name);
+    } catch (const Error&) {
+      if (!found) throw;  // the launcher that would be used is malformed; an outranked one does not matter
+    }
+    found = found || launcher.ranks.has_value();
+  }
+  const Launcher* chosen = nullptr;
+  for (const Launcher& launcher : launchers)
+    if (launcher.ranks && chosen == nullptr) chosen = &launcher;
+  if (chosen == nullptr)
     throw Error(StatusCode::invalid_argument,
-                "no launcher environment: set RANK and WORLD_SIZE (as torchrun and halrun do) or run under mpirun "
-                "(OMPI_COMM_WORLD_RANK/SIZE)");
+                "no launcher environment: set RANK and WORLD_SIZE (as torchrun and halrun do), or run under mpirun "
+                "(OMPI_COMM_WORLD_RANK/SIZE) or srun (SLURM_PROCID/SLURM_NTASKS)");
   FromEnvironment result;
-  // torchrun's variables win: a job started by torchrun inside an mpirun
-  // allocation describes its own ranks with them.
-  const LauncherRanks& chosen = torchrun ? *torchrun : *openmpi;
-  result.rank = chosen.rank;
-  result.world_size = chosen.world_size;
-  result.local_rank = chosen.local_rank;
-  result.source = torchrun ? "RANK/WORLD_SIZE" : "OMPI_COMM_WORLD_RANK/SIZE";
-  if (!chosen.local_rank_set && torchrun && openmpi && openmpi->local_rank_set)
-    result.local_rank = openmpi->local_rank;
-  if (torchrun && openmpi && (torchrun->rank != openmpi->rank || torchrun->world_size != openmpi->world_size))
-    detail::log_message(HAL_LOG_WARNING, "RANK/WORLD_SIZE (" + std::to_string(torchrun->rank) + "/" +
-                                             std::to_string(torchrun->world_size) +
-                                             ") differ from OMPI_COMM_WORLD_RANK/SIZE (" +
-                                             std::to_string(openmpi->rank) + "/" +
-                                             std::to_string(openmpi->world_size) + "); using RANK/WORLD_SIZE");
+  result.rank = chosen->ranks->rank;
+  result.world_size = chosen->ranks->world_size;
+  result.local_rank = chosen->ranks->local_rank;
+  result.source = chosen->variables;
+  bool local_rank_found = chosen->ranks->local_rank_set;
+  for (const Launcher& other : launchers) {
+    if (&other == chosen || !other.ranks) continue;
+    if (!local_rank_found && other.ranks->local_rank_set) {
+      result.local_rank = other.ranks->local_rank;
+      local_rank_found = true;
+    }
+    if (other.ranks->rank != result.rank || other.ranks->world_size != result.world_size)
+      detail::log_message(HAL_LOG_WARNING, std::string(chosen->variables) + " (" + std::to_string(result.rank) + "/" +
+                                               std::to_string(result.world_size) + ") differ from " + other.variables +
+                                               " (" + std::to_string(other.ranks->rank) + "/" +
+                                               std::to_string(other.ranks->world_size) + "); using " +
+                                               chosen->variables);
+  }
+  const std::string launcher = chosen->name;
 
   if (const auto directory = environment("HAL_STORE_DIR")) {
     result.store = std::make_shared<FileStore>(*directory);
     result.source += ", FileStore HAL_STORE_DIR=" + *directory;
     return result;
   }
-  const auto address = environment("MASTER_ADDR");
-  const auto port = environment("MASTER_PORT");
+  auto address = environment("MASTER_ADDR");
+  auto port = environment("MASTER_PORT");
+  std::string address_origin = "MASTER_ADDR", port_origin = "MASTER_PORT";
+  if (launcher == "srun") {
+    // Rank 0 runs on the first node of the step.
+    if (!address) {
+      const char* list_name = environment("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_NODELIST";
+      if (const auto list = environment(list_name)) {
+        address = first_host_of_slurm_nodelist(*list);
+        address_origin = std::string("first host of ") + list_name;
+      }
+    }
+    if (!port) {
+      if (const auto job = environment("SLURM_JOB_ID")) {
+        const auto step = environment("SLURM_STEP_ID");
+        port = std::to_string(derived_port(static_cast<std::uint64_t>(parse_integer("SLURM_JOB_ID", *job, 0, LLONG_MAX)),
+                                           step ? static_cast<std::uint64_t>(parse_integer("SLURM_STEP_ID", *step, 0, LLONG_MAX)) : 0));
+        port_origin = "port from SLURM_JOB_ID/SLURM_STEP_ID";
+      }
+    }
+  } else if (launcher == "mpirun" && !address && !port) {
+    // Every rank on this node: a FileStore in the job's session directory,
+    // which mpirun removes at the end, needs no port at all.
+    const auto local_size = environment("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (local_size && parse_integer("OMPI_COMM_WORLD_LOCAL_SIZE", *local_size, 1, 1 << 24) == result.world_size) {
+      if (const auto session = environment("OMPI_MCA_orte_jobfam_session_dir")) {
+        const std::string directory = *session + "/hal-store";
+        result.store = std::make_shared<FileStore>(directory);
+        result.source += ", FileStore in mpirun's session directory " + directory;
+        return result;
+      }
+      if (const auto job = environment("PMIX_NAMESPACE")) {
+        address = "127.0.0.1";
+        port = std::to_string(derived_port(std::hash<std::string>{}(*job), 0));
+        address_origin = "every rank on this node";
+        port_origin = "port from PMIX_NAMESPACE";
+      }
+    }
+  }
   if (!address || !port)
     throw Error(StatusCode::invalid_argument,
                 std::string(address ? "MASTER_PORT" : "MASTER_ADDR") +
@@ -222,11 +338,13 @@ Store::FromEnvironment Store::from_environment(std::chrono::milliseconds connect
                     "or HAL_STORE_DIR for a file store in a shared directory");
   TcpStoreOptions options;
   options.host = *address;
-  options.port = static_cast<std::uint16_t>(parse_integer("MASTER_PORT", *port, 1, 65535));
+  options.port = static_cast<std::uint16_t>(parse_integer(port_origin.c_str(), *port, 1, 65535));
   options.is_server = result.rank == 0;
   options.connect_timeout = connect_timeout;
   result.store = std::make_shared<TcpStore>(options);
   result.source += ", TcpStore " + *address + ":" + *port;
+  if (address_origin != "MASTER_ADDR" || port_origin != "MASTER_PORT")
+    result.source += " (" + address_origin + ", " + port_origin + ")";
   return result;
 }
 

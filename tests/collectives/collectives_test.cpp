@@ -217,3 +217,79 @@ TEST_CASE("HAL_COLL_CHECK=1: mismatched counts are an error on every rank") {
 TEST_CASE("abort from another thread ends a blocked operation promptly") {
   check_all_passed(run_worker(2, {"abort"}));
 }
+
+TEST_CASE("Slurm node lists: the first host") {
+  CHECK(hal::first_host_of_slurm_nodelist("node[01-04,07]") == "node01");
+  CHECK(hal::first_host_of_slurm_nodelist("node[07,01-04]") == "node07");
+  CHECK(hal::first_host_of_slurm_nodelist("gpu12,gpu[1-3]") == "gpu12");
+  CHECK(hal::first_host_of_slurm_nodelist("rack[2-3]-n[005-009]") == "rack2-n005");
+  CHECK(hal::first_host_of_slurm_nodelist("login") == "login");
+  CHECK_THROWS_WITH_AS(hal::first_host_of_slurm_nodelist("node[01-04"), doctest::Contains("unclosed '['"), hal::Error);
+  CHECK_THROWS_WITH_AS(hal::first_host_of_slurm_nodelist("node[a-b]"), doctest::Contains("does not start with a number"),
+                       hal::Error);
+  CHECK_THROWS_WITH_AS(hal::first_host_of_slurm_nodelist(""), doctest::Contains("empty"), hal::Error);
+}
+
+TEST_CASE("Store::from_environment: srun's variables, and who wins") {
+  const std::string directory = temporary_directory();
+  const std::optional<std::string> unset;
+  {  // srun alone: ranks from SLURM_*, the TcpStore on the first node at a port from the job and step
+    ScopedEnvironment environment{{"RANK", unset},           {"WORLD_SIZE", unset},       {"LOCAL_RANK", unset},
+                                  {"OMPI_COMM_WORLD_RANK", unset}, {"OMPI_COMM_WORLD_SIZE", unset},
+                                  {"OMPI_COMM_WORLD_LOCAL_RANK", unset}, {"MASTER_ADDR", unset},
+                                  {"MASTER_PORT", unset},    {"HAL_STORE_DIR", unset},    {"SLURM_PROCID", "0"},
+                                  {"SLURM_NTASKS", "1"},     {"SLURM_LOCALID", "0"},      {"SLURM_STEP_NODELIST", unset},
+                                  {"SLURM_NODELIST", "localhost,node[2-3]"}, {"SLURM_JOB_ID", "4242"},
+                                  {"SLURM_STEP_ID", "3"}};
+    const auto found = hal::Store::from_environment(std::chrono::seconds(5));
+    CHECK(found.rank == 0);
+    CHECK(found.world_size == 1);
+    CHECK(contains(found.source, "SLURM_PROCID/SLURM_NTASKS"));
+    CHECK(contains(found.source, "TcpStore localhost:" + std::to_string(20000 + 242 * 20 + 3)));
+    CHECK(contains(found.source, "first host of SLURM_NODELIST"));
+    found.store->set("k", "v");
+    CHECK(found.store->get("k", 1s) == "v");
+  }
+  {  // mpirun inside a Slurm allocation: OpenMPI's variables win over the allocation's SLURM_PROCID
+    ScopedEnvironment environment{{"RANK", unset},          {"WORLD_SIZE", unset},          {"SLURM_PROCID", "0"},
+                                  {"SLURM_NTASKS", "8"},    {"OMPI_COMM_WORLD_RANK", "2"},  {"OMPI_COMM_WORLD_SIZE", "4"},
+                                  {"HAL_STORE_DIR", directory}};
+    const auto found = hal::Store::from_environment();
+    CHECK(found.rank == 2);
+    CHECK(found.world_size == 4);
+    CHECK(contains(found.source, "OMPI_COMM_WORLD"));
+  }
+  {  // torchrun inside srun: RANK wins; a half-set Slurm environment does not matter then
+    ScopedEnvironment environment{{"RANK", "1"},           {"WORLD_SIZE", "2"},          {"SLURM_PROCID", "5"},
+                                  {"SLURM_NTASKS", unset}, {"OMPI_COMM_WORLD_RANK", unset}, {"OMPI_COMM_WORLD_SIZE", unset},
+                                  {"HAL_STORE_DIR", directory}};
+    const auto found = hal::Store::from_environment();
+    CHECK(found.rank == 1);
+    CHECK(contains(found.source, "RANK/WORLD_SIZE"));
+  }
+  {  // srun's variables half set, and nothing else: a clear error
+    ScopedEnvironment environment{{"RANK", unset},          {"WORLD_SIZE", unset},           {"SLURM_PROCID", "0"},
+                                  {"SLURM_NTASKS", unset},  {"OMPI_COMM_WORLD_RANK", unset}, {"OMPI_COMM_WORLD_SIZE", unset},
+                                  {"HAL_STORE_DIR", directory}};
+    CHECK_THROWS_WITH_AS(hal::Store::from_environment(), doctest::Contains("SLURM_NTASKS is not set"), hal::Error);
+  }
+  std::filesystem::remove_all(directory);
+}
+
+TEST_CASE("collectives engine: a name other than auto, gloo or mpi is an error naming it") {
+  ScopedEnvironment environment{{"HAL_BACKEND_PATH", HAL_PLUGIN_DIR}, {"HAL_BACKENDS", "host"},
+                                {"HAL_COLL_ENGINE", "nccl"}};
+  const hal::Runtime runtime = hal::Runtime::create();
+  const hal::Device device = runtime.device("host:0");
+  CHECK_THROWS_WITH_AS(hal::collectives_engine(device), doctest::Contains("HAL_COLL_ENGINE='nccl'"), hal::Error);
+  hal::CommunicatorOptions options;
+  options.engine = "gloo";  // the per-communicator choice wins over the variable
+  const hal::CollectivesEngineChoice choice = hal::collectives_engine(device, options);
+  CHECK(choice.engine == "gloo");
+  CHECK(contains(choice.reason, "CommunicatorOptions::engine=gloo asks for gloo"));
+  options.engine = "fast";
+  const std::string directory = temporary_directory();
+  CHECK_THROWS_WITH_AS(hal::Communicator::create(device, 0, 1, std::make_shared<hal::FileStore>(directory), options),
+                       doctest::Contains("'fast' is not a collectives engine; use auto, gloo or mpi"), hal::Error);
+  std::filesystem::remove_all(directory);
+}

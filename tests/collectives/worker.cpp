@@ -3,7 +3,7 @@
 // MASTER_PORT). Every rank computes the expected result of each operation
 // from the inputs of all ranks and compares it element by element.
 //
-//   collectives_worker ops|split|p2p|kill VICTIM|mismatch|abort
+//   collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine
 // Exit status 0 when every check passed; failures are printed.
 #include <unistd.h>
 
@@ -281,6 +281,12 @@ Context connect(const hal::Runtime& runtime, std::chrono::milliseconds timeout =
   options.timeout = timeout;
   context.comm = hal::Communicator::create(context.device, environment.rank, environment.world_size,
                                            environment.store, options);
+  // The MPI tests say which engine must run, so a silent fall back to Gloo fails.
+  if (const char* expected = std::getenv("HAL_TEST_EXPECT_ENGINE"); expected != nullptr) {
+    const std::string description = context.comm.description();
+    EXPECT(description.rfind(std::string(expected) + " (", 0) == 0,
+           "rank " << environment.rank << " runs '" << description << "', expected engine " << expected);
+  }
   return context;
 }
 
@@ -443,11 +449,71 @@ void scenario_abort(const hal::Runtime& runtime) {
   }
 }
 
+// The victim leaves after three all_reduces (destroys its communicator and
+// shuts its runtime down); the others' fourth all_reduce must fail within
+// its 3 s timeout with an error naming the victim. With the MPI engine that
+// error ends the job (MPI_Abort), so the test reads it from the output.
+int scenario_leave(const hal::Runtime& runtime, int victim) {
+  Context c = connect(runtime, std::chrono::seconds(3));
+  hal::Buffer buffer = c.device.allocate(1 << 16);
+  for (int round = 0; round < 3; ++round) {
+    c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DataType::f32, ReduceOp::sum, c.stream);
+    c.stream.synchronize();
+  }
+  if (c.rank == victim) {
+    std::cout << "rank " << victim << " leaves early" << std::endl;
+    c.comm.destroy();
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DataType::f32, ReduceOp::sum, c.stream);
+    c.stream.synchronize();
+    std::cout << "FAILED: the all_reduce succeeded although rank " << victim << " left" << std::endl;
+    return 1;
+  } catch (const hal::Error& error) {  // the Gloo engine reports here; the MPI engine ended the job before
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "error after " << seconds << " s: " << error.what() << std::endl;
+    EXPECT(std::string(error.what()).find("rank " + std::to_string(victim)) != std::string::npos,
+           "the error names the rank that left");
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+// Prints which engine a communicator would run on and checks it against
+// HAL_TEST_EXPECT_ENGINE and HAL_TEST_EXPECT_REASON (a part of the reason).
+void scenario_engine(const hal::Runtime& runtime) {
+  const hal::Device device = runtime.device("host:0");
+  const hal::CollectivesEngineChoice choice = hal::collectives_engine(device);
+  std::cout << "engine '" << choice.engine << "': " << choice.reason << "\nengines: " << choice.engines << std::endl;
+  const char* engine = std::getenv("HAL_TEST_EXPECT_ENGINE");
+  const char* reason = std::getenv("HAL_TEST_EXPECT_REASON");
+  EXPECT(engine == nullptr || choice.engine == engine, "engine " << choice.engine << ", expected " << engine);
+  EXPECT(reason == nullptr || choice.reason.find(reason) != std::string::npos,
+         "reason '" << choice.reason << "' lacks '" << reason << "'");
+  if (choice.engine.empty()) {
+    try {
+      const auto launch = hal::Store::from_environment(std::chrono::seconds(20));
+      hal::Communicator::create(device, launch.rank, launch.world_size, launch.store);
+      EXPECT(false, "a communicator was created although no engine can run");
+    } catch (const hal::Error& error) {
+      std::cout << error.what() << std::endl;
+      EXPECT(error.code() == hal::StatusCode::unsupported, "creating reports unsupported");
+      EXPECT(reason == nullptr || std::string(error.what()).find(reason) != std::string::npos, "the error says why");
+    }
+  } else {
+    Context c = connect(runtime);  // checks HAL_TEST_EXPECT_ENGINE against the description too
+    std::cout << "description: " << c.comm.description() << std::endl;
+    c.comm.barrier(c.stream);
+    c.stream.synchronize();
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: collectives_worker ops|split|p2p|kill VICTIM|mismatch|abort" << std::endl;
+    std::cerr << "usage: collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine" << std::endl;
     return 2;
   }
   const std::string scenario = argv[1];
@@ -459,6 +525,8 @@ int main(int argc, char** argv) {
     else if (scenario == "kill" && argc > 2) return scenario_kill(runtime, std::atoi(argv[2]));
     else if (scenario == "mismatch") scenario_mismatch(runtime);
     else if (scenario == "abort") scenario_abort(runtime);
+    else if (scenario == "leave" && argc > 2) return scenario_leave(runtime, std::atoi(argv[2]));
+    else if (scenario == "engine") scenario_engine(runtime);
     else {
       std::cerr << "unknown scenario '" << scenario << "'" << std::endl;
       return 2;

@@ -9,6 +9,7 @@ namespace halbench {
 
 int run_mem(std::span<const std::string_view> arguments);
 int run_dispatch(std::span<const std::string_view> arguments);
+int run_attn(std::span<const std::string_view> arguments);
 int run_coll(std::span<const std::string_view> arguments);
 
 }  // namespace halbench

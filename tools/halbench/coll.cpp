@@ -1,6 +1,8 @@
 // halbench coll: collective bandwidth in nccl-tests' conventions, with the
-// same sizes through Gloo called directly beside it, so hal's overhead reads
-// as a ratio. Run under a launcher: `halrun -n 4 halbench coll -b 8 -e 64M -f 2`.
+// same sizes through Gloo and through MPI (libmpi via shims/mpi) called
+// directly beside it, so hal's overhead reads as a ratio. Run under a
+// launcher: `halrun -n 4 halbench coll -b 8 -e 64M -f 2`, or
+// `mpirun -np 2 halbench coll --engine mpi -b 1M -e 16M`.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -21,6 +23,7 @@
 #include "hal/collectives.hpp"
 #include "hal/hal.hpp"
 #include "benchmarks.hpp"
+#include "mpi_library.hpp"
 
 namespace {
 
@@ -45,6 +48,8 @@ struct Options {
   int root = 0;
   bool json = false;
   bool gloo_baseline = true;
+  bool mpi_baseline = true;
+  std::string engine;  // "" = HAL_COLL_ENGINE / config / auto
   std::string device = "host:0";
 };
 
@@ -80,7 +85,10 @@ void print_usage(std::FILE* out) {
                "  -d, --datatype TYPE   f32, f64, f16, bf16, i8, u8, i32, i64 (default f32)\n"
                "  -r, --root N          root of broadcast and reduce (default 0)\n"
                "  --device ID           device (default host:0)\n"
+               "  --engine ENGINE       host collectives engine: auto, gloo or mpi (default: HAL_COLL_ENGINE,\n"
+               "                        then the config, then auto)\n"
                "  --no-gloo             skip the direct Gloo baseline\n"
+               "  --no-mpi              skip the direct MPI baseline (run under mpirun or srun to get it)\n"
                "  --json                one JSON document instead of the table\n");
 }
 
@@ -116,6 +124,12 @@ Options parse(int argc, char** argv) {
     else if (flag == "--device") options.device = value();
     else if (flag == "--json") options.json = true;
     else if (flag == "--no-gloo") options.gloo_baseline = false;
+    else if (flag == "--no-mpi") options.mpi_baseline = false;
+    else if (flag == "--engine") {
+      options.engine = value();
+      if (options.engine != "auto" && options.engine != "gloo" && options.engine != "mpi")
+        throw UsageError("--engine '" + options.engine + "' is not auto, gloo or mpi");
+    }
     else if (flag == "-C" || flag == "--collective") {
       const std::string name = value();
       bool found = false;
@@ -231,9 +245,46 @@ struct Row {
   double algbw[2] = {0, 0}, busbw[2] = {0, 0};
   std::uint64_t wrong[2] = {0, 0};
   std::optional<double> gloo_time_us, gloo_busbw;
+  std::optional<double> mpi_time_us, mpi_busbw;
 };
 
+namespace mpi = hal::shims::mpi;
+
+// The type MPI reduces natively, or nullptr (f16/bf16 have none).
+mpi::Datatype mpi_type_of(const mpi::Library& library, hal::DataType type) {
+  switch (type) {
+    case hal::DataType::f32: return library.float32;
+    case hal::DataType::f64: return library.float64;
+    case hal::DataType::i8: return library.int8;
+    case hal::DataType::u8: return library.uint8;
+    case hal::DataType::i32: return library.int32;
+    case hal::DataType::i64: return library.int64;
+    case hal::DataType::f16: case hal::DataType::bf16: break;
+  }
+  return nullptr;
+}
+
+mpi::Op mpi_op_of(const mpi::Library& library, hal::ReduceOp op) {
+  switch (op) {
+    case hal::ReduceOp::sum: return library.sum;
+    case hal::ReduceOp::prod: return library.prod;
+    case hal::ReduceOp::min: return library.min;
+    case hal::ReduceOp::max: return library.max;
+    case hal::ReduceOp::avg: break;
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+static std::string json_escaped(const std::string& text) {
+  std::string escaped;
+  for (const char c : text) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) escaped += c;
+  }
+  return escaped;
+}
 
 int run_collective_benchmark(int argc, char** argv) {
   Options options;
@@ -251,8 +302,37 @@ int run_collective_benchmark(int argc, char** argv) {
     std::fprintf(stderr, "halbench coll: root %d is outside [0, %d)\n", options.root, ranks);
     return 2;
   }
-  hal::Communicator comm = hal::Communicator::create(device, rank, ranks, launcher.store);
+  hal::CommunicatorOptions communicator_options;
+  communicator_options.engine = options.engine;
+  hal::Communicator comm = hal::Communicator::create(device, rank, ranks, launcher.store, communicator_options);
   hal::Stream stream = device.create_stream();
+
+  // MPI directly, in the same processes: only when an MPI launcher started
+  // them, so that MPI's world is hal's.
+  std::shared_ptr<mpi::Session> mpi_session;
+  std::string mpi_note;
+  const bool reduces = options.collective == Collective::all_reduce || options.collective == Collective::reduce ||
+                       options.collective == Collective::reduce_scatter;
+  if (!options.mpi_baseline) {
+    mpi_note = "off (--no-mpi)";
+  } else if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("SLURM_PROCID") == nullptr) {
+    mpi_note = "only under mpirun or srun";
+  } else {
+    try {
+      mpi_session = mpi::Session::acquire();
+      if (mpi_session->world_size() != ranks || mpi_session->world_rank() != rank) {
+        mpi_note = "MPI's world (rank " + std::to_string(mpi_session->world_rank()) + " of " +
+                   std::to_string(mpi_session->world_size()) + ") is not hal's";
+        mpi_session.reset();
+      } else if (mpi_type_of(mpi_session->library(), options.type) == nullptr ||
+                 (reduces && mpi_op_of(mpi_session->library(), options.op) == nullptr)) {
+        mpi_note = "MPI has no native " + std::string(hal::to_string(options.type)) + " or avg";
+        mpi_session.reset();
+      }
+    } catch (const std::exception& error) {
+      mpi_note = error.what();
+    }
+  }
 
   std::shared_ptr<gloo::Context> gloo_context;
   const bool gloo_has_it = options.collective != Collective::reduce_scatter && options.collective != Collective::reduce &&
@@ -396,6 +476,40 @@ int run_collective_benchmark(int argc, char** argv) {
       row.gloo_time_us = seconds * 1e6;
       row.gloo_busbw = static_cast<double>(size) / seconds / 1e9 * factor;
     }
+    if (mpi_session && count > 0 && count <= static_cast<std::uint64_t>(INT32_MAX)) {
+      // MPI directly on MPI_COMM_WORLD, in place where MPI allows it.
+      const mpi::Library& library = mpi_session->library();
+      const mpi::Datatype type = mpi_type_of(library, options.type);
+      const mpi::Op op = reduces ? mpi_op_of(library, options.op) : nullptr;
+      std::vector<std::uint8_t> data(count * element), output(gathers ? count * element : 0);
+      for (std::uint64_t i = 0; i < count; ++i) store_element(options.type, data.data(), i, input_value(rank));
+      const int n = static_cast<int>(count), block = static_cast<int>(per_rank);
+      const auto world = library.comm_world;
+      const auto run_mpi = [&] {
+        switch (options.collective) {
+          case Collective::all_reduce: library.Allreduce(mpi::in_place, data.data(), n, type, op, world); break;
+          case Collective::all_gather:
+            library.Allgather(data.data(), block, type, output.data(), block, type, world);
+            break;
+          case Collective::reduce_scatter:
+            library.Reduce_scatter_block(data.data(), output.data(), block, type, op, world);
+            break;
+          case Collective::all_to_all: library.Alltoall(data.data(), block, type, output.data(), block, type, world); break;
+          case Collective::broadcast: library.Bcast(data.data(), n, type, options.root, world); break;
+          case Collective::reduce:
+            library.Reduce(rank == options.root ? mpi::in_place : data.data(), data.data(), n, type, op, options.root,
+                           world);
+            break;
+        }
+      };
+      for (int i = 0; i < options.warmups; ++i) run_mpi();
+      library.Barrier(world);
+      const auto start = Clock::now();
+      for (int i = 0; i < options.iterations; ++i) run_mpi();
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count() / options.iterations;
+      row.mpi_time_us = seconds * 1e6;
+      row.mpi_busbw = static_cast<double>(size) / seconds / 1e9 * factor;
+    }
     rows.push_back(row);
     if (size_step >= static_cast<double>(options.max_bytes)) break;
   }
@@ -414,9 +528,9 @@ int run_collective_benchmark(int argc, char** argv) {
   std::uint64_t total_wrong = 0;
   if (options.json) {
     std::printf("{\"schema\": \"hal.bench.coll/1\", \"collective\": \"%s\", \"ranks\": %d, \"device\": \"%s\", "
-                "\"iterations\": %d, \"warmups\": %d, \"bus_factor\": %.6f, \"rows\": [",
+                "\"iterations\": %d, \"warmups\": %d, \"bus_factor\": %.6f, \"engine\": \"%s\", \"rows\": [",
                 collective_names[static_cast<int>(options.collective)], ranks, options.device.c_str(),
-                options.iterations, options.warmups, factor);
+                options.iterations, options.warmups, factor, json_escaped(comm.description()).c_str());
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const Row& row = rows[i];
       std::printf("%s\n  {\"size\": %llu, \"count\": %llu, \"type\": \"%s\", \"redop\": \"%s\", \"root\": %d, "
@@ -429,6 +543,9 @@ int run_collective_benchmark(int argc, char** argv) {
       if (row.gloo_time_us)
         std::printf(", \"gloo\": {\"time_us\": %.3f, \"busbw\": %.4f, \"ratio\": %.4f}", *row.gloo_time_us,
                     *row.gloo_busbw, *row.gloo_busbw > 0 ? row.busbw[1] / *row.gloo_busbw : 0.0);
+      if (row.mpi_time_us)
+        std::printf(", \"mpi\": {\"time_us\": %.3f, \"busbw\": %.4f, \"ratio\": %.4f}", *row.mpi_time_us,
+                    *row.mpi_busbw, *row.mpi_busbw > 0 ? row.busbw[1] / *row.mpi_busbw : 0.0);
       std::printf("}");
       total_wrong += row.wrong[0] + row.wrong[1];
     }
@@ -437,29 +554,35 @@ int run_collective_benchmark(int argc, char** argv) {
     std::printf("# halbench coll: %s, %d ranks on %s, %d iterations after %d warmups, busbw factor %.3f\n",
                 collective_names[static_cast<int>(options.collective)], ranks, options.device.c_str(),
                 options.iterations, options.warmups, factor);
-    std::printf("#%60s%38s%32s\n", "out-of-place", "in-place", "gloo direct");
-    std::printf("%12s %12s %6s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s %10s %8s %6s\n", "size", "count", "type",
-                "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time",
-                "busbw", "ratio");
-    std::printf("%12s %12s %6s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s %10s %8s %6s\n", "(B)", "(elements)", "", "",
-                "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "");
+    std::printf("# engine: %s\n", comm.description().c_str());
+    std::printf("#%60s%38s%27s%27s\n", "out-of-place", "in-place", "gloo direct", "mpi direct");
+    std::printf("%12s %12s %6s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s %10s %8s %6s %10s %8s %6s\n", "size", "count",
+                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "time",
+                "busbw", "ratio", "time", "busbw", "ratio");
+    std::printf("%12s %12s %6s %6s %5s %10s %8s %8s %7s %10s %8s %8s %7s %10s %8s %6s %10s %8s %6s\n", "(B)",
+                "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                "", "(us)", "(GB/s)", "");
     for (const Row& row : rows) {
       std::printf("%12llu %12llu %6s %6s %5d %10.1f %8.3f %8.3f %7llu %10.1f %8.3f %8.3f %7llu",
                   static_cast<unsigned long long>(row.size), static_cast<unsigned long long>(row.count),
                   type_text.c_str(), op_text.c_str(), root, row.time_us[0], row.algbw[0], row.busbw[0],
                   static_cast<unsigned long long>(row.wrong[0]), row.time_us[1], row.algbw[1], row.busbw[1],
                   static_cast<unsigned long long>(row.wrong[1]));
-      if (row.gloo_time_us)
-        std::printf(" %10.1f %8.3f %6.3f\n", *row.gloo_time_us, *row.gloo_busbw,
-                    *row.gloo_busbw > 0 ? row.busbw[1] / *row.gloo_busbw : 0.0);
-      else
-        std::printf(" %10s %8s %6s\n", "-", "-", "-");
+      for (const auto& [time_us, busbw] : {std::pair{row.gloo_time_us, row.gloo_busbw},
+                                           std::pair{row.mpi_time_us, row.mpi_busbw}}) {
+        if (time_us)
+          std::printf(" %10.1f %8.3f %6.3f", *time_us, *busbw, *busbw > 0 ? row.busbw[1] / *busbw : 0.0);
+        else
+          std::printf(" %10s %8s %6s", "-", "-", "-");
+      }
+      std::printf("\n");
       total_wrong += row.wrong[0] + row.wrong[1];
     }
     std::printf("# #wrong total: %llu%s\n", static_cast<unsigned long long>(total_wrong),
                 options.check ? "" : " (checks off: -c 0)");
     if (!gloo_has_it && options.gloo_baseline)
       std::printf("# gloo direct: only for all_reduce, all_gather, all_to_all and broadcast of f32 with sum\n");
+    if (!mpi_note.empty()) std::printf("# mpi direct: %s\n", mpi_note.c_str());
   }
   return total_wrong == 0 ? 0 : 1;
 }

@@ -23,6 +23,7 @@ struct Subcommand {
 constexpr std::array subcommands{
     Subcommand{"mem", "copy and fill bandwidth over a size sweep, against memcpy / memset", halbench::run_mem},
     Subcommand{"dispatch", "latency and throughput of empty stream operations and events", halbench::run_dispatch},
+    Subcommand{"attn", "attention forward/backward TFLOP/s per implementation, against the FMA peak", halbench::run_attn},
     Subcommand{"coll", "collectives in nccl-tests columns, beside raw Gloo (run under halrun)", halbench::run_coll},
 };
 

@@ -1,5 +1,7 @@
 #include "info_json.hpp"
 
+#include "hal/collectives.hpp"
+
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
 #endif
@@ -30,6 +32,19 @@ nlohmann::json device_to_json(const hal::Device& device) {
   nlohmann::json hazards = nlohmann::json::array();
   for (const auto& hazard : hal::environment_hazards(device))
     hazards.push_back({{"quirk", hazard.quirk_id}, {"message", hazard.message}});
+  nlohmann::json collectives = nullptr;
+  if (device.supports("collectives")) {
+    try {
+      const hal::CollectivesEngineChoice choice = hal::collectives_engine(device);
+      collectives = {{"engine", choice.engine.empty() ? nlohmann::json(nullptr) : nlohmann::json(choice.engine)},
+                     {"reason", choice.reason},
+                     {"requested", choice.requested},
+                     {"requested_by", choice.requested_by},
+                     {"engines", choice.engines}};
+    } catch (const hal::Error& error) {
+      collectives = {{"error", error.what()}};
+    }
+  }
   return {{"id", device.id()},
           {"backend", info.backend},
           {"index", info.index},
@@ -46,7 +61,8 @@ nlohmann::json device_to_json(const hal::Device& device) {
           {"memory_clock_mhz", info.memory_clock_mhz},
           {"versions", versions},
           {"capabilities", capabilities},
-          {"hazards", hazards}};
+          {"hazards", hazards},
+          {"collectives", collectives}};
 }
 
 nlohmann::json info_document(const hal::Runtime& runtime, const std::vector<hal::Device>& devices) {

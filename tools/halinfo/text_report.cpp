@@ -1,5 +1,7 @@
 #include "text_report.hpp"
 
+#include "hal/collectives.hpp"
+
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
@@ -61,6 +63,15 @@ void print_device_details(const hal::Device& device, std::ostream& out) {
     out << "        " << pad(capability.key, 24) << capability.value_string();
     if (!capability.note.empty()) out << "  (" << capability.note << ")";
     out << "\n";
+  }
+  if (device.supports("collectives")) {
+    try {
+      const hal::CollectivesEngineChoice choice = hal::collectives_engine(device);
+      field("collectives", (choice.engine.empty() ? std::string("no engine") : choice.engine) + ": " + choice.reason);
+      field("engines", choice.engines);
+    } catch (const hal::Error& error) {
+      field("collectives", error.what());
+    }
   }
 }
 

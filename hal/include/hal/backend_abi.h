@@ -311,6 +311,28 @@ typedef struct hal_collectives_v1 {
                         uint32_t op_count);
 } hal_collectives_v1;
 
+/* Which engine runs a backend's communicators (the host backend has Gloo and
+ * MPI). Strings stay valid until the next call on the same thread. */
+typedef struct hal_collectives_engine_v1 {
+  size_t struct_size;
+  const char* engine;   /* "gloo", "mpi"; "" when the request cannot be met */
+  const char* reason;   /* why that engine, or why the request cannot be met */
+  const char* engines;  /* every engine and whether it can run in this process */
+} hal_collectives_engine_v1;
+
+/* Appended to hal_collectives_v1: a backend whose collectives table has
+ * v1.struct_size >= sizeof(hal_collectives_v2) offers these too, and
+ * hal_backend_v1.collectives points at v1, its first member. libhal passes
+ * the engine request to communicator_create as the options "engine" ("auto"
+ * or an engine name) and "engine_source" (where the request came from). */
+typedef struct hal_collectives_v2 {
+  hal_collectives_v1 v1;
+  hal_status (*choose_engine)(hal_backend_context* context, const char* requested, const char* requested_by,
+                              hal_collectives_engine_v1* out);
+  /* Which engine runs the communicator and why; valid until communicator_destroy. */
+  const char* (*communicator_description)(hal_communicator* communicator);
+} hal_collectives_v2;
+
 typedef void (*hal_host_callback)(void* user_data, hal_status stream_status);
 
 /* Copies and fills take a stream; stream == NULL means a synchronous
@@ -392,6 +414,8 @@ HAL_ABI_PIN_SIZE(hal_store_v1, 32);
 HAL_ABI_PIN_SIZE(hal_communicator_config_v1, 64);
 HAL_ABI_PIN_SIZE(hal_collective_op_v1, 80);
 HAL_ABI_PIN_SIZE(hal_collectives_v1, 48);
+HAL_ABI_PIN_SIZE(hal_collectives_engine_v1, 32);
+HAL_ABI_PIN_SIZE(hal_collectives_v2, 64);
 #undef HAL_ABI_PIN_SIZE
 #endif
 

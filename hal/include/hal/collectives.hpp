@@ -58,6 +58,10 @@ struct Store::FromEnvironment {
   std::string source;  // which variables were used, for messages
 };
 
+// The first host of a Slurm node list: "node[01-04,07],login" -> "node01".
+// Throws invalid_argument naming the list when it is malformed.
+std::string first_host_of_slurm_nodelist(std::string_view list);
+
 // A directory all ranks can see (local disk or a shared file system).
 class FileStore final : public Store {
  public:
@@ -129,7 +133,23 @@ struct CommunicatorOptions {
   // Backend options, e.g. {"interface", "eth0"} or {"hostname", "10.0.0.5"}
   // for the host backend.
   std::vector<std::pair<std::string, std::string>> backend_options;
+  // The host backend's engine: "auto", "gloo" or "mpi". Empty: HAL_COLL_ENGINE,
+  // else the config's collectives.engine, else auto (MPI when launched by
+  // mpirun or srun and libmpi loads, Gloo otherwise).
+  std::string engine;
 };
+
+// Which engine a communicator created now with these options would run on.
+struct CollectivesEngineChoice {
+  std::string requested;     // "auto", "gloo" or "mpi"
+  std::string requested_by;  // "HAL_COLL_ENGINE=mpi", "config collectives.engine (/etc/hal/hal.toml)", ...
+  std::string engine;        // "gloo", "mpi"; empty when the request cannot be met
+  std::string reason;        // why that engine, or why the request cannot be met
+  std::string engines;       // every engine of the backend and whether it can run here
+};
+// Throws unsupported when the device's backend has no collectives, and
+// invalid_argument for an engine name other than auto, gloo and mpi.
+CollectivesEngineChoice collectives_engine(const Device& device, const CommunicatorOptions& options = {});
 
 // Per call: 0 means the communicator's timeout.
 struct OperationOptions {
@@ -148,6 +168,9 @@ class Communicator {
   int rank() const;
   int world_size() const;
   Device device() const;
+  // Which engine runs this communicator and why, e.g. "mpi (HAL_COLL_ENGINE=auto
+  // is auto and the process was launched by mpirun ...); Open MPI v4.1.4 ...".
+  std::string description() const;
 
   // Collective over this communicator: ranks with the same color form a new
   // communicator, ordered by key then by old rank. color < 0 takes no part

@@ -1,4 +1,4 @@
-// Collectives of the host backend on Gloo's TCP transport.
+// The Gloo engine of the host collectives: Gloo's TCP transport.
 //
 // Each operation runs on the stream's worker thread, so it is ordered with
 // the copies and fills around it. Gloo lacks bf16 and, on a count mismatch,
@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "collectives.hpp"
+#include "collectives_engine.hpp"
 #include "host_backend.hpp"
 #include "reduction.hpp"
 
@@ -51,19 +52,6 @@ using Milliseconds = std::chrono::milliseconds;
 // above the ones Gloo's own collectives use.
 constexpr std::uint64_t kPointToPointSlot = 0xA1ull << 56;
 constexpr std::uint64_t kReduceScatterSlot = 0xA2ull << 56;
-
-std::string kind_name(hal_collective_kind kind) {
-  static const char* const names[] = {"all_reduce", "broadcast",  "reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                      "gather",     "scatter",    "send",   "recv",       "barrier"};
-  const auto index = static_cast<std::size_t>(kind);
-  return index < std::size(names) ? names[index] : "unknown";
-}
-
-std::string dtype_name(hal_dtype dtype) {
-  static const char* const names[] = {"f32", "f16", "bf16", "f64", "i8", "u8", "i32", "i64"};
-  const auto index = static_cast<std::size_t>(dtype);
-  return index < std::size(names) ? names[index] : "unknown";
-}
 
 // Adapts libhal's store callbacks to the store Gloo's rendezvous takes by reference.
 class StoreAdapter final : public gloo::rendezvous::Store {
@@ -106,13 +94,6 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   std::string prefix_;
   Milliseconds timeout_;
 };
-
-std::string option_value(const hal_communicator_config_v1& config, std::string_view key) {
-  for (std::uint32_t i = 0; i < config.option_count; ++i)
-    if (config.options[i].key != nullptr && key == config.options[i].key && config.options[i].value != nullptr)
-      return config.options[i].value;
-  return {};
-}
 
 std::string environment_value(const char* name) {
   const char* value = std::getenv(name);
@@ -165,7 +146,7 @@ std::string port_of(const std::string& address) { return address.substr(address.
 
 // ---- the communicator ------------------------------------------------------
 
-struct GlooCommunicator {
+struct GlooCommunicator final : CommunicatorEngine {
   int rank = 0;
   int world_size = 1;
   std::string prefix;
@@ -213,7 +194,7 @@ struct GlooCommunicator {
     error_message = message;
   }
 
-  std::pair<hal_status, std::string> first_error() {
+  std::pair<hal_status, std::string> first_error() override {
     std::lock_guard lock(error_mutex);
     return {error, error_message};
   }
@@ -252,6 +233,10 @@ struct GlooCommunicator {
     return text;
   }
 
+  hal_status execute(const std::vector<HostOperation>& operations, std::string& message) override;
+  void abort() override;
+  void shut_down() override;
+
   std::string name_peers(const std::string& transport_message) const {
     std::string named;
     for (const auto& [address, peer] : rank_by_address)
@@ -261,33 +246,10 @@ struct GlooCommunicator {
   }
 };
 
-}  // namespace hal::host
-
-struct hal_communicator {
-  std::shared_ptr<hal::host::GlooCommunicator> core;
-};
-
-namespace hal::host {
 namespace {
 
+
 // ---- per-operation execution -------------------------------------------------
-
-struct HostOperation {
-  hal_collective_op_v1 description;
-  std::shared_ptr<Allocation> send_allocation, recv_allocation;  // alive until it ran
-  std::uint8_t* send = nullptr;
-  std::uint8_t* recv = nullptr;
-};
-
-std::size_t element_size(hal_dtype dtype) {
-  switch (dtype) {
-    case HAL_DTYPE_F32: case HAL_DTYPE_I32: return 4;
-    case HAL_DTYPE_F64: case HAL_DTYPE_I64: return 8;
-    case HAL_DTYPE_F16: case HAL_DTYPE_BF16: return 2;
-    case HAL_DTYPE_I8: case HAL_DTYPE_U8: return 1;
-  }
-  return 0;
-}
 
 bool is_half(hal_dtype dtype) { return dtype == HAL_DTYPE_F16 || dtype == HAL_DTYPE_BF16; }
 
@@ -558,22 +520,9 @@ void run_point_to_point_group(GlooCommunicator& comm, const std::vector<HostOper
   }
 }
 
-std::string describe(const GlooCommunicator& comm, const hal_collective_op_v1& op) {
-  std::ostringstream text;
-  text << "rank " << comm.rank << ": " << kind_name(op.kind) << " #" << op.sequence;
-  if (op.kind == HAL_COLLECTIVE_SEND || op.kind == HAL_COLLECTIVE_RECV)
-    text << " (" << (op.kind == HAL_COLLECTIVE_SEND ? "to" : "from") << " peer rank " << op.root << ", ";
-  else
-    text << " (";
-  text << op.count << " x " << dtype_name(op.dtype);
-  if (op.root >= 0 && op.kind != HAL_COLLECTIVE_SEND && op.kind != HAL_COLLECTIVE_RECV) text << ", root " << op.root;
-  text << ", timeout " << op.timeout_ms << " ms)";
-  return text.str();
-}
-
-hal_status execute(GlooCommunicator& comm, const std::vector<HostOperation>& operations, std::string& message) {
+hal_status run_operations(GlooCommunicator& comm, const std::vector<HostOperation>& operations, std::string& message) {
   const auto& first = operations.front().description;
-  std::string what = describe(comm, first);
+  std::string what = describe_operation(comm.rank, first);
   if (operations.size() > 1) what += " and " + std::to_string(operations.size() - 1) + " more in its group";
   std::lock_guard lock(comm.operation_mutex);
   if (comm.aborted.load()) {
@@ -626,41 +575,42 @@ hal_status execute(GlooCommunicator& comm, const std::vector<HostOperation>& ope
   }
 }
 
-// Resolves a tensor to host memory, keeping its allocation alive.
-hal_status resolve(const hal_tensor_ref_v1& tensor, std::shared_ptr<Allocation>& allocation, std::uint8_t*& address) {
-  if (tensor.buffer == nullptr) return HAL_OK;
-  allocation = tensor.buffer->allocation;
-  address = static_cast<std::uint8_t*>(allocation->data) + tensor.offset;
-  return HAL_OK;
+}  // namespace
+
+hal_status GlooCommunicator::execute(const std::vector<HostOperation>& operations, std::string& message) {
+  return run_operations(*this, operations, message);
 }
 
-// ---- C entry points ---------------------------------------------------------------
+void GlooCommunicator::abort() {
+  if (aborted.exchange(true)) return;
+  {
+    std::lock_guard lock(error_mutex);
+    if (error == HAL_OK) {
+      error = HAL_ERROR_ABORTED;
+      error_message = "rank " + std::to_string(rank) + ": the communicator was aborted";
+    }
+  }
+  hang_up();  // ends the waits of an operation in flight on another thread
+}
 
-hal_status communicator_create(hal_backend_context* backend, const hal_communicator_config_v1* config,
-                               hal_communicator** out) {
-  if (backend == nullptr || config == nullptr || out == nullptr || config->store == nullptr)
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "communicator_create needs a context, a config with a store, and out");
-  if (config->struct_size < sizeof(hal_communicator_config_v1))
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "communicator config struct_size " + std::to_string(config->struct_size) +
-                                                " is smaller than v1; rebuild libhal");
-  if (config->device >= backend->host.devices.size())
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "device index " + std::to_string(config->device) + " is out of range");
-  if (config->world_size < 1 || config->rank < 0 || config->rank >= config->world_size || config->timeout_ms <= 0)
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "rank " + std::to_string(config->rank) + " / world size " +
-                                                std::to_string(config->world_size) + " / timeout " +
-                                                std::to_string(config->timeout_ms) + " ms are not valid");
+void GlooCommunicator::shut_down() {
+  abort();
+  std::lock_guard wait_for_running(operation_mutex);
+}
+
+hal_status create_gloo_engine(const hal_communicator_config_v1& config, std::shared_ptr<CommunicatorEngine>& out) {
   auto comm = std::make_shared<GlooCommunicator>();
-  comm->rank = config->rank;
-  comm->world_size = config->world_size;
-  comm->prefix = config->key_prefix != nullptr ? config->key_prefix : "hal";
-  comm->store = config->store;
-  const Milliseconds timeout(config->timeout_ms);
+  comm->rank = config.rank;
+  comm->world_size = config.world_size;
+  comm->prefix = config.key_prefix != nullptr ? config.key_prefix : "hal";
+  comm->store = config.store;
+  const Milliseconds timeout(config.timeout_ms);
 
   // Where to listen: an interface name, a host name/address, else loopback
   // (single node). Options beat the environment.
   gloo::transport::tcp::attr attributes;
-  std::string interface_name = option_value(*config, "interface");
-  std::string host_name = option_value(*config, "hostname");
+  std::string interface_name = option_value(config, "interface");
+  std::string host_name = option_value(config, "hostname");
   if (interface_name.empty() && host_name.empty()) {
     interface_name = environment_value("HAL_GLOO_INTERFACE");
     host_name = environment_value("HAL_GLOO_HOSTNAME");
@@ -684,7 +634,7 @@ hal_status communicator_create(hal_backend_context* backend, const hal_communica
     auto device = gloo::transport::tcp::CreateDevice(attributes);
     auto context = std::make_shared<gloo::rendezvous::Context>(comm->rank, comm->world_size);
     context->setTimeout(timeout);
-    StoreAdapter store(*config->store, comm->prefix + "/gloo", timeout);
+    StoreAdapter store(*config.store, comm->prefix + "/gloo", timeout);
     context->connectFullMesh(store, device);
     comm->context = context;
 
@@ -696,7 +646,7 @@ hal_status communicator_create(hal_backend_context* backend, const hal_communica
       const std::string address = context->getPair(peer)->address().str();
       mine += std::to_string(peer) + " " + address + "\n";
     }
-    StoreAdapter address_store(*config->store, comm->prefix + "/addresses", timeout);
+    StoreAdapter address_store(*config.store, comm->prefix + "/addresses", timeout);
     address_store.set(std::to_string(comm->rank), std::vector<char>(mine.begin(), mine.end()));
     for (int peer = 0; peer < comm->world_size; ++peer) {
       if (peer == comm->rank) continue;
@@ -716,97 +666,13 @@ hal_status communicator_create(hal_backend_context* backend, const hal_communica
     const std::string text = error.what();
     const bool timed_out = text.find("did not appear") != std::string::npos || text.find("Timed out") != std::string::npos;
     return fail(timed_out ? HAL_ERROR_TIMEOUT : HAL_ERROR_INTERNAL,
-                "rank " + std::to_string(comm->rank) + " of " + std::to_string(comm->world_size) +
-                    ": connecting the Gloo TCP transport on " + listen_on + " failed: " + text +
+         "rank " + std::to_string(comm->rank) + " of " + std::to_string(comm->world_size) +
+             ": connecting the Gloo TCP transport on " + listen_on + " failed: " + text +
                     (timed_out ? "" : "; set HAL_GLOO_INTERFACE or HAL_GLOO_HOSTNAME to a reachable interface"));
   }
-  *out = new hal_communicator{std::move(comm)};
+  comm->description = "TCP on " + listen_on;
+  out = std::move(comm);
   return succeed();
 }
-
-hal_status communicator_abort(hal_communicator* communicator) {
-  if (communicator == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "the communicator is null");
-  GlooCommunicator& comm = *communicator->core;
-  if (!comm.aborted.exchange(true)) {
-    {
-      std::lock_guard lock(comm.error_mutex);
-      if (comm.error == HAL_OK) {
-        comm.error = HAL_ERROR_ABORTED;
-        comm.error_message = "rank " + std::to_string(comm.rank) + ": the communicator was aborted";
-      }
-    }
-    // Ends the waits of an operation in flight on another thread.
-    comm.hang_up();
-  }
-  return succeed();
-}
-
-hal_status communicator_destroy(hal_communicator* communicator) {
-  if (communicator == nullptr) return succeed();
-  communicator_abort(communicator);
-  { std::lock_guard wait_for_running(communicator->core->operation_mutex); }
-  delete communicator;  // queued operations hold the core until they ran (and failed as aborted)
-  return succeed();
-}
-
-hal_status communicator_get_async_error(hal_communicator* communicator) {
-  if (communicator == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "the communicator is null");
-  const auto [status, message] = communicator->core->first_error();
-  return status == HAL_OK ? succeed() : fail(status, message);
-}
-
-hal_status enqueue(hal_communicator* communicator, hal_stream* stream, const hal_collective_op_v1* operations,
-                   std::uint32_t op_count) {
-  if (communicator == nullptr || operations == nullptr || op_count == 0)
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "enqueue needs a communicator and at least one operation");
-  std::vector<HostOperation> host_operations(op_count);
-  for (std::uint32_t i = 0; i < op_count; ++i) {
-    if (operations[i].struct_size < sizeof(hal_collective_op_v1))
-      return fail(HAL_ERROR_INVALID_ARGUMENT, "operation struct_size is smaller than v1; rebuild libhal");
-    const bool point_to_point = operations[i].kind == HAL_COLLECTIVE_SEND || operations[i].kind == HAL_COLLECTIVE_RECV;
-    if (op_count > 1 && !point_to_point)
-      return fail(HAL_ERROR_INVALID_ARGUMENT, "only send and recv can be grouped; " +
-                                                  kind_name(operations[i].kind) + " was in a group");
-    if (element_size(operations[i].dtype) == 0)
-      return fail(HAL_ERROR_INVALID_ARGUMENT, "dtype " + std::to_string(operations[i].dtype) + " is not known");
-    HostOperation& host = host_operations[i];
-    host.description = operations[i];
-    resolve(operations[i].send, host.send_allocation, host.send);
-    resolve(operations[i].recv, host.recv_allocation, host.recv);
-    if (stream != nullptr &&
-        ((operations[i].send.buffer != nullptr && operations[i].send.buffer->device != stream->device) ||
-         (operations[i].recv.buffer != nullptr && operations[i].recv.buffer->device != stream->device)))
-      return fail(HAL_ERROR_INVALID_ARGUMENT, describe(*communicator->core, operations[i]) +
-                                                  ": a buffer is on another host device than the stream");
-  }
-  auto run = [core = communicator->core, host_operations = std::move(host_operations)](hal_status,
-                                                                                        std::string& message) {
-    return execute(*core, host_operations, message);
-  };
-  if (stream == nullptr) {
-    std::string message;
-    const hal_status status = run(HAL_OK, message);
-    return status == HAL_OK ? succeed() : fail(status, message);
-  }
-  stream->enqueue({std::move(run), false});
-  return succeed();
-}
-
-constexpr hal_collectives_v1 make_table() {
-  hal_collectives_v1 table{};
-  table.struct_size = sizeof(hal_collectives_v1);
-  table.communicator_create = communicator_create;
-  table.communicator_destroy = communicator_destroy;
-  table.communicator_abort = communicator_abort;
-  table.communicator_get_async_error = communicator_get_async_error;
-  table.enqueue = enqueue;
-  return table;
-}
-
-constexpr hal_collectives_v1 collectives_table = make_table();
-
-}  // namespace
-
-const hal_collectives_v1* collectives() { return &collectives_table; }
 
 }  // namespace hal::host

@@ -1,0 +1,18 @@
+// The ABI's per-thread last error (status, native code, message): what
+// get_last_error reports after a call returned something other than HAL_OK.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "hal/backend_abi.h"
+
+namespace hal::backend {
+
+// Records the thread's last error and returns its status, so a failing path
+// reads `return fail(HAL_ERROR_..., "what to do")`.
+hal_status fail(hal_status status, std::string message, std::int64_t native_code = 0);
+hal_status succeed();
+void read_last_error(hal_error_info_v1* out);
+
+}  // namespace hal::backend

@@ -1,0 +1,83 @@
+// The host backend's collectives engines (Gloo over TCP, MPI) behind one
+// interface, and what they share: resolved operations, names for messages,
+// the engine choice.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hal/backend_abi.h"
+#include "host_backend.hpp"
+
+namespace hal::host {
+
+// An operation with its buffers resolved to host memory; the allocations
+// stay alive until it ran.
+struct HostOperation {
+  hal_collective_op_v1 description;
+  std::shared_ptr<Allocation> send_allocation, recv_allocation;
+  std::uint8_t* send = nullptr;
+  std::uint8_t* recv = nullptr;
+};
+
+// One communicator of one engine. libhal has checked the arguments; the
+// engine moves the bytes. After its first failure a communicator is broken
+// (as in NCCL): every later operation fails with that error.
+class CommunicatorEngine {
+ public:
+  virtual ~CommunicatorEngine() = default;
+  // Runs one collective, or a group of send/recv; on the stream's worker.
+  virtual hal_status execute(const std::vector<HostOperation>& operations, std::string& message) = 0;
+  // Any thread, any time.
+  virtual void abort() = 0;
+  // Aborts what still runs and waits until no operation is inside the engine.
+  virtual void shut_down() = 0;
+  // HAL_OK or the first error, with its message.
+  virtual std::pair<hal_status, std::string> first_error() = 0;
+
+  // "gloo: ..." or "mpi: ...": which engine runs and why.
+  std::string description;
+};
+
+std::string kind_name(hal_collective_kind kind);
+std::string dtype_name(hal_dtype dtype);
+std::size_t element_size(hal_dtype dtype);  // 0 for an unknown dtype
+bool is_half(hal_dtype dtype);
+// "rank 1: all_reduce #12 (4096 x f32, timeout 300000 ms)", the start of every error.
+std::string describe_operation(int rank, const hal_collective_op_v1& operation);
+// A backend option of the communicator config, or "" when absent.
+std::string option_value(const hal_communicator_config_v1& config, std::string_view key);
+
+// Which engine a communicator runs on. requested: "auto", "gloo" or "mpi";
+// requested_by says where that came from, for the reason.
+struct EngineChoice {
+  std::string engine;   // "gloo" or "mpi"; empty when the request cannot be met
+  std::string reason;   // why, or why the request cannot be met
+  std::string engines;  // each engine and whether it can run in this process
+};
+EngineChoice choose_engine(std::string_view requested, std::string_view requested_by);
+
+// Both return HAL_OK with out set, or the status fail() recorded.
+hal_status create_gloo_engine(const hal_communicator_config_v1& config, std::shared_ptr<CommunicatorEngine>& out);
+hal_status create_mpi_engine(hal_backend_context& context, const hal_communicator_config_v1& config,
+                             std::shared_ptr<CommunicatorEngine>& out);
+
+// What the engines need to know about MPI without starting it: whether
+// libmpi loads, and which launcher started this process.
+struct MpiAvailability {
+  bool loadable = false;
+  std::string detail;  // the library and version, or why it cannot be loaded
+};
+MpiAvailability mpi_availability();
+// "mpirun (OMPI_COMM_WORLD_SIZE=4)", "srun (SLURM_PROCID=0)", or "" when neither.
+std::string mpi_launcher();
+
+}  // namespace hal::host
+
+struct hal_communicator {
+  std::shared_ptr<hal::host::CommunicatorEngine> engine;
+};

@@ -1,0 +1,97 @@
+// hipError_t -> hal_status, and the device current on the calling thread.
+#include "rocm_backend.hpp"
+
+namespace hal::rocm {
+namespace {
+
+// What the user can do about a failure of this kind.
+const char* hint_for(hal_status status) {
+  switch (status) {
+    case HAL_ERROR_OUT_OF_MEMORY: return "free device memory or allocate less";
+    case HAL_ERROR_DEVICE_LOST:
+      return "the HIP context is unusable after this error; restart the process and check the device (rocm-smi, "
+             "dmesg for amdgpu errors)";
+    case HAL_ERROR_NOT_PRESENT: return "check the ROCm installation, /dev/kfd access and HIP_VISIBLE_DEVICES";
+    case HAL_ERROR_UNSUPPORTED: return "this device or runtime cannot do it";
+    default: return nullptr;
+  }
+}
+
+}  // namespace
+
+hal_status status_of(hipError_t error) {
+  switch (error) {
+    case hipSuccess: return HAL_OK;
+    case hipErrorOutOfMemory: return HAL_ERROR_OUT_OF_MEMORY;
+    case hipErrorNotReady: return HAL_ERROR_TIMEOUT;
+    case hipErrorInvalidValue:
+    case hipErrorInvalidDevice:
+    case hipErrorInvalidDevicePointer:
+    case hipErrorInvalidMemcpyDirection:
+    case hipErrorInvalidContext:
+    case hipErrorInvalidHandle:
+    case hipErrorIllegalState:
+    case hipErrorNotFound:
+    case hipErrorInvalidSymbol:
+    case hipErrorInvalidConfiguration:
+      return HAL_ERROR_INVALID_ARGUMENT;
+    case hipErrorNoDevice:
+    case hipErrorInsufficientDriver:
+    case hipErrorNotInitialized:
+      return HAL_ERROR_NOT_PRESENT;
+    case hipErrorNotSupported:
+    case hipErrorNoBinaryForGpu:
+    case hipErrorInvalidImage:
+    case hipErrorInvalidKernelFile:
+    case hipErrorSharedObjectInitFailed:
+    case hipErrorSharedObjectSymbolNotFound:
+    case hipErrorInvalidDeviceFunction:
+    case hipErrorPeerAccessUnsupported:
+    case hipErrorLaunchOutOfResources:
+      return HAL_ERROR_UNSUPPORTED;
+    // Sticky errors: the device's context and everything in it are gone.
+    case hipErrorIllegalAddress:
+    case hipErrorLaunchFailure:
+    case hipErrorLaunchTimeOut:
+    case hipErrorAssert:
+    case hipErrorECCNotCorrectable:
+    case hipErrorContextIsDestroyed:
+    case hipErrorPriorLaunchFailure:
+      return HAL_ERROR_DEVICE_LOST;
+    case hipErrorDeinitialized: return HAL_ERROR_ABORTED;
+    default: return HAL_ERROR_INTERNAL;
+  }
+}
+
+hal_status Context::check(hipError_t error, std::string_view operation) const {
+  if (error == hipSuccess) return HAL_OK;
+  const hal_status status = status_of(error);
+  std::string message = std::string(operation) + " failed: " + runtime->describe(error);
+  if (const char* hint = hint_for(status)) message += std::string("; ") + hint;
+  return fail(status, std::move(message), error);
+}
+
+hal_status Context::check_device(std::uint32_t device) const {
+  if (device >= devices.size())
+    return fail(HAL_ERROR_INVALID_ARGUMENT, "device index " + std::to_string(device) + " is out of range; there are " +
+                                                std::to_string(devices.size()) + " ROCm devices");
+  return HAL_OK;
+}
+
+hal_status Context::make_current(std::uint32_t index) const {
+  const int ordinal = devices[index]->ordinal;
+  int current = -1;
+  if (api().hipGetDevice(&current) == hipSuccess && current == ordinal) return HAL_OK;
+  return check(api().hipSetDevice(ordinal), "making rocm:" + std::to_string(index) + " current on this thread");
+}
+
+Context::~Context() {
+  if (!runtime) return;
+  for (const auto& device : devices) {
+    if (device->kernel_module == nullptr) continue;
+    // At process exit the runtime may already be torn down; nothing to report then.
+    if (api().hipSetDevice(device->ordinal) == hipSuccess) (void)api().hipModuleUnload(device->kernel_module);
+  }
+}
+
+}  // namespace hal::rocm

@@ -1,0 +1,128 @@
+// Internal types of the ROCm backend: the HIP runtime through shims/, the
+// device current per calling thread, and the ABI's opaque handles.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "device_description.hpp"
+#include "hal/backend_abi.h"
+#include "hip_runtime.hpp"
+#include "last_error.hpp"
+
+namespace hal::rocm {
+
+using backend::fail;
+using backend::succeed;
+
+// The hal_status a hipError_t stands for.
+hal_status status_of(hipError_t error);
+
+struct RocmDevice {
+  int ordinal = 0;
+  std::string name, vendor, gcn_arch_name, uuid, pci_bus_id;
+  int numa_node = -1;
+  std::uint64_t total_memory = 0;
+  std::uint32_t compute_units = 0, clock_mhz = 0, memory_clock_mhz = 0;
+  bool managed_memory = false;
+  backend::DeviceDescription description;
+  // The embedded kernels loaded for this device, or null with the reason.
+  hipModule_t kernel_module = nullptr;
+  std::string kernel_status;
+};
+
+struct Context {
+  void (*log)(void*, hal_log_level, const char*) = nullptr;
+  void* log_user_data = nullptr;
+  std::unique_ptr<shims::HipRuntime> runtime;
+  int runtime_version = 0, driver_version = 0;
+  std::vector<std::unique_ptr<RocmDevice>> devices;
+
+  Context() = default;
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  ~Context();
+
+  const shims::HipRuntimeApi& api() const { return runtime->api(); }
+  void log_message(hal_log_level level, const std::string& message) const {
+    if (log != nullptr) log(log_user_data, level, message.c_str());
+  }
+  // HAL_OK for hipSuccess; otherwise records "<operation> failed: NAME
+  // (text)" with the hipError_t as native code and returns the mapped status.
+  hal_status check(hipError_t error, std::string_view operation) const;
+  // Makes the device current on the calling thread (HIP's current device is per thread).
+  hal_status make_current(std::uint32_t device) const;
+  hal_status check_device(std::uint32_t device) const;
+};
+
+// Discovers the devices, their identity and the embedded kernels.
+hal_status discover_devices(Context& context);
+void fill_device_info(const Context& context, std::uint32_t device, hal_device_info_v1& info);
+// Loads the embedded code object on one device; sets kernel_module or kernel_status.
+void load_kernels(const Context& context, RocmDevice& device);
+// "gfx90a:sramecc+:xnack-" -> "gfx90a"
+std::string base_architecture(std::string_view gcn_arch_name);
+// The architectures this plugin carries code objects for ("" when built without hipcc).
+std::string embedded_architectures();
+
+}  // namespace hal::rocm
+
+struct hal_buffer {
+  const hal::rocm::Context* context = nullptr;
+  std::uint32_t device = 0;
+  hal_memory_kind kind = HAL_MEMORY_DEVICE;
+  void* base = nullptr;          // what the runtime returned; freed
+  void* address = nullptr;       // device address, base rounded up to the requested alignment
+  void* host_address = nullptr;  // pinned host and managed allocations
+  std::uint64_t size = 0;
+};
+
+struct hal_stream {
+  const hal::rocm::Context* context = nullptr;
+  std::uint32_t device = 0;
+  hipStream_t handle = nullptr;
+};
+
+struct hal_event {
+  const hal::rocm::Context* context = nullptr;
+  std::uint32_t device = 0;
+  hipEvent_t handle = nullptr;
+  std::atomic<bool> recorded{false};
+};
+
+struct hal_backend_context {
+  hal::rocm::Context rocm;
+};
+
+// The C entry points, defined in memory.cpp and stream.cpp.
+namespace hal::rocm {
+hal_status buffer_allocate(hal_backend_context* backend, std::uint32_t device, hal_memory_kind kind,
+                           std::uint64_t size, std::uint64_t alignment, hal_buffer** out);
+hal_status buffer_free(hal_buffer* buffer);
+void* buffer_host_address(hal_buffer* buffer);
+void* buffer_device_address(hal_buffer* buffer);
+hal_status copy_host_to_device(hal_stream* stream, hal_buffer* destination, std::uint64_t destination_offset,
+                               const void* source, std::uint64_t size);
+hal_status copy_device_to_host(hal_stream* stream, void* destination, hal_buffer* source, std::uint64_t source_offset,
+                               std::uint64_t size);
+hal_status copy_device_to_device(hal_stream* stream, hal_buffer* destination, std::uint64_t destination_offset,
+                                 hal_buffer* source, std::uint64_t source_offset, std::uint64_t size);
+hal_status fill(hal_stream* stream, hal_buffer* destination, std::uint64_t offset, std::uint64_t size,
+                const void* pattern, std::uint32_t pattern_size);
+hal_status stream_create(hal_backend_context* backend, std::uint32_t device, hal_stream** out);
+hal_status stream_destroy(hal_stream* stream);
+hal_status stream_synchronize(hal_stream* stream);
+hal_status stream_query(hal_stream* stream);
+hal_status stream_wait_event(hal_stream* stream, hal_event* event);
+hal_status stream_host_callback(hal_stream* stream, hal_host_callback callback, void* user_data);
+hal_status event_create(hal_backend_context* backend, std::uint32_t device, hal_event** out);
+hal_status event_destroy(hal_event* event);
+hal_status event_record(hal_event* event, hal_stream* stream);
+hal_status event_query(hal_event* event);
+hal_status event_synchronize(hal_event* event);
+hal_status event_elapsed_milliseconds(hal_event* start, hal_event* end, double* milliseconds);
+}  // namespace hal::rocm

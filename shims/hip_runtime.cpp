@@ -1,0 +1,70 @@
+#include "hip_runtime.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "vendor_library.hpp"
+
+namespace hal::shims {
+
+LibraryRequest HipRuntime::library_request(const std::string& configured_path) {
+  LibraryRequest request;
+  request.display_name = "the HIP runtime (libamdhip64.so)";
+  // The versioned names first: the unversioned link is a development file.
+  request.sonames = {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"};
+  request.environment_variable = "HAL_HIP_RUNTIME";
+  request.configured_path = configured_path;
+  request.search_toolkit = false;
+  request.search_python_packages = false;
+  if (const char* rocm_path = std::getenv("ROCM_PATH"); rocm_path != nullptr && *rocm_path != '\0')
+    request.install_directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
+  request.install_directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
+  // The runtime starts threads (HSA) and registers exit handlers.
+  request.never_unload = true;
+  return request;
+}
+
+HipRuntime::LoadResult HipRuntime::load(const std::string& configured_path) {
+  auto runtime = std::unique_ptr<HipRuntime>(new HipRuntime());
+  HipRuntimeApi& api = runtime->api_;
+  std::vector<SymbolSpec> specs;
+#define HAL_HIP_RUNTIME_SPEC(function, is_required) specs.push_back(symbol(api.function, {#function}, is_required));
+  HAL_HIP_RUNTIME_FUNCTIONS(HAL_HIP_RUNTIME_SPEC)
+#undef HAL_HIP_RUNTIME_SPEC
+  specs.push_back(symbol(api.hipMalloc, {"hipMalloc"}, true));
+  specs.push_back(symbol(api.hipHostMalloc, {"hipHostMalloc"}, true));
+  specs.push_back(symbol(api.hipMallocManaged, {"hipMallocManaged"}, true));
+  specs.push_back(symbol(api.hipGetDevicePropertiesR0000, {"hipGetDevicePropertiesR0000", "hipGetDeviceProperties"}, true));
+
+  const LibraryRequest request = library_request(configured_path);
+  VendorLibraryLoad load = open_vendor_library(request, specs);
+  if (!load.ok()) {
+    std::string message = load.error;
+    if (load.library_missing)
+      message = "the HIP runtime (libamdhip64.so) was not found; install ROCm, set ROCM_PATH, or set HAL_HIP_RUNTIME "
+                "to the library. Tried: " +
+                load.attempts;
+    return {nullptr, load.library_missing, message};
+  }
+  runtime->library_ = std::move(load.library);
+  runtime->attempts_ = load.attempts;
+  runtime->missing_optional_ = std::move(load.missing_optional);
+  return {std::move(runtime), false, std::string()};
+}
+
+std::string HipRuntime::describe(hipError_t error) const {
+  const char* name = api_.hipGetErrorName(error);
+  const char* text = api_.hipGetErrorString(error);
+  std::string description = name != nullptr ? name : "hipError " + std::to_string(static_cast<int>(error));
+  // ROCm 5 returns the name as the text too; say it once.
+  if (text != nullptr && *text != '\0' && description != text) description += std::string(" (") + text + ")";
+  return description;
+}
+
+std::string HipRuntime::format_version(int version) {
+  if (version <= 0) return "unknown";
+  return std::to_string(version / 10000000) + "." + std::to_string(version / 100000 % 100) + "." +
+         std::to_string(version % 100000);
+}
+
+}  // namespace hal::shims

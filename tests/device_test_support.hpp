@@ -1,0 +1,86 @@
+// Helpers for tests of a GPU backend through hal's public API: error
+// checks, byte patterns, capabilities, and a gate that holds a stream.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <latch>
+#include <memory>
+#include <source_location>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hal/hal.hpp"
+
+namespace hal::testing {
+
+inline bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+// Checks that call throws hal::Error with the code, the native code (when
+// not 0) and a message containing every fragment.
+inline void check_error(const std::function<void()>& call, StatusCode expected_code,
+                        std::initializer_list<std::string_view> fragments, long long expected_native_code = 0,
+                        std::source_location caller = std::source_location::current()) {
+  INFO("expected from the call at line ", caller.line());
+  try {
+    call();
+    FAIL_CHECK("no hal::Error was thrown");
+  } catch (const hal::Error& error) {
+    INFO("message: ", error.status().message());
+    CHECK(error.code() == expected_code);
+    if (expected_native_code != 0) CHECK(error.status().native_code() == expected_native_code);
+    for (const std::string_view fragment : fragments) {
+      INFO("missing fragment: ", std::string(fragment));
+      CHECK(contains(error.status().message(), fragment));
+    }
+  }
+}
+
+// Options that keep the user's config file out of the tests.
+inline RuntimeOptions options_without_config_file() {
+  RuntimeOptions options;
+  options.config = Config{};
+  return options;
+}
+
+inline std::vector<std::uint8_t> counting_bytes(std::size_t count, std::uint8_t start = 0) {
+  std::vector<std::uint8_t> bytes(count);
+  for (std::size_t i = 0; i < count; ++i) bytes[i] = static_cast<std::uint8_t>(start + i);
+  return bytes;
+}
+
+inline std::vector<std::uint8_t> read_all(const Buffer& buffer) {
+  std::vector<std::uint8_t> bytes(buffer.size());
+  buffer.read(0, bytes.data(), bytes.size());
+  return bytes;
+}
+
+inline const Capability& capability(const DeviceInfo& info, std::string_view key) {
+  const Capability* found = info.find_capability(key);
+  REQUIRE_MESSAGE(found != nullptr, "no capability " << key);
+  return *found;
+}
+
+// Holds a stream at a point of its queue until open(); opens on destruction
+// so a failing test never leaves a stream stuck.
+class StreamGate {
+ public:
+  ~StreamGate() { open(); }
+  void block(const Stream& stream) {
+    stream.enqueue_host_callback([latch = latch_](const Status&) { latch->wait(); });
+  }
+  void open() {
+    if (!opened_) latch_->count_down();
+    opened_ = true;
+  }
+
+ private:
+  std::shared_ptr<std::latch> latch_ = std::make_shared<std::latch>(1);
+  bool opened_ = false;
+};
+
+}  // namespace hal::testing

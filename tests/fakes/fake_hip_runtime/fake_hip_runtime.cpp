@@ -1,0 +1,585 @@
+// A test double of the HIP runtime: the subset of libamdhip64 the ROCm
+// backend uses, on host memory and threads. See README.md for the
+// environment that shapes it. Built with FAKE_HIP_ROCM5 it has ROCm 5's
+// exports (hipGetDeviceProperties, no hipLaunchHostFunc).
+#ifndef __HIP_PLATFORM_AMD__
+#define __HIP_PLATFORM_AMD__ 1
+#endif
+#include <hip/hip_runtime_api.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string environment(const char* name, const std::string& fallback = {}) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+// The index-th entry of a comma-separated list; the last one for indices past its end.
+std::string pick(const std::string& list, std::size_t index) {
+  std::vector<std::string> items;
+  std::stringstream stream(list);
+  std::string item;
+  while (std::getline(stream, item, ',')) items.push_back(item);
+  if (items.empty()) return {};
+  return items[std::min(index, items.size() - 1)];
+}
+
+std::uint64_t parse_size(const std::string& text) {
+  char* end = nullptr;
+  std::uint64_t value = std::strtoull(text.c_str(), &end, 10);
+  switch (end != nullptr ? *end : '\0') {
+    case 'K': value <<= 10; break;
+    case 'M': value <<= 20; break;
+    case 'G': value <<= 30; break;
+    default: break;
+  }
+  return value;
+}
+
+struct FakeDevice {
+  std::string name, arch, pci_bus_id;
+  unsigned char uuid[16] = {};
+  std::uint64_t total = 0, used = 0;
+  bool managed = true;
+};
+
+enum class Kind { device, host, managed };
+struct Allocation {
+  int device;
+  std::size_t size;
+  Kind kind;
+};
+
+struct State {
+  std::mutex mutex;
+  std::vector<FakeDevice> devices;
+  std::map<std::uintptr_t, Allocation> allocations;  // by start address
+};
+
+State& state() {
+  static State* instance = [] {
+    auto* created = new State();  // never destroyed: stream threads may outlive static destructors
+    const int count = std::atoi(environment("HAL_FAKE_HIP_DEVICES", "1").c_str());
+    for (int i = 0; i < count; ++i) {
+      const auto index = static_cast<std::size_t>(i);
+      FakeDevice device;
+      device.name = pick(environment("HAL_FAKE_HIP_NAME", "AMD Instinct MI210"), index);
+      device.arch = pick(environment("HAL_FAKE_HIP_ARCH", "gfx90a:sramecc+:xnack-"), index);
+      char bus[32];
+      std::snprintf(bus, sizeof(bus), "0000:%02X:00.0", 0xc1 + i);
+      device.pci_bus_id = pick(environment("HAL_FAKE_HIP_PCI_BUS_ID", bus), index);
+      device.total = parse_size(pick(environment("HAL_FAKE_HIP_MEMORY", "64G"), index));
+      device.managed = pick(environment("HAL_FAKE_HIP_MANAGED", "1"), index) != "0";
+      const std::string uuid = pick(environment("HAL_FAKE_HIP_UUID", ""), index);
+      for (int byte = 0; byte < 16; ++byte) {
+        unsigned value = 0;
+        if (uuid.size() == 32) std::sscanf(uuid.c_str() + 2 * byte, "%2x", &value);
+        else value = byte == 0 ? 0xfa : byte == 15 ? static_cast<unsigned>(i) : 0;
+        device.uuid[byte] = static_cast<unsigned char>(value);
+      }
+      created->devices.push_back(device);
+    }
+    return created;
+  }();
+  return *instance;
+}
+
+thread_local int current_device = 0;
+
+// HAL_FAKE_HIP_FAIL=hipMalloc=2,hipMemsetD8Async=700: the named function returns that error.
+hipError_t injected(const char* function) {
+  std::stringstream list(environment("HAL_FAKE_HIP_FAIL"));
+  std::string entry;
+  while (std::getline(list, entry, ',')) {
+    const auto equals = entry.find('=');
+    if (equals != std::string::npos && entry.compare(0, equals, function) == 0)
+      return static_cast<hipError_t>(std::atoi(entry.c_str() + equals + 1));
+  }
+  return hipSuccess;
+}
+
+bool valid_device(int device) { return device >= 0 && static_cast<std::size_t>(device) < state().devices.size(); }
+
+// Whether [address, address + size) lies in one allocation.
+bool inside_allocation(const void* address, std::size_t size) {
+  std::lock_guard lock(state().mutex);
+  const auto start = reinterpret_cast<std::uintptr_t>(address);
+  auto found = state().allocations.upper_bound(start);
+  if (found == state().allocations.begin()) return false;
+  --found;
+  return start + size <= found->first + found->second.size;
+}
+
+hipError_t allocate(void** out, std::size_t size, Kind kind, const char* function) {
+  if (hipError_t error = injected(function); error != hipSuccess) return error;
+  if (out == nullptr) return hipErrorInvalidValue;
+  if (size == 0) {
+    *out = nullptr;
+    return hipSuccess;
+  }
+  State& fake = state();
+  std::lock_guard lock(fake.mutex);
+  FakeDevice& device = fake.devices[static_cast<std::size_t>(current_device)];
+  if (kind != Kind::host && device.used + size > device.total) return hipErrorOutOfMemory;
+  const std::size_t alignment = kind == Kind::host ? 4096 : 256;
+  void* memory = std::aligned_alloc(alignment, (size + alignment - 1) / alignment * alignment);
+  if (memory == nullptr) return hipErrorOutOfMemory;
+  if (kind != Kind::host) device.used += size;
+  fake.allocations[reinterpret_cast<std::uintptr_t>(memory)] = {current_device, size, kind};
+  *out = memory;
+  return hipSuccess;
+}
+
+hipError_t release(void* pointer, bool host) {
+  if (pointer == nullptr) return hipSuccess;
+  State& fake = state();
+  std::lock_guard lock(fake.mutex);
+  const auto found = fake.allocations.find(reinterpret_cast<std::uintptr_t>(pointer));
+  if (found == fake.allocations.end() || (found->second.kind == Kind::host) != host) return hipErrorInvalidValue;
+  if (found->second.kind != Kind::host) fake.devices[static_cast<std::size_t>(found->second.device)].used -= found->second.size;
+  fake.allocations.erase(found);
+  std::free(pointer);
+  return hipSuccess;
+}
+
+// An in-order queue on its own thread. The first error of its work is
+// sticky, as a device fault is.
+class FakeStream {
+ public:
+  FakeStream() : worker_([this] { run(); }) {}
+  ~FakeStream() {
+    (void)synchronize();  // the runtime finishes enqueued work before releasing a stream
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    changed_.notify_all();
+    worker_.join();
+  }
+  // Host work (callbacks) runs even after a fault, to be told of it.
+  void enqueue(std::function<hipError_t()> work, bool host_work = false) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back({std::move(work), host_work});
+    }
+    changed_.notify_all();
+  }
+  hipError_t synchronize() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
+    return error_;
+  }
+  bool idle() {
+    std::lock_guard lock(mutex_);
+    return queue_.empty() && !busy_;
+  }
+  hipError_t error() {
+    std::lock_guard lock(mutex_);
+    return error_;
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+      changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      Work work = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      const bool skip = error_ != hipSuccess && !work.host;
+      lock.unlock();
+      const hipError_t result = skip ? hipSuccess : work.run();
+      lock.lock();
+      if (error_ == hipSuccess) error_ = result;
+      busy_ = false;
+      changed_.notify_all();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  struct Work {
+    std::function<hipError_t()> run;
+    bool host;
+  };
+  std::deque<Work> queue_;
+  bool busy_ = false, stopping_ = false;
+  hipError_t error_ = hipSuccess;
+  std::thread worker_;
+};
+
+struct FakeEvent {
+  std::mutex mutex;
+  std::condition_variable completed_changed;
+  std::uint64_t recorded = 0, completed = 0;
+  Clock::time_point when;
+};
+
+FakeStream* as_stream(hipStream_t stream) { return reinterpret_cast<FakeStream*>(stream); }
+FakeEvent* as_event(hipEvent_t event) { return reinterpret_cast<FakeEvent*>(event); }
+
+// Runs work on the stream, or at once for the null stream.
+hipError_t submit(hipStream_t stream, const char* function, std::function<hipError_t()> work) {
+  const hipError_t failure = injected(function);
+  auto checked = [failure, work = std::move(work)] { return failure != hipSuccess ? failure : work(); };
+  if (stream == nullptr) return checked();
+  as_stream(stream)->enqueue(std::move(checked));
+  return hipSuccess;
+}
+
+template <typename Element>
+hipError_t set_elements(void* destination, Element value, std::size_t count) {
+  if (reinterpret_cast<std::uintptr_t>(destination) % sizeof(Element) != 0) return hipErrorInvalidValue;
+  if (!inside_allocation(destination, count * sizeof(Element))) return hipErrorInvalidValue;
+  auto* elements = static_cast<Element*>(destination);
+  for (std::size_t i = 0; i < count; ++i) elements[i] = value;
+  return hipSuccess;
+}
+
+hipError_t copy_bytes(void* destination, const void* source, std::size_t size, hipMemcpyKind kind) {
+  const bool device_destination = kind == hipMemcpyHostToDevice || kind == hipMemcpyDeviceToDevice;
+  const bool device_source = kind == hipMemcpyDeviceToHost || kind == hipMemcpyDeviceToDevice;
+  if ((device_destination && !inside_allocation(destination, size)) || (device_source && !inside_allocation(source, size)))
+    return hipErrorInvalidValue;
+  std::memmove(destination, source, size);
+  return hipSuccess;
+}
+
+}  // namespace
+
+FAKE_EXPORT hipError_t hipInit(unsigned int) { return state().devices.empty() ? hipErrorNoDevice : hipSuccess; }
+
+FAKE_EXPORT hipError_t hipGetDeviceCount(int* count) {
+  if (count == nullptr) return hipErrorInvalidValue;
+  *count = static_cast<int>(state().devices.size());
+  return *count == 0 ? hipErrorNoDevice : hipSuccess;
+}
+
+#ifdef FAKE_HIP_ROCM5
+constexpr int fake_version = 50221153;
+#else
+constexpr int fake_version = 60241134;
+#endif
+FAKE_EXPORT hipError_t hipDriverGetVersion(int* version) {
+  if (version == nullptr) return hipErrorInvalidValue;
+  *version = fake_version;
+  return hipSuccess;
+}
+FAKE_EXPORT hipError_t hipRuntimeGetVersion(int* version) { return hipDriverGetVersion(version); }
+
+FAKE_EXPORT const char* hipGetErrorName(hipError_t error) {
+  switch (error) {
+    case hipSuccess: return "hipSuccess";
+    case hipErrorInvalidValue: return "hipErrorInvalidValue";
+    case hipErrorOutOfMemory: return "hipErrorOutOfMemory";
+    case hipErrorNoDevice: return "hipErrorNoDevice";
+    case hipErrorInvalidDevice: return "hipErrorInvalidDevice";
+    case hipErrorNoBinaryForGpu: return "hipErrorNoBinaryForGpu";
+    case hipErrorInvalidHandle: return "hipErrorInvalidHandle";
+    case hipErrorNotReady: return "hipErrorNotReady";
+    case hipErrorIllegalAddress: return "hipErrorIllegalAddress";
+    case hipErrorLaunchFailure: return "hipErrorLaunchFailure";
+    case hipErrorNotSupported: return "hipErrorNotSupported";
+    default: return "hipErrorUnknown";
+  }
+}
+
+FAKE_EXPORT const char* hipGetErrorString(hipError_t error) {
+  switch (error) {
+    case hipSuccess: return "no error";
+    case hipErrorOutOfMemory: return "out of memory";
+    case hipErrorNoDevice: return "no ROCm-capable device is detected";
+    case hipErrorNoBinaryForGpu: return "no kernel image is available for execution on the device";
+    case hipErrorIllegalAddress: return "an illegal memory access was encountered";
+    case hipErrorLaunchFailure: return "unspecified launch failure";
+    case hipErrorNotSupported: return "operation not supported";
+    default: return "unknown error";
+  }
+}
+
+FAKE_EXPORT hipError_t hipSetDevice(int device) {
+  if (!valid_device(device)) return hipErrorInvalidDevice;
+  current_device = device;
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipGetDevice(int* device) {
+  if (device == nullptr) return hipErrorInvalidValue;
+  *device = current_device;
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipDeviceGetName(char* name, int length, hipDevice_t device) {
+  if (!valid_device(device)) return hipErrorInvalidDevice;
+  if (name == nullptr || length <= 0) return hipErrorInvalidValue;
+  std::snprintf(name, static_cast<std::size_t>(length), "%s", state().devices[static_cast<std::size_t>(device)].name.c_str());
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipDeviceGetPCIBusId(char* bus_id, int length, int device) {
+  if (!valid_device(device)) return hipErrorInvalidDevice;
+  if (bus_id == nullptr || length <= 0) return hipErrorInvalidValue;
+  std::snprintf(bus_id, static_cast<std::size_t>(length), "%s",
+                state().devices[static_cast<std::size_t>(device)].pci_bus_id.c_str());
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipDeviceTotalMem(std::size_t* bytes, hipDevice_t device) {
+  if (!valid_device(device)) return hipErrorInvalidDevice;
+  if (bytes == nullptr) return hipErrorInvalidValue;
+  *bytes = state().devices[static_cast<std::size_t>(device)].total;
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipDeviceGetUuid(hipUUID* uuid, hipDevice_t device) {
+  if (!valid_device(device)) return hipErrorInvalidDevice;
+  if (uuid == nullptr) return hipErrorInvalidValue;
+  std::memcpy(uuid->bytes, state().devices[static_cast<std::size_t>(device)].uuid, 16);
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipDeviceGetAttribute(int* value, hipDeviceAttribute_t attribute, int device) {
+  if (!valid_device(device)) return hipErrorInvalidDevice;
+  if (value == nullptr) return hipErrorInvalidValue;
+  const FakeDevice& fake = state().devices[static_cast<std::size_t>(device)];
+  switch (attribute) {
+    case hipDeviceAttributeMultiprocessorCount: *value = 104; break;
+    case hipDeviceAttributeClockRate: *value = 1700000; break;
+    case hipDeviceAttributeMemoryClockRate: *value = 1600000; break;
+    case hipDeviceAttributeManagedMemory: *value = fake.managed ? 1 : 0; break;
+    // Concurrent access to managed memory needs xnack on.
+    case hipDeviceAttributeConcurrentManagedAccess: *value = fake.arch.find("xnack+") != std::string::npos; break;
+    case hipDeviceAttributeCanMapHostMemory: *value = 1; break;
+    case hipDeviceAttributeWarpSize: *value = fake.arch.rfind("gfx1", 0) == 0 ? 32 : 64; break;
+    case hipDeviceAttributeL2CacheSize: *value = 8 << 20; break;
+    case hipDeviceAttributeMemoryBusWidth: *value = 4096; break;
+    default: return hipErrorInvalidValue;
+  }
+  return hipSuccess;
+}
+
+// ROCm 6 exports the ROCm 5 layout under this name; ROCm 5 under the plain one.
+#ifdef FAKE_HIP_ROCM5
+FAKE_EXPORT hipError_t hipGetDeviceProperties(hipDeviceProp_t* properties, int device) {
+#else
+FAKE_EXPORT hipError_t hipGetDevicePropertiesR0000(hipDeviceProp_t* properties, int device) {
+#endif
+  if (!valid_device(device)) return hipErrorInvalidDevice;
+  if (properties == nullptr) return hipErrorInvalidValue;
+  const FakeDevice& fake = state().devices[static_cast<std::size_t>(device)];
+  std::memset(properties, 0, sizeof(*properties));
+  std::snprintf(properties->name, sizeof(properties->name), "%s", fake.name.c_str());
+  std::snprintf(properties->gcnArchName, sizeof(properties->gcnArchName), "%s", fake.arch.c_str());
+  properties->totalGlobalMem = fake.total;
+  properties->multiProcessorCount = 104;
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipDeviceCanAccessPeer(int* can_access, int device, int peer) {
+  if (!valid_device(device) || !valid_device(peer)) return hipErrorInvalidDevice;
+  if (can_access == nullptr) return hipErrorInvalidValue;
+  *can_access = device != peer;
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipMemGetInfo(std::size_t* free, std::size_t* total) {
+  if (free == nullptr || total == nullptr) return hipErrorInvalidValue;
+  std::lock_guard lock(state().mutex);
+  const FakeDevice& device = state().devices[static_cast<std::size_t>(current_device)];
+  *free = device.total - device.used;
+  *total = device.total;
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipMalloc(void** pointer, std::size_t size) { return allocate(pointer, size, Kind::device, "hipMalloc"); }
+FAKE_EXPORT hipError_t hipMallocManaged(void** pointer, std::size_t size, unsigned int) {
+  if (!state().devices[static_cast<std::size_t>(current_device)].managed) return hipErrorNotSupported;
+  return allocate(pointer, size, Kind::managed, "hipMallocManaged");
+}
+FAKE_EXPORT hipError_t hipHostMalloc(void** pointer, std::size_t size, unsigned int) {
+  return allocate(pointer, size, Kind::host, "hipHostMalloc");
+}
+FAKE_EXPORT hipError_t hipFree(void* pointer) { return release(pointer, false); }
+FAKE_EXPORT hipError_t hipHostFree(void* pointer) { return release(pointer, true); }
+FAKE_EXPORT hipError_t hipHostGetDevicePointer(void** device_pointer, void* host_pointer, unsigned int) {
+  if (device_pointer == nullptr || !inside_allocation(host_pointer, 1)) return hipErrorInvalidValue;
+  *device_pointer = host_pointer;  // one address space, as with large BAR / unified addressing
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipMemcpy(void* destination, const void* source, std::size_t size, hipMemcpyKind kind) {
+  return submit(nullptr, "hipMemcpy", [=] { return copy_bytes(destination, source, size, kind); });
+}
+FAKE_EXPORT hipError_t hipMemcpyAsync(void* destination, const void* source, std::size_t size, hipMemcpyKind kind,
+                                      hipStream_t stream) {
+  return submit(stream, "hipMemcpyAsync", [=] { return copy_bytes(destination, source, size, kind); });
+}
+
+FAKE_EXPORT hipError_t hipMemsetD8(hipDeviceptr_t destination, unsigned char value, std::size_t count) {
+  return submit(nullptr, "hipMemsetD8", [=] { return set_elements(destination, value, count); });
+}
+FAKE_EXPORT hipError_t hipMemsetD16(hipDeviceptr_t destination, unsigned short value, std::size_t count) {
+  return submit(nullptr, "hipMemsetD16", [=] { return set_elements(destination, value, count); });
+}
+FAKE_EXPORT hipError_t hipMemsetD32(hipDeviceptr_t destination, int value, std::size_t count) {
+  return submit(nullptr, "hipMemsetD32", [=] { return set_elements(destination, value, count); });
+}
+FAKE_EXPORT hipError_t hipMemsetD8Async(hipDeviceptr_t destination, unsigned char value, std::size_t count,
+                                        hipStream_t stream) {
+  return submit(stream, "hipMemsetD8Async", [=] { return set_elements(destination, value, count); });
+}
+FAKE_EXPORT hipError_t hipMemsetD16Async(hipDeviceptr_t destination, unsigned short value, std::size_t count,
+                                         hipStream_t stream) {
+  return submit(stream, "hipMemsetD16Async", [=] { return set_elements(destination, value, count); });
+}
+FAKE_EXPORT hipError_t hipMemsetD32Async(hipDeviceptr_t destination, int value, std::size_t count, hipStream_t stream) {
+  return submit(stream, "hipMemsetD32Async", [=] { return set_elements(destination, value, count); });
+}
+
+FAKE_EXPORT hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int) {
+  if (stream == nullptr) return hipErrorInvalidValue;
+  if (hipError_t error = injected("hipStreamCreateWithFlags"); error != hipSuccess) return error;
+  *stream = reinterpret_cast<hipStream_t>(new FakeStream());
+  return hipSuccess;
+}
+FAKE_EXPORT hipError_t hipStreamDestroy(hipStream_t stream) {
+  if (stream == nullptr) return hipErrorInvalidHandle;
+  delete as_stream(stream);
+  return hipSuccess;
+}
+FAKE_EXPORT hipError_t hipStreamSynchronize(hipStream_t stream) {
+  return stream == nullptr ? hipSuccess : as_stream(stream)->synchronize();
+}
+FAKE_EXPORT hipError_t hipStreamQuery(hipStream_t stream) {
+  if (stream == nullptr) return hipSuccess;
+  if (!as_stream(stream)->idle()) return hipErrorNotReady;
+  return as_stream(stream)->error();
+}
+
+FAKE_EXPORT hipError_t hipStreamAddCallback(hipStream_t stream, hipStreamCallback_t callback, void* user_data,
+                                            unsigned int flags) {
+  if (callback == nullptr || flags != 0) return hipErrorInvalidValue;
+  if (stream == nullptr) return hipErrorInvalidHandle;
+  FakeStream* fake = as_stream(stream);
+  fake->enqueue([=] {
+    callback(stream, fake->error(), user_data);
+    return hipSuccess;
+  }, true);
+  return hipSuccess;
+}
+
+#ifndef FAKE_HIP_ROCM5
+FAKE_EXPORT hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t function, void* user_data) {
+  if (function == nullptr) return hipErrorInvalidValue;
+  if (stream == nullptr) return hipErrorInvalidHandle;
+  as_stream(stream)->enqueue([=] {
+    function(user_data);
+    return hipSuccess;
+  }, true);
+  return hipSuccess;
+}
+#endif
+
+FAKE_EXPORT hipError_t hipEventCreateWithFlags(hipEvent_t* event, unsigned int) {
+  if (event == nullptr) return hipErrorInvalidValue;
+  *event = reinterpret_cast<hipEvent_t>(new FakeEvent());
+  return hipSuccess;
+}
+FAKE_EXPORT hipError_t hipEventDestroy(hipEvent_t event) {
+  if (event == nullptr) return hipErrorInvalidHandle;
+  FakeEvent* fake = as_event(event);
+  {  // a record still pending completes first
+    std::unique_lock lock(fake->mutex);
+    fake->completed_changed.wait(lock, [&] { return fake->completed >= fake->recorded; });
+  }
+  delete fake;
+  return hipSuccess;
+}
+FAKE_EXPORT hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream) {
+  if (event == nullptr || stream == nullptr) return hipErrorInvalidHandle;
+  FakeEvent* fake = as_event(event);
+  std::uint64_t generation = 0;
+  {
+    std::lock_guard lock(fake->mutex);
+    generation = ++fake->recorded;
+  }
+  as_stream(stream)->enqueue([fake, generation] {
+    {
+      std::lock_guard lock(fake->mutex);
+      fake->completed = generation;
+      fake->when = Clock::now();
+    }
+    fake->completed_changed.notify_all();
+    return hipSuccess;
+  });
+  return hipSuccess;
+}
+FAKE_EXPORT hipError_t hipEventQuery(hipEvent_t event) {
+  if (event == nullptr) return hipErrorInvalidHandle;
+  std::lock_guard lock(as_event(event)->mutex);
+  return as_event(event)->completed >= as_event(event)->recorded ? hipSuccess : hipErrorNotReady;
+}
+FAKE_EXPORT hipError_t hipEventSynchronize(hipEvent_t event) {
+  if (event == nullptr) return hipErrorInvalidHandle;
+  FakeEvent* fake = as_event(event);
+  std::unique_lock lock(fake->mutex);
+  fake->completed_changed.wait(lock, [&] { return fake->completed >= fake->recorded; });
+  return hipSuccess;
+}
+FAKE_EXPORT hipError_t hipEventElapsedTime(float* milliseconds, hipEvent_t start, hipEvent_t stop) {
+  if (milliseconds == nullptr || start == nullptr || stop == nullptr) return hipErrorInvalidHandle;
+  Clock::time_point times[2];
+  for (int i = 0; i < 2; ++i) {
+    FakeEvent* fake = as_event(i == 0 ? start : stop);
+    std::lock_guard lock(fake->mutex);
+    if (fake->recorded == 0) return hipErrorInvalidHandle;
+    if (fake->completed < fake->recorded) return hipErrorNotReady;
+    times[i] = fake->when;
+  }
+  *milliseconds = std::chrono::duration<float, std::milli>(times[1] - times[0]).count();
+  return hipSuccess;
+}
+FAKE_EXPORT hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int) {
+  if (stream == nullptr || event == nullptr) return hipErrorInvalidHandle;
+  FakeEvent* fake = as_event(event);
+  std::uint64_t target = 0;
+  {
+    std::lock_guard lock(fake->mutex);
+    target = fake->recorded;
+  }
+  as_stream(stream)->enqueue([fake, target] {
+    std::unique_lock lock(fake->mutex);
+    fake->completed_changed.wait(lock, [&] { return fake->completed >= target; });
+    return hipSuccess;
+  });
+  return hipSuccess;
+}
+
+// No device code runs here: loading fails as on a device without a matching code object.
+FAKE_EXPORT hipError_t hipModuleLoadData(hipModule_t* module, const void* image) {
+  if (module == nullptr || image == nullptr) return hipErrorInvalidValue;
+  return hipErrorNoBinaryForGpu;
+}
+FAKE_EXPORT hipError_t hipModuleUnload(hipModule_t) { return hipErrorInvalidHandle; }
+FAKE_EXPORT hipError_t hipModuleGetFunction(hipFunction_t*, hipModule_t, const char*) { return hipErrorInvalidHandle; }
+FAKE_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t, unsigned int, unsigned int, unsigned int, unsigned int,
+                                             unsigned int, unsigned int, unsigned int, hipStream_t, void**, void**) {
+  return hipErrorInvalidHandle;
+}

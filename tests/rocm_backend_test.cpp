@@ -1,0 +1,459 @@
+// The ROCm backend through hal's public API, against the fake HIP runtime
+// in tests/fakes/fake_hip_runtime. ctest runs each suite in its own process
+// with the runtime identity in the environment (see rocm_tests.cmake).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device_test_support.hpp"
+#include "hal/hal.hpp"
+#include "scoped_environment.hpp"
+
+using hal::BackendState;
+using hal::MemoryKind;
+using hal::StatusCode;
+using hal::testing::capability;
+using hal::testing::check_error;
+using hal::testing::contains;
+using hal::testing::counting_bytes;
+using hal::testing::read_all;
+using hal::testing::ScopedEnvironment;
+using hal::testing::StreamGate;
+
+namespace {
+
+// hipError_t values, as the HIP headers number them.
+constexpr long long hip_out_of_memory = 2, hip_no_device = 100, hip_illegal_address = 700, hip_launch_failure = 719,
+                    hip_not_supported = 801, hip_unknown = 999;
+
+constexpr bool built_with_kernels = std::string_view(HAL_ROCM_CODE_OBJECT_ARCHITECTURES) != "";
+
+struct FakeRuntimeFixture {
+  explicit FakeRuntimeFixture(const char* runtime = HAL_FAKE_HIP_RUNTIME_PATH)
+      : environment{{"HAL_HIP_RUNTIME", runtime}, {"HAL_BACKENDS", "host,rocm"}, {"HAL_FAKE_HIP_FAIL", std::nullopt}},
+        runtime(hal::Runtime::create(hal::testing::options_without_config_file())) {}
+  ScopedEnvironment environment;
+  hal::Runtime runtime;
+
+  const hal::BackendReport& report() const {
+    const hal::BackendReport* found = runtime.find_backend("rocm");
+    REQUIRE(found != nullptr);
+    return *found;
+  }
+  hal::Device device(int index = 0) const {
+    REQUIRE_MESSAGE(report().state == BackendState::loaded, report().reason);
+    return runtime.device("rocm:" + std::to_string(index));
+  }
+};
+
+struct Rocm5RuntimeFixture : FakeRuntimeFixture {
+  Rocm5RuntimeFixture() : FakeRuntimeFixture(HAL_FAKE_HIP_ROCM5_RUNTIME_PATH) {}
+};
+
+const hal::BackendReport& rocm_report(const hal::Runtime& runtime) {
+  const hal::BackendReport* report = runtime.find_backend("rocm");
+  REQUIRE(report != nullptr);
+  return *report;
+}
+
+}  // namespace
+
+TEST_SUITE("fake runtime") {
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "devices are enumerated with their identity and memory") {
+    REQUIRE_MESSAGE(report().state == BackendState::loaded, report().reason);
+    CHECK(report().device_count == 2);
+    const hal::DeviceInfo& first = device(0).info();
+    const hal::DeviceInfo& second = device(1).info();
+    CHECK(first.type == hal::DeviceType::gpu);
+    CHECK(first.name == "AMD Instinct MI210");
+    CHECK(second.name == "AMD Instinct MI100");
+    CHECK(first.uuid == "GPU-0123456789abcdef0011223344556677");
+    CHECK(second.uuid == "GPU-fedcba98765432100011223344556677");
+    // The runtime's "0000:C1:00.0" comes out normalized.
+    CHECK(first.pci_bus_id == "0000:c1:00.0");
+    CHECK(second.pci_bus_id == "0000:c2:00.0");
+    if (!std::filesystem::exists("/sys/bus/pci/devices/" + first.pci_bus_id)) {
+      CHECK(first.numa_node == -1);
+      CHECK(first.vendor == "AMD");
+    }
+    CHECK(first.total_memory == (1ull << 30));
+    CHECK(second.total_memory == (512ull << 20));
+    CHECK(first.free_memory == first.total_memory);
+    CHECK(first.compute_units == 104);
+    CHECK(first.clock_mhz == 1700);
+    CHECK(first.memory_clock_mhz == 1600);
+    CHECK(capability(first, "rocm.gcn_arch_name").value_string() == "gfx90a:sramecc+:xnack-");
+    CHECK(capability(second, "rocm.gcn_arch_name").value_string() == "gfx908:sramecc+:xnack-");
+    CHECK(capability(first, "rocm.wavefront_size").value_string() == "64");
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "runtime and driver versions are separate axes; capabilities say why") {
+    const hal::DeviceInfo& info = device(0).info();
+    CHECK(info.version("hip_runtime") == "6.2.41134");
+    CHECK(info.version("hip_driver") == "6.2.41134");
+    CHECK(info.version("hip_headers").has_value());
+    CHECK(device(0).supports("memory.managed"));
+    CHECK(contains(capability(info, "memory.managed").note, "no concurrent host access"));
+    CHECK(device(0).supports("memory.host_pinned"));
+    CHECK(device(0).supports("p2p"));
+    CHECK(contains(capability(info, "p2p").note, "rocm:1"));
+    CHECK_FALSE(device(0).supports("collectives"));
+    for (const char* key : {"attention.fused", "attention.flash", "attention.math"}) {
+      CAPTURE(key);
+      CHECK_FALSE(device(0).supports(key));
+      CHECK(contains(capability(info, key).note, "not built yet"));
+    }
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "a device whose code object does not load has no kernels, with the reason") {
+    const hal::Capability& kernels = capability(device(0).info(), "kernels");
+    CHECK_FALSE(device(0).supports("kernels"));
+    if (built_with_kernels) {
+      CHECK(contains(kernels.note, "hipModuleLoadData failed on rocm:0 (gfx90a:sramecc+:xnack-)"));
+      CHECK(contains(kernels.note, "hipErrorNoBinaryForGpu"));
+      CHECK(contains(kernels.note, HAL_ROCM_CODE_OBJECT_ARCHITECTURES));
+    } else {
+      CHECK(contains(kernels.note, "built without hipcc"));
+    }
+    // Every kernel-based implementation carries the reason.
+    CHECK(contains(capability(device(0).info(), "attention.flash").note, kernels.note));
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "devices are found by UUID and PCI bus id") {
+    CHECK(runtime.device("GPU-fedcba98765432100011223344556677") == device(1));
+    CHECK(runtime.device("0000:c1:00.0") == device(0));
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "every memory kind round-trips data at offsets") {
+    for (const MemoryKind kind : {MemoryKind::device, MemoryKind::host_pinned, MemoryKind::managed}) {
+      CAPTURE(hal::to_string(kind));
+      hal::Buffer buffer = device(0).allocate(4096, kind);
+      buffer.fill(0, 4096, 0);
+      const auto payload = counting_bytes(1000, 7);
+      buffer.write(123, payload.data(), payload.size());
+      std::vector<std::uint8_t> expected(4096, 0);
+      std::copy(payload.begin(), payload.end(), expected.begin() + 123);
+      CHECK(read_all(buffer) == expected);
+      if (kind == MemoryKind::device) {
+        check_error([&] { (void)buffer.host_address(); }, StatusCode::unsupported, {});
+      } else {
+        const auto* host = static_cast<const std::uint8_t*>(buffer.host_address());
+        REQUIRE(host != nullptr);
+        CHECK(std::memcmp(host + 123, payload.data(), payload.size()) == 0);
+      }
+    }
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "allocations honour alignments beyond the runtime's own") {
+    for (const MemoryKind kind : {MemoryKind::device, MemoryKind::host_pinned, MemoryKind::managed}) {
+      for (const std::uint64_t alignment : {std::uint64_t{0}, std::uint64_t{64}, std::uint64_t{4096},
+                                            std::uint64_t{1} << 16, std::uint64_t{2} << 20}) {
+        CAPTURE(hal::to_string(kind));
+        CAPTURE(alignment);
+        hal::Buffer buffer = device(0).allocate(1000, kind, alignment);
+        const auto address = reinterpret_cast<std::uintptr_t>(buffer.device_address());
+        CHECK(address % (alignment == 0 ? 256 : alignment) == 0);
+        const auto bytes = counting_bytes(1000);
+        buffer.write(0, bytes.data(), bytes.size());
+        CHECK(read_all(buffer) == bytes);
+      }
+    }
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "fills of every pattern size are exact at any offset, sync and on a stream") {
+    hal::Buffer buffer = device(0).allocate(256);
+    hal::Stream stream = device(0).create_stream();
+    const std::uint32_t pattern = 0xa1b2c3d4;
+    for (const bool on_stream : {false, true}) {
+      for (const std::uint32_t pattern_size : {1u, 2u, 4u}) {
+        for (const std::uint64_t slot : {0ull, 1ull, 3ull, 5ull}) {
+          const std::uint64_t offset = slot * pattern_size;
+          for (const std::uint64_t count : {1ull, 3ull, 17ull}) {
+            CAPTURE(on_stream);
+            CAPTURE(pattern_size);
+            CAPTURE(offset);
+            CAPTURE(count);
+            const std::uint64_t size = count * pattern_size;
+            buffer.fill(0, 256, 0xee);
+            if (on_stream) {
+              stream.fill(buffer, offset, size, pattern, pattern_size);
+              stream.synchronize();
+            } else {
+              buffer.fill(offset, size, pattern, pattern_size);
+            }
+            std::vector<std::uint8_t> expected(256, 0xee);
+            for (std::uint64_t i = 0; i < size; ++i)
+              expected[offset + i] = static_cast<std::uint8_t>(pattern >> (8 * (i % pattern_size)));
+            CHECK(read_all(buffer) == expected);
+          }
+        }
+      }
+    }
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "copies between devices and free memory accounting") {
+    const std::uint64_t free_before = device(1).free_memory();
+    hal::Buffer source = device(0).allocate(1 << 20);
+    hal::Buffer target = device(1).allocate(1 << 20);
+    CHECK(device(1).free_memory() <= free_before - (1 << 20));
+    const auto bytes = counting_bytes(1 << 20, 3);
+    source.write(0, bytes.data(), bytes.size());
+    target.copy_from(0, source, 0, bytes.size());
+    CHECK(read_all(target) == bytes);
+    hal::Stream stream = device(1).create_stream();
+    std::vector<std::uint8_t> back(4096, 0);
+    stream.copy_to_host(back.data(), target, 4096, back.size());
+    stream.synchronize();
+    CHECK(std::equal(back.begin(), back.end(), bytes.begin() + 4096));
+    target.free();
+    CHECK(device(1).free_memory() == free_before);
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "an allocation beyond the device's memory is out_of_memory") {
+    check_error([&] { (void)device(1).allocate(600ull << 20); }, StatusCode::out_of_memory,
+                {"hipErrorOutOfMemory", "629145600 bytes of device memory on rocm:1"}, hip_out_of_memory);
+    check_error([&] { (void)device(1).allocate(600ull << 20, MemoryKind::managed); }, StatusCode::out_of_memory,
+                {"managed memory"});
+    hal::Buffer buffer = device(1).allocate(64);  // the failure leaves the device usable
+    CHECK(buffer.valid());
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "stream work runs in order, asynchronously") {
+    hal::Stream stream = device(0).create_stream();
+    hal::Buffer buffer = device(0).allocate(4096);
+    const auto bytes = counting_bytes(4096);
+    std::vector<std::uint8_t> result(4096, 0);
+    StreamGate gate;
+    gate.block(stream);
+    stream.copy_to_device(buffer, 0, bytes.data(), bytes.size());
+    stream.fill(buffer, 8, 8, 0x55);
+    stream.copy_to_host(result.data(), buffer, 0, result.size());
+    CHECK_FALSE(stream.is_idle());
+    CHECK(std::all_of(result.begin(), result.end(), [](std::uint8_t b) { return b == 0; }));
+    gate.open();
+    stream.synchronize();
+    CHECK(stream.is_idle());
+    auto expected = bytes;
+    std::fill(expected.begin() + 8, expected.begin() + 16, 0x55);
+    CHECK(result == expected);
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "host callbacks run after earlier work with an ok status") {
+    hal::Stream stream = device(0).create_stream();
+    hal::Buffer buffer = device(0).allocate(64, MemoryKind::host_pinned);
+    stream.fill(buffer, 0, 64, 0x42);
+    std::atomic<int> seen{-1};
+    std::atomic<bool> ok{false};
+    stream.enqueue_host_callback([&](const hal::Status& status) {
+      seen = static_cast<const std::uint8_t*>(buffer.host_address())[63];
+      ok = status.is_ok();
+    });
+    stream.synchronize();
+    CHECK(seen == 0x42);
+    CHECK(ok);
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "events order streams and time the work between them") {
+    hal::Stream producer = device(0).create_stream();
+    hal::Stream consumer = device(0).create_stream();
+    hal::Event start = device(0).create_event();
+    hal::Event done = device(0).create_event();
+    hal::Buffer buffer = device(0).allocate(64);
+    buffer.fill(0, 64, 0);
+    std::vector<std::uint8_t> result(64, 0xff);
+
+    StreamGate gate;
+    producer.record(start);
+    gate.block(producer);
+    producer.fill(buffer, 0, 64, 0x77);
+    producer.enqueue_host_callback([](const hal::Status&) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+    producer.record(done);
+    consumer.wait(done);
+    consumer.copy_to_host(result.data(), buffer, 0, result.size());
+
+    CHECK_FALSE(done.is_complete());
+    gate.open();
+    consumer.synchronize();
+    CHECK(std::all_of(result.begin(), result.end(), [](std::uint8_t b) { return b == 0x77; }));
+    done.synchronize();
+    CHECK(done.is_complete());
+    CHECK(hal::Event::elapsed_milliseconds(start, done) >= 15.0);
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "timing an event never recorded is invalid_argument") {
+    hal::Stream stream = device(0).create_stream();
+    hal::Event recorded = device(0).create_event();
+    hal::Event never = device(0).create_event();
+    stream.record(recorded);
+    stream.synchronize();
+    check_error([&] { (void)hal::Event::elapsed_milliseconds(recorded, never); }, StatusCode::invalid_argument,
+                {"never recorded"});
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "a device fault in stream work is device_lost at synchronize") {
+    hal::Stream stream = device(0).create_stream();
+    hal::Buffer buffer = device(0).allocate(64);
+    environment.set("HAL_FAKE_HIP_FAIL", "hipMemsetD8Async=700");
+    stream.fill(buffer, 0, 64, 1);  // enqueued fine; fails when it runs
+    check_error([&] { stream.synchronize(); }, StatusCode::device_lost,
+                {"hipErrorIllegalAddress", "an illegal memory access", "restart the process"}, hip_illegal_address);
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "runtime errors of synchronous calls map to hal status codes") {
+    hal::Buffer buffer = device(0).allocate(64);
+    std::uint8_t byte = 0;
+    environment.set("HAL_FAKE_HIP_FAIL", "hipMemcpy=719");
+    check_error([&] { buffer.read(0, &byte, 1); }, StatusCode::device_lost, {"hipErrorLaunchFailure", "rocm:0 to host"},
+                hip_launch_failure);
+    environment.set("HAL_FAKE_HIP_FAIL", "hipMemcpy=801");
+    check_error([&] { buffer.write(0, &byte, 1); }, StatusCode::unsupported, {"hipErrorNotSupported"},
+                hip_not_supported);
+    environment.set("HAL_FAKE_HIP_FAIL", "hipMalloc=999");
+    check_error([&] { (void)device(0).allocate(64); }, StatusCode::internal, {"hipErrorUnknown"}, hip_unknown);
+    environment.set("HAL_FAKE_HIP_FAIL", "hipStreamCreateWithFlags=2");
+    check_error([&] { (void)device(0).create_stream(); }, StatusCode::out_of_memory,
+                {"creating a stream on rocm:0", "free device memory"}, hip_out_of_memory);
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "the device is made current on every calling thread") {
+    hal::Device gpu = device(1);
+    const std::uint64_t free_before = gpu.free_memory();
+    std::vector<std::uint8_t> read_back;
+    std::uint64_t free_during = 0;
+    std::thread worker([&] {
+      // A fresh thread starts on device 0; the backend must switch it.
+      hal::Buffer buffer = gpu.allocate(1 << 20);
+      buffer.fill(0, 1 << 20, 0x5a);
+      read_back = read_all(buffer);
+      free_during = gpu.free_memory();
+    });
+    worker.join();
+    CHECK(read_back == std::vector<std::uint8_t>(1 << 20, 0x5a));
+    CHECK(free_during == free_before - (1 << 20));  // counted against rocm:1, not rocm:0
+  }
+
+  TEST_CASE("the config's [backend.rocm] runtime option locates the runtime") {
+    ScopedEnvironment environment{{"HAL_HIP_RUNTIME", std::nullopt}, {"HAL_BACKENDS", "rocm"}};
+    hal::RuntimeOptions options = hal::testing::options_without_config_file();
+    options.config->backend_options["rocm"]["runtime"] = HAL_FAKE_HIP_RUNTIME_DIR;  // a directory works too
+    const hal::Runtime runtime = hal::Runtime::create(options);
+    CHECK_MESSAGE(rocm_report(runtime).state == BackendState::loaded, rocm_report(runtime).reason);
+    CHECK(rocm_report(runtime).device_count == 2);
+  }
+
+  TEST_CASE("an explicit runtime path that does not exist is the only path tried") {
+    ScopedEnvironment environment{{"HAL_HIP_RUNTIME", "/nonexistent/dir/libamdhip64.so.6"}, {"HAL_BACKENDS", "rocm"}};
+    const hal::Runtime runtime = hal::Runtime::create(hal::testing::options_without_config_file());
+    const hal::BackendReport& report = rocm_report(runtime);
+    CHECK(report.state == BackendState::unavailable);
+    CHECK(contains(report.reason, "[HAL_HIP_RUNTIME] /nonexistent/dir/libamdhip64.so.6: not found"));
+    CHECK(contains(report.reason, "nothing else was searched"));
+    CHECK_FALSE(contains(report.reason, "[system]"));
+  }
+
+  TEST_CASE("a library that is not a HIP runtime is an error naming the missing functions") {
+    ScopedEnvironment environment{{"HAL_HIP_RUNTIME", HAL_HOST_PLUGIN_PATH}, {"HAL_BACKENDS", "rocm"}};
+    const hal::Runtime runtime = hal::Runtime::create(hal::testing::options_without_config_file());
+    const hal::BackendReport& report = rocm_report(runtime);
+    CHECK(report.state == BackendState::error);
+    CHECK(contains(report.reason, "lacks required functions"));
+    CHECK(contains(report.reason, "hipInit"));
+    CHECK(contains(report.reason, "hipGetDevicePropertiesR0000|hipGetDeviceProperties"));
+  }
+}
+
+TEST_SUITE("foreign architecture") {
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "an architecture the plugin has no code object for is named as the reason") {
+    const hal::DeviceInfo& info = device(0).info();
+    CHECK(info.name == "AMD Instinct MI300X");
+    const hal::Capability& kernels = capability(info, "kernels");
+    CHECK_FALSE(device(0).supports("kernels"));
+    if (built_with_kernels) {
+      CHECK(contains(kernels.note, "no code object for rocm:0 (gfx942:sramecc+:xnack+)"));
+      CHECK(contains(kernels.note, "HAL_ROCM_ARCHITECTURES including gfx942"));
+    }
+    // xnack+ lets host and device touch managed memory together.
+    CHECK(contains(capability(info, "memory.managed").note, "concurrently"));
+    CHECK(contains(capability(info, "p2p").note, "no other ROCm device"));
+  }
+}
+
+TEST_SUITE("rocm5 runtime") {
+  TEST_CASE_FIXTURE(Rocm5RuntimeFixture, "a ROCm 5 runtime works through its own exports") {
+    const hal::DeviceInfo& info = device(0).info();
+    CHECK(info.version("hip_runtime") == "5.2.21153");
+    CHECK(capability(info, "rocm.gcn_arch_name").value_string() == "gfx90a:sramecc+:xnack-");
+    // Without managed memory the kind is refused up front, saying what to do.
+    CHECK_FALSE(device(0).supports("memory.managed"));
+    check_error([&] { (void)device(0).allocate(64, MemoryKind::managed); }, StatusCode::unsupported,
+                {"does not support managed memory", "allocate device memory and copy"});
+  }
+
+  TEST_CASE_FIXTURE(Rocm5RuntimeFixture, "host callbacks run through hipStreamAddCallback and see the stream's status") {
+    hal::Stream stream = device(0).create_stream();
+    hal::Buffer buffer = device(0).allocate(64, MemoryKind::host_pinned);
+    stream.fill(buffer, 0, 64, 0x24);
+    std::atomic<int> seen{-1};
+    std::atomic<bool> ok{false};
+    stream.enqueue_host_callback([&](const hal::Status& status) {
+      seen = static_cast<const std::uint8_t*>(buffer.host_address())[0];
+      ok = status.is_ok();
+    });
+    stream.synchronize();
+    CHECK(seen == 0x24);
+    CHECK(ok);
+
+    environment.set("HAL_FAKE_HIP_FAIL", "hipMemsetD8Async=700");
+    hal::Stream faulty = device(0).create_stream();
+    faulty.fill(buffer, 0, 64, 1);
+    std::atomic<int> callback_status{-1};
+    faulty.enqueue_host_callback(
+        [&](const hal::Status& status) { callback_status = static_cast<int>(status.code()); });
+    check_error([&] { faulty.synchronize(); }, StatusCode::device_lost, {"hipErrorIllegalAddress"});
+    CHECK(callback_status == static_cast<int>(StatusCode::device_lost));
+  }
+}
+
+TEST_SUITE("no device") {
+  TEST_CASE("a runtime that finds no device makes the backend unavailable, saying so") {
+    ScopedEnvironment environment{{"HAL_HIP_RUNTIME", HAL_FAKE_HIP_RUNTIME_PATH}, {"HAL_BACKENDS", "host,rocm"}};
+    const hal::Runtime runtime = hal::Runtime::create(hal::testing::options_without_config_file());
+    const hal::BackendReport& report = rocm_report(runtime);
+    CHECK(report.state == BackendState::unavailable);
+    CHECK(contains(report.reason, "found no device"));
+    CHECK(contains(report.reason, "hipErrorNoDevice"));
+    CHECK(contains(report.reason, "[HAL_HIP_RUNTIME] " HAL_FAKE_HIP_RUNTIME_PATH ": loaded"));
+    CHECK(runtime.find_backend("host")->state == BackendState::loaded);
+  }
+}
+
+TEST_SUITE("no runtime") {
+  TEST_CASE("without a usable runtime the plugin loads and reports unavailable with every path tried") {
+    ScopedEnvironment environment{{"HAL_HIP_RUNTIME", std::nullopt},
+                                  {"ROCM_PATH", "/nonexistent/rocm"},
+                                  {"HAL_BACKENDS", "host,rocm"}};
+    const hal::Runtime runtime = hal::Runtime::create(hal::testing::options_without_config_file());
+    const hal::BackendReport& report = rocm_report(runtime);
+    if (report.state == BackendState::loaded) {
+      MESSAGE("this machine has an AMD GPU (" << report.device_count << " devices): nothing to check here");
+      return;
+    }
+    INFO(report.reason);
+    CHECK(report.state == BackendState::unavailable);
+    CHECK(contains(report.path, "libhal_backend_rocm.so"));
+    CHECK(contains(report.reason, "[ROCM_PATH] /nonexistent/rocm/lib: no such directory"));
+    CHECK(contains(report.reason, "[/opt/rocm] /opt/rocm/lib"));
+    CHECK(contains(report.reason, "[system] libamdhip64.so."));
+    // Either no library at all, or one that sees no GPU (Debian's ROCm 5.2 here).
+    CHECK((contains(report.reason, "was not found") || contains(report.reason, "found no device")));
+    CHECK(runtime.find_backend("host")->state == BackendState::loaded);
+    CHECK(runtime.device("host:0").info().type == hal::DeviceType::cpu);
+  }
+}

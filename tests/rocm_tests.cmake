@@ -1,0 +1,54 @@
+# The ROCm backend against a fake HIP runtime, and the plugin's link
+# dependencies. Included from tests/CMakeLists.txt when HAL_WITH_ROCM is ON.
+
+# Two fakes, each alone in its directory under its real soname, never
+# installed: ROCm 6's exports, and ROCm 5's (no hipLaunchHostFunc).
+set(HAL_FAKE_HIP_RUNTIME_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_hip_runtime)
+foreach(variant rocm6 rocm5)
+  add_library(fake_hip_runtime_${variant} SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_hip_runtime/fake_hip_runtime.cpp)
+  set_target_properties(fake_hip_runtime_${variant} PROPERTIES
+    OUTPUT_NAME amdhip64 PREFIX lib LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_HIP_RUNTIME_DIR}/${variant}
+    CXX_VISIBILITY_PRESET hidden)
+  target_include_directories(fake_hip_runtime_${variant} SYSTEM PRIVATE ${HAL_HIP_INCLUDE_DIR})
+  target_link_libraries(fake_hip_runtime_${variant} PRIVATE hal_warnings Threads::Threads)
+endforeach()
+set_target_properties(fake_hip_runtime_rocm6 PROPERTIES SUFFIX .so.6)
+set_target_properties(fake_hip_runtime_rocm5 PROPERTIES SUFFIX .so.5)
+target_compile_definitions(fake_hip_runtime_rocm5 PRIVATE FAKE_HIP_ROCM5)
+
+add_executable(hal_rocm_tests ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp ${CMAKE_CURRENT_LIST_DIR}/rocm_backend_test.cpp)
+target_include_directories(hal_rocm_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
+target_link_libraries(hal_rocm_tests PRIVATE hal::hal hal_warnings Threads::Threads)
+get_property(rocm_code_object_architectures GLOBAL PROPERTY HAL_ROCM_CODE_OBJECT_ARCHITECTURES)
+target_compile_definitions(hal_rocm_tests PRIVATE
+  HAL_FAKE_HIP_RUNTIME_PATH="$<TARGET_FILE:fake_hip_runtime_rocm6>"
+  HAL_FAKE_HIP_ROCM5_RUNTIME_PATH="$<TARGET_FILE:fake_hip_runtime_rocm5>"
+  HAL_FAKE_HIP_RUNTIME_DIR="${HAL_FAKE_HIP_RUNTIME_DIR}/rocm6"
+  HAL_HOST_PLUGIN_PATH="$<TARGET_FILE:hal_backend_host>"
+  HAL_ROCM_CODE_OBJECT_ARCHITECTURES="${rocm_code_object_architectures}")
+add_dependencies(hal_rocm_tests fake_hip_runtime_rocm6 fake_hip_runtime_rocm5 hal_backend_rocm hal_backend_host)
+
+# One process per runtime identity: the fake reads it once.
+set(HAL_ROCM_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=;HAL_FAKE_HIP_FAIL=")
+add_test(NAME rocm_fake_runtime_tests COMMAND hal_rocm_tests "--test-suite=fake runtime")
+set_tests_properties(rocm_fake_runtime_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=2;HAL_FAKE_HIP_MEMORY=1G,512M;HAL_FAKE_HIP_NAME=AMD Instinct MI210,AMD Instinct MI100;HAL_FAKE_HIP_ARCH=gfx90a:sramecc+:xnack-,gfx908:sramecc+:xnack-;HAL_FAKE_HIP_UUID=0123456789abcdef0011223344556677,fedcba98765432100011223344556677")
+add_test(NAME rocm_fake_foreign_architecture_tests COMMAND hal_rocm_tests "--test-suite=foreign architecture")
+set_tests_properties(rocm_fake_foreign_architecture_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_ARCH=gfx942:sramecc+:xnack+;HAL_FAKE_HIP_NAME=AMD Instinct MI300X;HAL_FAKE_HIP_MANAGED=1")
+add_test(NAME rocm_fake_rocm5_tests COMMAND hal_rocm_tests "--test-suite=rocm5 runtime")
+set_tests_properties(rocm_fake_rocm5_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_MANAGED=0")
+add_test(NAME rocm_fake_no_device_tests COMMAND hal_rocm_tests "--test-suite=no device")
+set_tests_properties(rocm_fake_no_device_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=0")
+add_test(NAME rocm_no_runtime_tests COMMAND hal_rocm_tests "--test-suite=no runtime")
+set_tests_properties(rocm_no_runtime_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_HIP_RUNTIME=")
+
+# The plugin must load where no ROCm library is installed.
+find_program(HAL_READELF readelf REQUIRED)
+add_test(NAME rocm_plugin_needs_no_rocm_library
+  COMMAND ${CMAKE_COMMAND} -DREADELF=${HAL_READELF} -DPLUGIN=$<TARGET_FILE:hal_backend_rocm>
+          -P ${CMAKE_CURRENT_LIST_DIR}/check_no_vendor_libraries.cmake)
+set_tests_properties(rocm_plugin_needs_no_rocm_library PROPERTIES LABELS unit)

@@ -1,0 +1,787 @@
+// halbench attn: scaled-dot-product attention through the public API
+// (hal::attention_forward / attention_backward with one implementation forced
+// per call), in TFLOP/s and as a fraction of the machine's f32 FMA peak
+// measured in the same run; optionally beside PyTorch's
+// scaled_dot_product_attention on the same shapes (torch_sdpa.py).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmarks.hpp"
+#include "common.hpp"
+#include "hal/attention.hpp"
+#include "torch_compare.hpp"
+
+// The one place halbench reaches below the public API: the FMA-peak kernel
+// and the FLOP count live beside the host attention kernels, because the peak
+// must be measured with the same instruction-set path and thread pool size
+// the flash kernels use, and the FLOP count must be the one the host
+// benchmarks and tests use. Both are plain computations on the CPU; no
+// attention call goes through them.
+#include "attention/attention_bench.hpp"
+#include "attention/fma_peak.hpp"
+#include "attention/half.hpp"
+
+namespace halbench {
+namespace {
+
+using hal::AttentionImplementation;
+
+constexpr std::uint64_t gibibyte = 1024ull * 1024 * 1024;
+const std::vector<std::int64_t> default_seqs{512, 2048, 4096};
+constexpr double default_max_call_seconds = 10.0;
+constexpr std::uint64_t default_max_workspace = 4 * gibibyte;
+// Without --iters, timed calls are repeated until they add up to this, so
+// short shapes get many samples and long ones stay within the time budget.
+constexpr double auto_target_seconds = 1.0;
+constexpr std::uint64_t auto_min_iterations = 2;
+constexpr std::uint64_t auto_max_iterations = 50;
+// Shapes up to this length run without a time estimate; a longer one with no
+// shorter measurement of its implementation and direction is estimated from
+// one call at this length.
+constexpr std::int64_t calibration_seq = 256;
+// A host run whose process got less of the CPUs than this was contended.
+constexpr double contended_cpu_share = 0.9;
+
+enum class Direction { forward, backward };
+std::string_view to_string(Direction direction) { return direction == Direction::forward ? "forward" : "backward"; }
+
+struct AttnOptions {
+  CommonOptions common;
+  std::vector<AttentionImplementation> implementations{AttentionImplementation::flash, AttentionImplementation::math};
+  std::vector<std::int64_t> seqs = default_seqs;
+  std::int64_t batch = 1;
+  std::int64_t heads_q = 32;
+  std::int64_t heads_kv = 8;
+  std::int64_t head_dim = 128;
+  hal::DType dtype = hal::DType::f32;
+  bool causal = false;
+  bool backward = false;      // also measure backward
+  bool forward_only = false;  // explicit default; conflicts with --backward
+  double max_call_seconds = default_max_call_seconds;
+  std::uint64_t max_workspace = default_max_workspace;
+  bool compare_torch = false;
+  std::string python = "python3";
+  std::optional<std::string> torch_script;
+
+  std::vector<Direction> directions() const {
+    if (backward) return {Direction::forward, Direction::backward};
+    return {Direction::forward};
+  }
+};
+
+hal::AttentionParams make_params(const AttnOptions& options, std::int64_t seq) {
+  hal::AttentionParams params;
+  params.batch = options.batch;
+  params.heads_q = options.heads_q;
+  params.heads_kv = options.heads_kv;
+  params.seq_q = seq;
+  params.seq_kv = seq;
+  params.head_dim_qk = options.head_dim;
+  params.head_dim_v = options.head_dim;
+  params.dtype = options.dtype;
+  params.layout = hal::AttentionLayout::bshd;
+  params.causal = options.causal;
+  params.return_lse = true;  // as in training: the backward pass needs it
+  return params;
+}
+
+// ---- argument parsing -----------------------------------------------------------
+
+std::int64_t parse_positive(std::string_view flag, std::string_view text) {
+  const std::uint64_t value = parse_count(flag, text, 1);
+  if (value > (1ull << 31)) throw UsageError(std::string(flag) + ": " + std::string(text) + " is too large");
+  return static_cast<std::int64_t>(value);
+}
+
+double parse_seconds(std::string_view flag, std::string_view text) {
+  std::string copy(text);
+  char* end = nullptr;
+  const double value = std::strtod(copy.c_str(), &end);
+  if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value) || value < 0)
+    throw UsageError(std::string(flag) + ": '" + copy + "' is not a number of seconds; expected a number >= 0");
+  return value;
+}
+
+// ---- device tensors -----------------------------------------------------------------
+
+// Inputs, outputs and gradients of one shape, filled with values in [-1, 1).
+struct Tensors {
+  hal::Buffer q, k, v, o, lse, grad_o, grad_q, grad_k, grad_v;
+};
+
+hal::Buffer random_buffer(const hal::Device& device, hal::DType dtype, std::int64_t elements, std::mt19937& random) {
+  const std::size_t element_bytes = hal::size_in_bytes(dtype);
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(elements) * element_bytes);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (std::int64_t i = 0; i < elements; ++i) {
+    const float value = uniform(random);
+    unsigned char* at = bytes.data() + static_cast<std::size_t>(i) * element_bytes;
+    if (dtype == hal::DType::f32) {
+      std::memcpy(at, &value, sizeof(value));
+    } else {
+      const std::uint16_t bits =
+          dtype == hal::DType::f16 ? hal::host::float_to_f16_bits(value) : hal::host::float_to_bf16_bits(value);
+      std::memcpy(at, &bits, sizeof(bits));
+    }
+  }
+  hal::Buffer buffer = device.allocate(bytes.size());
+  buffer.write(0, bytes.data(), bytes.size());
+  return buffer;
+}
+
+Tensors make_tensors(const hal::Device& device, const hal::AttentionParams& p, bool backward) {
+  std::mt19937 random(20240607);
+  const std::int64_t q_elements = p.batch * p.heads_q * p.seq_q * p.head_dim_qk;
+  const std::int64_t kv_elements = p.batch * p.heads_kv * p.seq_kv * p.head_dim_qk;
+  Tensors t;
+  t.q = random_buffer(device, p.dtype, q_elements, random);
+  t.k = random_buffer(device, p.dtype, kv_elements, random);
+  t.v = random_buffer(device, p.dtype, kv_elements, random);
+  t.o = random_buffer(device, p.dtype, q_elements, random);
+  t.lse = device.allocate(static_cast<std::uint64_t>(p.batch * p.heads_q * p.seq_q) * sizeof(float));
+  if (backward) {
+    t.grad_o = random_buffer(device, p.dtype, q_elements, random);
+    t.grad_q = random_buffer(device, p.dtype, q_elements, random);
+    t.grad_k = random_buffer(device, p.dtype, kv_elements, random);
+    t.grad_v = random_buffer(device, p.dtype, kv_elements, random);
+  }
+  return t;
+}
+
+// ---- measurement ----------------------------------------------------------------------
+
+// CPU time (user + system, every thread of this process) and wall time over
+// an interval. cpu / (wall x threads) is the share of `threads` CPUs the
+// process got: well below 1 means other work took the CPUs and times of that
+// interval are too long by about that much. Rates per CPU-second are what
+// time slicing by other work does not change.
+class CpuInterval {
+ public:
+  CpuInterval() : wall_start_(Clock::now()), cpu_start_(process_cpu_seconds()) {}
+  struct Elapsed {
+    double wall_seconds, cpu_seconds;
+    double share(int threads) const { return wall_seconds <= 0 ? 0.0 : cpu_seconds / (wall_seconds * threads); }
+  };
+  Elapsed finish() const { return {seconds_between(wall_start_, Clock::now()), process_cpu_seconds() - cpu_start_}; }
+
+ private:
+  static double process_cpu_seconds() {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    auto seconds = [](const timeval& t) {
+      return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6;
+    };
+    return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  }
+  Clock::time_point wall_start_;
+  double cpu_start_;
+};
+
+struct Measurement {
+  AttentionImplementation implementation;
+  std::int64_t seq;
+  Direction direction;
+  std::uint64_t iterations;
+  double event_ms;  // median over timed calls, hal events (execution on the stream)
+  double wall_ms;   // median over timed calls, wall clock from enqueue to synchronize
+  double min_event_ms;
+  double flops;
+  std::uint64_t workspace_bytes;
+  // Host device only (the work runs in this process): see CpuInterval.
+  double cpu_share;
+  double cpu_seconds_per_call;  // mean
+  double gflops() const { return flops / (event_ms * 1e-3) * 1e-9; }
+  double gflops_per_cpu_second() const { return cpu_seconds_per_call <= 0 ? 0.0 : flops / cpu_seconds_per_call * 1e-9; }
+};
+
+struct Skip {
+  AttentionImplementation implementation;
+  std::int64_t seq;
+  Direction direction;
+  std::string reason;
+};
+
+class Runner {
+ public:
+  // threads: how many the host backend's attention pool runs (for the CPU share).
+  Runner(const AttnOptions& options, const hal::Device& device, int threads)
+      : options_(options),
+        device_(device),
+        threads_(threads),
+        stream_(device.create_stream()),
+        start_(device.create_event()),
+        end_(device.create_event()) {}
+
+  // Measures one implementation on one shape and direction, or says why not.
+  // `tensors` of this shape are allocated on first use, so a shape that
+  // every implementation skips allocates nothing.
+  void run(AttentionImplementation implementation, std::int64_t seq, Direction direction,
+           std::optional<Tensors>& tensors, std::vector<Measurement>& measurements, std::vector<Skip>& skips) {
+    const hal::AttentionParams params = make_params(options_, seq);
+    const bool backward = direction == Direction::backward;
+    const hal::AttentionOptions per_call{{implementation}};
+    const hal::AttentionDecision decision = hal::explain_attention(device_, params, backward, per_call);
+    const auto candidate =
+        std::find_if(decision.candidates.begin(), decision.candidates.end(),
+                     [&](const hal::AttentionCandidate& c) { return c.implementation == implementation; });
+    if (!decision.found || decision.chosen != implementation || candidate == decision.candidates.end()) {
+      std::string reason = "not eligible on " + device_.id();
+      if (candidate != decision.candidates.end() && !candidate->reasons.empty())
+        reason += ": " + candidate->reasons.front();
+      skips.push_back({implementation, seq, direction, reason});
+      return;
+    }
+    const double flops = hal::host::attention_flops(params.resolve(), backward);
+    if (const std::optional<std::string> reason =
+            too_big(implementation, direction, seq, flops, candidate->workspace_bytes)) {
+      skips.push_back({implementation, seq, direction, *reason});
+      return;
+    }
+    if (!tensors) tensors = make_tensors(device_, params, options_.backward);
+
+    // The warm-up call faults in the workspace and starts the backend's
+    // threads; its time also sizes the automatic iteration count.
+    const CallTime warm_up = time_calls(params, backward, per_call, *tensors, 1).front();
+    const std::uint64_t iterations = options_.common.iterations.value_or(std::clamp<std::uint64_t>(
+        static_cast<std::uint64_t>(std::ceil(auto_target_seconds / std::max(warm_up.event_ms * 1e-3, 1e-6))),
+        auto_min_iterations, auto_max_iterations));
+    std::vector<double> event_ms, wall_ms;
+    const CpuInterval cpu;
+    for (const CallTime& time : time_calls(params, backward, per_call, *tensors, iterations, false)) {
+      event_ms.push_back(time.event_ms);
+      wall_ms.push_back(time.wall_ms);
+    }
+    const CpuInterval::Elapsed elapsed = cpu.finish();
+    const Measurement m{implementation,
+                        seq,
+                        direction,
+                        iterations,
+                        median(event_ms),
+                        median(wall_ms),
+                        *std::min_element(event_ms.begin(), event_ms.end()),
+                        flops,
+                        candidate->workspace_bytes,
+                        elapsed.share(threads_),
+                        elapsed.cpu_seconds / static_cast<double>(iterations)};
+    rates_.push_back({implementation, direction, seq, m.gflops()});
+    measurements.push_back(m);
+  }
+
+ private:
+  struct CallTime {
+    double event_ms;
+    double wall_ms;
+  };
+  struct Rate {
+    AttentionImplementation implementation;
+    Direction direction;
+    std::int64_t seq;
+    double gflops;
+  };
+
+  // `count` calls, each timed alone. Backward reads O and LSE: with
+  // need_forward_outputs they come first from this implementation's forward.
+  std::vector<CallTime> time_calls(const hal::AttentionParams& params, bool backward,
+                                   const hal::AttentionOptions& per_call, Tensors& t, std::uint64_t count,
+                                   bool need_forward_outputs = true) {
+    auto forward = [&] { hal::attention_forward(stream_, params, {t.q}, {t.k}, {t.v}, {t.o}, {t.lse}, per_call); };
+    if (backward && need_forward_outputs) {
+      forward();
+      stream_.synchronize();
+    }
+    std::vector<CallTime> times;
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const Clock::time_point wall_start = Clock::now();
+      stream_.record(start_);
+      if (backward)
+        hal::attention_backward(stream_, params, {t.q}, {t.k}, {t.v}, {t.o}, {t.grad_o}, {t.lse}, {t.grad_q},
+                                {t.grad_k}, {t.grad_v}, per_call);
+      else
+        forward();
+      stream_.record(end_);
+      stream_.synchronize();
+      const double wall_ms = seconds_between(wall_start, Clock::now()) * 1e3;
+      times.push_back({hal::Event::elapsed_milliseconds(start_, end_), wall_ms});
+    }
+    return times;
+  }
+
+  // The rate this implementation reached on the largest shape below `seq`
+  // measured in this run; when there is none, one untimed-for-results call
+  // at calibration_seq provides it.
+  const Rate& rate_below(AttentionImplementation implementation, Direction direction, std::int64_t seq) {
+    const Rate* best = nullptr;
+    for (const Rate& rate : rates_)
+      if (rate.implementation == implementation && rate.direction == direction && rate.seq < seq &&
+          (best == nullptr || rate.seq > best->seq))
+        best = &rate;
+    if (best != nullptr) return *best;
+    const hal::AttentionParams params = make_params(options_, calibration_seq);
+    const bool backward = direction == Direction::backward;
+    Tensors tensors = make_tensors(device_, params, backward);
+    const CallTime time = time_calls(params, backward, {{implementation}}, tensors, 1).front();
+    const double flops = hal::host::attention_flops(params.resolve(), backward);
+    rates_.push_back({implementation, direction, calibration_seq, flops / (time.event_ms * 1e-3) * 1e-9});
+    return rates_.back();
+  }
+
+  // Why a shape is skipped: its workspace is over --max-workspace, or its
+  // call would take over --max-call-seconds at the rate of rate_below (FLOPs
+  // grow as seq^2; the rate per FLOP of math does not improve with size).
+  std::optional<std::string> too_big(AttentionImplementation implementation, Direction direction, std::int64_t seq,
+                                     double flops, std::uint64_t workspace_bytes) {
+    if (options_.max_workspace > 0 && workspace_bytes > options_.max_workspace)
+      return "needs " + format_bytes(workspace_bytes) + " of workspace, over --max-workspace " +
+             format_bytes(options_.max_workspace);
+    if (options_.max_call_seconds <= 0 || seq <= calibration_seq) return std::nullopt;
+    const Rate& rate = rate_below(implementation, direction, seq);
+    const double estimate = flops / (rate.gflops * 1e9);
+    if (estimate <= options_.max_call_seconds) return std::nullopt;
+    return "estimated " + format_fixed(estimate, 1) + " s per call (at the " + format_fixed(rate.gflops, 1) +
+           " GFLOP/s measured at seq " + std::to_string(rate.seq) + "), over --max-call-seconds " +
+           format_fixed(options_.max_call_seconds, 1);
+  }
+
+  static std::string format_bytes(std::uint64_t bytes) {
+    if (bytes >= gibibyte) return format_fixed(static_cast<double>(bytes) / static_cast<double>(gibibyte), 2) + " GiB";
+    return format_fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1) + " MiB";
+  }
+
+  const AttnOptions& options_;
+  hal::Device device_;
+  int threads_;
+  hal::Stream stream_;
+  hal::Event start_, end_;
+  std::vector<Rate> rates_;
+};
+
+// ---- the f32 FMA peak -------------------------------------------------------------------
+
+constexpr int peak_attempts = 3;
+constexpr double peak_seconds_per_figure = 0.1;
+
+struct PeakSample {
+  hal::host::FmaPeak peak;       // best of peak_attempts, every thread of the pool
+  double gflops_per_cpu_second;  // one core, other work's time slices taken out
+};
+
+// Measured before and again after the attention runs: other work on the
+// machine moves both figures, and efficiency is quoted against the higher one
+// so that a busy moment during one measurement does not inflate it.
+struct PeakReport {
+  PeakSample before{};
+  PeakSample after{};
+  bool applies = false;  // the device is this CPU: efficiency is meaningful
+  int threads() const { return before.peak.threads; }
+  double reference_gflops() const { return std::max(before.peak.all_threads_gflops, after.peak.all_threads_gflops); }
+  double reference_gflops_per_cpu_second() const {
+    return std::max(before.gflops_per_cpu_second, after.gflops_per_cpu_second);
+  }
+};
+
+PeakSample measure_peak() {
+  const hal::host::FlashIsa isa = hal::host::flash_selected_isa();
+  PeakSample sample{};
+  {
+    // The same thread count as the host backend's attention pool
+    // (hardware_concurrency); this pool is gone before attention runs.
+    hal::host::ThreadPool pool;
+    sample.peak = hal::host::measure_fma_peak(pool, isa, peak_seconds_per_figure);
+    // The best of a few short measurements, so a moment of other work on the
+    // machine does not lower it.
+    for (int attempt = 1; attempt < peak_attempts; ++attempt) {
+      const hal::host::FmaPeak peak = hal::host::measure_fma_peak(pool, isa, peak_seconds_per_figure);
+      sample.peak.per_thread_gflops = std::max(sample.peak.per_thread_gflops, peak.per_thread_gflops);
+      sample.peak.all_threads_gflops = std::max(sample.peak.all_threads_gflops, peak.all_threads_gflops);
+    }
+  }
+  // Per CPU-second: on a one-thread pool everything runs on this thread, so
+  // the CPU share of the whole measurement converts its rate (median of a few).
+  hal::host::ThreadPool one_thread(1);
+  std::vector<double> rates;
+  for (int attempt = 0; attempt < peak_attempts; ++attempt) {
+    const CpuInterval cpu;
+    const hal::host::FmaPeak peak = hal::host::measure_fma_peak(one_thread, isa, peak_seconds_per_figure);
+    const double share = cpu.finish().share(1);
+    if (share > 0) rates.push_back(std::max(peak.per_thread_gflops, peak.all_threads_gflops) / std::min(share, 1.0));
+  }
+  sample.gflops_per_cpu_second = rates.empty() ? 0.0 : median(rates);
+  return sample;
+}
+
+std::optional<double> efficiency(const Measurement& m, const PeakReport& peak) {
+  if (!peak.applies || peak.reference_gflops() <= 0) return std::nullopt;
+  return m.gflops() / peak.reference_gflops();
+}
+
+// GFLOP per CPU-second of the attention / of one core's FMA peak: the
+// efficiency with other work's time slices taken out of both.
+std::optional<double> efficiency_per_cpu_second(const Measurement& m, const PeakReport& peak) {
+  if (!peak.applies || peak.reference_gflops_per_cpu_second() <= 0 || m.cpu_seconds_per_call <= 0) return std::nullopt;
+  return m.gflops_per_cpu_second() / peak.reference_gflops_per_cpu_second();
+}
+
+// ---- flash / math ratios -------------------------------------------------------------------
+
+struct Ratio {
+  std::int64_t seq;
+  Direction direction;
+  double speedup;       // math ms / flash ms
+  double memory_ratio;  // math workspace / flash workspace
+};
+
+std::vector<Ratio> flash_math_ratios(const std::vector<Measurement>& measurements) {
+  std::vector<Ratio> ratios;
+  for (const Measurement& flash : measurements) {
+    if (flash.implementation != AttentionImplementation::flash) continue;
+    for (const Measurement& math : measurements)
+      if (math.implementation == AttentionImplementation::math && math.seq == flash.seq &&
+          math.direction == flash.direction)
+        ratios.push_back({flash.seq, flash.direction, math.event_ms / flash.event_ms,
+                          flash.workspace_bytes == 0 ? 0.0
+                                                     : static_cast<double>(math.workspace_bytes) /
+                                                           static_cast<double>(flash.workspace_bytes)});
+  }
+  return ratios;
+}
+
+// ---- output ----------------------------------------------------------------------------------
+
+std::string shape_text(const AttnOptions& o) {
+  return "batch " + std::to_string(o.batch) + ", " + std::to_string(o.heads_q) + " query heads, " +
+         std::to_string(o.heads_kv) + " kv heads, head dim " + std::to_string(o.head_dim) + ", " +
+         std::string(hal::to_string(o.dtype)) + ", " + (o.causal ? "causal" : "no mask") + ", BSHD";
+}
+
+std::string format_mib(std::uint64_t bytes) { return format_fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1); }
+
+const TorchRow* find_torch(const TorchResults& torch, std::int64_t seq, Direction direction) {
+  for (const TorchRow& row : torch.rows)
+    if (row.seq == seq && row.direction == to_string(direction)) return &row;
+  return nullptr;
+}
+
+// The lines printed before measuring starts: what runs, and the FMA peak.
+void print_preamble(const AttnOptions& options, const hal::Device& device, const PeakReport& peak) {
+  print_heading("attn", device);
+  std::printf(
+      "# f32 FMA peak (%s, %d threads): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread, "
+      "%.1f GFLOP per CPU-second%s\n",
+      peak.before.peak.isa, peak.threads(), peak.before.peak.all_threads_gflops, peak.before.peak.per_thread_gflops,
+      peak.before.gflops_per_cpu_second,
+      peak.applies ? "" : " -- of the host CPU, not of this device: no efficiency column");
+  std::printf("# %s; FLOPs count visible query/key pairs only\n", shape_text(options).c_str());
+  std::fflush(stdout);
+}
+
+// CPU seconds per call of torch / of hal: the speed ratio with other work's
+// time slices taken out (host device only, where hal's work is in-process).
+std::optional<double> torch_over_hal_cpu_seconds(const TorchRow& torch, const Measurement& m) {
+  if (torch.cpu_seconds_per_call <= 0 || m.cpu_seconds_per_call <= 0) return std::nullopt;
+  return torch.cpu_seconds_per_call / m.cpu_seconds_per_call;
+}
+
+void print_table(const hal::Device& device, const PeakReport& peak, const std::vector<Measurement>& measurements,
+                 const std::vector<Skip>& skips, const std::optional<TorchResults>& torch) {
+  std::printf(
+      "# f32 FMA peak again after the runs: %.1f GFLOP/s all threads, %.1f GFLOP per CPU-second;\n"
+      "# efficiency is against the higher of each pair%s\n",
+      peak.after.peak.all_threads_gflops, peak.after.gflops_per_cpu_second,
+      device.info().type == hal::DeviceType::cpu ? "" : " -- not applicable to this device");
+  std::printf(
+      "# ms = median per call by hal events (wall = enqueue to synchronize); eff = GFLOP/s / FMA peak;\n"
+      "# cpu = CPU time this process got / (wall time x %d threads); cpu eff = GFLOP per CPU-second /\n"
+      "# FMA GFLOP per CPU-second (other work's time slices taken out); extra = workspace of one call\n",
+      peak.threads());
+  const bool with_torch = torch && !torch->rows.empty();
+  std::vector<Table::Column> columns{{"impl", true}, {"dir", true}, {"seq"},   {"iters"},     {"ms"},       {"wall ms"},
+                                     {"TFLOP/s"},    {"eff %"},     {"cpu %"}, {"cpu eff %"}, {"extra MiB"}};
+  if (with_torch) {
+    columns.push_back({"torch ms"});
+    columns.push_back({"torch cpu %"});
+    columns.push_back({"torch/hal"});
+    columns.push_back({"torch/hal cpu-s"});
+  }
+  Table table(columns);
+  for (const Measurement& m : measurements) {
+    const std::optional<double> eff = efficiency(m, peak);
+    const std::optional<double> cpu_eff = efficiency_per_cpu_second(m, peak);
+    std::vector<std::string> row{std::string(hal::to_string(m.implementation)),
+                                 std::string(to_string(m.direction)),
+                                 std::to_string(m.seq),
+                                 std::to_string(m.iterations),
+                                 format_fixed(m.event_ms, 2),
+                                 format_fixed(m.wall_ms, 2),
+                                 format_fixed(m.gflops() * 1e-3, 3),
+                                 eff ? format_fixed(*eff * 100, 1) : "-",
+                                 peak.applies ? format_fixed(m.cpu_share * 100, 0) : "-",
+                                 cpu_eff ? format_fixed(*cpu_eff * 100, 1) : "-",
+                                 format_mib(m.workspace_bytes)};
+    if (with_torch) {
+      const TorchRow* t = find_torch(*torch, m.seq, m.direction);
+      row.push_back(t ? format_fixed(t->ms, 2) : "-");
+      row.push_back(t ? format_fixed(t->cpu_share * 100, 0) : "-");
+      row.push_back(t ? format_fixed(t->ms / m.event_ms, 2) : "-");
+      const std::optional<double> cpu_ratio = t && peak.applies ? torch_over_hal_cpu_seconds(*t, m) : std::nullopt;
+      row.push_back(cpu_ratio ? format_fixed(*cpu_ratio, 2) : "-");
+    }
+    table.add_row(std::move(row));
+  }
+  if (measurements.empty())
+    std::printf("# nothing measured\n");
+  else
+    table.print(stdout);
+  if (peak.applies && std::any_of(measurements.begin(), measurements.end(),
+                                  [](const Measurement& m) { return m.cpu_share < contended_cpu_share; }))
+    std::printf(
+        "# warning: rows with cpu %% below %.0f ran while other work took CPUs: their times are too long\n"
+        "# and their eff %% is unreliable (the FMA peak may have been lowered too); rerun on a quiet machine\n",
+        contended_cpu_share * 100);
+  for (const Skip& skip : skips)
+    std::printf("# skipped %s %s seq %lld: %s\n", std::string(hal::to_string(skip.implementation)).c_str(),
+                std::string(to_string(skip.direction)).c_str(), static_cast<long long>(skip.seq), skip.reason.c_str());
+
+  const std::vector<Ratio> ratios = flash_math_ratios(measurements);
+  if (!ratios.empty()) {
+    std::printf("# flash vs math: speedup = math ms / flash ms, memory = math extra / flash extra\n");
+    Table ratio_table({{"seq"}, {"dir", true}, {"speedup"}, {"memory"}});
+    for (const Ratio& r : ratios)
+      ratio_table.add_row({std::to_string(r.seq), std::string(to_string(r.direction)), format_fixed(r.speedup, 2),
+                           format_fixed(r.memory_ratio, 2)});
+    ratio_table.print(stdout);
+  }
+  if (torch) {
+    if (torch->rows.empty()) {
+      std::printf("# torch: not measured: %s\n", torch->reason.c_str());
+    } else {
+      std::printf(
+          "# torch %s, %d threads: torch ms = median of torch.nn.functional.scaled_dot_product_attention "
+          "(wall clock);\n# torch/hal > 1: hal is faster; torch/hal cpu-s: the same by CPU seconds per call\n",
+          torch->version.c_str(), torch->threads);
+      std::vector<std::string> notes;
+      for (const TorchRow& row : torch->rows)
+        if (!row.note.empty() && std::find(notes.begin(), notes.end(), row.note) == notes.end())
+          notes.push_back(row.note);
+      for (const std::string& note : notes) std::printf("# torch: %s\n", note.c_str());
+    }
+  }
+}
+
+Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal::Device& device, const PeakReport& peak,
+             const std::vector<Measurement>& measurements, const std::vector<Skip>& skips,
+             const std::optional<TorchResults>& torch) {
+  Json directions = Json::array();
+  for (const Direction d : options.directions()) directions.push_back(to_string(d));
+  Json implementations = Json::array();
+  for (const AttentionImplementation i : options.implementations) implementations.push_back(hal::to_string(i));
+  Json parameters = {
+      {"implementations", implementations},
+      {"seq", options.seqs},
+      {"batch", options.batch},
+      {"heads_q", options.heads_q},
+      {"heads_kv", options.heads_kv},
+      {"head_dim", options.head_dim},
+      {"dtype", hal::to_string(options.dtype)},
+      {"causal", options.causal},
+      {"layout", "bshd"},
+      {"directions", directions},
+      {"iterations", options.common.iterations ? Json(*options.common.iterations) : Json("auto")},
+      {"statistic", "median"},
+      {"clock", "hal events (execution); wall clock also reported"},
+      {"flops", "visible query/key pairs only: forward 2*pairs*(d_qk+d_v), backward 2*pairs*(3*d_qk+2*d_v)"},
+      {"max_call_seconds", options.max_call_seconds},
+      {"max_workspace_bytes", options.max_workspace}};
+  Json results = Json::array();
+  for (const Measurement& m : measurements) {
+    const std::optional<double> eff = efficiency(m, peak);
+    Json row = {{"implementation", hal::to_string(m.implementation)},
+                {"direction", to_string(m.direction)},
+                {"seq", m.seq},
+                {"iterations", m.iterations},
+                {"ms_per_call", m.event_ms},
+                {"wall_ms_per_call", m.wall_ms},
+                {"min_ms_per_call", m.min_event_ms},
+                {"flops", m.flops},
+                {"tflops", m.gflops() * 1e-3},
+                {"efficiency", eff ? Json(*eff) : Json(nullptr)},
+                {"cpu_share", peak.applies ? Json(m.cpu_share) : Json(nullptr)},
+                {"gflops_per_cpu_second", peak.applies ? Json(m.gflops_per_cpu_second()) : Json(nullptr)},
+                {"efficiency_per_cpu_second",
+                 efficiency_per_cpu_second(m, peak) ? Json(*efficiency_per_cpu_second(m, peak)) : Json(nullptr)},
+                {"peak_extra_bytes", m.workspace_bytes}};
+    if (torch) {
+      const TorchRow* t = find_torch(*torch, m.seq, m.direction);
+      row["torch_ms_per_call"] = t ? Json(t->ms) : Json(nullptr);
+      row["torch_over_hal"] = t ? Json(t->ms / m.event_ms) : Json(nullptr);
+      const std::optional<double> cpu_ratio = t ? torch_over_hal_cpu_seconds(*t, m) : std::nullopt;
+      row["torch_over_hal_cpu_seconds"] = cpu_ratio && peak.applies ? Json(*cpu_ratio) : Json(nullptr);
+    }
+    results.push_back(std::move(row));
+  }
+  Json document = make_document("attn", runtime, device, std::move(parameters), std::move(results));
+  document["fma_peak"] = {{"isa", peak.before.peak.isa},
+                          {"threads", peak.threads()},
+                          {"per_thread_gflops", peak.before.peak.per_thread_gflops},
+                          {"all_threads_gflops", peak.before.peak.all_threads_gflops},
+                          {"gflops_per_cpu_second", peak.before.gflops_per_cpu_second},
+                          {"all_threads_gflops_after", peak.after.peak.all_threads_gflops},
+                          {"gflops_per_cpu_second_after", peak.after.gflops_per_cpu_second},
+                          {"efficiency_reference_gflops", peak.reference_gflops()},
+                          {"efficiency_reference_gflops_per_cpu_second", peak.reference_gflops_per_cpu_second()},
+                          {"applies_to_device", peak.applies}};
+  Json ratios = Json::array();
+  for (const Ratio& r : flash_math_ratios(measurements))
+    ratios.push_back({{"seq", r.seq},
+                      {"direction", to_string(r.direction)},
+                      {"flash_speedup_over_math", r.speedup},
+                      {"math_over_flash_memory", r.memory_ratio}});
+  document["flash_vs_math"] = std::move(ratios);
+  Json skipped = Json::array();
+  for (const Skip& s : skips)
+    skipped.push_back({{"implementation", hal::to_string(s.implementation)},
+                       {"direction", to_string(s.direction)},
+                       {"seq", s.seq},
+                       {"reason", s.reason}});
+  document["skipped"] = std::move(skipped);
+  if (torch) document["torch"] = torch->document;
+  return document;
+}
+
+constexpr std::string_view description =
+    "Scaled-dot-product attention through hal::attention_forward / attention_backward,\n"
+    "one implementation forced per call, over a sequence-length sweep. Default shape:\n"
+    "Llama-3-8B (32 query heads, 8 kv heads, head dim 128). Reports ms per call,\n"
+    "TFLOP/s (visible query/key pairs only), the implementation's workspace, and\n"
+    "efficiency against the f32 FMA peak measured first in the same run; plus the\n"
+    "flash/math speed ratio per shape. Shapes whose call would take longer than\n"
+    "--max-call-seconds (estimated from the smaller shapes) or need more workspace\n"
+    "than --max-workspace are skipped and listed as such.\n";
+
+AttnOptions parse_options(std::span<const std::string_view> arguments, bool& help_shown) {
+  AttnOptions options;
+  OptionParser parser("halbench attn", std::string(description));
+  add_common_options(parser, options.common,
+                     "timed calls per shape, after one warm-up call\n"
+                     "(default: enough for about 1 s, at least 2, at most 50)");
+  parser.add_value(
+      "--impl", "LIST", "implementations, in order: flash, math, fused (default flash,math)",
+      [&](std::string_view text) {
+        options.implementations.clear();
+        for (const std::string& item : split_list("--impl", text)) {
+          const auto implementation = hal::parse_attention_implementation(item);
+          if (!implementation)
+            throw UsageError("--impl: '" + item + "' is not an implementation; expected flash, math or fused");
+          options.implementations.push_back(*implementation);
+        }
+      });
+  parser.add_value("--seq", "LIST",
+                   "sequence lengths (query = key/value), e.g. 512,1024,2048,4096,8192\n(default 512,2048,4096)",
+                   [&](std::string_view text) {
+                     options.seqs.clear();
+                     for (const std::string& item : split_list("--seq", text))
+                       options.seqs.push_back(parse_positive("--seq", item));
+                     std::sort(options.seqs.begin(), options.seqs.end());
+                     options.seqs.erase(std::unique(options.seqs.begin(), options.seqs.end()), options.seqs.end());
+                   });
+  parser.add_value("--batch", "N", "batch size (default 1)",
+                   [&](std::string_view text) { options.batch = parse_positive("--batch", text); });
+  parser.add_value("--heads-q", "N", "query heads (default 32)",
+                   [&](std::string_view text) { options.heads_q = parse_positive("--heads-q", text); });
+  parser.add_value("--heads-kv", "N", "key/value heads; must divide --heads-q (default 8)",
+                   [&](std::string_view text) { options.heads_kv = parse_positive("--heads-kv", text); });
+  parser.add_value("--head-dim", "N", "head dimension of q, k and v (default 128)",
+                   [&](std::string_view text) { options.head_dim = parse_positive("--head-dim", text); });
+  parser.add_value("--dtype", "TYPE", "f32, f16 or bf16 (default f32)", [&](std::string_view text) {
+    const std::optional<hal::DType> dtype = hal::parse_dtype(text);
+    if (!dtype || (*dtype != hal::DType::f32 && *dtype != hal::DType::f16 && *dtype != hal::DType::bf16))
+      throw UsageError("--dtype: '" + std::string(text) + "' is not an attention dtype; expected f32, f16 or bf16");
+    options.dtype = *dtype;
+  });
+  parser.add_switch("--causal", "causal mask (top-left; query and key lengths are equal)", options.causal);
+  parser.add_switch("--backward", "measure the backward pass too (about 2.5x the forward FLOPs)", options.backward);
+  parser.add_switch("--forward-only", "measure the forward pass only (the default)", options.forward_only);
+  parser.add_value(
+      "--max-call-seconds", "S", "skip a shape whose call is estimated to take longer (default 10; 0: no limit)",
+      [&](std::string_view text) { options.max_call_seconds = parse_seconds("--max-call-seconds", text); });
+  parser.add_value("--max-workspace", "BYTES", "skip a shape whose workspace is larger (default 4G)",
+                   [&](std::string_view text) { options.max_workspace = parse_byte_size("--max-workspace", text); });
+  parser.add_switch("--compare-torch",
+                    "also run torch_sdpa.py (PyTorch scaled_dot_product_attention, same shapes\n"
+                    "and threads) and add torch ms and torch/hal columns",
+                    options.compare_torch);
+  parser.add_value("--python", "PATH", "Python interpreter for --compare-torch (default python3)",
+                   [&](std::string_view text) { options.python = std::string(text); });
+  parser.add_value(
+      "--torch-script", "PATH",
+      "torch_sdpa.py for --compare-torch (default: the one beside halbench's sources\nor installed in share/hal)",
+      [&](std::string_view text) { options.torch_script = std::string(text); });
+  help_shown = !parser.parse(arguments);
+  if (options.backward && options.forward_only)
+    throw UsageError("--backward and --forward-only contradict each other; give one");
+  // Keeps every element count and byte offset far from overflowing.
+  constexpr double max_elements = 1ull << 40;
+  const double largest = static_cast<double>(options.batch) * static_cast<double>(options.heads_q) *
+                         static_cast<double>(options.seqs.back()) * static_cast<double>(options.head_dim);
+  if (largest > max_elements)
+    throw UsageError("the shape batch " + std::to_string(options.batch) + " x heads " +
+                     std::to_string(options.heads_q) + " x seq " + std::to_string(options.seqs.back()) +
+                     " x head dim " + std::to_string(options.head_dim) +
+                     " has over 2^40 elements per tensor; choose a smaller one");
+  if (options.heads_q % options.heads_kv != 0)
+    throw UsageError("--heads-kv " + std::to_string(options.heads_kv) + " does not divide --heads-q " +
+                     std::to_string(options.heads_q) + "; expected a divisor (GQA groups are equal)");
+  return options;
+}
+
+}  // namespace
+
+int run_attn(std::span<const std::string_view> arguments) {
+  bool help_shown = false;
+  const AttnOptions options = parse_options(arguments, help_shown);
+  if (help_shown) return exit_success;
+
+  const hal::Runtime runtime = hal::Runtime::create();
+  const hal::Device device = select_device(runtime, options.common.device_id);
+  // Measured before any attention call, while the machine runs nothing of ours.
+  PeakReport peak;
+  peak.before = measure_peak();
+  peak.applies = device.info().type == hal::DeviceType::cpu;
+  if (!options.common.json) print_preamble(options, device, peak);
+
+  std::vector<Measurement> measurements;
+  std::vector<Skip> skips;
+  Runner runner(options, device, peak.threads());
+  for (const std::int64_t seq : options.seqs) {
+    std::optional<Tensors> tensors;
+    for (const Direction direction : options.directions())
+      for (const AttentionImplementation implementation : options.implementations)
+        runner.run(implementation, seq, direction, tensors, measurements, skips);
+  }
+
+  peak.after = measure_peak();
+
+  std::optional<TorchResults> torch;
+  if (options.compare_torch) {
+    TorchRequest request{options.seqs,     options.batch,
+                         options.heads_q,  options.heads_kv,
+                         options.head_dim, std::string(hal::to_string(options.dtype)),
+                         options.causal,   options.backward,
+                         peak.threads(),   options.common.iterations};
+    torch = run_torch_sdpa(request, options.python, options.torch_script);
+  }
+
+  if (options.common.json)
+    print_json(to_json(options, runtime, device, peak, measurements, skips, torch));
+  else
+    print_table(device, peak, measurements, skips, torch);
+  return exit_success;
+}
+
+}  // namespace halbench
