@@ -11,7 +11,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-gpu}"
 bundle="${HAL_GPU_BUNDLE:-$root/build-gpu-bundle}"
 
-BUILD_DIR="$build" "$root/scripts/build.sh" -DCMAKE_BUILD_TYPE=Release -DHAL_WITH_CUDA=ON -DHAL_CUDA_KERNELS=ON
+# RelWithDebInfo (-O2), as CI builds; the debug info is stripped below.
+BUILD_DIR="$build" "$root/scripts/build.sh" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHAL_WITH_CUDA=ON -DHAL_CUDA_KERNELS=ON
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib/hal/backends" "$bundle/lib/deps" "$bundle/fakes"

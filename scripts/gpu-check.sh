@@ -55,7 +55,6 @@ if [ ! -d "$bundle/lib/hal/backends" ]; then
   echo "no bundle at $bundle: run scripts/gpu-bundle.sh here and carry build-gpu-bundle" | tee -a "$summary"
   exit 1
 fi
-export LD_LIBRARY_PATH="$bundle/lib:$bundle/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # 2. Does the whole project configure here? Only recorded.
 step configure-probe 120 cmake -S "$root" -B "$work/probe" -G Ninja -DHAL_BUILD_TESTS=OFF
@@ -77,6 +76,10 @@ if step build-cuda-backend 300 bash -c '
 else
   echo "using the carried CUDA backend: $cuda_plugin" | tee -a "$summary"
 fi
+# The carried libraries serve hal's binaries only; the compilers and Python
+# keep the machine's own (the bundle may carry another libcrypto, say).
+system_library_path="${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$bundle/lib:$bundle/lib/deps${system_library_path:+:$system_library_path}"
 export HAL_BACKENDS_FORCE="$bundle/lib/hal/backends/libhal_backend_host.so:$cuda_plugin"
 export HAL_CONFIG=""
 
@@ -103,6 +106,7 @@ else
 fi
 
 # 6. PyTorch on the same device, for ratios.
-step torch-reference 180 python3 "$root/scripts/gpu_reference.py" "$out/torch-reference.json"
+step torch-reference 180 env LD_LIBRARY_PATH="$system_library_path" python3 "$root/scripts/gpu_reference.py" \
+  "$out/torch-reference.json"
 
 echo "results in $out" | tee -a "$summary"
