@@ -72,7 +72,10 @@ std::optional<Order> order_from_transformer_engine() {
                   std::string(entry.variable) + "=" + value + " is not allowed; use 0 or 1");
     any_set |= value != nullptr;
     if (value == nullptr || std::string_view(value) == "1") order.implementations.push_back(entry.implementation);
-    if (value != nullptr) order.source += (order.source.empty() ? "" : " ") + std::string(entry.variable) + "=" + value;
+    if (value != nullptr) {
+      if (!order.source.empty()) order.source += ' ';
+      order.source.append(entry.variable).append("=").append(value);
+    }
   }
   if (!any_set) return std::nullopt;
   return order;
