@@ -121,6 +121,19 @@ TEST_SUITE("ppu fixture") {
     CHECK(hal::ppu::isa_generation("XY100") == "");
   }
 
+  TEST_CASE("a library's release comes from its file name, never from the ABI major alone") {
+    const Fixture fixture;
+    const std::string lib64 = (fixture.root / "sdk/lib64").string();
+    CHECK(hal::ppu::find_library({lib64}, "libcudnn.so").version == "9.1.0");
+    fs::remove(fixture.root / "sdk/lib64/libcuda.so.1.4.1");
+    write(fixture.root / "sdk/lib64/libcuda.so.1", "");
+    const hal::ppu::LibraryFile runtime = hal::ppu::find_library({lib64, "/no/such/dir"}, "libcuda.so");
+    CHECK(runtime.path == lib64 + "/libcuda.so.1");
+    CHECK(runtime.version.empty());
+    CHECK(hal::ppu::find_library({"/no/such/dir"}, "libcuda.so").tried.front() ==
+          "/no/such/dir/libcuda.so*: not found");
+  }
+
   TEST_CASE("the backend reports a PPU as T-Head with each version axis on its own") {
     const Fixture fixture;
     const auto environment = fixture.environment();

@@ -14,3 +14,10 @@ if(HAL_WITH_CUDA)
   set_tests_properties(ppu_cuda_listed_once_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
     "${HAL_PPU_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=ppu")
 endif()
+
+# The plugin must load where no PPU SDK library is installed.
+find_program(HAL_READELF readelf REQUIRED)
+add_test(NAME ppu_plugin_needs_no_vendor_library
+  COMMAND ${CMAKE_COMMAND} -DREADELF=${HAL_READELF} -DPLUGIN=$<TARGET_FILE:hal_backend_ppu>
+          -P ${CMAKE_CURRENT_LIST_DIR}/check_no_vendor_libraries.cmake)
+set_tests_properties(ppu_plugin_needs_no_vendor_library PROPERTIES LABELS unit)

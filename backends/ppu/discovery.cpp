@@ -160,7 +160,10 @@ LibraryFile find_library(const std::vector<std::string>& dirs, const std::string
       continue;
     }
     library.path = dir + "/" + best_name;
-    if (best_name.size() > base_name.size() + 1) library.version = best_name.substr(base_name.size() + 1);
+    // libcuda.so.1 carries only the ABI major, not a release version.
+    if (const std::string suffix = best_name.substr(std::min(best_name.size(), base_name.size() + 1));
+        parse_version(suffix))
+      library.version = suffix;
     library.tried.push_back(library.path + ": found");
     return library;
   }
