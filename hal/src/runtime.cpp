@@ -237,6 +237,40 @@ bool enumerate_devices(const std::shared_ptr<detail::LoadedBackend>& backend, Ba
   return true;
 }
 
+// "00000000:E1:00.0" and "0000:e1:00.0" name the same PCI function.
+std::string comparable_pci_bus_id(const std::string& id) {
+  std::string text = id;
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
+  const auto colon = text.find(':');
+  if (colon != std::string::npos && colon > 4 && text.find(':', colon + 1) != std::string::npos)
+    text = text.substr(colon - 4);
+  return text;
+}
+
+// A PPU in CUDA-compatible mode is also seen by the cuda backend. When the
+// ppu backend lists devices, a cuda device is dropped if its PCI bus id is a
+// ppu device's or, when the bus ids cannot tell, its name starts with "PPU".
+void drop_cuda_devices_claimed_by_ppu(std::vector<Device>& devices, std::vector<BackendReport>& reports) {
+  std::vector<std::string> ppu_bus_ids;
+  for (const auto& device : devices)
+    if (device.info().backend == "ppu") ppu_bus_ids.push_back(comparable_pci_bus_id(device.info().pci_bus_id));
+  if (ppu_bus_ids.empty()) return;
+  const auto claimed = [&](const Device& device) {
+    const DeviceInfo& info = device.info();
+    if (info.backend != "cuda") return false;
+    const std::string bus_id = comparable_pci_bus_id(info.pci_bus_id);
+    const bool same_bus =
+        !bus_id.empty() && std::find(ppu_bus_ids.begin(), ppu_bus_ids.end(), bus_id) != ppu_bus_ids.end();
+    if (!same_bus && !info.name.starts_with("PPU")) return false;
+    detail::log_message(HAL_LOG_INFO, "cuda device " + device.id() + " (" + info.name + ", " + info.pci_bus_id +
+                                          ") is a PPU the ppu backend lists; it is not listed twice");
+    for (auto& report : reports)
+      if (report.name == "cuda" && report.device_count > 0) --report.device_count;
+    return true;
+  };
+  devices.erase(std::remove_if(devices.begin(), devices.end(), claimed), devices.end());
+}
+
 BackendReport load_candidate(const Candidate& candidate, const Config& config, std::vector<Device>& devices) {
   BackendReport report;
   report.name = candidate.name;
@@ -331,6 +365,7 @@ Runtime Runtime::create(const RuntimeOptions& options) {
     }
     state->reports.push_back(load_candidate(candidate, state->config, state->devices));
   }
+  drop_cuda_devices_claimed_by_ppu(state->devices, state->reports);
   // Reports in the same fixed order as loading: known backends first.
   std::stable_sort(state->reports.begin(), state->reports.end(), [](const auto& a, const auto& b) {
     const auto& known = known_backend_names();
