@@ -13,16 +13,16 @@
 
 #include "cuda_driver.hpp"
 #include "cudnn.hpp"
+#include "device_description.hpp"
 #include "hal/backend_abi.h"
+#include "last_error.hpp"
 #include "nccl.hpp"
 
 namespace hal::cuda {
 
-// Records the thread's last error and returns its status, so a failing path
-// reads `return fail(HAL_ERROR_..., "what to do")`.
-hal_status fail(hal_status status, std::string message, std::int64_t native_code = 0);
-hal_status succeed();
-void read_last_error(hal_error_info_v1* out);
+using backend::fail;
+using backend::read_last_error;
+using backend::succeed;
 // The hal_status a CUresult stands for.
 hal_status status_of(CUresult result);
 
@@ -34,14 +34,7 @@ struct CudaDevice {
   std::uint32_t multiprocessors = 0, clock_mhz = 0, memory_clock_mhz = 0;
   int compute_major = 0, compute_minor = 0;
   bool managed_memory = false;
-
-  std::vector<std::pair<std::string, std::string>> version_strings;
-  std::vector<hal_key_value_v1> version_axes;  // points into version_strings
-  struct CapabilityStorage {
-    std::string key, string_value, note;
-  };
-  std::vector<CapabilityStorage> capability_strings;
-  std::vector<hal_capability_v1> capabilities;  // points into capability_strings
+  backend::DeviceDescription description;
 
   // Kernels from the embedded image (kernels.cpp); usable only when loaded and verified.
   CUmodule kernel_module = nullptr;
@@ -88,8 +81,6 @@ struct Context {
 // Discovers the devices and their identity; fills context.devices.
 hal_status discover_devices(Context& context);
 void fill_device_info(const Context& context, std::uint32_t device, hal_device_info_v1& info);
-// "00000000:3B:00.0" -> "0000:3b:00.0"; "" when the text is not a PCI address.
-std::string normalize_pci_bus_id(std::string_view text);
 
 }  // namespace hal::cuda
 
