@@ -13,16 +13,16 @@
 
 #include "cuda_driver.hpp"
 #include "cudnn.hpp"
+#include "device_description.hpp"
 #include "hal/backend_abi.h"
+#include "last_error.hpp"
 #include "nccl.hpp"
 
 namespace hal::cuda {
 
-// Records the thread's last error and returns its status, so a failing path
-// reads `return fail(HAL_ERROR_..., "what to do")`.
-hal_status fail(hal_status status, std::string message, std::int64_t native_code = 0);
-hal_status succeed();
-void read_last_error(hal_error_info_v1* out);
+using backend::fail;
+using backend::read_last_error;
+using backend::succeed;
 // The hal_status a CUresult stands for.
 hal_status status_of(CUresult result);
 
@@ -34,14 +34,7 @@ struct CudaDevice {
   std::uint32_t multiprocessors = 0, clock_mhz = 0, memory_clock_mhz = 0;
   int compute_major = 0, compute_minor = 0;
   bool managed_memory = false;
-
-  std::vector<std::pair<std::string, std::string>> version_strings;
-  std::vector<hal_key_value_v1> version_axes;  // points into version_strings
-  struct CapabilityStorage {
-    std::string key, string_value, note;
-  };
-  std::vector<CapabilityStorage> capability_strings;
-  std::vector<hal_capability_v1> capabilities;  // points into capability_strings
+  backend::DeviceDescription description;
 
   // Kernels from the embedded image (kernels.cpp); usable only when loaded and verified.
   CUmodule kernel_module = nullptr;
@@ -88,8 +81,6 @@ struct Context {
 // Discovers the devices and their identity; fills context.devices.
 hal_status discover_devices(Context& context);
 void fill_device_info(const Context& context, std::uint32_t device, hal_device_info_v1& info);
-// "00000000:3B:00.0" -> "0000:3b:00.0"; "" when the text is not a PCI address.
-std::string normalize_pci_bus_id(std::string_view text);
 
 }  // namespace hal::cuda
 
@@ -123,29 +114,5 @@ struct hal_backend_context {
 
 // The C entry points, defined in memory.cpp and stream.cpp.
 namespace hal::cuda {
-hal_status buffer_allocate(hal_backend_context* backend, std::uint32_t device, hal_memory_kind kind,
-                           std::uint64_t size, std::uint64_t alignment, hal_buffer** out);
-hal_status buffer_free(hal_buffer* buffer);
-void* buffer_host_address(hal_buffer* buffer);
-void* buffer_device_address(hal_buffer* buffer);
-hal_status copy_host_to_device(hal_stream* stream, hal_buffer* destination, std::uint64_t destination_offset,
-                               const void* source, std::uint64_t size);
-hal_status copy_device_to_host(hal_stream* stream, void* destination, hal_buffer* source, std::uint64_t source_offset,
-                               std::uint64_t size);
-hal_status copy_device_to_device(hal_stream* stream, hal_buffer* destination, std::uint64_t destination_offset,
-                                 hal_buffer* source, std::uint64_t source_offset, std::uint64_t size);
-hal_status fill(hal_stream* stream, hal_buffer* destination, std::uint64_t offset, std::uint64_t size,
-                const void* pattern, std::uint32_t pattern_size);
-hal_status stream_create(hal_backend_context* backend, std::uint32_t device, hal_stream** out);
-hal_status stream_destroy(hal_stream* stream);
-hal_status stream_synchronize(hal_stream* stream);
-hal_status stream_query(hal_stream* stream);
-hal_status stream_wait_event(hal_stream* stream, hal_event* event);
-hal_status stream_host_callback(hal_stream* stream, hal_host_callback callback, void* user_data);
-hal_status event_create(hal_backend_context* backend, std::uint32_t device, hal_event** out);
-hal_status event_destroy(hal_event* event);
-hal_status event_record(hal_event* event, hal_stream* stream);
-hal_status event_query(hal_event* event);
-hal_status event_synchronize(hal_event* event);
-hal_status event_elapsed_milliseconds(hal_event* start, hal_event* end, double* milliseconds);
+#include "gpu_entry_points.inc"
 }  // namespace hal::cuda

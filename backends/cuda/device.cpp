@@ -1,8 +1,6 @@
 // CUDA device discovery: identity, memory, clocks, version axes and the
 // capabilities each device declares.
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "cuda_backend.hpp"
 #include "kernels.hpp"
@@ -13,13 +11,6 @@
 
 namespace hal::cuda {
 namespace {
-
-std::string read_first_line(const std::string& path) {
-  std::ifstream file(path);
-  std::string line;
-  std::getline(file, line);
-  return line;
-}
 
 // 12040 -> "12.4"
 std::string format_cuda_version(int version) {
@@ -46,26 +37,16 @@ std::string format_uuid(const CUuuid& uuid) {
 // The PCI vendor as sysfs knows it: the driver API cannot tell an NVIDIA GPU
 // from a CUDA-compatible device of another vendor.
 std::string vendor_from_sysfs(const std::string& pci_bus_id) {
-  if (pci_bus_id.empty()) return "unknown";
-  const std::string id = read_first_line("/sys/bus/pci/devices/" + pci_bus_id + "/vendor");
+  const std::string id = backend::read_pci_sysfs(pci_bus_id, "vendor");
   if (id == "0x10de") return "NVIDIA";
   if (id == "0x1ded") return "T-Head";
   return id.empty() ? "unknown" : "unknown (PCI vendor " + id + ")";
 }
 
-int numa_node_from_sysfs(const std::string& pci_bus_id) {
-  if (pci_bus_id.empty()) return -1;
-  const std::string text = read_first_line("/sys/bus/pci/devices/" + pci_bus_id + "/numa_node");
-  try {
-    return text.empty() ? -1 : std::max(std::stoi(text), -1);
-  } catch (const std::exception&) {
-    return -1;
-  }
-}
-
-class DeviceBuilder {
+// Reads device attributes, logging (not failing on) the ones the driver refuses.
+class AttributeReader {
  public:
-  DeviceBuilder(const Context& context, CudaDevice& device) : context_(context), device_(device) {}
+  AttributeReader(const Context& context, const CudaDevice& device) : context_(context), device_(device) {}
 
   int attribute(CUdevice_attribute which, const char* name) {
     int value = 0;
@@ -78,42 +59,9 @@ class DeviceBuilder {
     return value;
   }
 
-  void add_bool(std::string key, bool value, std::string note = {}) {
-    add(std::move(key), HAL_CAPABILITY_BOOL, value ? 1 : 0, {}, std::move(note));
-  }
-  void add_int(std::string key, std::int64_t value, std::string note = {}) {
-    add(std::move(key), HAL_CAPABILITY_INT, value, {}, std::move(note));
-  }
-  void add_string(std::string key, std::string value, std::string note = {}) {
-    add(std::move(key), HAL_CAPABILITY_STRING, 0, std::move(value), std::move(note));
-  }
-
-  // Pointers into the string vectors are taken once they stop growing.
-  void finalize() {
-    device_.version_axes.clear();
-    for (const auto& [key, value] : device_.version_strings)
-      device_.version_axes.push_back({key.c_str(), value.c_str()});
-    for (std::size_t i = 0; i < device_.capabilities.size(); ++i) {
-      const auto& strings = device_.capability_strings[i];
-      device_.capabilities[i].key = strings.key.c_str();
-      device_.capabilities[i].string_value =
-          device_.capabilities[i].type == HAL_CAPABILITY_STRING ? strings.string_value.c_str() : nullptr;
-      device_.capabilities[i].note = strings.note.empty() ? nullptr : strings.note.c_str();
-    }
-  }
-
  private:
-  void add(std::string key, hal_capability_type type, std::int64_t int_value, std::string string_value,
-           std::string note) {
-    device_.capability_strings.push_back({std::move(key), std::move(string_value), std::move(note)});
-    hal_capability_v1 capability{};
-    capability.type = type;
-    capability.int_value = int_value;
-    device_.capabilities.push_back(capability);
-  }
-
   const Context& context_;
-  CudaDevice& device_;
+  const CudaDevice& device_;
 };
 
 hal_status describe_device(const Context& context, int ordinal, CudaDevice& device) {
@@ -135,8 +83,8 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
 
   char bus_id[64] = {};
   if (api.cuDeviceGetPCIBusId(bus_id, sizeof(bus_id) - 1, device.handle) == CUDA_SUCCESS)
-    device.pci_bus_id = normalize_pci_bus_id(bus_id);
-  device.numa_node = numa_node_from_sysfs(device.pci_bus_id);
+    device.pci_bus_id = backend::normalize_pci_bus_id(bus_id);
+  device.numa_node = backend::numa_node_from_sysfs(device.pci_bus_id);
   device.vendor = vendor_from_sysfs(device.pci_bus_id);
 
   std::size_t total = 0;
@@ -145,61 +93,62 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
     return status;
   device.total_memory = total;
 
-  DeviceBuilder builder(context, device);
+  AttributeReader reader(context, device);
   device.multiprocessors =
-      static_cast<std::uint32_t>(builder.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessors"));
-  device.clock_mhz = static_cast<std::uint32_t>(builder.attribute(CU_DEVICE_ATTRIBUTE_CLOCK_RATE, "clock") / 1000);
+      static_cast<std::uint32_t>(reader.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessors"));
+  device.clock_mhz = static_cast<std::uint32_t>(reader.attribute(CU_DEVICE_ATTRIBUTE_CLOCK_RATE, "clock") / 1000);
   device.memory_clock_mhz =
-      static_cast<std::uint32_t>(builder.attribute(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, "memory clock") / 1000);
-  device.compute_major = builder.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability major");
-  device.compute_minor = builder.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "compute capability minor");
-  device.managed_memory = builder.attribute(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, "managed memory") != 0;
+      static_cast<std::uint32_t>(reader.attribute(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, "memory clock") / 1000);
+  device.compute_major = reader.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability major");
+  device.compute_minor = reader.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "compute capability minor");
+  device.managed_memory = reader.attribute(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, "managed memory") != 0;
   const bool concurrent_managed =
-      builder.attribute(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, "concurrent managed access") != 0;
-  const bool maps_host_memory = builder.attribute(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, "map host memory") != 0;
+      reader.attribute(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, "concurrent managed access") != 0;
+  const bool maps_host_memory = reader.attribute(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, "map host memory") != 0;
 
-  device.version_strings = {{"backend", HAL_VERSION_STRING},
-                            {"driver", format_cuda_version(context.driver_version)},
-                            {"cuda_headers", format_cuda_version(CUDA_VERSION)}};
-  if (context.cudnn) device.version_strings.emplace_back("cudnn", context.cudnn->version());
-  if (context.nccl) device.version_strings.emplace_back("nccl", context.nccl->version());
+  backend::DeviceDescription& description = device.description;
+  description.add_version("backend", HAL_VERSION_STRING);
+  description.add_version("driver", format_cuda_version(context.driver_version));
+  description.add_version("cuda_headers", format_cuda_version(CUDA_VERSION));
+  if (context.cudnn) description.add_version("cudnn", context.cudnn->version());
+  if (context.nccl) description.add_version("nccl", context.nccl->version());
 
-  builder.add_string("cuda.compute_capability",
+  description.add_string("cuda.compute_capability",
                      std::to_string(device.compute_major) + "." + std::to_string(device.compute_minor),
                      "as reported by the driver; a CUDA-compatible device reports one without being that NVIDIA "
                      "architecture, so nothing is derived from it");
-  builder.add_bool("memory.device", true);
-  builder.add_bool("memory.host_pinned", maps_host_memory,
+  description.add_bool("memory.device", true);
+  description.add_bool("memory.host_pinned", maps_host_memory,
                    maps_host_memory ? "page-locked with cuMemHostAlloc, mapped into the device's address space"
                                     : "the device cannot map host memory");
-  builder.add_bool("memory.managed", device.managed_memory,
+  description.add_bool("memory.managed", device.managed_memory,
                    device.managed_memory ? (concurrent_managed ? "cuMemAllocManaged; host and device may access it "
                                                                  "concurrently"
                                                               : "cuMemAllocManaged; no concurrent host access while "
                                                                 "the device works")
                                          : "CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is 0 on this device");
-  builder.add_bool("streams", true);
-  builder.add_bool("events.timing", true);
-  builder.add_int("memory.l2_cache_bytes", builder.attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2 cache size"));
-  builder.add_int("memory.bus_width_bits",
-                  builder.attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, "memory bus width"));
-  builder.add_int("cuda.max_shared_memory_per_block_optin",
-                  builder.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory opt-in"));
-  builder.add_bool("library.cudnn", context.cudnn != nullptr, context.cudnn_status);
-  builder.add_bool("library.nccl", context.nccl != nullptr, context.nccl_status);
-  builder.add_bool("collectives", false, "not built into the CUDA backend yet");
-  builder.add_bool("kernels", device.kernels_usable, device.kernels_status);
+  description.add_bool("streams", true);
+  description.add_bool("events.timing", true);
+  description.add_int("memory.l2_cache_bytes", reader.attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2 cache size"));
+  description.add_int("memory.bus_width_bits",
+                  reader.attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, "memory bus width"));
+  description.add_int("cuda.max_shared_memory_per_block_optin",
+                  reader.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory opt-in"));
+  description.add_bool("library.cudnn", context.cudnn != nullptr, context.cudnn_status);
+  description.add_bool("library.nccl", context.nccl != nullptr, context.nccl_status);
+  description.add_bool("collectives", false, "not built into the CUDA backend yet");
+  description.add_bool("kernels", device.kernels_usable, device.kernels_status);
   for (const char* key : {"attention.fused", "attention.flash", "attention.math"})
-    builder.add_bool(key, false, "not built yet in the CUDA backend");
+    description.add_bool(key, false, "not built yet in the CUDA backend");
   return HAL_OK;
 }
 
 // Peer access needs every device known; added after discovery.
 void add_peer_capability(const Context& context, std::uint32_t index) {
   CudaDevice& device = *context.devices[index];
-  DeviceBuilder builder(context, device);
+  backend::DeviceDescription& description = device.description;
   if (context.api().cuDeviceCanAccessPeer == nullptr) {
-    builder.add_bool("p2p", false, "the driver lacks cuDeviceCanAccessPeer");
+    description.add_bool("p2p", false, "the driver lacks cuDeviceCanAccessPeer");
     return;
   }
   std::string peers;
@@ -212,23 +161,12 @@ void add_peer_capability(const Context& context, std::uint32_t index) {
       shims::append_listed(peers, "cuda:" + std::to_string(other), ", ");
   }
   if (context.devices.size() < 2)
-    builder.add_bool("p2p", false, "no other CUDA device");
+    description.add_bool("p2p", false, "no other CUDA device");
   else
-    builder.add_bool("p2p", !peers.empty(), peers.empty() ? "no peer is reachable" : "peer access to " + peers);
+    description.add_bool("p2p", !peers.empty(), peers.empty() ? "no peer is reachable" : "peer access to " + peers);
 }
 
 }  // namespace
-
-std::string normalize_pci_bus_id(std::string_view text) {
-  unsigned domain = 0, bus = 0, slot = 0, function = 0;
-  char trailing = 0;
-  const std::string copy(text);
-  if (std::sscanf(copy.c_str(), "%x:%x:%x.%x%c", &domain, &bus, &slot, &function, &trailing) != 4) return {};
-  if (domain > 0xffff || bus > 0xff || slot > 0x1f || function > 0x7) return {};
-  char normalized[16];
-  std::snprintf(normalized, sizeof(normalized), "%04x:%02x:%02x.%x", domain, bus, slot, function);
-  return normalized;
-}
 
 hal_status discover_devices(Context& context) {
   const auto& api = context.api();
@@ -262,7 +200,7 @@ hal_status discover_devices(Context& context) {
   }
   for (std::uint32_t index = 0; index < context.devices.size(); ++index) {
     add_peer_capability(context, index);
-    DeviceBuilder(context, *context.devices[index]).finalize();
+    context.devices[index]->description.finalize();
   }
   return HAL_OK;
 }
@@ -286,10 +224,7 @@ void fill_device_info(const Context& context, std::uint32_t index, hal_device_in
   info.compute_units = device.multiprocessors;
   info.clock_mhz = device.clock_mhz;
   info.memory_clock_mhz = device.memory_clock_mhz;
-  info.version_axes = device.version_axes.data();
-  info.version_axis_count = static_cast<std::uint32_t>(device.version_axes.size());
-  info.capabilities = device.capabilities.data();
-  info.capability_count = static_cast<std::uint32_t>(device.capabilities.size());
+  device.description.describe(info);
 }
 
 }  // namespace hal::cuda

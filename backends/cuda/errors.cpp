@@ -1,18 +1,10 @@
-// CUresult -> hal_status, the thread-local last error, and the per-thread
-// primary context.
+// CUresult -> hal_status and the per-thread primary context; the last error
+// itself lives in backends/common.
 #include "cuda_backend.hpp"
 #include "kernels.hpp"
 
 namespace hal::cuda {
 namespace {
-
-struct LastError {
-  hal_status status = HAL_OK;
-  std::int64_t native_code = 0;
-  std::string message;
-};
-// The ABI's per-thread last error; the only state outside the context.
-thread_local LastError last_error;
 
 // What the user can do about a failure of this kind.
 const char* hint_for(hal_status status) {
@@ -32,27 +24,6 @@ const char* hint_for(hal_status status) {
 constexpr CUresult insufficient_driver = static_cast<CUresult>(35);
 
 }  // namespace
-
-hal_status fail(hal_status status, std::string message, std::int64_t native_code) {
-  last_error.status = status;
-  last_error.native_code = native_code;
-  last_error.message = std::move(message);
-  return status;
-}
-
-hal_status succeed() {
-  last_error.status = HAL_OK;
-  last_error.native_code = 0;
-  last_error.message.clear();
-  return HAL_OK;
-}
-
-void read_last_error(hal_error_info_v1* out) {
-  if (out == nullptr) return;
-  out->status = last_error.status;
-  out->native_code = last_error.native_code;
-  out->message = last_error.message.c_str();
-}
 
 hal_status status_of(CUresult result) {
   if (result == insufficient_driver) return HAL_ERROR_NOT_PRESENT;

@@ -1,8 +1,10 @@
 // Device, pinned host and managed memory; copies and fills, synchronous
 // (stream == NULL) or ordered on a stream.
 #include <cstring>
+#include <optional>
 
 #include "cuda_backend.hpp"
+#include "memory_plans.hpp"
 
 namespace hal::cuda {
 namespace {
@@ -16,57 +18,24 @@ const char* kind_name(hal_memory_kind kind) {
   return "unknown";
 }
 
-std::uint64_t round_up(std::uint64_t value, std::uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
-
 // One cuMemsetD8/16/32 call.
-struct MemsetPiece {
-  CUdeviceptr address;
-  std::uint32_t value;
-  std::uint32_t element_size;
-  std::size_t count;
-};
-
-// cuMemsetD16/D32 need an address aligned to the element; a fill may start
-// anywhere. The aligned middle takes the pattern rotated to its start and
-// the few bytes before and after it are set one by one.
-std::vector<MemsetPiece> plan_fill(CUdeviceptr start, std::uint64_t size, const std::uint8_t* pattern,
-                                   std::uint32_t pattern_size) {
-  std::vector<MemsetPiece> pieces;
-  if (pattern_size == 1) {
-    pieces.push_back({start, pattern[0], 1, static_cast<std::size_t>(size)});
-    return pieces;
-  }
-  const std::uint64_t head = std::min<std::uint64_t>((pattern_size - start % pattern_size) % pattern_size, size);
-  const std::uint64_t middle = (size - head) / pattern_size * pattern_size;
-  for (std::uint64_t i = 0; i < head; ++i) pieces.push_back({start + i, pattern[i % pattern_size], 1, 1});
-  if (middle > 0) {
-    std::uint32_t value = 0;
-    for (std::uint32_t byte = 0; byte < pattern_size; ++byte)
-      value |= static_cast<std::uint32_t>(pattern[(head + byte) % pattern_size]) << (8 * byte);
-    pieces.push_back({start + head, value, pattern_size, static_cast<std::size_t>(middle / pattern_size)});
-  }
-  for (std::uint64_t i = head + middle; i < size; ++i) pieces.push_back({start + i, pattern[i % pattern_size], 1, 1});
-  return pieces;
-}
-
-CUresult run_memset(const shims::CudaDriverApi& api, const MemsetPiece& piece, CUstream stream) {
+CUresult run_memset(const shims::CudaDriverApi& api, const backend::MemsetPiece& piece, CUstream stream) {
+  const auto count = static_cast<std::size_t>(piece.count);
   const bool async = stream != nullptr;
   switch (piece.element_size) {
     case 1: {
       const auto value = static_cast<unsigned char>(piece.value);
-      return async ? api.cuMemsetD8Async(piece.address, value, piece.count, stream)
-                   : api.cuMemsetD8(piece.address, value, piece.count);
+      return async ? api.cuMemsetD8Async(piece.address, value, count, stream)
+                   : api.cuMemsetD8(piece.address, value, count);
     }
     case 2: {
       const auto value = static_cast<unsigned short>(piece.value);
-      return async ? api.cuMemsetD16Async(piece.address, value, piece.count, stream)
-                   : api.cuMemsetD16(piece.address, value, piece.count);
+      return async ? api.cuMemsetD16Async(piece.address, value, count, stream)
+                   : api.cuMemsetD16(piece.address, value, count);
     }
     default:
-      return async ? api.cuMemsetD32Async(piece.address, piece.value, piece.count, stream)
-                   : api.cuMemsetD32(piece.address, piece.value, piece.count);
+      return async ? api.cuMemsetD32Async(piece.address, piece.value, count, stream)
+                   : api.cuMemsetD32(piece.address, piece.value, count);
   }
 }
 
@@ -91,9 +60,9 @@ hal_status buffer_allocate(hal_backend_context* backend, std::uint32_t device, h
 
   // The driver aligns device allocations to 256 bytes and host ones to a
   // page; a larger alignment is met by allocating more and rounding up.
-  const std::uint64_t natural = kind == HAL_MEMORY_HOST_PINNED ? 4096 : 256;
-  const std::uint64_t extra = alignment > natural ? alignment - natural : 0;
-  if (size > UINT64_MAX - extra)
+  const std::optional<backend::AlignedAllocation> plan =
+      backend::plan_aligned_allocation(size, alignment, kind == HAL_MEMORY_HOST_PINNED ? 4096 : 256);
+  if (!plan)
     return fail(HAL_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(size) + " bytes aligned to " +
                                              std::to_string(alignment));
   if (hal_status status = context.make_current(device); status != HAL_OK) return status;
@@ -104,7 +73,7 @@ hal_status buffer_allocate(hal_backend_context* backend, std::uint32_t device, h
   buffer->device = device;
   buffer->kind = kind;
   buffer->size = size;
-  const std::size_t bytes = static_cast<std::size_t>(size + extra);
+  const std::size_t bytes = static_cast<std::size_t>(plan->bytes);
   const std::string what = "allocating " + std::to_string(size) + " bytes of " + kind_name(kind) + " memory on cuda:" +
                            std::to_string(device);
   CUresult result = CUDA_SUCCESS;
@@ -120,7 +89,7 @@ hal_status buffer_allocate(hal_backend_context* backend, std::uint32_t device, h
       break;
   }
   if (result != CUDA_SUCCESS) return context.check(result, what);
-  const std::uint64_t shift = round_up(buffer->base, alignment == 0 ? 1 : alignment) - buffer->base;
+  const std::uint64_t shift = backend::alignment_shift(buffer->base, plan->alignment);
   buffer->address = buffer->base + shift;
   if (kind == HAL_MEMORY_HOST_PINNED)
     buffer->host_address = static_cast<char*>(buffer->host_base) + shift;
@@ -214,7 +183,7 @@ hal_status fill(hal_stream* stream, hal_buffer* destination, std::uint64_t offse
   if (hal_status status = context.make_current(device); status != HAL_OK) return status;
   std::uint8_t bytes[4] = {};
   std::memcpy(bytes, pattern, pattern_size);
-  for (const MemsetPiece& piece : plan_fill(destination->address + offset, size, bytes, pattern_size)) {
+  for (const backend::MemsetPiece& piece : backend::plan_fill(destination->address + offset, size, bytes, pattern_size)) {
     if (hal_status status = context.check(run_memset(context.api(), piece, stream != nullptr ? stream->handle : nullptr),
                                           "filling " + std::to_string(size) + " bytes on cuda:" +
                                               std::to_string(destination->device));

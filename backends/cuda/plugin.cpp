@@ -1,7 +1,8 @@
 // The CUDA backend's plugin table: initialization and the C entry points.
 #include <map>
-#include <new>
 
+#include "backend_options.hpp"
+#include "gpu_plugin.hpp"
 #include "cuda_backend.hpp"
 
 #ifndef HAL_VERSION_STRING
@@ -10,9 +11,6 @@
 
 namespace hal::cuda {
 namespace {
-
-// The options [backend.cuda] takes, each a path to one vendor library.
-constexpr const char* known_options[] = {"driver", "cudnn", "nccl"};
 
 void get_last_error(hal_error_info_v1* out) { read_last_error(out); }
 
@@ -33,28 +31,14 @@ void load_optional_libraries(Context& context, const std::map<std::string, std::
 }
 
 hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out) {
-  if (init == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "initialize needs init and out");
-  if (init->struct_size < sizeof(hal_backend_init_v1))
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "init struct_size " + std::to_string(init->struct_size) +
-                                                " is smaller than the v1 struct; rebuild libhal");
-  try {
+  return backend::guarded_initialize(init, out, "cuda", [&] {
     auto backend = std::make_unique<hal_backend_context>();
     Context& context = backend->cuda;
     context.log = init->log;
     context.log_user_data = init->log_user_data;
-    std::map<std::string, std::string> options;
-    for (std::uint32_t i = 0; i < init->option_count; ++i) {
-      const std::string key = init->options[i].key != nullptr ? init->options[i].key : "";
-      bool known = false;
-      for (const char* name : known_options) known = known || key == name;
-      if (!known) {
-        context.log_message(HAL_LOG_WARNING, "unknown option '" + key +
-                                                 "' for the cuda backend is ignored; it takes driver, cudnn and nccl "
-                                                 "(paths to those libraries)");
-        continue;
-      }
-      options[key] = init->options[i].value != nullptr ? init->options[i].value : "";
-    }
+    // Each option is a path to one vendor library.
+    auto options = backend::read_backend_options(*init, "cuda", {"driver", "cudnn", "nccl"},
+                                                 "driver, cudnn and nccl (paths to those libraries)");
 
     shims::CudaDriver::LoadResult driver = shims::CudaDriver::load(options["driver"]);
     if (!driver.driver) return fail(driver.library_missing ? HAL_ERROR_NOT_PRESENT : HAL_ERROR_UNSUPPORTED, driver.message);
@@ -67,29 +51,10 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     if (hal_status status = discover_devices(context); status != HAL_OK) return status;
     *out = backend.release();
     return succeed();
-  } catch (const std::bad_alloc&) {
-    return fail(HAL_ERROR_OUT_OF_MEMORY, "out of host memory while initializing the cuda backend");
-  } catch (const std::exception& error) {
-    return fail(HAL_ERROR_INTERNAL, std::string("initializing the cuda backend failed: ") + error.what());
-  }
+  });
 }
 
 void shutdown(hal_backend_context* context) { delete context; }
-
-hal_status device_count(hal_backend_context* context, std::uint32_t* count) {
-  if (context == nullptr || count == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "device_count needs out");
-  *count = static_cast<std::uint32_t>(context->cuda.devices.size());
-  return succeed();
-}
-
-hal_status device_info(hal_backend_context* context, std::uint32_t device, hal_device_info_v1* info) {
-  if (context == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "the backend context is null");
-  if (hal_status status = context->cuda.check_device(device); status != HAL_OK) return status;
-  if (info == nullptr || info->struct_size < sizeof(hal_device_info_v1))
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "device_info needs a v1 hal_device_info_v1 with struct_size set");
-  fill_device_info(context->cuda, device, *info);
-  return succeed();
-}
 
 constexpr hal_backend_v1 make_table() {
   hal_backend_v1 table{};
@@ -100,28 +65,9 @@ constexpr hal_backend_v1 make_table() {
   table.get_last_error = get_last_error;
   table.initialize = initialize;
   table.shutdown = shutdown;
-  table.device_count = device_count;
-  table.device_info = device_info;
-  table.buffer_allocate = buffer_allocate;
-  table.buffer_free = buffer_free;
-  table.buffer_host_address = buffer_host_address;
-  table.buffer_device_address = buffer_device_address;
-  table.copy_host_to_device = copy_host_to_device;
-  table.copy_device_to_host = copy_device_to_host;
-  table.copy_device_to_device = copy_device_to_device;
-  table.fill = fill;
-  table.stream_create = stream_create;
-  table.stream_destroy = stream_destroy;
-  table.stream_synchronize = stream_synchronize;
-  table.stream_query = stream_query;
-  table.stream_wait_event = stream_wait_event;
-  table.stream_host_callback = stream_host_callback;
-  table.event_create = event_create;
-  table.event_destroy = event_destroy;
-  table.event_record = event_record;
-  table.event_query = event_query;
-  table.event_synchronize = event_synchronize;
-  table.event_elapsed_milliseconds = event_elapsed_milliseconds;
+  table.device_count = backend::device_count<&hal_backend_context::cuda>;
+  table.device_info = backend::device_info<&hal_backend_context::cuda, fill_device_info>;
+  fill_gpu_entry_points(table);
   table.attention = nullptr;
   table.collectives = nullptr;
   return table;

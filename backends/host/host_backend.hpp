@@ -12,13 +12,12 @@
 #include <vector>
 
 #include "hal/backend_abi.h"
+#include "last_error.hpp"
 
 namespace hal::host {
 
-// Records the thread's last error and returns its status, so a failing path
-// reads `return fail(HAL_ERROR_..., "what to do")`.
-hal_status fail(hal_status status, std::string message, std::int64_t native_code = 0);
-hal_status succeed();
+using backend::fail;
+using backend::succeed;
 
 // One host device per NUMA node: its memory is bound to that node.
 struct HostDevice {

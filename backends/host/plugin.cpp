@@ -14,14 +14,6 @@
 namespace hal::host {
 namespace {
 
-struct LastError {
-  hal_status status = HAL_OK;
-  std::int64_t native_code = 0;
-  std::string message;
-};
-// The ABI's per-thread last error; the only state outside the context.
-thread_local LastError last_error;
-
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -58,12 +50,7 @@ std::uint8_t* bytes(const hal_buffer* buffer, std::uint64_t offset) {
 
 // ---- C entry points ------------------------------------------------------
 
-void get_last_error(hal_error_info_v1* out) {
-  if (out == nullptr) return;
-  out->status = last_error.status;
-  out->native_code = last_error.native_code;
-  out->message = last_error.message.c_str();
-}
+void get_last_error(hal_error_info_v1* out) { backend::read_last_error(out); }
 
 hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out) {
   if (init == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "initialize needs init and out");
@@ -301,20 +288,6 @@ hal_backend_v1 make_table() {
 const hal_backend_v1 host_table = make_table();
 
 }  // namespace
-
-hal_status fail(hal_status status, std::string message, std::int64_t native_code) {
-  last_error.status = status;
-  last_error.native_code = native_code;
-  last_error.message = std::move(message);
-  return status;
-}
-
-hal_status succeed() {
-  last_error.status = HAL_OK;
-  last_error.native_code = 0;
-  last_error.message.clear();
-  return HAL_OK;
-}
 
 }  // namespace hal::host
 

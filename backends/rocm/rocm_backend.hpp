@@ -100,29 +100,5 @@ struct hal_backend_context {
 
 // The C entry points, defined in memory.cpp and stream.cpp.
 namespace hal::rocm {
-hal_status buffer_allocate(hal_backend_context* backend, std::uint32_t device, hal_memory_kind kind,
-                           std::uint64_t size, std::uint64_t alignment, hal_buffer** out);
-hal_status buffer_free(hal_buffer* buffer);
-void* buffer_host_address(hal_buffer* buffer);
-void* buffer_device_address(hal_buffer* buffer);
-hal_status copy_host_to_device(hal_stream* stream, hal_buffer* destination, std::uint64_t destination_offset,
-                               const void* source, std::uint64_t size);
-hal_status copy_device_to_host(hal_stream* stream, void* destination, hal_buffer* source, std::uint64_t source_offset,
-                               std::uint64_t size);
-hal_status copy_device_to_device(hal_stream* stream, hal_buffer* destination, std::uint64_t destination_offset,
-                                 hal_buffer* source, std::uint64_t source_offset, std::uint64_t size);
-hal_status fill(hal_stream* stream, hal_buffer* destination, std::uint64_t offset, std::uint64_t size,
-                const void* pattern, std::uint32_t pattern_size);
-hal_status stream_create(hal_backend_context* backend, std::uint32_t device, hal_stream** out);
-hal_status stream_destroy(hal_stream* stream);
-hal_status stream_synchronize(hal_stream* stream);
-hal_status stream_query(hal_stream* stream);
-hal_status stream_wait_event(hal_stream* stream, hal_event* event);
-hal_status stream_host_callback(hal_stream* stream, hal_host_callback callback, void* user_data);
-hal_status event_create(hal_backend_context* backend, std::uint32_t device, hal_event** out);
-hal_status event_destroy(hal_event* event);
-hal_status event_record(hal_event* event, hal_stream* stream);
-hal_status event_query(hal_event* event);
-hal_status event_synchronize(hal_event* event);
-hal_status event_elapsed_milliseconds(hal_event* start, hal_event* end, double* milliseconds);
+#include "gpu_entry_points.inc"
 }  // namespace hal::rocm
