@@ -39,21 +39,6 @@ std::vector<AttentionImplementation> parse_order(const std::vector<std::string>&
   return order;
 }
 
-std::vector<std::string> split_list(std::string_view text) {
-  std::vector<std::string> items;
-  std::string current;
-  for (char c : text) {
-    if (c == ',') {
-      if (!current.empty()) items.push_back(current);
-      current.clear();
-    } else if (c != ' ') {
-      current += c;
-    }
-  }
-  if (!current.empty()) items.push_back(current);
-  return items;
-}
-
 // TransformerEngine's switches: each defaults to on; "0" turns one off.
 std::optional<Order> order_from_transformer_engine() {
   struct Switch {
@@ -91,7 +76,8 @@ Order resolve_order(const Device& device, const AttentionOptions& options, const
     return {parse_order(config.attention_order, "config attention.order"), "config attention.order"};
   if (const Capability* preferred = device.info().find_capability("attention.preferred_order"))
     if (const auto* text = std::get_if<std::string>(&preferred->value))
-      return {parse_order(split_list(*text), device.backend_name() + " backend default"),
+      return {parse_order(parse_attention_order(*text, device.backend_name() + " backend default"),
+                          device.backend_name() + " backend default"),
               device.backend_name() + " backend default"};
   return {{all_attention_implementations, all_attention_implementations + 3}, "built-in order"};
 }

@@ -166,14 +166,15 @@ std::vector<Candidate> forced_candidates(const std::vector<std::string>& paths) 
 }
 
 // Known backends first, in a fixed order, then others by name.
-void order_candidates(std::vector<Candidate>& candidates) {
+std::pair<std::size_t, std::string> backend_rank(const std::string& name) {
   const auto& known = known_backend_names();
-  auto rank = [&](const Candidate& candidate) {
-    auto position = std::find(known.begin(), known.end(), candidate.name);
-    return std::pair(static_cast<std::size_t>(position - known.begin()), candidate.name);
-  };
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [&](const Candidate& a, const Candidate& b) { return rank(a) < rank(b); });
+  return {static_cast<std::size_t>(std::find(known.begin(), known.end(), name) - known.begin()), name};
+}
+
+void order_candidates(std::vector<Candidate>& candidates) {
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return backend_rank(a.name) < backend_rank(b.name);
+  });
 }
 
 DeviceInfo convert_device_info(const std::string& backend, std::uint32_t index, const hal_device_info_v1& raw) {
@@ -367,13 +368,8 @@ Runtime Runtime::create(const RuntimeOptions& options) {
   }
   drop_cuda_devices_claimed_by_ppu(state->devices, state->reports);
   // Reports in the same fixed order as loading: known backends first.
-  std::stable_sort(state->reports.begin(), state->reports.end(), [](const auto& a, const auto& b) {
-    const auto& known = known_backend_names();
-    auto rank = [&](const std::string& name) {
-      return std::pair(static_cast<std::size_t>(std::find(known.begin(), known.end(), name) - known.begin()), name);
-    };
-    return rank(a.name) < rank(b.name);
-  });
+  std::stable_sort(state->reports.begin(), state->reports.end(),
+                   [](const auto& a, const auto& b) { return backend_rank(a.name) < backend_rank(b.name); });
   // Known-dangerous environment settings are said at start, not after a hang.
   for (const auto& device : state->devices)
     for (const auto& hazard : environment_hazards(device)) detail::log_message(HAL_LOG_WARNING, hazard.message);
