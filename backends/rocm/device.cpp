@@ -133,7 +133,9 @@ hal_status describe_device(const Context& context, int ordinal, RocmDevice& devi
   description.add_bool("events.timing", true);
   description.add_int("memory.l2_cache_bytes", reader.attribute(hipDeviceAttributeL2CacheSize, "L2 cache size"));
   description.add_int("memory.bus_width_bits", reader.attribute(hipDeviceAttributeMemoryBusWidth, "memory bus width"));
-  description.add_bool("collectives", false, "RCCL is not wired into the ROCm backend yet");
+  description.add_bool("collectives", context.collectives && context.collectives->available(),
+                       context.collectives ? context.collectives->capability_note() : context.rccl_status);
+  if (context.rccl) description.add_version("rccl", context.rccl->version());
   return HAL_OK;
 }
 
