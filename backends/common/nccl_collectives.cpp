@@ -532,6 +532,8 @@ hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op
   if (count > 1) what += " and " + std::to_string(count - 1) + " more send/recv of its group";
   in_flight_.push_back({event, stream, std::move(what), Clock::now() + std::chrono::milliseconds(first.timeout_ms),
                         first.timeout_ms, scratch});
+  // An abort that raced with this call already marked the streams it saw.
+  if (error_ != HAL_OK) stream_errors_->record(stream, error_, error_message_);
   return succeed();
 }
 
