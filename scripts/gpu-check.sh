@@ -15,7 +15,8 @@
 #     only the CUDA headers), used in place of the carried plugin when it
 #     builds;
 #  4. halinfo -v and --json; the "cuda semantics" unit tests on the GPU;
-#  5. halconform on cuda:0; halbench mem and dispatch on cuda:0;
+#  5. halconform on cuda:0; halbench mem and dispatch on cuda:0; halbench
+#     coll on cuda:0 through NCCL, world size 1;
 #  6. PyTorch reference figures (copy bandwidth, 1 MiB copy cost, SDPA).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -103,6 +104,24 @@ if [ -x "$bundle/bin/halbench" ]; then
   step halbench-dispatch 120 bash -c '"'"$bundle"'/bin/halbench" dispatch --device cuda:0 --json > "'"$out"'/halbench-dispatch.json"'
 else
   echo "halbench: not in this build; mem/dispatch figures not taken" | tee -a "$summary"
+fi
+
+# 5b. Collectives on cuda:0 through the NCCL engine (NCCL from PyTorch's
+#     wheel or the system), one rank (RANK=0, WORLD_SIZE=1, a FileStore),
+#     nccl-tests columns. NCCL puts one rank per GPU, so with one GPU only
+#     world size 1 is measured: the engine's path end to end, no data
+#     crossing between GPUs.
+if [ -x "$bundle/bin/halbench" ]; then
+  gpu_count="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+  if [ "${gpu_count:-0}" -le 1 ]; then
+    echo "halbench-coll: ${gpu_count:-0} GPU on this machine: world size 1 only, no multi-GPU figures" | tee -a "$summary"
+  fi
+  mkdir -p "$work/coll-store" "$work/coll-store-json"
+  step halbench-coll 120 env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 HAL_STORE_DIR="$work/coll-store" \
+    "$bundle/bin/halbench" coll --device cuda:0 -b 8 -e 64M -f 8 -n 20 -w 5 --no-gloo --no-mpi
+  step halbench-coll-json 120 bash -c 'RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 HAL_STORE_DIR="'"$work"'/coll-store-json" \
+    "'"$bundle"'/bin/halbench" coll --device cuda:0 -b 1M -e 64M -f 4 --no-gloo --no-mpi --json \
+    > "'"$out"'/halbench-coll.json"'
 fi
 
 # 6. PyTorch on the same device, for ratios.

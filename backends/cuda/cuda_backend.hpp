@@ -17,6 +17,7 @@
 #include "hal/backend_abi.h"
 #include "last_error.hpp"
 #include "nccl.hpp"
+#include "nccl_collectives.hpp"
 
 namespace hal::cuda {
 
@@ -59,6 +60,8 @@ struct Context {
   std::string nccl_status;
   int driver_version = 0;
   std::vector<std::unique_ptr<CudaDevice>> devices;
+  // Collectives on `nccl`; last, so it goes before what it uses.
+  std::unique_ptr<backend::NcclCollectives> collectives;
 
   Context() = default;
   Context(const Context&) = delete;
@@ -115,4 +118,12 @@ struct hal_backend_context {
 // The C entry points, defined in memory.cpp and stream.cpp.
 namespace hal::cuda {
 #include "gpu_entry_points.inc"
+
+// Collectives (collectives.cpp): the engine on context.nccl, its table, and
+// the errors it leaves on streams, which stream_synchronize and
+// stream_query report after the driver's own answer.
+void create_collectives(hal_backend_context& backend);
+extern const hal_collectives_v2 collectives_table;
+hal_status collectives_stream_status(const hal_stream* stream);
+void forget_collectives_stream(const hal_stream* stream);
 }  // namespace hal::cuda

@@ -48,6 +48,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     for (const auto& missing : context.driver->missing_optional())
       context.log_message(HAL_LOG_INFO, "the CUDA driver lacks optional " + missing);
     load_optional_libraries(context, options);
+    create_collectives(*backend);
     if (hal_status status = discover_devices(context); status != HAL_OK) return status;
     *out = backend.release();
     return succeed();
@@ -69,7 +70,7 @@ constexpr hal_backend_v1 make_table() {
   table.device_info = backend::device_info<&hal_backend_context::cuda, fill_device_info>;
   fill_gpu_entry_points(table);
   table.attention = nullptr;
-  table.collectives = nullptr;
+  table.collectives = &collectives_table.v1;
   return table;
 }
 
