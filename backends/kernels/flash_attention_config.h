@@ -18,14 +18,18 @@
 #define HAL_FLASH_FORWARD_ROWS(bound) ((bound) <= 128 ? 32 : 16)
 #define HAL_FLASH_BACKWARD_ROWS(bound) (2048 / (bound))
 
+/* Row stride of the f32 tiles in shared memory: odd, so the threads of a
+ * warp reading one column of different rows hit different banks. */
+#define HAL_FLASH_TILE_STRIDE(bound) ((bound) + 1)
+
 /* Dynamic shared memory in bytes (all f32). Forward: Q tile, one K-or-V
  * tile, the score tile and three per-row statistics. Backward: Q, dO, K, V
  * tiles, P and dS tiles and two per-row values (LSE, delta). */
-#define HAL_FLASH_FORWARD_SHARED_BYTES(bound)                                                      \
-  (4u * (2u * HAL_FLASH_FORWARD_ROWS(bound) * (bound) +                                            \
+#define HAL_FLASH_FORWARD_SHARED_BYTES(bound)                                             \
+  (4u * (2u * HAL_FLASH_FORWARD_ROWS(bound) * HAL_FLASH_TILE_STRIDE(bound) +              \
          HAL_FLASH_FORWARD_ROWS(bound) * HAL_FLASH_FORWARD_ROWS(bound) + 3u * HAL_FLASH_FORWARD_ROWS(bound)))
-#define HAL_FLASH_BACKWARD_SHARED_BYTES(bound)                                                     \
-  (4u * (4u * HAL_FLASH_BACKWARD_ROWS(bound) * (bound) +                                           \
+#define HAL_FLASH_BACKWARD_SHARED_BYTES(bound)                                            \
+  (4u * (4u * HAL_FLASH_BACKWARD_ROWS(bound) * HAL_FLASH_TILE_STRIDE(bound) +             \
          2u * HAL_FLASH_BACKWARD_ROWS(bound) * HAL_FLASH_BACKWARD_ROWS(bound) + 2u * HAL_FLASH_BACKWARD_ROWS(bound)))
 
 /* Rows per block of the backward preprocess (delta, zeroing dQ) and of the
