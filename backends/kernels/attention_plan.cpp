@@ -56,6 +56,15 @@ const char* forward_kernel(int bound) {
   }
 }
 
+const char* tensor_core_forward_kernel(int32_t dtype, int bound) {
+  const bool f16 = dtype == HAL_KERNEL_F16;
+  switch (bound) {
+    case 64: return f16 ? "hal_flash_attention_forward_mma_f16_d64" : "hal_flash_attention_forward_mma_bf16_d64";
+    case 128: return f16 ? "hal_flash_attention_forward_mma_f16_d128" : "hal_flash_attention_forward_mma_bf16_d128";
+    default: return f16 ? "hal_flash_attention_forward_mma_f16_d256" : "hal_flash_attention_forward_mma_bf16_d256";
+  }
+}
+
 const char* backward_kernel(int bound) {
   switch (bound) {
     case 64: return "hal_flash_attention_backward_d64";
@@ -115,8 +124,9 @@ bool check_arguments(const hal_attention_kernel_args& args, int32_t backward, ui
 
 }  // namespace
 
-extern "C" void hal_flash_attention_plan(const hal_attention_kernel_args* args, int32_t backward,
-                                         uint32_t max_shared_bytes, uint32_t warp_size, hal_kernel_plan* plan) {
+extern "C" void hal_flash_attention_plan_paths(const hal_attention_kernel_args* args, int32_t backward,
+                                               uint32_t max_shared_bytes, uint32_t warp_size, uint32_t paths,
+                                               hal_kernel_plan* plan) {
   if (plan == nullptr) return;
   if (args == nullptr) {
     fail(plan, "no kernel arguments");
@@ -132,8 +142,11 @@ extern "C" void hal_flash_attention_plan(const hal_attention_kernel_args* args, 
       break;
     }
   }
-  const unsigned shared_bytes =
-      backward ? HAL_FLASH_BACKWARD_SHARED_BYTES(bound) : HAL_FLASH_FORWARD_SHARED_BYTES(bound);
+  const bool tensor_cores = !backward && (paths & HAL_FLASH_PATH_TENSOR_CORES) != 0 && warp_size == 32 &&
+                            args->dtype != HAL_KERNEL_F32;
+  const unsigned shared_bytes = backward       ? HAL_FLASH_BACKWARD_SHARED_BYTES(bound)
+                                : tensor_cores ? HAL_FLASH_MMA_SHARED_BYTES(bound)
+                                               : HAL_FLASH_FORWARD_SHARED_BYTES(bound);
   if (shared_bytes > max_shared_bytes) {
     fail(plan, "the head-dim-%d %s kernel needs %u bytes of shared memory per block; the device allows %u", bound,
          backward ? "backward" : "forward", shared_bytes, max_shared_bytes);
@@ -143,6 +156,11 @@ extern "C" void hal_flash_attention_plan(const hal_attention_kernel_args* args, 
   std::memset(plan, 0, sizeof(*plan));
   const unsigned heads_q = static_cast<unsigned>(args->heads_q);
   const unsigned batch = static_cast<unsigned>(args->batch);
+  if (tensor_cores) {
+    add_launch(plan, tensor_core_forward_kernel(args->dtype, bound), blocks_for(args->seq_q, HAL_FLASH_MMA_QUERY_ROWS),
+               heads_q, batch, shared_bytes);
+    return;
+  }
   if (!backward) {
     add_launch(plan, forward_kernel(bound), blocks_for(args->seq_q, HAL_FLASH_FORWARD_ROWS(bound)), heads_q, batch,
                shared_bytes);
@@ -158,4 +176,10 @@ extern "C" void hal_flash_attention_plan(const hal_attention_kernel_args* args, 
   const uint64_t delta_bytes =
       (rows * 4u + HAL_FLASH_WORKSPACE_ALIGNMENT - 1) / HAL_FLASH_WORKSPACE_ALIGNMENT * HAL_FLASH_WORKSPACE_ALIGNMENT;
   plan->workspace_bytes = delta_bytes + rows * static_cast<uint64_t>(args->head_dim_qk) * 4u;
+}
+
+extern "C" void hal_flash_attention_plan(const hal_attention_kernel_args* args, int32_t backward,
+                                         uint32_t max_shared_bytes, uint32_t warp_size, hal_kernel_plan* plan) {
+  hal_flash_attention_plan_paths(args, backward, max_shared_bytes, warp_size,
+                                 warp_size == 32 ? uint32_t{HAL_FLASH_PATH_TENSOR_CORES} : 0u, plan);
 }

@@ -418,6 +418,213 @@ __device__ void backward_convert_dq(const hal_attention_kernel_args& a) {
   }
 }
 
+
+// ---- forward on tensor cores (f16/bf16, NVIDIA sm_80+) -----------------------
+// One warp per 16 query rows. S = Q K^T and O += P V are mma.sync.m16n8k16
+// (16-bit inputs, f32 accumulate); the online softmax runs on the
+// accumulator fragments, with the row max and sum combined over the four
+// lanes that share a row (shuffles). P's fragments of two adjacent 8-key
+// tiles are the A fragment of one 16-key step, so P never leaves registers.
+// Fragment layout (PTX ISA, mma.m16n8k16): lane = 4 * group + t; A and C/D
+// rows group and group + 8, columns 2t, 2t + 1 (A also 2t + 8, 2t + 9); B
+// column group, rows 2t, 2t + 1 and 2t + 8, 2t + 9; two 16-bit elements per
+// 32-bit register, the lower index in the low half. The SIMT emulator
+// implements the same instruction with the same layout (tests/simt).
+
+#if defined(HAL_SIMT_EMULATOR) || (defined(__CUDACC__) && !defined(__HIP__))
+#define HAL_FLASH_TENSOR_CORES 1
+
+template <int kDtype>
+__device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#if defined(__CUDA_ARCH__)
+#if __CUDA_ARCH__ >= 800
+  if (kDtype == HAL_KERNEL_F16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+#else
+#error "the tensor-core flash attention kernels need sm_80 or newer: build for compute_80 and up"
+#endif
+#elif defined(HAL_SIMT_EMULATOR)
+  hal_simt::mma_m16n8k16(c, a, b, kDtype == HAL_KERNEL_F16 ? f16_bits_to_float : bf16_bits_to_float);
+#else
+  (void)c, (void)a, (void)b;  // host pass of nvcc: never called
+#endif
+}
+
+__device__ __forceinline__ uint32_t pack(uint32_t low, uint32_t high) { return low | (high << 16); }
+
+template <int kDtype>
+__device__ __forceinline__ uint32_t pack_floats(float low, float high) {
+  return kDtype == HAL_KERNEL_F16 ? pack(float_to_f16_bits(low), float_to_f16_bits(high))
+                                  : pack(float_to_bf16_bits(low), float_to_bf16_bits(high));
+}
+
+__device__ __forceinline__ float quad_max(float value) {
+  value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 1));
+  return fmaxf(value, __shfl_xor_sync(0xffffffffu, value, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float value) {
+  value += __shfl_xor_sync(0xffffffffu, value, 1);
+  return value + __shfl_xor_sync(0xffffffffu, value, 2);
+}
+
+// Copies rows of a 16-bit tensor into shared memory as they are, zero past
+// `row_limit` and in the columns from `columns` up to `padded_columns`.
+__device__ __forceinline__ void load_tile_bits(uint16_t* tile, int stride, const hal_kernel_tensor& tensor, int batch,
+                                               int head, int64_t first_row, int rows, int64_t row_limit, int columns,
+                                               int padded_columns) {
+  const uint16_t* source = reinterpret_cast<const uint16_t*>(tensor.address);
+  for (int e = thread_index(); e < rows * padded_columns; e += thread_count()) {
+    const int r = e / padded_columns;
+    const int d = e % padded_columns;
+    const int64_t row = first_row + r;
+    tile[r * stride + d] = row < row_limit && d < columns ? source[row_offset(tensor, batch, head, row) + d] : 0;
+  }
+}
+
+template <int kBound, int kDtype>
+__device__ void forward_tensor_cores(const hal_attention_kernel_args& a) {
+  constexpr int kQueryRows = HAL_FLASH_MMA_QUERY_ROWS;
+  constexpr int kKeyRows = HAL_FLASH_MMA_KEY_ROWS(kBound);
+  constexpr int kStride = HAL_FLASH_MMA_STRIDE(kBound);
+  constexpr int kKeyTiles = kKeyRows / 8;  // 8-key column tiles of S
+  constexpr int kDimTiles = kBound / 8;    // 8-wide column tiles of O
+  HAL_DYNAMIC_SHARED(uint16_t, shared_halves);
+  uint16_t* q_tile = shared_halves;                 // [kQueryRows][kStride]
+  uint16_t* kv_tile = q_tile + kQueryRows * kStride;  // [kKeyRows][kStride]: K, then V of the same block
+
+  const int batch = blockIdx.z;
+  const int head = blockIdx.y;
+  const int head_kv = head / (a.heads_q / a.heads_kv);
+  const int lane = thread_index() % 32;
+  const int group = lane / 4;
+  const int in_group = lane % 4;
+  const int warp_row = thread_index() / 32 * 16;  // the warp's first row in the block
+  const int64_t first_query = static_cast<int64_t>(blockIdx.x) * kQueryRows;
+  const int64_t last_query = min64(first_query + kQueryRows, a.seq_q) - 1;
+  const int qk_steps = (a.head_dim_qk + 15) / 16;
+  const int v_tiles = (a.head_dim_v + 7) / 8;
+  const float score_scale = a.scale * 1.4426950408889634f;
+
+  float out[kDimTiles][4];
+  HAL_UNROLL
+  for (int t = 0; t < kDimTiles; ++t) out[t][0] = out[t][1] = out[t][2] = out[t][3] = 0.0f;
+  float row_max[2] = {negative_infinity(), negative_infinity()};  // rows group, group + 8
+  float row_sum[2] = {0.0f, 0.0f};  // this lane's share; the quad's sum at the end
+
+  load_tile_bits(q_tile, kStride, a.q, batch, head, first_query, kQueryRows, a.seq_q, a.head_dim_qk, qk_steps * 16);
+
+  const int64_t first_key = max64(0, first_query + a.mask_offset - reach_left(a));
+  const int64_t last_key = min64(a.seq_kv - 1, last_query + a.mask_offset + reach_right(a));
+  for (int64_t key_block = first_key / kKeyRows * kKeyRows; key_block <= last_key; key_block += kKeyRows) {
+    __syncthreads();  // the previous block's V is consumed
+    load_tile_bits(kv_tile, kStride, a.k, batch, head_kv, key_block, kKeyRows, a.seq_kv, a.head_dim_qk, qk_steps * 16);
+    __syncthreads();
+
+    float scores[kKeyTiles][4];
+    HAL_UNROLL
+    for (int t = 0; t < kKeyTiles; ++t) scores[t][0] = scores[t][1] = scores[t][2] = scores[t][3] = 0.0f;
+    for (int step = 0; step < qk_steps; ++step) {
+      const uint16_t* q_low = q_tile + (warp_row + group) * kStride + step * 16 + 2 * in_group;
+      const uint16_t* q_high = q_low + 8 * kStride;
+      const uint32_t q_fragment[4] = {pack(q_low[0], q_low[1]), pack(q_high[0], q_high[1]), pack(q_low[8], q_low[9]),
+                                      pack(q_high[8], q_high[9])};
+      HAL_UNROLL
+      for (int t = 0; t < kKeyTiles; ++t) {
+        const uint16_t* k_row = kv_tile + (t * 8 + group) * kStride + step * 16 + 2 * in_group;
+        const uint32_t k_fragment[2] = {pack(k_row[0], k_row[1]), pack(k_row[8], k_row[9])};
+        mma_m16n8k16<kDtype>(scores[t], q_fragment, k_fragment);
+      }
+    }
+
+    float block_max[2] = {negative_infinity(), negative_infinity()};
+    HAL_UNROLL
+    for (int t = 0; t < kKeyTiles; ++t) {
+      HAL_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int64_t query = first_query + warp_row + group + (i >= 2 ? 8 : 0);
+        const int64_t key = key_block + t * 8 + 2 * in_group + (i & 1);
+        const bool in_range = query < a.seq_q && key < a.seq_kv && visible(a, query, key);
+        scores[t][i] = in_range ? scores[t][i] * score_scale : negative_infinity();
+        block_max[i >> 1] = fmaxf(block_max[i >> 1], scores[t][i]);
+      }
+    }
+    float alpha[2];
+    HAL_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const float new_max = fmaxf(row_max[h], quad_max(block_max[h]));
+      alpha[h] = new_max == negative_infinity() ? 1.0f : exp2f(row_max[h] - new_max);
+      row_max[h] = new_max;
+      row_sum[h] *= alpha[h];
+    }
+    HAL_UNROLL
+    for (int t = 0; t < kKeyTiles; ++t) {
+      HAL_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const float max = row_max[i >> 1];
+        scores[t][i] = max == negative_infinity() ? 0.0f : exp2f(scores[t][i] - max);
+        row_sum[i >> 1] += scores[t][i];
+      }
+    }
+    HAL_UNROLL
+    for (int t = 0; t < kDimTiles; ++t) {
+      HAL_UNROLL
+      for (int i = 0; i < 4; ++i) out[t][i] *= alpha[i >> 1];
+    }
+
+    __syncthreads();  // every warp is done with K
+    load_tile_bits(kv_tile, kStride, a.v, batch, head_kv, key_block, kKeyRows, a.seq_kv, a.head_dim_v, v_tiles * 8);
+    __syncthreads();
+    HAL_UNROLL
+    for (int step = 0; step < kKeyRows / 16; ++step) {
+      const float* low = scores[2 * step];
+      const float* high = scores[2 * step + 1];
+      const uint32_t p_fragment[4] = {pack_floats<kDtype>(low[0], low[1]), pack_floats<kDtype>(low[2], low[3]),
+                                      pack_floats<kDtype>(high[0], high[1]), pack_floats<kDtype>(high[2], high[3])};
+      HAL_UNROLL
+      for (int t = 0; t < kDimTiles; ++t) {
+        if (t >= v_tiles) break;
+        const uint16_t* v_column = kv_tile + (step * 16 + 2 * in_group) * kStride + t * 8 + group;
+        const uint32_t v_fragment[2] = {pack(v_column[0], v_column[kStride]),
+                                        pack(v_column[8 * kStride], v_column[9 * kStride])};
+        mma_m16n8k16<kDtype>(out[t], p_fragment, v_fragment);
+      }
+    }
+  }
+
+  HAL_UNROLL
+  for (int h = 0; h < 2; ++h) row_sum[h] = quad_sum(row_sum[h]);
+  HAL_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const int64_t query = first_query + warp_row + group + 8 * h;
+    if (query >= a.seq_q) continue;
+    const float inverse = row_sum[h] > 0.0f ? 1.0f / row_sum[h] : 0.0f;  // a row that saw no key: O = 0
+    const int64_t o_row = row_offset(a.o, batch, head, query);
+    HAL_UNROLL
+    for (int t = 0; t < kDimTiles; ++t) {
+      HAL_UNROLL
+      for (int j = 0; j < 2; ++j) {
+        const int d = t * 8 + 2 * in_group + j;
+        if (d < a.head_dim_v) store(a.o.address, o_row + d, kDtype, out[t][2 * h + j] * inverse);
+      }
+    }
+    if (in_group == 0 && a.lse != 0) {
+      reinterpret_cast<float*>(a.lse)[query_row_index(a, batch, head, query)] =
+          row_sum[h] > 0.0f ? (row_max[h] + log2f(row_sum[h])) * 0.6931471805599453f : negative_infinity();
+    }
+  }
+}
+#endif  // tensor cores
+
 }  // namespace hal_flash
 
 // ---- entry points (names the plan returns) -----------------------------------
@@ -433,3 +640,12 @@ HAL_FLASH_ENTRY(hal_flash_attention_backward_d64, hal_flash::backward<64>(args))
 HAL_FLASH_ENTRY(hal_flash_attention_backward_d128, hal_flash::backward<128>(args))
 HAL_FLASH_ENTRY(hal_flash_attention_backward_d256, hal_flash::backward<256>(args))
 HAL_FLASH_ENTRY(hal_flash_attention_backward_convert_dq, hal_flash::backward_convert_dq(args))
+
+#if defined(HAL_FLASH_TENSOR_CORES)
+HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_f16_d64, (hal_flash::forward_tensor_cores<64, HAL_KERNEL_F16>(args)))
+HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_f16_d128, (hal_flash::forward_tensor_cores<128, HAL_KERNEL_F16>(args)))
+HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_f16_d256, (hal_flash::forward_tensor_cores<256, HAL_KERNEL_F16>(args)))
+HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_bf16_d64, (hal_flash::forward_tensor_cores<64, HAL_KERNEL_BF16>(args)))
+HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_bf16_d128, (hal_flash::forward_tensor_cores<128, HAL_KERNEL_BF16>(args)))
+HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_bf16_d256, (hal_flash::forward_tensor_cores<256, HAL_KERNEL_BF16>(args)))
+#endif

@@ -32,6 +32,16 @@
   (4u * (4u * HAL_FLASH_BACKWARD_ROWS(bound) * HAL_FLASH_TILE_STRIDE(bound) +             \
          2u * HAL_FLASH_BACKWARD_ROWS(bound) * HAL_FLASH_BACKWARD_ROWS(bound) + 2u * HAL_FLASH_BACKWARD_ROWS(bound)))
 
+/* Tensor-core forward (f16/bf16, sm_80+): 4 warps of 16 query rows each,
+ * key tiles of HAL_FLASH_MMA_KEY_ROWS; Q and one K-or-V tile kept as the
+ * 16-bit input, rows padded by 8 elements (16 bytes) against bank
+ * conflicts. */
+#define HAL_FLASH_MMA_QUERY_ROWS 64
+#define HAL_FLASH_MMA_KEY_ROWS(bound) ((bound) <= 128 ? 32 : 16)
+#define HAL_FLASH_MMA_STRIDE(bound) ((bound) + 8)
+#define HAL_FLASH_MMA_SHARED_BYTES(bound) \
+  (2u * (HAL_FLASH_MMA_QUERY_ROWS + HAL_FLASH_MMA_KEY_ROWS(bound)) * HAL_FLASH_MMA_STRIDE(bound))
+
 /* Rows per block of the backward preprocess (delta, zeroing dQ) and of the
  * dQ conversion. */
 #define HAL_FLASH_ROW_KERNEL_ROWS 16

@@ -36,6 +36,12 @@ const std::map<std::string, Kernel>& kernels() {
       {"hal_flash_attention_backward_d128", hal_flash_attention_backward_d128},
       {"hal_flash_attention_backward_d256", hal_flash_attention_backward_d256},
       {"hal_flash_attention_backward_convert_dq", hal_flash_attention_backward_convert_dq},
+      {"hal_flash_attention_forward_mma_f16_d64", hal_flash_attention_forward_mma_f16_d64},
+      {"hal_flash_attention_forward_mma_f16_d128", hal_flash_attention_forward_mma_f16_d128},
+      {"hal_flash_attention_forward_mma_f16_d256", hal_flash_attention_forward_mma_f16_d256},
+      {"hal_flash_attention_forward_mma_bf16_d64", hal_flash_attention_forward_mma_bf16_d64},
+      {"hal_flash_attention_forward_mma_bf16_d128", hal_flash_attention_forward_mma_bf16_d128},
+      {"hal_flash_attention_forward_mma_bf16_d256", hal_flash_attention_forward_mma_bf16_d256},
   };
   return table;
 }
@@ -46,9 +52,11 @@ constexpr std::uint32_t kCudaSharedBytes = 48 * 1024;
 constexpr std::uint32_t kAmdSharedBytes = 64 * 1024;
 
 // Runs every launch of the plan in the emulator; the plan must succeed.
-void run_plan(const hal_attention_kernel_args& args, bool backward, std::vector<float>* workspace) {
+// Returns the first kernel's name.
+std::string run_plan(const hal_attention_kernel_args& args, bool backward, std::uint32_t paths,
+                     std::vector<float>* workspace) {
   hal_kernel_plan plan{};
-  hal_flash_attention_plan(&args, backward ? 1 : 0, kCudaSharedBytes, 32, &plan);
+  hal_flash_attention_plan_paths(&args, backward ? 1 : 0, kCudaSharedBytes, 32, paths, &plan);
   REQUIRE_MESSAGE(plan.launch_count > 0, plan.why_not);
   hal_attention_kernel_args launched = args;
   workspace->assign(plan.workspace_bytes / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
@@ -62,6 +70,7 @@ void run_plan(const hal_attention_kernel_args& args, bool backward, std::vector<
                                                dim3(step.block[0], step.block[1], step.block[2]), step.shared_bytes);
     REQUIRE_MESSAGE(error.empty(), step.kernel << ": " << error);
   }
+  return plan.launches[0].kernel;
 }
 
 // ---- tensors in a dtype, with their float values --------------------------
@@ -155,8 +164,10 @@ double tolerance(int dtype) {
   }
 }
 
-void check_shape(const Shape& shape) {
-  const std::string name = shape.name;
+// Forward with the given optional paths (0: scalar), backward (scalar), both
+// checked against the reference.
+void check_shape(const Shape& shape, std::uint32_t paths) {
+  const std::string name = std::string(shape.name) + (paths != 0 ? " [tensor cores]" : "");
   CAPTURE(name);
   std::mt19937 random(1234);
   const int dtype = shape.dtype;
@@ -200,8 +211,9 @@ void check_shape(const Shape& shape) {
   args.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim_qk));
 
   std::vector<float> workspace;
-  run_plan(args, false, &workspace);
-  run_plan(args, true, &workspace);
+  const std::string forward_kernel = run_plan(args, false, paths, &workspace);
+  CHECK((forward_kernel.find("_mma_") != std::string::npos) == (paths != 0 && dtype != HAL_KERNEL_F32));
+  run_plan(args, true, paths, &workspace);
 
   Mismatch o_error, lse_error, dq_error, dk_error, dv_error;
   int masked_rows = 0;
@@ -304,7 +316,11 @@ TEST_CASE("flash attention kernels match an f64 reference in the SIMT emulator")
       {"head dim 256, f16", f16, 1, 1, 1, 18, 33, 256, 256, false, -1, -1, false},
       {"head dim 256/96, f32", f32, 1, 2, 2, 9, 40, 256, 96, true, -1, -1, true},
   };
-  for (const Shape& shape : shapes) check_shape(shape);
+  for (const Shape& shape : shapes) {
+    check_shape(shape, 0);
+    // The tensor-core forward, through the emulator's mma.sync (PTX layout).
+    if (shape.dtype != f32) check_shape(shape, HAL_FLASH_PATH_TENSOR_CORES);
+  }
 }
 
 TEST_CASE("flash attention plan: launches, workspace and limits") {
@@ -325,7 +341,7 @@ TEST_CASE("flash attention plan: launches, workspace and limits") {
   args.scale = 0.125f;
   hal_kernel_plan plan{};
 
-  hal_flash_attention_plan(&args, 0, kCudaSharedBytes, 32, &plan);
+  hal_flash_attention_plan_paths(&args, 0, kCudaSharedBytes, 32, 0, &plan);
   REQUIRE(plan.launch_count == 1);
   CHECK(std::string(plan.launches[0].kernel) == "hal_flash_attention_forward_d128");
   CHECK(plan.launches[0].grid[0] == 4);  // ceil(100 / 32)
@@ -334,6 +350,21 @@ TEST_CASE("flash attention plan: launches, workspace and limits") {
   CHECK(plan.launches[0].block[0] == HAL_FLASH_THREADS);
   CHECK(plan.launches[0].shared_bytes == HAL_FLASH_FORWARD_SHARED_BYTES(128));
   CHECK(plan.workspace_bytes == 0);
+
+  // 32-wide warps (NVIDIA, sm_80+ image): f16/bf16 forward on tensor cores.
+  hal_flash_attention_plan(&args, 0, kCudaSharedBytes, 32, &plan);
+  REQUIRE(plan.launch_count == 1);
+  CHECK(std::string(plan.launches[0].kernel) == "hal_flash_attention_forward_mma_bf16_d128");
+  CHECK(plan.launches[0].grid[0] == 2);  // ceil(100 / 64)
+  CHECK(plan.launches[0].shared_bytes == HAL_FLASH_MMA_SHARED_BYTES(128));
+  // 64-wide wavefronts (AMD): the scalar kernels only.
+  hal_flash_attention_plan(&args, 0, kAmdSharedBytes, 64, &plan);
+  REQUIRE(plan.launch_count == 1);
+  CHECK(std::string(plan.launches[0].kernel) == "hal_flash_attention_forward_d128");
+  args.dtype = HAL_KERNEL_F32;  // f32 has no tensor-core kernel
+  hal_flash_attention_plan(&args, 0, kCudaSharedBytes, 32, &plan);
+  CHECK(std::string(plan.launches[0].kernel) == "hal_flash_attention_forward_d128");
+  args.dtype = HAL_KERNEL_BF16;
 
   hal_flash_attention_plan(&args, 1, kAmdSharedBytes, 64, &plan);
   REQUIRE(plan.launch_count == 3);
@@ -373,6 +404,7 @@ TEST_CASE("flash attention plan: launches, workspace and limits") {
     for (int bound : {64, 128, 256}) {
       CHECK(HAL_FLASH_FORWARD_SHARED_BYTES(bound) <= kCudaSharedBytes);
       CHECK(HAL_FLASH_BACKWARD_SHARED_BYTES(bound) <= kCudaSharedBytes);
+      CHECK(HAL_FLASH_MMA_SHARED_BYTES(bound) <= kCudaSharedBytes);
     }
   }
 }
