@@ -69,7 +69,11 @@ namespace hal::shims {
   X(cuModuleLoadData, "cuModuleLoadData", 2000, false)                                 \
   X(cuModuleUnload, "cuModuleUnload", 2000, false)                                     \
   X(cuModuleGetFunction, "cuModuleGetFunction", 2000, false)                           \
-  X(cuLaunchKernel, "cuLaunchKernel", 4000, false)
+  X(cuLaunchKernel, "cuLaunchKernel", 4000, false)                                     \
+  /* Attention: dynamic shared memory beyond 48 KiB, stream-ordered scratch. */        \
+  X(cuFuncSetAttribute, "cuFuncSetAttribute", 9000, false)                             \
+  X(cuMemAllocAsync, "cuMemAllocAsync", 11020, false)                                  \
+  X(cuMemFreeAsync, "cuMemFreeAsync", 11020, false)
 
 struct CudaDriverApi {
   decltype(&::cuInit) cuInit = nullptr;
