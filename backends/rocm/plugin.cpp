@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <new>
 
+#include "attention.hpp"
 #include "backend_options.hpp"
 #include "gpu_plugin.hpp"
 #include "rocm_backend.hpp"
@@ -45,6 +46,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     context.log_message(HAL_LOG_INFO, "HIP runtime " + context.runtime->path());
     for (const auto& missing : context.runtime->missing_optional())
       context.log_message(HAL_LOG_INFO, "the HIP runtime lacks optional " + missing);
+    create_attention(context);
     if (hal_status status = discover_devices(context); status != HAL_OK) return status;
     *out = backend.release();
     return succeed();
@@ -65,7 +67,7 @@ constexpr hal_backend_v1 make_table() {
   table.device_count = backend::device_count<&hal_backend_context::rocm>;
   table.device_info = backend::device_info<&hal_backend_context::rocm, fill_device_info>;
   fill_gpu_entry_points(table);
-  table.attention = nullptr;
+  table.attention = &attention_table;
   table.collectives = nullptr;
   return table;
 }
