@@ -99,9 +99,11 @@ class Plugin {
     library_ = dlopen(HAL_TEST_GPU_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
     REQUIRE_MESSAGE(library_ != nullptr, dlerror());
     auto query = reinterpret_cast<const hal_backend_v1* (*)(std::uint32_t)>(dlsym(library_, HAL_BACKEND_ENTRY_SYMBOL));
-    REQUIRE(query != nullptr);
+    const bool exported = query != nullptr;  // doctest cannot print a function pointer
+    REQUIRE_MESSAGE(exported, "the plugin exports no " HAL_BACKEND_ENTRY_SYMBOL);
     table_ = query(HAL_BACKEND_ABI_VERSION);
-    REQUIRE(table_ != nullptr);
+    const bool served = table_ != nullptr;
+    REQUIRE(served);
     hal_backend_init_v1 init{};
     init.struct_size = sizeof(init);
     init.abi_version = HAL_BACKEND_ABI_VERSION;
@@ -261,6 +263,11 @@ TEST_SUITE("gpu attention") {
     bad = params;
     bad.seq_q = std::int64_t{1} << 33;
     CHECK(contains(plugin.supports(HAL_ATTENTION_FLASH, bad), "seq_q 8589934592 exceeds the kernels' 32-bit limit"));
+    // The flash plan's own why_not is passed on.
+    bad = params;
+    bad.head_dim_qk = bad.head_dim_v = 300;
+    bad.q_strides = {4 * 16 * 300, 16 * 300, 300, 1};
+    CHECK(contains(plugin.supports(HAL_ATTENTION_FLASH, bad, true), "head_dim_qk 300"));
   }
 
   TEST_CASE("bad calls to the attention table are errors, never crashes") {

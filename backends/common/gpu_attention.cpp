@@ -121,11 +121,16 @@ hal_attention_kernel_args kernel_args(const hal_attention_params_v1& params, con
   return args;
 }
 
-// The plan for shapes only (addresses do not change it).
+// The plan for a shape, before there are tensors: it checks that the
+// tensors are present, and their addresses change nothing else.
 hal_kernel_plan flash_plan(const GpuPlatform& platform, std::uint32_t device, const hal_attention_params_v1& params,
                            bool backward) {
+  constexpr std::uint64_t placeholder = 4096;
+  AttentionAddresses present;
+  present.q = present.k = present.v = present.o = present.lse = placeholder;
+  present.grad_o = present.grad_q = present.grad_k = present.grad_v = placeholder;
   hal_kernel_plan plan{};
-  const hal_attention_kernel_args args = kernel_args(params, {});
+  const hal_attention_kernel_args args = kernel_args(params, present);
   const GpuDeviceLimits limits = platform.limits(device);
   hal_flash_attention_plan(&args, backward ? 1 : 0, limits.max_shared_bytes_per_block, limits.warp_size, &plan);
   return plan;
