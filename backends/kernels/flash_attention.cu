@@ -461,10 +461,21 @@ __device__ __forceinline__ void mma_m16n8k16(float c[4], const uint32_t a[4], co
 
 __device__ __forceinline__ uint32_t pack(uint32_t low, uint32_t high) { return low | (high << 16); }
 
+// Two floats rounded to nearest even into one register of 16-bit elements.
 template <int kDtype>
 __device__ __forceinline__ uint32_t pack_floats(float low, float high) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t packed;
+  if (kDtype == HAL_KERNEL_F16) {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(high), "f"(low));
+  } else {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(high), "f"(low));
+  }
+  return packed;
+#else
   return kDtype == HAL_KERNEL_F16 ? pack(float_to_f16_bits(low), float_to_f16_bits(high))
                                   : pack(float_to_bf16_bits(low), float_to_bf16_bits(high));
+#endif
 }
 
 __device__ __forceinline__ float quad_max(float value) {
