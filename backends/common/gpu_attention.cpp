@@ -1,7 +1,6 @@
 #include "gpu_attention.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -10,7 +9,6 @@
 
 #include "last_error.hpp"
 #include "math_attention_layout.h"
-
 
 namespace hal::backend {
 namespace {
