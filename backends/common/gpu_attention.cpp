@@ -14,7 +14,7 @@ namespace hal::backend {
 namespace {
 
 constexpr std::int64_t int32_max = std::numeric_limits<std::int32_t>::max();
-constexpr std::uint32_t row_threads = 256;  // HAL_MATH_ROW_THREADS in math_attention.cu
+constexpr std::uint32_t row_threads = 128;  // HAL_MATH_ROW_THREADS in math_attention.cu
 constexpr std::uint32_t copy_threads = 256;
 constexpr std::uint32_t max_copy_blocks = 65535;
 

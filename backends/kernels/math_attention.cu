@@ -16,7 +16,7 @@
 #include "attention_kernels.h"
 #include "math_attention_layout.h"
 
-#define HAL_MATH_ROW_THREADS 256
+#define HAL_MATH_ROW_THREADS 128  /* a power of two; row_threads in gpu_attention.cpp */
 
 namespace {
 
@@ -132,15 +132,21 @@ __device__ bool key_visible(const hal_attention_kernel_args& args, int query, in
   return true;
 }
 
-// Block-wide reduction over HAL_MATH_ROW_THREADS values; every thread gets the result.
+// Block-wide reduction over HAL_MATH_ROW_THREADS values; every thread gets
+// the result. Branch-free between barriers (every thread reads, then every
+// thread writes back, the upper half its own value unchanged), so no
+// compiler can give one barrier two call sites.
 template <bool Maximum>
 __device__ float reduce_block(float value, float* scratch) {
-  scratch[threadIdx.x] = value;
+  const int thread = static_cast<int>(threadIdx.x);
+  scratch[thread] = value;
   __syncthreads();
   for (int stride = HAL_MATH_ROW_THREADS / 2; stride > 0; stride /= 2) {
-    if (static_cast<int>(threadIdx.x) < stride)
-      scratch[threadIdx.x] = Maximum ? fmaxf(scratch[threadIdx.x], scratch[threadIdx.x + stride])
-                                     : scratch[threadIdx.x] + scratch[threadIdx.x + stride];
+    const float mine = scratch[thread];
+    const float other = scratch[thread < stride ? thread + stride : thread];
+    const float combined = Maximum ? fmaxf(mine, other) : mine + other;
+    __syncthreads();
+    scratch[thread] = thread < stride ? combined : mine;
     __syncthreads();
   }
   const float result = scratch[0];
