@@ -10,6 +10,9 @@ Cublas::LoadResult Cublas::load(const std::string& configured_path) {
   request.sonames = {"libcublas.so.13", "libcublas.so.12"};
   request.environment_variable = "HAL_CUBLAS";
   request.configured_path = configured_path;
+  // cuBLAS and cuBLASLt keep static state (their own C++ runtime's pools,
+  // exit handlers) that must not outlive their code, as the driver's.
+  request.never_unload = true;
   auto cublas = std::unique_ptr<Cublas>(new Cublas());
   CublasApi& api = cublas->api_;
   VendorLibraryLoad load = open_vendor_library(
