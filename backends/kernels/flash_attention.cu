@@ -12,10 +12,12 @@
 // the keys, and adds dQ with atomicAdd; a last kernel converts dQ to the
 // dtype.
 //
-// Path: scalar f32 arithmetic on every architecture, with f16/bf16 converted
-// on load and rounded to nearest even on store. The dtype is a run-time
-// argument and the head dim has three compile-time bounds (64, 128, 256),
-// so the image holds 8 kernels. tests/simt runs this file on the CPU.
+// Paths: scalar f32 arithmetic on every architecture, with f16/bf16
+// converted on load and rounded to nearest even on store (the dtype is a
+// run-time argument); and, for NVIDIA sm_80+ only, an f16/bf16 forward on
+// tensor cores (mma.sync). Head dims have three compile-time bounds (64,
+// 128, 256): 8 scalar kernels, plus 6 tensor-core ones in the CUDA image.
+// tests/simt runs this file on the CPU; tests/gpu on an NVIDIA GPU.
 
 #if defined(__HIP__)
 #include <hip/hip_runtime.h>
