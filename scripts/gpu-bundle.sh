@@ -16,7 +16,7 @@ BUILD_DIR="$build" "$root/scripts/build.sh" -DCMAKE_BUILD_TYPE=RelWithDebInfo -D
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib/hal/backends" "$bundle/lib/deps" "$bundle/fakes"
-for tool in halinfo halbench halconform halrun hal_cuda_tests hal_core_tests; do
+for tool in halinfo halbench halconform halrun hal_cuda_tests hal_core_tests hal_gpu_attention_numerics; do
   if [ -x "$build/bin/$tool" ]; then cp "$build/bin/$tool" "$bundle/bin/"; fi
 done
 cp -P "$build"/lib/libhal.so* "$bundle/lib/"

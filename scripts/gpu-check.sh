@@ -16,9 +16,12 @@
 #     only the CUDA headers), used in place of the carried plugin when it
 #     builds;
 #  4. halinfo -v and --json; the "cuda semantics" unit tests on the GPU;
-#  5. halconform on cuda:0; halbench mem and dispatch on cuda:0; halbench
-#     coll on cuda:0 through NCCL, world size 1;
-#  6. PyTorch reference figures (copy bandwidth, 1 MiB copy cost, SDPA).
+#  5. attention on cuda:0: numerics against the host backend (flash, math,
+#     fused where eligible), and halbench attn for each implementation;
+#  6. halconform on cuda:0; halbench mem and dispatch on cuda:0;
+#  7. halbench coll on cuda:0 through NCCL, world size 1;
+#  8. PyTorch reference figures (copy bandwidth, 1 MiB copy cost, SDPA with
+#     its flash and cuDNN backends on the shape halbench attn measured).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="${OUT:-$root/gpu-check-out}"
@@ -73,11 +76,16 @@ mkdir -p "$work/cuda"
 if step build-cuda-backend 300 bash -c '
     set -e
     "'"$nvcc"'" --fatbin -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-      -gencode arch=compute_90,code=compute_90 -o "'"$work"'/cuda/kernels.fatbin" "'"$root"'"/backends/kernels/*.cu
+      -gencode arch=compute_90,code=compute_90 -I"'"$root"'/backends/kernels" -o "'"$work"'/cuda/kernels.fatbin" \
+      "'"$root"'"/backends/kernels/cuda_kernels.cu
+    shims="cuda_driver cudnn nccl cublas library_loader"
     c++ -std=c++20 -O2 -shared -fPIC -fvisibility=hidden -Wall -Wextra \
-      -I"'"$root"'/hal/include" -I"'"$root"'/shims" -isystem "'"$cuda_home"'/include" \
+      -I"'"$root"'/hal/include" -I"'"$root"'/shims" -I"'"$root"'/backends/common" -I"'"$root"'/backends/kernels" \
+      -isystem "'"$cuda_home"'/include" \
       -DHAL_VERSION_STRING="\"built-on-gpu-machine\"" -DHAL_CUDA_KERNEL_FATBIN="\"'"$work"'/cuda/kernels.fatbin\"" \
-      "'"$root"'"/backends/cuda/*.cpp "'"$root"'"/shims/*.cpp -ldl -pthread -o "'"$work"'/cuda/libhal_backend_cuda.so"
+      "'"$root"'"/backends/cuda/*.cpp "'"$root"'"/backends/common/*.cpp "'"$root"'"/backends/kernels/attention_plan.cpp \
+      $(for shim in $shims; do echo "'"$root"'/shims/$shim.cpp"; done) -ldl -pthread \
+      -o "'"$work"'/cuda/libhal_backend_cuda.so"
     readelf -d "'"$work"'/cuda/libhal_backend_cuda.so" | grep NEEDED'; then
   cuda_plugin="$work/cuda/libhal_backend_cuda.so"
   echo "using the CUDA backend built here: $cuda_plugin" | tee -a "$summary"
@@ -102,7 +110,28 @@ if [ -x "$bundle/bin/hal_core_tests" ]; then
   step core-tests-host 120 env HAL_BACKENDS=host "$bundle/bin/hal_core_tests"
 fi
 
-# 5. Conformance on the GPU, then halbench.
+# 5. Attention on the GPU: numerics against the host (exit 77: nothing was
+# eligible, the output says why), then halbench attn per implementation on
+# the shape gpu_reference.py gives PyTorch SDPA (flash and cuDNN backends).
+if [ -x "$bundle/bin/hal_gpu_attention_numerics" ]; then
+  step attention-numerics 150 env HAL_BACKENDS=host,cuda "$bundle/bin/hal_gpu_attention_numerics"
+fi
+if [ -x "$bundle/bin/halbench" ]; then
+  for dtype in bf16; do  # f16 runs the same kernels; kept out to hold the check near 8 minutes
+    for mask in full causal; do
+      causal_flag=""
+      [ "$mask" = causal ] && causal_flag="--causal"
+      for implementation in flash math fused; do
+        name="halbench-attn-$implementation-$dtype-$mask"
+        step "$name" 60 bash -c '"'"$bundle"'/bin/halbench" attn --device cuda:0 --impl '"$implementation"' \
+          --batch 4 --heads-q 16 --heads-kv 16 --head-dim 128 --seq 4096 --dtype '"$dtype"' '"$causal_flag"' \
+          --backward --iters 10 --max-workspace 32G --json > "'"$out/$name"'.json"'
+      done
+    done
+  done
+fi
+
+# 6. Conformance on the GPU, then halbench.
 if [ -x "$bundle/bin/halconform" ]; then
   step halconform 240 "$bundle/bin/halconform" --device cuda:0 --timeout 60 --report-dir "$out/conformance"
 fi
@@ -113,7 +142,7 @@ else
   echo "halbench: not in this build; mem/dispatch figures not taken" | tee -a "$summary"
 fi
 
-# 5b. Collectives on cuda:0 through the NCCL engine (NCCL from PyTorch's
+# 7. Collectives on cuda:0 through the NCCL engine (NCCL from PyTorch's
 #     wheel or the system), one rank (RANK=0, WORLD_SIZE=1, a FileStore),
 #     nccl-tests columns. NCCL puts one rank per GPU, so with one GPU only
 #     world size 1 is measured: the engine's path end to end, no data
@@ -131,7 +160,7 @@ if [ -x "$bundle/bin/halbench" ]; then
     > "'"$out"'/halbench-coll.json"'
 fi
 
-# 6. PyTorch on the same device, for ratios.
+# 8. PyTorch on the same device, for ratios.
 step torch-reference 180 env LD_LIBRARY_PATH="$system_library_path" python3 "$root/scripts/gpu_reference.py" \
   "$out/torch-reference.json"
 

@@ -62,6 +62,16 @@ def attention_figures(torch):
                         milliseconds = timed(torch, lambda: functional.scaled_dot_product_attention(q, k, v, is_causal=causal), 10)
                     flops = 4 * batch * heads * sequence * sequence * head_dim / (2 if causal else 1)
                     figures[key] = {"ms": milliseconds, "TFLOPs": flops / (milliseconds * 1e-3) / 1e12}
+                    # Forward plus backward, as halbench attn --backward runs them.
+                    qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+                    grad = torch.randn_like(q)
+
+                    def forward_backward():
+                        functional.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).backward(grad)
+
+                    with sdpa_kernel(backend):
+                        both = timed(torch, forward_backward, 10)
+                    figures[key]["forward_backward_ms"] = both
                 except Exception as error:  # a backend this build or device lacks
                     figures[key] = {"error": str(error).splitlines()[0]}
     return figures

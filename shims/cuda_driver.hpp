@@ -69,7 +69,11 @@ namespace hal::shims {
   X(cuModuleLoadData, "cuModuleLoadData", 2000, false)                                 \
   X(cuModuleUnload, "cuModuleUnload", 2000, false)                                     \
   X(cuModuleGetFunction, "cuModuleGetFunction", 2000, false)                           \
-  X(cuLaunchKernel, "cuLaunchKernel", 4000, false)
+  X(cuLaunchKernel, "cuLaunchKernel", 4000, false)                                     \
+  X(cuMemAllocAsync, "cuMemAllocAsync", 11020, false)                                  \
+  X(cuMemFreeAsync, "cuMemFreeAsync", 11020, false)                                    \
+  /* Kernels that ask for more than 48 KiB of dynamic shared memory. */                \
+  X(cuFuncSetAttribute, "cuFuncSetAttribute", 9000, false)
 
 struct CudaDriverApi {
   decltype(&::cuInit) cuInit = nullptr;

@@ -311,10 +311,11 @@ TEST_SUITE("fake driver") {
     CHECK(device(0).supports("memory.host_pinned"));
     CHECK(device(0).supports("p2p"));
     CHECK(contains(capability(info, "p2p").note, "cuda:1"));
+    // The fake loads no kernel image, so no attention runs; each says why (gpu_attention_test.cpp).
     for (const char* key : {"attention.fused", "attention.flash", "attention.math"}) {
       CAPTURE(key);
       CHECK_FALSE(device(0).supports(key));
-      CHECK(contains(capability(info, key).note, "not built yet"));
+      CHECK_FALSE(capability(info, key).note.empty());
     }
     // A missing optional library is a declared state with every path tried.
     CHECK_FALSE(device(0).supports("library.cudnn"));

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include "cublas.hpp"
 #include "cudnn.hpp"
 #include "library_loader.hpp"
 #include "nccl.hpp"
@@ -145,6 +146,33 @@ TEST_SUITE("shims") {
     CHECK(shims::Cudnn::format_version(8907) == "8.9.7");
     CHECK(shims::Nccl::format_version(22809) == "2.28.9");
     CHECK(shims::Nccl::format_version(2708) == "2.7.8");
+  }
+
+  TEST_CASE("cuBLAS: a missing library names every path tried, one without its GEMM is unusable") {
+    ScopedEnvironment missing{{"HAL_CUBLAS", "/nonexistent/lib/libcublas.so.13"}};
+    const shims::Cublas::LoadResult absent = shims::Cublas::load("");
+    CHECK(absent.library == nullptr);
+    CHECK(contains(absent.message, "cuBLAS (libcublas.so.13 or libcublas.so.12) was not found"));
+    CHECK(contains(absent.message, "[HAL_CUBLAS] /nonexistent/lib/libcublas.so.13: not found"));
+    // The fake driver is a library, but not cuBLAS.
+    ScopedEnvironment wrong{{"HAL_CUBLAS", HAL_FAKE_CUDA_DRIVER_PATH}};
+    const shims::Cublas::LoadResult unusable = shims::Cublas::load("");
+    CHECK(unusable.library == nullptr);
+    CHECK(contains(unusable.message, "lacks required functions (cublasCreate_v2"));
+    CHECK(contains(unusable.message, "cublasGemmStridedBatchedEx"));
+  }
+
+  TEST_CASE("cuBLAS from the toolkit resolves every function the math path needs") {
+    const std::string toolkit_cublas = "/usr/local/cuda/lib64/libcublas.so.13";
+    if (!fs::exists(toolkit_cublas)) {
+      MESSAGE("no toolkit cuBLAS at " << toolkit_cublas << "; nothing to check");
+      return;
+    }
+    ScopedEnvironment environment{{"HAL_CUBLAS", std::nullopt}};
+    const shims::Cublas::LoadResult load = shims::Cublas::load(toolkit_cublas);
+    REQUIRE_MESSAGE(load.library != nullptr, load.message);
+    CHECK(load.library->version().rfind("13.", 0) == 0);
+    CHECK(contains(load.library->describe(CUBLAS_STATUS_NOT_SUPPORTED), "cuBLAS status 15"));
   }
 
   TEST_CASE("a library lacking required NCCL functions is unusable, with the names") {

@@ -15,7 +15,8 @@ target_link_libraries(fake_cuda_driver PRIVATE hal_warnings Threads::Threads)
 add_executable(hal_cuda_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_backend_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/cuda_shims_test.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/cuda_shims_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpu_attention_test.cpp)
 target_include_directories(hal_cuda_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
 target_link_libraries(hal_cuda_tests PRIVATE hal::hal hal_shims hal_warnings Threads::Threads)
 target_compile_definitions(hal_cuda_tests PRIVATE
@@ -23,14 +24,23 @@ target_compile_definitions(hal_cuda_tests PRIVATE
   HAL_FAKE_CUDA_DRIVER_DIR="${HAL_FAKE_CUDA_DRIVER_DIR}"
   HAL_FAKE_NCCL_PATH="$<TARGET_FILE:fake_nccl>"
   HAL_FAKE_NCCL_LEGACY_PATH="$<TARGET_FILE:fake_nccl_legacy>"
-  HAL_TEST_CUDA_KERNELS_BUILT=$<BOOL:${HAL_CUDA_KERNELS}>)
+  HAL_TEST_CUDA_KERNELS_BUILT=$<BOOL:${HAL_CUDA_KERNELS}>
+  HAL_TEST_BACKEND_CUDA=1
+  HAL_TEST_GPU_PLUGIN_PATH="$<TARGET_FILE:hal_backend_cuda>")
 add_dependencies(hal_cuda_tests fake_cuda_driver fake_nccl fake_nccl_legacy hal_backend_cuda hal_backend_host hal_data)
+if(TARGET halinfo)
+  target_compile_definitions(hal_cuda_tests PRIVATE HALINFO_PATH="$<TARGET_FILE:halinfo>")
+  add_dependencies(hal_cuda_tests halinfo)
+endif()
 
 # One process per driver identity: a driver's devices are fixed once cuInit ran.
 set(HAL_CUDA_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=")
 add_test(NAME cuda_fake_driver_tests COMMAND hal_cuda_tests "--test-suite=cuda semantics,fake driver,shims")
 set_tests_properties(cuda_fake_driver_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2;HAL_FAKE_CUDA_MEMORY=1G,512M;HAL_FAKE_CUDA_NAME=NVIDIA A100-SXM4-80GB,NVIDIA A100-SXM4-40GB")
+add_test(NAME cuda_fake_attention_tests COMMAND hal_cuda_tests "--test-suite=gpu attention")
+set_tests_properties(cuda_fake_attention_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1")
 add_test(NAME cuda_fake_ppu_tests COMMAND hal_cuda_tests "--test-suite=ppu identity")
 set_tests_properties(cuda_fake_ppu_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=ppu")
@@ -47,3 +57,13 @@ add_test(NAME cuda_plugin_needs_no_nvidia_library
   COMMAND ${CMAKE_COMMAND} -DREADELF=${HAL_READELF} -DPLUGIN=$<TARGET_FILE:hal_backend_cuda>
           -P ${CMAKE_CURRENT_LIST_DIR}/check_no_vendor_libraries.cmake)
 set_tests_properties(cuda_plugin_needs_no_nvidia_library PROPERTIES LABELS unit)
+
+# Attention numerics on a real CUDA device against the host backend (label
+# gpu: CI has no GPU; scripts/gpu-check.sh runs it). Without a usable device
+# it exits 77 and ctest reports it skipped, with the reason in its output.
+add_executable(hal_gpu_attention_numerics ${CMAKE_CURRENT_LIST_DIR}/gpu_attention_numerics_test.cpp)
+target_link_libraries(hal_gpu_attention_numerics PRIVATE hal::hal hal_warnings)
+add_dependencies(hal_gpu_attention_numerics hal_backend_cuda hal_backend_host hal_data)
+add_test(NAME cuda_attention_numerics COMMAND hal_gpu_attention_numerics)
+set_tests_properties(cuda_attention_numerics PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
+  ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=;HAL_BACKENDS=host,cuda")

@@ -105,10 +105,11 @@ TEST_SUITE("fake runtime") {
     CHECK(device(0).supports("p2p"));
     CHECK(contains(capability(info, "p2p").note, "rocm:1"));
     CHECK_FALSE(device(0).supports("collectives"));
+    // The fake loads no code object, so no attention runs; each says why (gpu_attention_test.cpp).
     for (const char* key : {"attention.fused", "attention.flash", "attention.math"}) {
       CAPTURE(key);
       CHECK_FALSE(device(0).supports(key));
-      CHECK(contains(capability(info, key).note, "not built yet"));
+      CHECK_FALSE(capability(info, key).note.empty());
     }
   }
 

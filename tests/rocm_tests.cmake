@@ -16,16 +16,28 @@ set_target_properties(fake_hip_runtime_rocm6 PROPERTIES SUFFIX .so.6)
 set_target_properties(fake_hip_runtime_rocm5 PROPERTIES SUFFIX .so.5)
 target_compile_definitions(fake_hip_runtime_rocm5 PRIVATE FAKE_HIP_ROCM5)
 
-add_executable(hal_rocm_tests ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp ${CMAKE_CURRENT_LIST_DIR}/rocm_backend_test.cpp)
+add_executable(hal_rocm_tests ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp ${CMAKE_CURRENT_LIST_DIR}/rocm_backend_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/gpu_attention_test.cpp)
 target_include_directories(hal_rocm_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
 target_link_libraries(hal_rocm_tests PRIVATE hal::hal hal_warnings Threads::Threads)
 get_property(rocm_code_object_architectures GLOBAL PROPERTY HAL_ROCM_CODE_OBJECT_ARCHITECTURES)
+set(HAL_ROCM_KERNELS_BUILT OFF)
+if(rocm_code_object_architectures)
+  set(HAL_ROCM_KERNELS_BUILT ON)
+endif()
 target_compile_definitions(hal_rocm_tests PRIVATE
   HAL_FAKE_HIP_RUNTIME_PATH="$<TARGET_FILE:fake_hip_runtime_rocm6>"
   HAL_FAKE_HIP_ROCM5_RUNTIME_PATH="$<TARGET_FILE:fake_hip_runtime_rocm5>"
   HAL_FAKE_HIP_RUNTIME_DIR="${HAL_FAKE_HIP_RUNTIME_DIR}/rocm6"
   HAL_HOST_PLUGIN_PATH="$<TARGET_FILE:hal_backend_host>"
-  HAL_ROCM_CODE_OBJECT_ARCHITECTURES="${rocm_code_object_architectures}")
+  HAL_ROCM_CODE_OBJECT_ARCHITECTURES="${rocm_code_object_architectures}"
+  HAL_TEST_BACKEND_CUDA=0
+  HAL_TEST_ROCM_KERNELS_BUILT=$<BOOL:${HAL_ROCM_KERNELS_BUILT}>
+  HAL_TEST_GPU_PLUGIN_PATH="$<TARGET_FILE:hal_backend_rocm>")
+if(TARGET halinfo)
+  target_compile_definitions(hal_rocm_tests PRIVATE HALINFO_PATH="$<TARGET_FILE:halinfo>")
+  add_dependencies(hal_rocm_tests halinfo)
+endif()
 add_dependencies(hal_rocm_tests fake_hip_runtime_rocm6 fake_hip_runtime_rocm5 hal_backend_rocm hal_backend_host)
 
 # One process per runtime identity: the fake reads it once.
@@ -33,6 +45,9 @@ set(HAL_ROCM_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=
 add_test(NAME rocm_fake_runtime_tests COMMAND hal_rocm_tests "--test-suite=fake runtime")
 set_tests_properties(rocm_fake_runtime_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=2;HAL_FAKE_HIP_MEMORY=1G,512M;HAL_FAKE_HIP_NAME=AMD Instinct MI210,AMD Instinct MI100;HAL_FAKE_HIP_ARCH=gfx90a:sramecc+:xnack-,gfx908:sramecc+:xnack-;HAL_FAKE_HIP_UUID=0123456789abcdef0011223344556677,fedcba98765432100011223344556677")
+add_test(NAME rocm_fake_attention_tests COMMAND hal_rocm_tests "--test-suite=gpu attention")
+set_tests_properties(rocm_fake_attention_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=1")
 add_test(NAME rocm_fake_foreign_architecture_tests COMMAND hal_rocm_tests "--test-suite=foreign architecture")
 set_tests_properties(rocm_fake_foreign_architecture_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_ARCH=gfx942:sramecc+:xnack+;HAL_FAKE_HIP_NAME=AMD Instinct MI300X;HAL_FAKE_HIP_MANAGED=1")

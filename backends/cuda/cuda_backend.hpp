@@ -12,9 +12,13 @@
 #include <vector>
 
 #include "cuda_driver.hpp"
+#include "cublas.hpp"
 #include "cudnn.hpp"
 #include "device_description.hpp"
+#include "fused_attention.hpp"
+#include "gpu_attention.hpp"
 #include "hal/backend_abi.h"
+#include "kernel_functions.hpp"
 #include "last_error.hpp"
 #include "nccl.hpp"
 #include "nccl_collectives.hpp"
@@ -42,6 +46,8 @@ struct CudaDevice {
   CUfunction softmax_rows_f32 = nullptr;
   bool kernels_usable = false;
   std::string kernels_status;
+  backend::KernelFunctions<CUfunction> kernel_functions;  // by name, from kernel_module
+  std::uint32_t max_shared_bytes_optin = 0, warp_size = 32;
 
   // The primary context, retained on first use: creating one costs time and
   // device memory, so enumeration alone does not.
@@ -58,6 +64,11 @@ struct Context {
   std::string cudnn_status;  // where it was found, or why not
   std::unique_ptr<shims::Nccl> nccl;
   std::string nccl_status;
+  std::unique_ptr<shims::Cublas> cublas;  // the math attention path's GEMMs
+  std::string cublas_status;
+  // Null until a vendor fused attention (cuDNN) is built in; the engine says so.
+  std::unique_ptr<backend::FusedAttention> fused_attention;
+  std::unique_ptr<backend::GpuAttention> attention;
   int driver_version = 0;
   std::vector<std::unique_ptr<CudaDevice>> devices;
   // Collectives on `nccl`; last, so it goes before what it uses.

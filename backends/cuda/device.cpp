@@ -132,15 +132,17 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
   description.add_int("memory.l2_cache_bytes", reader.attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2 cache size"));
   description.add_int("memory.bus_width_bits",
                   reader.attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, "memory bus width"));
-  description.add_int("cuda.max_shared_memory_per_block_optin",
-                  reader.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory opt-in"));
+  device.max_shared_bytes_optin = static_cast<std::uint32_t>(
+      reader.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory opt-in"));
+  device.warp_size = static_cast<std::uint32_t>(reader.attribute(CU_DEVICE_ATTRIBUTE_WARP_SIZE, "warp size"));
+  description.add_int("cuda.max_shared_memory_per_block_optin", device.max_shared_bytes_optin);
   description.add_bool("library.cudnn", context.cudnn != nullptr, context.cudnn_status);
   description.add_bool("library.nccl", context.nccl != nullptr, context.nccl_status);
   description.add_bool("collectives", context.collectives && context.collectives->available(),
                        context.collectives ? context.collectives->capability_note() : context.nccl_status);
   description.add_bool("kernels", device.kernels_usable, device.kernels_status);
-  for (const char* key : {"attention.fused", "attention.flash", "attention.math"})
-    description.add_bool(key, false, "not built yet in the CUDA backend");
+  if (context.cublas) description.add_version("cublas", context.cublas->version());
+  context.attention->describe(static_cast<std::uint32_t>(ordinal), description);
   return HAL_OK;
 }
 

@@ -91,8 +91,25 @@ void load_kernels(const Context& context, std::uint32_t index) {
                           ") and checked: softmax matches the host";
 }
 
+hal_status find_kernel(const Context& context, std::uint32_t index, const char* name, CUfunction* function) {
+  CudaDevice& device = *context.devices[index];
+  if (!device.kernels_usable)
+    return fail(HAL_ERROR_UNSUPPORTED, "cuda:" + std::to_string(index) + " has no usable kernels: " + device.kernels_status);
+  auto [found, problem] = device.kernel_functions.find(name, [&](const char* kernel, CUfunction* out) {
+    const CUresult result = context.api().cuModuleGetFunction(out, device.kernel_module, kernel);
+    return result == CUDA_SUCCESS ? std::string() : context.driver->describe(result);
+  });
+  if (!problem.empty())
+    return fail(HAL_ERROR_INTERNAL, "the kernel image loaded on cuda:" + std::to_string(index) + " lacks " + name +
+                                        " (cuModuleGetFunction: " + problem + "); the plugin was built from mismatched "
+                                        "sources, rebuild it");
+  *function = found;
+  return HAL_OK;
+}
+
 void unload_kernels(const Context& context, std::uint32_t index) {
   CudaDevice& device = *context.devices[index];
+  device.kernel_functions.clear();
   if (device.kernel_module == nullptr) return;
   if (context.make_current(index) == HAL_OK) context.api().cuModuleUnload(device.kernel_module);
   device.kernel_module = nullptr;

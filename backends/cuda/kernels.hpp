@@ -16,5 +16,8 @@ std::span<const unsigned char> embedded_kernel_image();
 // compares it with the host; fills device.kernels_* either way.
 void load_kernels(const Context& context, std::uint32_t device);
 void unload_kernels(const Context& context, std::uint32_t device);
+// The named kernel of the device's loaded image, resolved once; fails with
+// the device's kernels_status when it has no usable image.
+hal_status find_kernel(const Context& context, std::uint32_t device, const char* name, CUfunction* function);
 
 }  // namespace hal::cuda

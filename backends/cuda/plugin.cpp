@@ -2,6 +2,7 @@
 #include <map>
 
 #include "backend_options.hpp"
+#include "attention.hpp"
 #include "gpu_plugin.hpp"
 #include "cuda_backend.hpp"
 
@@ -37,8 +38,8 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     context.log = init->log;
     context.log_user_data = init->log_user_data;
     // Each option is a path to one vendor library.
-    auto options = backend::read_backend_options(*init, "cuda", {"driver", "cudnn", "nccl"},
-                                                 "driver, cudnn and nccl (paths to those libraries)");
+    auto options = backend::read_backend_options(*init, "cuda", {"driver", "cudnn", "nccl", "cublas"},
+                                                 "driver, cudnn, nccl and cublas (paths to those libraries)");
 
     shims::CudaDriver::LoadResult driver = shims::CudaDriver::load(options["driver"]);
     if (!driver.driver) return fail(driver.library_missing ? HAL_ERROR_NOT_PRESENT : HAL_ERROR_UNSUPPORTED, driver.message);
@@ -48,6 +49,9 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     for (const auto& missing : context.driver->missing_optional())
       context.log_message(HAL_LOG_INFO, "the CUDA driver lacks optional " + missing);
     load_optional_libraries(context, options);
+    load_cublas(context, options["cublas"]);
+    context.log_message(HAL_LOG_INFO, "cuBLAS: " + context.cublas_status);
+    create_attention(context);
     create_collectives(*backend);
     if (hal_status status = discover_devices(context); status != HAL_OK) return status;
     *out = backend.release();
@@ -69,7 +73,7 @@ constexpr hal_backend_v1 make_table() {
   table.device_count = backend::device_count<&hal_backend_context::cuda>;
   table.device_info = backend::device_info<&hal_backend_context::cuda, fill_device_info>;
   fill_gpu_entry_points(table);
-  table.attention = nullptr;
+  table.attention = &attention_table;
   table.collectives = &collectives_table.v1;
   return table;
 }

@@ -2,3 +2,5 @@
 // takes one source per fatbin, so the kernel files are included here.
 #include "softmax.cu"
 #include "flash_attention.cu"
+#include "gemm.cu"
+#include "math_attention.cu"

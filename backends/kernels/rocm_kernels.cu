@@ -2,3 +2,4 @@
 // one source per code object, so the kernel files are included here.
 #include "gemm.cu"
 #include "flash_attention.cu"
+#include "math_attention.cu"

@@ -108,6 +108,9 @@ hal_status describe_device(const Context& context, int ordinal, RocmDevice& devi
       reader.attribute(hipDeviceAttributeConcurrentManagedAccess, "concurrent managed access") != 0;
   const bool maps_host_memory = reader.attribute(hipDeviceAttributeCanMapHostMemory, "map host memory") != 0;
   const int warp_size = reader.attribute(hipDeviceAttributeWarpSize, "wavefront size");
+  device.warp_size = static_cast<std::uint32_t>(warp_size);
+  device.max_shared_bytes = static_cast<std::uint32_t>(
+      reader.attribute(hipDeviceAttributeMaxSharedMemoryPerBlock, "shared memory per block"));
 
   backend::DeviceDescription& description = device.description;
   description.add_version("backend", HAL_VERSION_STRING);
@@ -139,16 +142,18 @@ hal_status describe_device(const Context& context, int ordinal, RocmDevice& devi
   return HAL_OK;
 }
 
+std::uint32_t device_index(const Context& context, const RocmDevice& device) {
+  for (std::uint32_t index = 0; index < context.devices.size(); ++index)
+    if (context.devices[index].get() == &device) return index;
+  return 0;  // unreachable: device is one of context.devices
+}
+
 // Needs every device known, and the kernels loaded; added after discovery.
 void add_late_capabilities(const Context& context, RocmDevice& device) {
   backend::DeviceDescription& description = device.description;
   const bool kernels = device.kernel_module != nullptr;
   description.add_bool("kernels", kernels, device.kernel_status);
-  for (const char* key : {"attention.fused", "attention.flash", "attention.math"})
-    description.add_bool(key, false,
-                         kernels ? "not built yet in the ROCm backend"
-                                 : "not built yet in the ROCm backend; its kernels would also be ineligible: " +
-                                       device.kernel_status);
+  context.attention->describe(device_index(context, device), description);
 
   if (context.api().hipDeviceCanAccessPeer == nullptr) {
     description.add_bool("p2p", false, "the HIP runtime lacks hipDeviceCanAccessPeer");

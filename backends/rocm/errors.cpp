@@ -87,6 +87,7 @@ hal_status Context::make_current(std::uint32_t index) const {
 
 Context::~Context() {
   if (!runtime) return;
+  attention.reset();  // before the modules it launches from go
   for (const auto& device : devices) {
     if (device->kernel_module == nullptr) continue;
     // At process exit the runtime may already be torn down; nothing to report then.

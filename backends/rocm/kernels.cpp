@@ -20,7 +20,12 @@ namespace hal::rocm {
 namespace {
 
 // The kernels every user of the module needs; all must resolve.
-constexpr const char* kernel_names[] = {"hal_gemm_f32"};
+constexpr const char* kernel_names[] = {"hal_gemm_f32",
+                                        "hal_gemm_f32_strided_batched",
+                                        "hal_math_attention_pack_inputs",
+                                        "hal_math_attention_softmax_forward",
+                                        "hal_math_attention_softmax_backward",
+                                        "hal_math_attention_store_outputs"};
 
 bool carries_architecture(const std::string& architecture) {
   std::istringstream list(HAL_ROCM_CODE_OBJECT_ARCHITECTURES);
@@ -77,6 +82,22 @@ void load_kernels(const Context& context, RocmDevice& device) {
   device.kernel_status = "code object for " + architecture + " loaded on " + which +
                          "; hal_gemm_f32 is a scalar tiled GEMM (no matrix-core path yet)";
 #endif
+}
+
+hal_status find_kernel(const Context& context, std::uint32_t index, const char* name, hipFunction_t* function) {
+  RocmDevice& device = *context.devices[index];
+  if (device.kernel_module == nullptr)
+    return fail(HAL_ERROR_UNSUPPORTED, "rocm:" + std::to_string(index) + " has no usable kernels: " + device.kernel_status);
+  auto [found, problem] = device.kernel_functions.find(name, [&](const char* kernel, hipFunction_t* out) {
+    const hipError_t error = context.api().hipModuleGetFunction(out, device.kernel_module, kernel);
+    return error == hipSuccess ? std::string() : context.runtime->describe(error);
+  });
+  if (!problem.empty())
+    return fail(HAL_ERROR_INTERNAL, "the code object loaded on rocm:" + std::to_string(index) + " lacks " + name +
+                                        " (hipModuleGetFunction: " + problem + "); the plugin was built from "
+                                        "mismatched sources, rebuild it");
+  *function = found;
+  return HAL_OK;
 }
 
 }  // namespace hal::rocm

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <new>
 
+#include "attention.hpp"
 #include "backend_options.hpp"
 #include "gpu_plugin.hpp"
 #include "rocm_backend.hpp"
@@ -51,6 +52,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     context.rccl = std::move(rccl.library);
     context.rccl_status = context.rccl ? "loaded " + context.rccl->path() : rccl.message;
     context.log_message(HAL_LOG_INFO, "RCCL: " + context.rccl_status);
+    create_attention(context);
     create_collectives(*backend);
     if (hal_status status = discover_devices(context); status != HAL_OK) return status;
     *out = backend.release();
@@ -72,7 +74,7 @@ constexpr hal_backend_v1 make_table() {
   table.device_count = backend::device_count<&hal_backend_context::rocm>;
   table.device_info = backend::device_info<&hal_backend_context::rocm, fill_device_info>;
   fill_gpu_entry_points(table);
-  table.attention = nullptr;
+  table.attention = &attention_table;
   table.collectives = &collectives_table.v1;
   return table;
 }

@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "device_description.hpp"
+#include "gpu_attention.hpp"
 #include "hal/backend_abi.h"
 #include "hip_runtime.hpp"
+#include "kernel_functions.hpp"
 #include "last_error.hpp"
 #include "nccl.hpp"
 #include "nccl_collectives.hpp"
@@ -35,6 +37,8 @@ struct RocmDevice {
   // The embedded kernels loaded for this device, or null with the reason.
   hipModule_t kernel_module = nullptr;
   std::string kernel_status;
+  backend::KernelFunctions<hipFunction_t> kernel_functions;  // by name, from kernel_module
+  std::uint32_t max_shared_bytes = 0, warp_size = 0;
 };
 
 struct Context {
@@ -43,6 +47,7 @@ struct Context {
   std::unique_ptr<shims::HipRuntime> runtime;
   int runtime_version = 0, driver_version = 0;
   std::vector<std::unique_ptr<RocmDevice>> devices;
+  std::unique_ptr<backend::GpuAttention> attention;
   std::unique_ptr<shims::Nccl> rccl;  // optional: collectives need it
   std::string rccl_status;            // where it was found, or why not
   // Collectives on `rccl`; last, so it goes before what it uses.
@@ -70,6 +75,9 @@ hal_status discover_devices(Context& context);
 void fill_device_info(const Context& context, std::uint32_t device, hal_device_info_v1& info);
 // Loads the embedded code object on one device; sets kernel_module or kernel_status.
 void load_kernels(const Context& context, RocmDevice& device);
+// The named kernel of the device's loaded code object, resolved once; fails
+// with the device's kernel_status when it has none.
+hal_status find_kernel(const Context& context, std::uint32_t device, const char* name, hipFunction_t* function);
 // "gfx90a:sramecc+:xnack-" -> "gfx90a"
 std::string base_architecture(std::string_view gcn_arch_name);
 // The architectures this plugin carries code objects for ("" when built without hipcc).

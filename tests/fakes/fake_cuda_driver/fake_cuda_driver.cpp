@@ -440,6 +440,7 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribu
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = info.l2_bytes; break;
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *value = info.bus_width; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 163 * 1024; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
     default: return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;

@@ -370,6 +370,7 @@ FAKE_EXPORT hipError_t hipDeviceGetAttribute(int* value, hipDeviceAttribute_t at
     case hipDeviceAttributeWarpSize: *value = fake.arch.rfind("gfx1", 0) == 0 ? 32 : 64; break;
     case hipDeviceAttributeL2CacheSize: *value = 8 << 20; break;
     case hipDeviceAttributeMemoryBusWidth: *value = 4096; break;
+    case hipDeviceAttributeMaxSharedMemoryPerBlock: *value = 64 * 1024; break;
     default: return hipErrorInvalidValue;
   }
   return hipSuccess;

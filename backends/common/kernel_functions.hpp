@@ -1,0 +1,39 @@
+// The functions of a device's loaded kernel image, resolved by name once and
+// kept: both GPU backends look kernels up per launch, and the vendor's
+// lookup (cuModuleGetFunction, hipModuleGetFunction) takes a lock and a
+// string search each time.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace hal::backend {
+
+template <typename Function>
+class KernelFunctions {
+ public:
+  // resolve(name, &function) returns "" when found, otherwise why not; a
+  // failure is not cached, so a later call reports it again.
+  template <typename Resolve>
+  std::pair<Function, std::string> find(const std::string& name, Resolve&& resolve) {
+    std::lock_guard lock(mutex_);
+    if (const auto found = functions_.find(name); found != functions_.end()) return {found->second, {}};
+    Function function{};
+    std::string problem = resolve(name.c_str(), &function);
+    if (problem.empty()) functions_.emplace(name, function);
+    return {function, std::move(problem)};
+  }
+  // The module is gone: its functions with it.
+  void clear() {
+    std::lock_guard lock(mutex_);
+    functions_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, Function, std::less<>> functions_;
+};
+
+}  // namespace hal::backend

@@ -1,0 +1,48 @@
+#include "cublas.hpp"
+
+#include <library_types.h>
+
+namespace hal::shims {
+
+Cublas::LoadResult Cublas::load(const std::string& configured_path) {
+  LibraryRequest request;
+  request.display_name = "cuBLAS (libcublas.so.13 or libcublas.so.12)";
+  request.sonames = {"libcublas.so.13", "libcublas.so.12"};
+  request.environment_variable = "HAL_CUBLAS";
+  request.configured_path = configured_path;
+  // cuBLAS and cuBLASLt keep static state (their own C++ runtime's pools,
+  // exit handlers) that must not outlive their code, as the driver's.
+  request.never_unload = true;
+  auto cublas = std::unique_ptr<Cublas>(new Cublas());
+  CublasApi& api = cublas->api_;
+  VendorLibraryLoad load = open_vendor_library(
+      request, {symbol(api.cublasCreate, {"cublasCreate_v2"}, true),
+                symbol(api.cublasDestroy, {"cublasDestroy_v2"}, true),
+                symbol(api.cublasSetStream, {"cublasSetStream_v2"}, true),
+                symbol(api.cublasGetVersion, {"cublasGetVersion_v2"}, true),
+                symbol(api.cublasGemmStridedBatchedEx, {"cublasGemmStridedBatchedEx"}, true),
+                symbol(api.cublasGetProperty, {"cublasGetProperty"}, false),
+                symbol(api.cublasGetStatusString, {"cublasGetStatusString"}, false)});
+  if (!load.ok()) return {nullptr, load.error};
+  cublas->library_ = std::move(load.library);
+  return {std::move(cublas), {}};
+}
+
+std::string Cublas::version() const {
+  if (api_.cublasGetProperty == nullptr) return {};
+  int major = 0, minor = 0, patch = 0;
+  if (api_.cublasGetProperty(MAJOR_VERSION, &major) != CUBLAS_STATUS_SUCCESS ||
+      api_.cublasGetProperty(MINOR_VERSION, &minor) != CUBLAS_STATUS_SUCCESS ||
+      api_.cublasGetProperty(PATCH_LEVEL, &patch) != CUBLAS_STATUS_SUCCESS)
+    return {};
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+}
+
+std::string Cublas::describe(cublasStatus_t status) const {
+  const std::string number = "cuBLAS status " + std::to_string(static_cast<int>(status));
+  if (api_.cublasGetStatusString == nullptr) return number;
+  const char* text = api_.cublasGetStatusString(status);
+  return text != nullptr ? std::string(text) + " (" + number + ")" : number;
+}
+
+}  // namespace hal::shims
