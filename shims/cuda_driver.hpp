@@ -69,7 +69,9 @@ namespace hal::shims {
   X(cuModuleLoadData, "cuModuleLoadData", 2000, false)                                 \
   X(cuModuleUnload, "cuModuleUnload", 2000, false)                                     \
   X(cuModuleGetFunction, "cuModuleGetFunction", 2000, false)                           \
-  X(cuLaunchKernel, "cuLaunchKernel", 4000, false)
+  X(cuLaunchKernel, "cuLaunchKernel", 4000, false)                                     \
+  X(cuMemAllocAsync, "cuMemAllocAsync", 11020, false)                                  \
+  X(cuMemFreeAsync, "cuMemFreeAsync", 11020, false)
 
 struct CudaDriverApi {
   decltype(&::cuInit) cuInit = nullptr;
