@@ -5,8 +5,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
+
+#include <unistd.h>
 
 #include "cuda_backend.hpp"
 #include "cudnn_attention.hpp"
@@ -167,6 +170,27 @@ TEST_SUITE("cudnn attention") {
     const std::string reason = fused->supports(0, typical_params(), false);
     CHECK(contains(reason, "cuDNN 9.10.1"));
     CHECK(contains(reason, "known bugs"));
+  }
+
+  TEST_CASE("one process drives one cuDNN library through the frontend, and says so for another") {
+    FakeCudaContext first(HAL_FAKE_CUDNN_PATH);
+    auto first_fused = hal::cuda::make_cudnn_attention(first.context);
+    CHECK(contains(first_fused->supports(0, typical_params(), false), HAL_FAKE_CUDNN_PATH));
+
+    const std::filesystem::path directory =
+        std::filesystem::temp_directory_path() / ("hal-cudnn-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(directory);
+    std::filesystem::copy_file(HAL_FAKE_CUDNN_PATH, directory / "libcudnn.so.9",
+                               std::filesystem::copy_options::overwrite_existing);
+    {
+      FakeCudaContext second((directory / "libcudnn.so.9").string());
+      REQUIRE(second.context.cudnn);
+      const std::string reason = hal::cuda::make_cudnn_attention(second.context)->supports(0, typical_params(), false);
+      CHECK(contains(reason, "already drives cuDNN at " + std::string(HAL_FAKE_CUDNN_PATH)));
+      CHECK(contains(reason, (directory / "libcudnn.so.9").string()));
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(directory, ignored);
   }
 
   TEST_CASE("calls that cannot run are errors, not crashes") {
