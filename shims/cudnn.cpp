@@ -8,6 +8,9 @@ Cudnn::LoadResult Cudnn::load(const std::string& configured_path) {
   request.sonames = {"libcudnn.so.9"};
   request.environment_variable = "HAL_CUDNN";
   request.configured_path = configured_path;
+  // The cuDNN frontend keeps the function pointers it resolves for the life of
+  // the process; the library must stay mapped for them.
+  request.never_unload = true;
   auto cudnn = std::unique_ptr<Cudnn>(new Cudnn());
   CudnnApi& api = cudnn->api_;
   VendorLibraryLoad load = open_vendor_library(

@@ -1,5 +1,6 @@
-// cuDNN (libcudnn.so.9), resolved at run time: for now its presence and
-// version; the graph API for fused attention builds on this table.
+// cuDNN (libcudnn.so.9), resolved at run time: its presence and version. The
+// fused attention (backends/cuda/cudnn_attention.cpp) drives cuDNN's graph API
+// through the cuDNN frontend, which resolves its own symbols on native_handle().
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,7 @@ class Cudnn {
 
   const CudnnApi& api() const { return api_; }
   const std::string& path() const { return library_.path(); }
+  void* native_handle() const { return library_.native_handle(); }
   // "9.19.0"
   std::string version() const;
   // cudnnGetVersion's number in cuDNN's encoding (9.x: 91900, 8.x: 8907).

@@ -25,6 +25,8 @@ class SharedLibrary {
   const std::string& path() const { return path_; }
   // The address of an exported symbol, or nullptr.
   void* find(const char* symbol) const;
+  // The dlopen handle, for vendor code that resolves its own symbols (the cuDNN frontend).
+  void* native_handle() const { return handle_; }
 
  private:
   void close();

@@ -497,3 +497,80 @@ TEST_SUITE("no driver") {
     CHECK(runtime.device("host:0").info().type == hal::DeviceType::cpu);
   }
 }
+
+#ifdef HAL_FAKE_CUDNN_PATH
+TEST_SUITE("cudnn quirks") {
+  // data/quirks.toml withholds fused attention on cuDNN releases with known
+  // SDPA bugs, matched by the cuDNN version the plugin reports per device.
+  hal::EffectiveCapability fused_on_cudnn(const char* version) {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                                  {"HAL_BACKENDS", "cuda"},
+                                  {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
+                                  {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
+                                  {"HAL_FAKE_CUDNN_VERSION", version}};
+    hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::Device device = runtime.device("cuda:0");
+    CHECK(device.info().name == "NVIDIA H100 80GB HBM3");
+    CHECK(device.info().version("cudnn") == std::optional<std::string>(version));
+    return hal::effective_capability(device, "attention.fused");
+  }
+
+  bool decided_by_quirk(const hal::EffectiveCapability& capability, std::string_view id) {
+    return capability.decided_by == "quirk" &&
+           std::any_of(capability.layers.begin(), capability.layers.end(), [&](const hal::CapabilityLayer& layer) {
+             return layer.layer == "quirk" && contains(layer.source, id) && contains(layer.source, "quirks.toml");
+           });
+  }
+
+  TEST_CASE("a Hopper GPU with cuDNN 9.11 or 9.12 has fused attention off, citing the quirk") {
+    const hal::EffectiveCapability fused = fused_on_cudnn("9.11.0");
+    CHECK(fused.value == "false");
+    CHECK(decided_by_quirk(fused, "cudnn-9.11-9.12-hopper-sdpa-backward"));
+    CHECK(contains(fused.layers.back().reason, "fixed in cuDNN 9.13"));
+    CHECK(decided_by_quirk(fused_on_cudnn("9.12.0"), "cudnn-9.11-9.12-hopper-sdpa-backward"));
+  }
+
+  TEST_CASE("cuDNN 9.10.0 and 9.10.1 have fused attention off on any device") {
+    const hal::EffectiveCapability fused = fused_on_cudnn("9.10.1");
+    CHECK(fused.value == "false");
+    CHECK(decided_by_quirk(fused, "cudnn-9.10.0-9.10.1-sdpa-forward"));
+  }
+
+  TEST_CASE("with cuDNN loaded the plugin declares fused, and the explain carries cuDNN's refusal of a shape") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                                  {"HAL_BACKENDS", "cuda"},
+                                  {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
+                                  {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
+                                  {"HAL_FAKE_CUDNN_VERSION", "9.19.0"},
+                                  {"HAL_FAKE_CUDNN_REJECT", "no engine supports this SDPA graph (fake cuDNN)"}};
+    hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::Device device = runtime.device("cuda:0");
+    const hal::EffectiveCapability fused = hal::effective_capability(device, "attention.fused");
+    CHECK(fused.value == "true");
+    CHECK(fused.decided_by == "declared");
+    hal::AttentionParams params;
+    params.heads_q = 4;
+    params.seq_q = 128;
+    params.dtype = hal::DType::bf16;
+    const hal::AttentionDecision decision = hal::explain_attention(device, params);
+    const auto candidate = std::find_if(decision.candidates.begin(), decision.candidates.end(), [](const auto& c) {
+      return c.implementation == hal::AttentionImplementation::fused;
+    });
+    REQUIRE(candidate != decision.candidates.end());
+    CHECK_FALSE(candidate->eligible);
+    std::string reasons;
+    for (const auto& reason : candidate->reasons) reasons += reason + "\n";
+    CHECK_MESSAGE(contains(reasons, "no engine supports this SDPA graph (fake cuDNN)"), reasons);
+    CHECK_MESSAGE(contains(reasons, "9.19.0"), reasons);
+  }
+
+  TEST_CASE("fixed cuDNN releases match no cuDNN quirk") {
+    for (const char* version : {"9.10.2", "9.13.0", "9.19.0"}) {
+      CAPTURE(version);
+      const hal::EffectiveCapability fused = fused_on_cudnn(version);
+      CHECK(std::none_of(fused.layers.begin(), fused.layers.end(),
+                         [](const hal::CapabilityLayer& layer) { return layer.layer == "quirk"; }));
+    }
+  }
+}
+#endif

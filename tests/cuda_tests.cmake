@@ -67,3 +67,45 @@ add_dependencies(hal_gpu_attention_numerics hal_backend_cuda hal_backend_host ha
 add_test(NAME cuda_attention_numerics COMMAND hal_gpu_attention_numerics)
 set_tests_properties(cuda_attention_numerics PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
   ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=;HAL_BACKENDS=host,cuda")
+
+# cuDNN's fused attention, driven directly on the fake driver and a fake cuDNN named like the real one.
+if(HAL_CUDNN_INCLUDE_DIR)
+  set(HAL_FAKE_CUDNN_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_cudnn)
+  add_library(fake_cudnn SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cudnn/fake_cudnn.cpp)
+  set_target_properties(fake_cudnn PROPERTIES
+    OUTPUT_NAME cudnn PREFIX lib SUFFIX .so.9
+    LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_CUDNN_DIR}
+    CXX_VISIBILITY_PRESET hidden)
+  target_include_directories(fake_cudnn SYSTEM PRIVATE ${HAL_CUDNN_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
+  target_link_libraries(fake_cudnn PRIVATE hal_warnings)
+
+  add_executable(hal_cudnn_attention_tests
+    ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/cudnn_attention_test.cpp)
+  target_include_directories(hal_cudnn_attention_tests PRIVATE ${DOCTEST_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR})
+  target_link_libraries(hal_cudnn_attention_tests PRIVATE hal_cuda_backend_core hal_warnings Threads::Threads)
+  target_compile_definitions(hal_cudnn_attention_tests PRIVATE
+    HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
+    HAL_FAKE_CUDNN_PATH="$<TARGET_FILE:fake_cudnn>"
+    HAL_TEST_CUDNN_FRONTEND_BUILT=$<BOOL:${HAL_CUDNN_FRONTEND_INCLUDE_DIR}>)
+  add_dependencies(hal_cudnn_attention_tests fake_cuda_driver fake_cudnn)
+  add_test(NAME cudnn_attention_tests COMMAND hal_cudnn_attention_tests)
+  set_tests_properties(cudnn_attention_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+    "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1;HAL_FAKE_CUDA_NAME=NVIDIA A100-SXM4-80GB")
+
+  # The shipped quirks for cuDNN releases, matched through the plugin's cuDNN version axis.
+  target_compile_definitions(hal_cuda_tests PRIVATE HAL_FAKE_CUDNN_PATH="$<TARGET_FILE:fake_cudnn>")
+  add_dependencies(hal_cuda_tests fake_cudnn)
+  add_test(NAME cuda_cudnn_quirk_tests COMMAND hal_cuda_tests "--test-suite=cudnn quirks")
+  set_tests_properties(cuda_cudnn_quirk_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+    "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=h100")
+endif()
+
+# The frontend's calls into cuDNN and the CUDA runtime are dlsym'd, never linked.
+if(HAL_CUDNN_FRONTEND_INCLUDE_DIR AND HAL_CUDNN_INCLUDE_DIR)
+  find_program(HAL_NM nm REQUIRED)
+  add_test(NAME cudnn_attention_links_no_vendor_symbol
+    COMMAND ${CMAKE_COMMAND} -DNM=${HAL_NM} "-DOBJECT=$<FILTER:$<TARGET_OBJECTS:hal_cuda_backend_core>,INCLUDE,cudnn_attention>"
+            -P ${CMAKE_CURRENT_LIST_DIR}/check_no_vendor_symbols.cmake)
+  set_tests_properties(cudnn_attention_links_no_vendor_symbol PROPERTIES LABELS unit)
+endif()

@@ -21,6 +21,9 @@ struct AttentionAddresses {
 class FusedAttention {
  public:
   virtual ~FusedAttention() = default;
+  // Empty when the library can run at all (it is built in and loaded);
+  // otherwise why not, for the capability note. Shapes are supports()'s.
+  virtual std::string unavailable() const = 0;
   // Empty when the library can run params on device; otherwise the reasons,
   // one per line, in the library's own words where it gave any.
   virtual std::string supports(std::uint32_t device, const hal_attention_params_v1& params, bool backward) = 0;

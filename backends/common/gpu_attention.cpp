@@ -224,6 +224,7 @@ std::string GpuAttention::supports(std::uint32_t device, hal_attention_implement
     case HAL_ATTENTION_FUSED: {
       FusedAttention* fused = platform_->fused_attention();
       if (fused == nullptr) return "not available (" + platform_->fused_unavailable() + ")";
+      if (std::string why = fused->unavailable(); !why.empty()) return "not available (" + why + ")";
       return fused->supports(device, params, backward);
     }
   }
@@ -382,6 +383,8 @@ void GpuAttention::describe(std::uint32_t device, DeviceDescription& description
   FusedAttention* fused = const_cast<GpuPlatform&>(*platform_).fused_attention();
   if (fused == nullptr)
     description.add_bool("attention.fused", false, "not available (" + platform_->fused_unavailable() + ")");
+  else if (const std::string why = fused->unavailable(); !why.empty())
+    description.add_bool("attention.fused", false, "not available (" + why + ")");
   else
     description.add_bool("attention.fused", true, "the vendor library's fused attention; supports() gives its limits");
 }

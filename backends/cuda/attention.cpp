@@ -146,7 +146,7 @@ class CudaPlatform final : public backend::GpuPlatform {
 
   backend::FusedAttention* fused_attention() override { return context_.fused_attention.get(); }
   std::string fused_unavailable() const override {
-    return "cuDNN's fused attention is not built into this plugin; cuDNN: " + context_.cudnn_status;
+    return "no fused attention was set up for this context; cuDNN: " + context_.cudnn_status;
   }
 
  private:

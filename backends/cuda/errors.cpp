@@ -109,6 +109,7 @@ hal_status Context::make_current(std::uint32_t index) const {
 Context::~Context() {
   if (!driver) return;
   attention.reset();  // its cuBLAS handles need the contexts released below
+  fused_attention.reset();  // so do the cuDNN handles
   for (std::uint32_t index = 0; index < devices.size(); ++index) unload_kernels(*this, index);
   for (const auto& device : devices) {
     // At process exit the driver may already be torn down; nothing to report then.

@@ -5,6 +5,7 @@
 #include "attention.hpp"
 #include "gpu_plugin.hpp"
 #include "cuda_backend.hpp"
+#include "cudnn_attention.hpp"
 
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
@@ -51,6 +52,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     load_optional_libraries(context, options);
     load_cublas(context, options["cublas"]);
     context.log_message(HAL_LOG_INFO, "cuBLAS: " + context.cublas_status);
+    context.fused_attention = make_cudnn_attention(context);
     create_attention(context);
     create_collectives(*backend);
     if (hal_status status = discover_devices(context); status != HAL_OK) return status;

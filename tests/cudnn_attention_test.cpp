@@ -1,0 +1,213 @@
+// cuDNN's fused attention (backends/cuda/cudnn_attention.cpp) driven directly,
+// on the fake driver and the fake cuDNN of tests/fakes: what makes it
+// ineligible and how it says so. Nothing here runs a kernel; what cuDNN
+// computes is checked on a GPU (docs/backends/cuda.md).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <unistd.h>
+
+#include "cuda_backend.hpp"
+#include "attention.hpp"
+#include "cudnn_attention.hpp"
+#include "scoped_environment.hpp"
+
+using hal::testing::ScopedEnvironment;
+namespace shims = hal::shims;
+
+namespace {
+
+bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+
+// The CUDA backend's context on the fake driver, with cuDNN loaded from
+// `cudnn_path` as the plugin would (HAL_CUDNN set means only that path).
+struct FakeCudaContext {
+  hal::cuda::Context context;
+  explicit FakeCudaContext(const std::string& cudnn_path) {
+    ScopedEnvironment environment{{"HAL_CUDNN", cudnn_path}};
+    shims::CudaDriver::LoadResult driver = shims::CudaDriver::load(HAL_FAKE_CUDA_DRIVER_PATH);
+    REQUIRE_MESSAGE(driver.driver, driver.message);
+    context.driver = std::move(driver.driver);
+    shims::Cudnn::LoadResult cudnn = shims::Cudnn::load("");
+    context.cudnn = std::move(cudnn.library);
+    context.cudnn_status = context.cudnn ? "loaded " + context.cudnn->path() : cudnn.message;
+    hal::cuda::create_attention(context);  // discovery declares the attention capabilities through it
+    REQUIRE(hal::cuda::discover_devices(context) == HAL_OK);
+  }
+};
+
+hal_tensor_strides_v1 bshd_strides(std::int64_t heads, std::int64_t seq, std::int64_t dim) {
+  (void)seq;
+  return {seq * heads * dim, dim, heads * dim, 1};
+}
+
+// f16, b=1, 4 query heads over 2 key/value heads, 128 x 128, d = 64, causal.
+hal_attention_params_v1 typical_params() {
+  hal_attention_params_v1 params{};
+  params.struct_size = sizeof(params);
+  params.batch = 1;
+  params.heads_q = 4;
+  params.heads_kv = 2;
+  params.seq_q = params.seq_kv = 128;
+  params.head_dim_qk = params.head_dim_v = 64;
+  params.dtype = HAL_DTYPE_F16;
+  params.causal = 1;
+  params.alignment = HAL_MASK_TOP_LEFT;
+  params.window_left = params.window_right = -1;
+  params.softmax_scale = 1.0f / std::sqrt(64.0f);
+  params.return_lse = 1;
+  params.q_strides = params.o_strides = params.grad_o_strides = params.grad_q_strides = bshd_strides(4, 128, 64);
+  params.k_strides = params.v_strides = params.grad_k_strides = params.grad_v_strides = bshd_strides(2, 128, 64);
+  return params;
+}
+
+std::string last_error_message() {
+  hal_error_info_v1 info{};
+  info.struct_size = sizeof(info);
+  hal::backend::read_last_error(&info);
+  return info.message != nullptr ? info.message : "";
+}
+
+}  // namespace
+
+TEST_SUITE("cudnn attention") {
+  TEST_CASE("without cuDNN the fused implementation is not eligible and names every path tried") {
+    FakeCudaContext fake("/nonexistent/cudnn/libcudnn.so.9");
+    REQUIRE_FALSE(fake.context.cudnn);
+    auto fused = hal::cuda::make_cudnn_attention(fake.context);
+    const std::string reason = fused->supports(0, typical_params(), false);
+#if HAL_TEST_CUDNN_FRONTEND_BUILT
+    CHECK(contains(reason, "cuDNN is not loaded"));
+    CHECK(contains(reason, "/nonexistent/cudnn/libcudnn.so.9"));
+    CHECK(contains(reason, "HAL_CUDNN"));
+#else
+    CHECK(contains(reason, "built without the cuDNN frontend headers"));
+#endif
+    CHECK(fused->supports(0, typical_params(), true) == reason.substr(0, reason.size()));
+    std::uint64_t bytes = 0;
+    CHECK(fused->workspace_size(0, typical_params(), false, &bytes) == HAL_ERROR_UNSUPPORTED);
+    CHECK(contains(last_error_message(), reason.substr(0, 40)));
+  }
+
+#if HAL_TEST_CUDNN_FRONTEND_BUILT
+  TEST_CASE("a graph cuDNN cannot build is ineligible with cuDNN's own message and version, asked once per shape") {
+    ScopedEnvironment environment{{"HAL_FAKE_CUDNN_VERSION", "9.8.0"},
+                                  {"HAL_FAKE_CUDNN_REJECT", "no engine for this SDPA graph (fake)"}};
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH);
+    REQUIRE_MESSAGE(fake.context.cudnn, fake.context.cudnn_status);
+    auto fused = hal::cuda::make_cudnn_attention(fake.context);
+    const hal_attention_params_v1 params = typical_params();
+    for (const bool backward : {false, true}) {
+      CAPTURE(backward);
+      const std::string reason = fused->supports(0, params, backward);
+      CHECK(contains(reason, "cuDNN 9.8.0"));
+      CHECK(contains(reason, HAL_FAKE_CUDNN_PATH));
+      CHECK(contains(reason, "no engine for this SDPA graph (fake)"));
+      CHECK(contains(reason, "CUDNN_STATUS_NOT_SUPPORTED"));
+    }
+    // The answer is kept per (device, shape): cuDNN is not asked again.
+    environment.set("HAL_FAKE_CUDNN_REJECT", "a second answer");
+    CHECK(contains(fused->supports(0, params, false), "no engine for this SDPA graph (fake)"));
+    hal_attention_params_v1 longer = params;
+    longer.seq_kv = 256;
+    longer.k_strides = longer.v_strides = bshd_strides(2, 256, 64);
+    CHECK(contains(fused->supports(0, longer, false), "a second answer"));
+    std::uint64_t bytes = 0;
+    CHECK(fused->workspace_size(0, params, false, &bytes) == HAL_ERROR_UNSUPPORTED);
+    CHECK(contains(last_error_message(), "no engine for this SDPA graph (fake)"));
+  }
+
+  TEST_CASE("what cuDNN's SDPA never takes is said without building a graph") {
+    ScopedEnvironment environment{{"HAL_FAKE_CUDNN_REJECT", "the graph was built"}};
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH);
+    auto fused = hal::cuda::make_cudnn_attention(fake.context);
+
+    hal_attention_params_v1 f32 = typical_params();
+    f32.dtype = HAL_DTYPE_F32;
+    const std::string f32_reason = fused->supports(0, f32, false);
+    CHECK(contains(f32_reason, "dtype f32"));
+    CHECK_FALSE(contains(f32_reason, "the graph was built"));
+
+    hal_attention_params_v1 odd_head = typical_params();
+    odd_head.head_dim_qk = odd_head.head_dim_v = 60;
+    CHECK(contains(fused->supports(0, odd_head, false), "head_dim_qk (60) is not a multiple of 8"));
+
+    hal_attention_params_v1 strided = typical_params();
+    strided.grad_k_strides.dim = 2;
+    CHECK(fused->supports(0, strided, false) != fused->supports(0, strided, true));
+    CHECK(contains(fused->supports(0, strided, true), "grad_k has head-dimension stride 2"));
+
+    CHECK(contains(fused->supports(7, typical_params(), false), "device index 7 is out of range"));
+  }
+
+  TEST_CASE("cuDNN's version decides what the frontend accepts") {
+    ScopedEnvironment environment{{"HAL_FAKE_CUDNN_VERSION", "9.5.0"},
+                                  {"HAL_FAKE_CUDNN_REJECT", "the graph reached cuDNN"}};
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH);
+    auto fused = hal::cuda::make_cudnn_attention(fake.context);
+    // A sliding window with bottom-right alignment over unequal lengths needs cuDNN 9.6.
+    hal_attention_params_v1 windowed = typical_params();
+    windowed.alignment = HAL_MASK_BOTTOM_RIGHT;
+    windowed.window_left = 32;
+    windowed.seq_q = 64;
+    windowed.q_strides = windowed.o_strides = bshd_strides(4, 64, 64);
+    const std::string reason = fused->supports(0, windowed, false);
+    CHECK(contains(reason, "cuDNN 9.5.0"));
+    CHECK(contains(reason, "graph validation"));
+    CHECK(contains(reason, "9.6.0"));
+    CHECK_FALSE(contains(reason, "the graph reached cuDNN"));
+    // Without the window the same shape goes on to cuDNN itself.
+    windowed.window_left = -1;
+    CHECK(contains(fused->supports(0, windowed, false), "the graph reached cuDNN"));
+  }
+
+  TEST_CASE("a cuDNN release the frontend knows to be broken for SDPA is named as such") {
+    ScopedEnvironment environment{{"HAL_FAKE_CUDNN_VERSION", "9.10.1"}};
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH);
+    auto fused = hal::cuda::make_cudnn_attention(fake.context);
+    const std::string reason = fused->supports(0, typical_params(), false);
+    CHECK(contains(reason, "cuDNN 9.10.1"));
+    CHECK(contains(reason, "known bugs"));
+  }
+
+  TEST_CASE("one process drives one cuDNN library through the frontend, and says so for another") {
+    FakeCudaContext first(HAL_FAKE_CUDNN_PATH);
+    auto first_fused = hal::cuda::make_cudnn_attention(first.context);
+    CHECK(contains(first_fused->supports(0, typical_params(), false), HAL_FAKE_CUDNN_PATH));
+
+    const std::filesystem::path directory =
+        std::filesystem::temp_directory_path() / ("hal-cudnn-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(directory);
+    std::filesystem::copy_file(HAL_FAKE_CUDNN_PATH, directory / "libcudnn.so.9",
+                               std::filesystem::copy_options::overwrite_existing);
+    {
+      FakeCudaContext second((directory / "libcudnn.so.9").string());
+      REQUIRE(second.context.cudnn);
+      const std::string reason = hal::cuda::make_cudnn_attention(second.context)->supports(0, typical_params(), false);
+      CHECK(contains(reason, "already drives cuDNN at " + std::string(HAL_FAKE_CUDNN_PATH)));
+      CHECK(contains(reason, (directory / "libcudnn.so.9").string()));
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(directory, ignored);
+  }
+
+  TEST_CASE("calls that cannot run are errors, not crashes") {
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH);
+    auto fused = hal::cuda::make_cudnn_attention(fake.context);
+    hal::backend::AttentionAddresses tensors;
+    CHECK(fused->forward(nullptr, typical_params(), tensors) == HAL_ERROR_INVALID_ARGUMENT);
+    hal_stream stream;
+    stream.context = &fake.context;
+    stream.device = 0;
+    CHECK(fused->forward(&stream, typical_params(), tensors) == HAL_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last_error_message(), "has no device address"));
+    tensors = {0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, 0x8000, 0x9000};
+    CHECK(fused->backward(&stream, typical_params(), tensors) == HAL_ERROR_UNSUPPORTED);
+    CHECK(contains(last_error_message(), "cannot run these parameters"));
+  }
+#endif
+}

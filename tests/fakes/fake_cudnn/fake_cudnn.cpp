@@ -1,0 +1,120 @@
+// A test double of cuDNN 9's graph API: handles and backend descriptors that
+// record nothing, and an operation graph that never finalizes, failing with
+// CUDNN_STATUS_NOT_SUPPORTED and a message from cudnnGetLastErrorString as a
+// cuDNN without a matching engine does. See README.md.
+#include <cudnn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+thread_local std::string last_error;
+
+struct FakeHandle {
+  cudaStream_t stream = nullptr;
+};
+
+struct FakeDescriptor {
+  cudnnBackendDescriptorType_t type;
+};
+
+const char* environment(const char* name, const char* fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+}  // namespace
+
+// HAL_FAKE_CUDNN_VERSION: "9.11.0" (default 9.19.0), in cuDNN 9's encoding.
+FAKE_EXPORT size_t cudnnGetVersion() {
+  const std::string text = environment("HAL_FAKE_CUDNN_VERSION", "9.19.0");
+  unsigned major = 0, minor = 0, patch = 0;
+  if (std::sscanf(text.c_str(), "%u.%u.%u", &major, &minor, &patch) < 2) return 91900;
+  return major * 10000 + minor * 100 + patch;
+}
+
+FAKE_EXPORT size_t cudnnGetCudartVersion() { return 13000; }
+
+FAKE_EXPORT const char* cudnnGetErrorString(cudnnStatus_t status) {
+  switch (status) {
+    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
+    default: return "CUDNN_STATUS_INTERNAL_ERROR";
+  }
+}
+
+// As cuDNN 9: the message of the last failed call on this thread, then cleared.
+FAKE_EXPORT void cudnnGetLastErrorString(char* message, size_t max_size) {
+  if (message == nullptr || max_size == 0) return;
+  std::strncpy(message, last_error.c_str(), max_size - 1);
+  message[max_size - 1] = '\0';
+  last_error.clear();
+}
+
+FAKE_EXPORT cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
+  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  *handle = reinterpret_cast<cudnnHandle_t>(new FakeHandle());
+  return CUDNN_STATUS_SUCCESS;
+}
+
+FAKE_EXPORT cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
+  delete reinterpret_cast<FakeHandle*>(handle);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+FAKE_EXPORT cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
+  if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  reinterpret_cast<FakeHandle*>(handle)->stream = stream;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+FAKE_EXPORT cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* stream) {
+  if (handle == nullptr || stream == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  *stream = reinterpret_cast<FakeHandle*>(handle)->stream;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+FAKE_EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type,
+                                                       cudnnBackendDescriptor_t* descriptor) {
+  if (descriptor == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  *descriptor = reinterpret_cast<cudnnBackendDescriptor_t>(new FakeDescriptor{type});
+  return CUDNN_STATUS_SUCCESS;
+}
+
+FAKE_EXPORT cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) {
+  delete reinterpret_cast<FakeDescriptor*>(descriptor);
+  return CUDNN_STATUS_SUCCESS;
+}
+
+FAKE_EXPORT cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t,
+                                                   cudnnBackendAttributeType_t, int64_t, const void*) {
+  return descriptor != nullptr ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+}
+
+FAKE_EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t,
+                                                   cudnnBackendAttributeType_t, int64_t, int64_t* count, void*) {
+  if (descriptor == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  if (count != nullptr) *count = 0;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// The operation graph is where a real cuDNN first says it has no engine for a graph.
+// HAL_FAKE_CUDNN_REJECT: the message it gives (a default otherwise).
+FAKE_EXPORT cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descriptor) {
+  if (descriptor == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  if (reinterpret_cast<FakeDescriptor*>(descriptor)->type != CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)
+    return CUDNN_STATUS_SUCCESS;
+  last_error = environment("HAL_FAKE_CUDNN_REJECT",
+                           "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR: the fake cuDNN has no engine for any graph");
+  return CUDNN_STATUS_NOT_SUPPORTED;
+}
+
+FAKE_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t) {
+  last_error = "the fake cuDNN executes nothing";
+  return CUDNN_STATUS_NOT_SUPPORTED;
+}
