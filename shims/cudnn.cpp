@@ -2,12 +2,18 @@
 
 namespace hal::shims {
 
-Cudnn::LoadResult Cudnn::load(const std::string& configured_path) {
+LibraryRequest Cudnn::nvidia_request(const std::string& configured_path) {
   LibraryRequest request;
   request.display_name = "cuDNN (libcudnn.so.9)";
   request.sonames = {"libcudnn.so.9"};
   request.environment_variable = "HAL_CUDNN";
   request.configured_path = configured_path;
+  return request;
+}
+
+Cudnn::LoadResult Cudnn::load(const std::string& configured_path) { return load(nvidia_request(configured_path)); }
+
+Cudnn::LoadResult Cudnn::load(const LibraryRequest& request) {
   auto cudnn = std::unique_ptr<Cudnn>(new Cudnn());
   CudnnApi& api = cudnn->api_;
   VendorLibraryLoad load = open_vendor_library(
