@@ -200,6 +200,21 @@ TEST_SUITE("ppu fixture") {
     CHECK(contains(report->reason, (fixture.root / "sdk/lib/libcuda.so*").string()));
   }
 
+  TEST_CASE("an SDK libcuda that cannot be opened leaves the backend unavailable, naming the file and why") {
+    const Fixture fixture;
+    const fs::path runtime_library = fixture.root / "sdk/lib64/libcuda.so.1.4.1";
+    fs::remove(runtime_library);
+    write(runtime_library, "");  // not a shared library
+    const auto environment = fixture.environment();
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::BackendReport* report = runtime.find_backend("ppu");
+    REQUIRE(report != nullptr);
+    CHECK(report->state == BackendState::unavailable);
+    CHECK(contains(report->reason, "CUDA-compatible driver of the PPU SDK"));
+    CHECK(contains(report->reason, runtime_library.string()));
+    CHECK(runtime.devices().empty());
+  }
+
   TEST_CASE("a driver older than 1.1.0 is refused with the version found and needed") {
     const Fixture fixture("1.4.1", "1.0.9");
     const auto environment = fixture.environment();
