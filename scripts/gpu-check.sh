@@ -8,14 +8,16 @@
 #   scripts/gpu-check.sh
 #
 # Steps:
-#  1. environment: GPU, driver, toolkit, PyTorch and its cuDNN/NCCL;
+#  1. environment: GPU, driver, toolkit, PyTorch and its cuDNN/NCCL; the
+#     flash attention kernels (tests/gpu) built with nvcc and checked;
 #  2. whether all of hal configures there (it needs hwloc, Boost, toml++ and
 #     doctest headers the machine may lack) — recorded, not required;
 #  3. the CUDA backend built there from source (nvcc fatbin + g++, needing
 #     only the CUDA headers), used in place of the carried plugin when it
 #     builds;
 #  4. halinfo -v and --json; the "cuda semantics" unit tests on the GPU;
-#  5. halconform on cuda:0; halbench mem and dispatch on cuda:0;
+#  5. halconform on cuda:0; halbench mem and dispatch on cuda:0; halbench
+#     coll on cuda:0 through NCCL, world size 1;
 #  6. PyTorch reference figures (copy bandwidth, 1 MiB copy cost, SDPA).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -50,6 +52,12 @@ step environment 60 bash -c '
   echo "== libcuda"; ldconfig -p | grep -E "libcuda\.so|libnccl|libcudnn" || true
   echo "== python"; python3 -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"
   echo "== hal bundle"; cat "'"$bundle"'/MANIFEST" 2>/dev/null || echo "no bundle at '"$bundle"'"'
+
+# The flash attention kernels against their f64 reference (needs only nvcc;
+# the one run of their tensor-core PTX).
+step flash-kernels 300 bash -c '"$0" -O2 -std=c++17 -arch=native -I"$1/backends/kernels" -I"$1/backends/host" \
+  -I"$1/tests/simt" "$1/tests/gpu/flash_attention_gpu_check.cu" "$1/backends/kernels/attention_plan.cpp" \
+  -o "$2/flash_check" || exit $?; "$2/flash_check"' "$nvcc" "$root" "$work"
 
 if [ ! -d "$bundle/lib/hal/backends" ]; then
   echo "no bundle at $bundle: run scripts/gpu-bundle.sh here and carry build-gpu-bundle" | tee -a "$summary"
@@ -103,6 +111,24 @@ if [ -x "$bundle/bin/halbench" ]; then
   step halbench-dispatch 120 bash -c '"'"$bundle"'/bin/halbench" dispatch --device cuda:0 --json > "'"$out"'/halbench-dispatch.json"'
 else
   echo "halbench: not in this build; mem/dispatch figures not taken" | tee -a "$summary"
+fi
+
+# 5b. Collectives on cuda:0 through the NCCL engine (NCCL from PyTorch's
+#     wheel or the system), one rank (RANK=0, WORLD_SIZE=1, a FileStore),
+#     nccl-tests columns. NCCL puts one rank per GPU, so with one GPU only
+#     world size 1 is measured: the engine's path end to end, no data
+#     crossing between GPUs.
+if [ -x "$bundle/bin/halbench" ]; then
+  gpu_count="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+  if [ "${gpu_count:-0}" -le 1 ]; then
+    echo "halbench-coll: ${gpu_count:-0} GPU on this machine: world size 1 only, no multi-GPU figures" | tee -a "$summary"
+  fi
+  mkdir -p "$work/coll-store" "$work/coll-store-json"
+  step halbench-coll 120 env RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 HAL_STORE_DIR="$work/coll-store" \
+    "$bundle/bin/halbench" coll --device cuda:0 -b 8 -e 64M -f 8 -n 20 -w 5 --no-gloo --no-mpi
+  step halbench-coll-json 120 bash -c 'RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 HAL_STORE_DIR="'"$work"'/coll-store-json" \
+    "'"$bundle"'/bin/halbench" coll --device cuda:0 -b 1M -e 64M -f 4 --no-gloo --no-mpi --json \
+    > "'"$out"'/halbench-coll.json"'
 fi
 
 # 6. PyTorch on the same device, for ratios.

@@ -1,5 +1,8 @@
 #include "nccl.hpp"
 
+#include <cstdlib>
+#include <filesystem>
+
 namespace hal::shims {
 
 std::vector<SymbolSpec> nccl_symbols(NcclApi& api) {
@@ -26,6 +29,9 @@ std::vector<SymbolSpec> nccl_symbols(NcclApi& api) {
       symbol(api.AllToAll, {"ncclAlltoAll", "ncclAllToAll"}, false),
       symbol(api.CommFinalize, {"ncclCommFinalize"}, false),
       symbol(api.GetLastError, {"ncclGetLastError"}, false),
+      symbol(api.CommInitRankConfig, {"ncclCommInitRankConfig"}, false),
+      symbol(api.Gather, {"ncclGather"}, false),
+      symbol(api.Scatter, {"ncclScatter"}, false),
   };
 }
 
@@ -35,6 +41,22 @@ LibraryRequest Nccl::nvidia_request(const std::string& configured_path) {
   request.sonames = {"libnccl.so.2"};
   request.environment_variable = "HAL_NCCL";
   request.configured_path = configured_path;
+  request.never_unload = true;  // its proxy and bootstrap threads must not outlive their code
+  return request;
+}
+
+LibraryRequest Nccl::amd_request(const std::string& configured_path) {
+  LibraryRequest request;
+  request.display_name = "RCCL (librccl.so.1)";
+  request.sonames = {"librccl.so.1", "librccl.so"};
+  request.environment_variable = "HAL_RCCL";
+  request.configured_path = configured_path;
+  request.search_toolkit = false;
+  request.search_python_packages = false;
+  if (const char* rocm_path = std::getenv("ROCM_PATH"); rocm_path != nullptr && *rocm_path != '\0')
+    request.install_directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
+  request.install_directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
+  request.never_unload = true;
   return request;
 }
 
@@ -44,6 +66,7 @@ Nccl::LoadResult Nccl::load(const LibraryRequest& request) {
   if (!load.ok()) return {nullptr, load.error};
   nccl->library_ = std::move(load.library);
   nccl->missing_optional_ = std::move(load.missing_optional);
+  nccl->display_name_ = request.display_name;
   return {std::move(nccl), {}};
 }
 

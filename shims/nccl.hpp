@@ -28,6 +28,27 @@ using NcclDataType = int;     // ncclDataType_t
 using NcclReduction = int;    // ncclRedOp_t
 using NcclStream = void*;     // cudaStream_t / hipStream_t: a pointer either way
 
+// ncclResult_t values the callers act on.
+constexpr NcclResult nccl_success = 0;
+constexpr NcclResult nccl_invalid_argument = 4;
+constexpr NcclResult nccl_in_progress = 7;
+
+// ncclConfig_t as NCCL 2.14 defined it, the first release with
+// ncclCommInitRankConfig. Later releases append fields and read only
+// `size` bytes of a caller's config, so this prefix stays valid.
+struct NcclConfig {
+  std::size_t size = sizeof(NcclConfig);
+  unsigned int magic = 0xcafebeef;
+  unsigned int version = 21400;  // NCCL_VERSION(2, 14, 0)
+  int blocking = undefined;
+  int cga_cluster_size = undefined;
+  int min_ctas = undefined;
+  int max_ctas = undefined;
+  const char* net_name = nullptr;
+  int split_share = undefined;
+  static constexpr int undefined = -2147483647 - 1;  // NCCL_CONFIG_UNDEF_INT
+};
+
 struct NcclApi {
   NcclResult (*GetVersion)(int* version) = nullptr;
   NcclResult (*GetUniqueId)(NcclUniqueId* id) = nullptr;
@@ -59,6 +80,14 @@ struct NcclApi {
                          NcclCommunicator communicator, NcclStream stream) = nullptr;
   NcclResult (*CommFinalize)(NcclCommunicator communicator) = nullptr;
   const char* (*GetLastError)(NcclCommunicator communicator) = nullptr;
+  // NCCL 2.14+: lets init be non-blocking, so a missing peer can time out.
+  NcclResult (*CommInitRankConfig)(NcclCommunicator* communicator, int ranks, NcclUniqueId id, int rank,
+                                   NcclConfig* config) = nullptr;
+  // NCCL 2.28+.
+  NcclResult (*Gather)(const void* send, void* receive, std::size_t count, NcclDataType type, int root,
+                       NcclCommunicator communicator, NcclStream stream) = nullptr;
+  NcclResult (*Scatter)(const void* send, void* receive, std::size_t count, NcclDataType type, int root,
+                        NcclCommunicator communicator, NcclStream stream) = nullptr;
 };
 
 // The symbol table, for any library that speaks the NCCL API.
@@ -72,11 +101,16 @@ class Nccl {
   };
   // NVIDIA's defaults: libnccl.so.2, HAL_NCCL, the `nccl` backend option.
   static LibraryRequest nvidia_request(const std::string& configured_path);
+  // AMD's: librccl.so.1, HAL_RCCL, the `rccl` backend option, then
+  // $ROCM_PATH/lib and /opt/rocm/lib.
+  static LibraryRequest amd_request(const std::string& configured_path);
   // Any NCCL-compatible library: RCCL (librccl.so.1), ACCL, pccl.
   static LoadResult load(const LibraryRequest& request);
 
   const NcclApi& api() const { return api_; }
   const std::string& path() const { return library_.path(); }
+  // What the request called it: "NCCL (libnccl.so.2)", "RCCL (librccl.so.1)".
+  const std::string& display_name() const { return display_name_; }
   const std::vector<std::string>& missing_optional() const { return missing_optional_; }
   // "2.28.9"
   std::string version() const;
@@ -87,6 +121,7 @@ class Nccl {
   SharedLibrary library_;
   NcclApi api_;
   std::vector<std::string> missing_optional_;
+  std::string display_name_;
 };
 
 }  // namespace hal::shims

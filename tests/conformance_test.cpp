@@ -510,3 +510,34 @@ TEST_CASE("a probe verdict in the cache outranks the declaration in the runtime'
   CHECK(claim.claimed);
   CHECK(claim.source == "declaration");
 }
+
+TEST_CASE("probe cache path: HAL_PROBE_CACHE, then the config's probes.cache_dir, then XDG_CACHE_HOME") {
+  TemporaryDirectory directory;
+  const fs::path file = directory.path / "explicit.json";
+  {
+    hal::testing::ScopedEnvironment environment{{"HAL_PROBE_CACHE", file.string()}};
+    CHECK(hal::ProbeCache::default_path(directory.path / "configured") == file);
+  }
+  hal::testing::ScopedEnvironment environment{{"HAL_PROBE_CACHE", std::nullopt},
+                                              {"XDG_CACHE_HOME", (directory.path / "xdg").string()}};
+  CHECK(hal::ProbeCache::default_path(directory.path / "configured") == directory.path / "configured" / "probes.json");
+  CHECK(hal::ProbeCache::default_path() == directory.path / "xdg" / "hal" / "probes.json");
+}
+
+TEST_CASE("the runtime reads probe verdicts from the configured probes.cache_dir") {
+  TemporaryDirectory directory;
+  const fs::path cache_dir = directory.path / "site-cache";
+  const fs::path config_file = directory.path / "hal.toml";
+  std::ofstream(config_file) << "[probes]\ncache_dir = \"" << cache_dir.string() << "\"\n";
+  hal::testing::ScopedEnvironment environment{{"HAL_PROBE_CACHE", std::nullopt},
+                                              {"HAL_CONFIG", config_file.string()},
+                                              {"XDG_CACHE_HOME", (directory.path / "xdg").string()}};
+  const hal::Runtime runtime = hal::Runtime::create();
+  const hal::Device device = runtime.device("host:0");
+  hal::ProbeCache cache;
+  cache.record(device.info(), {"memory.managed", false, "FAIL: not coherent", "api.memory.managed", ""});
+  cache.save(cache_dir / "probes.json");
+  const hal::EffectiveCapability effective = hal::effective_capability(device, "memory.managed");
+  CHECK(effective.decided_by == "probe");
+  CHECK(effective.layers.back().source.find((cache_dir / "probes.json").string()) != std::string::npos);
+}

@@ -1,6 +1,7 @@
 // The run-time library search and symbol tables of shims/.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -153,5 +154,32 @@ TEST_SUITE("shims") {
     const shims::Nccl::LoadResult load = shims::Nccl::load(request);
     CHECK(load.library == nullptr);
     CHECK(contains(load.message, "lacks required functions (ncclGetVersion"));
+  }
+
+  TEST_CASE("NCCL-compatible libraries: optional entries by release, RCCL's spelling and search") {
+    ScopedEnvironment environment{{"HAL_NCCL", std::nullopt}, {"HAL_RCCL", std::nullopt}};
+    const shims::Nccl::LoadResult modern = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_PATH));
+    REQUIRE_MESSAGE(modern.library != nullptr, modern.message);
+    CHECK(modern.library->version() == "2.28.9");
+    CHECK(modern.library->display_name() == "NCCL (libnccl.so.2)");
+    CHECK((modern.library->api().CommInitRankConfig != nullptr));
+    CHECK((modern.library->api().AllToAll != nullptr));
+    CHECK((modern.library->api().Gather != nullptr));
+    CHECK(modern.library->missing_optional() == std::vector<std::string>{"ncclCommFinalize"});
+
+    const shims::Nccl::LoadResult legacy = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_LEGACY_PATH));
+    REQUIRE_MESSAGE(legacy.library != nullptr, legacy.message);
+    CHECK(legacy.library->version() == "2.8.4");
+    CHECK((legacy.library->api().CommInitRankConfig == nullptr));
+    CHECK((legacy.library->api().AllToAll == nullptr));
+    const auto& missing = legacy.library->missing_optional();
+    CHECK(std::find(missing.begin(), missing.end(), "ncclAlltoAll|ncclAllToAll") != missing.end());
+    CHECK(std::find(missing.begin(), missing.end(), "ncclCommInitRankConfig") != missing.end());
+
+    const shims::LibraryRequest rccl = shims::Nccl::amd_request("");
+    CHECK(rccl.sonames.front() == "librccl.so.1");
+    CHECK(rccl.environment_variable == "HAL_RCCL");
+    CHECK_FALSE(rccl.search_toolkit);
+    CHECK(rccl.install_directories.back().second == "/opt/rocm/lib");
   }
 }

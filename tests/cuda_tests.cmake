@@ -21,8 +21,10 @@ target_link_libraries(hal_cuda_tests PRIVATE hal::hal hal_shims hal_warnings Thr
 target_compile_definitions(hal_cuda_tests PRIVATE
   HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
   HAL_FAKE_CUDA_DRIVER_DIR="${HAL_FAKE_CUDA_DRIVER_DIR}"
+  HAL_FAKE_NCCL_PATH="$<TARGET_FILE:fake_nccl>"
+  HAL_FAKE_NCCL_LEGACY_PATH="$<TARGET_FILE:fake_nccl_legacy>"
   HAL_TEST_CUDA_KERNELS_BUILT=$<BOOL:${HAL_CUDA_KERNELS}>)
-add_dependencies(hal_cuda_tests fake_cuda_driver hal_backend_cuda hal_backend_host hal_data)
+add_dependencies(hal_cuda_tests fake_cuda_driver fake_nccl fake_nccl_legacy hal_backend_cuda hal_backend_host hal_data)
 
 # One process per driver identity: a driver's devices are fixed once cuInit ran.
 set(HAL_CUDA_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=")

@@ -356,6 +356,27 @@ TEST_SUITE("ppu fixture") {
     CHECK(contains(collectives->note, "no libpccl.so* under ACCL-P at " + (fixture.root / "accl-p").string()));
   }
 
+#ifdef HAL_FAKE_NCCL_PATH
+  TEST_CASE("collectives come from ACCL-P, found by its install path, through the CUDA core's engine") {
+    const Fixture fixture;
+    fs::create_directories(fixture.root / "accl-p/lib64");
+    fs::copy_file(HAL_FAKE_NCCL_PATH, fixture.root / "accl-p/lib64/libpccl.so.2.28.9");
+    const auto environment = fixture.environment();
+    ScopedEnvironment nvidia{{"HAL_NCCL", "/no/such/libnccl.so.2"}};  // NVIDIA's setting: not the PPU's
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    REQUIRE(runtime.devices().size() == 1);
+    const hal::DeviceInfo& info = runtime.devices()[0].info();
+    const hal::Capability* library = info.find_capability("library.nccl");
+    REQUIRE(library != nullptr);
+    CHECK(library->value_string() == "true");
+    CHECK(contains(library->note, (fixture.root / "accl-p/lib64/libpccl.so.2.28.9").string()));
+    const hal::Capability* collectives = info.find_capability("collectives");
+    REQUIRE(collectives != nullptr);
+    CHECK(collectives->value_string() == "true");
+    CHECK(contains(collectives->note, "accl-p"));
+  }
+#endif
+
   TEST_CASE("attention explain on the PPU excludes fused citing the quirk and never picks it") {
     const Fixture fixture;
     const auto environment = fixture.environment();

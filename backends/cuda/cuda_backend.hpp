@@ -19,6 +19,7 @@
 #include "hal/backend_abi.h"
 #include "last_error.hpp"
 #include "nccl.hpp"
+#include "nccl_collectives.hpp"
 
 namespace hal::cuda {
 
@@ -79,6 +80,8 @@ struct Context {
   std::string nccl_status;
   int driver_version = 0;
   std::vector<std::unique_ptr<CudaDevice>> devices;
+  // Collectives on `nccl`; last, so it goes before what it uses.
+  std::unique_ptr<backend::NcclCollectives> collectives;
 
   Context() = default;
   Context(const Context&) = delete;
@@ -108,7 +111,7 @@ std::string format_cuda_version(int version);
 
 // Opens context.profile's driver and optional libraries and lists the
 // devices (plugin.cpp). HAL_ERROR_NOT_PRESENT when the driver is missing.
-hal_status open_context(Context& context, const hal_backend_init_v1& init);
+hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init);
 using InitializeFunction = hal_status (*)(const hal_backend_init_v1*, hal_backend_context**);
 // The table of a plugin built on this core: its name and initialize differ,
 // everything else (work entry points, optional sub-tables) is shared.
@@ -147,4 +150,12 @@ struct hal_backend_context {
 // The C entry points, defined in memory.cpp and stream.cpp.
 namespace hal::cuda {
 #include "gpu_entry_points.inc"
+
+// Collectives (collectives.cpp): the engine on context.nccl, its table, and
+// the errors it leaves on streams, which stream_synchronize and
+// stream_query report after the driver's own answer.
+void create_collectives(hal_backend_context& backend);
+extern const hal_collectives_v2 collectives_table;
+hal_status collectives_stream_status(const hal_stream* stream);
+void forget_collectives_stream(const hal_stream* stream);
 }  // namespace hal::cuda

@@ -64,7 +64,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     const auto options = backend::read_backend_options(*init, "cuda", {"driver", "cudnn", "nccl"},
                                                        "driver, cudnn and nccl (paths to those libraries)");
     backend->cuda.profile = nvidia_profile(options);
-    if (hal_status status = open_context(backend->cuda, *init); status != HAL_OK) return status;
+    if (hal_status status = open_context(*backend, *init); status != HAL_OK) return status;
     *out = backend.release();
     return succeed();
   });

@@ -122,7 +122,8 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
                   reader.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory opt-in"));
   description.add_bool("library.cudnn", context.cudnn != nullptr, context.cudnn_status);
   description.add_bool("library.nccl", context.nccl != nullptr, context.nccl_status);
-  description.add_bool("collectives", false, "not built into the CUDA backend yet");
+  description.add_bool("collectives", context.collectives && context.collectives->available(),
+                       context.collectives ? context.collectives->capability_note() : context.nccl_status);
   description.add_bool("kernels", device.kernels_usable, device.kernels_status);
   for (const char* key : {"attention.fused", "attention.flash", "attention.math"})
     description.add_bool(key, false, "not built yet in the CUDA backend");

@@ -38,7 +38,8 @@ void shutdown(hal_backend_context* context) { delete context; }
 
 }  // namespace
 
-hal_status open_context(Context& context, const hal_backend_init_v1& init) {
+hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init) {
+  Context& context = backend.cuda;
   context.log = init.log;
   context.log_user_data = init.log_user_data;
   shims::CudaDriver::LoadResult driver = shims::CudaDriver::load(context.profile.driver);
@@ -49,6 +50,7 @@ hal_status open_context(Context& context, const hal_backend_init_v1& init) {
   for (const auto& missing : context.driver->missing_optional())
     context.log_message(HAL_LOG_INFO, "the CUDA driver lacks optional " + missing);
   load_optional_libraries(context);
+  create_collectives(backend);
   return discover_devices(context);
 }
 
@@ -65,7 +67,7 @@ hal_backend_v1 make_table(const char* name, InitializeFunction initialize) {
   table.device_info = backend::device_info<&hal_backend_context::cuda, fill_device_info>;
   fill_gpu_entry_points(table);
   table.attention = nullptr;
-  table.collectives = nullptr;
+  table.collectives = &collectives_table.v1;
   return table;
 }
 

@@ -41,6 +41,7 @@ hal_status stream_destroy(hal_stream* stream) {
   if (stream == nullptr) return succeed();
   std::unique_ptr<hal_stream> owned(stream);
   const Context& context = *stream->context;
+  forget_collectives_stream(stream);
   if (hal_status status = context.make_current(stream->device); status != HAL_OK) return status;
   // The driver finishes work already enqueued before it releases the stream.
   if (hal_status status = context.check(context.api().cuStreamDestroy(stream->handle), "destroying " + stream_name(stream));
@@ -55,7 +56,7 @@ hal_status stream_synchronize(hal_stream* stream) {
                                         "synchronizing " + stream_name(stream));
       status != HAL_OK)
     return status;
-  return succeed();
+  return collectives_stream_status(stream);
 }
 
 hal_status stream_query(hal_stream* stream) {
@@ -63,7 +64,7 @@ hal_status stream_query(hal_stream* stream) {
   const CUresult result = context.api().cuStreamQuery(stream->handle);
   if (result == CUDA_ERROR_NOT_READY) return fail(HAL_ERROR_TIMEOUT, {}, result);  // pending work: not an error
   if (hal_status status = context.check(result, "querying " + stream_name(stream)); status != HAL_OK) return status;
-  return succeed();
+  return collectives_stream_status(stream);
 }
 
 hal_status stream_wait_event(hal_stream* stream, hal_event* event) {

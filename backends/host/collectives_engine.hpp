@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "collective_names.hpp"
 #include "hal/backend_abi.h"
 #include "host_backend.hpp"
 
@@ -43,14 +44,13 @@ class CommunicatorEngine {
   std::string description;
 };
 
-std::string kind_name(hal_collective_kind kind);
-std::string dtype_name(hal_dtype dtype);
-std::size_t element_size(hal_dtype dtype);  // 0 for an unknown dtype
-bool is_half(hal_dtype dtype);
-// "rank 1: all_reduce #12 (4096 x f32, timeout 300000 ms)", the start of every error.
-std::string describe_operation(int rank, const hal_collective_op_v1& operation);
-// A backend option of the communicator config, or "" when absent.
-std::string option_value(const hal_communicator_config_v1& config, std::string_view key);
+// Names and descriptions shared with the GPU backends' engine.
+using backend::describe_operation;
+using backend::dtype_name;
+using backend::element_size;
+using backend::is_half;
+using backend::kind_name;
+using backend::option_value;
 
 // Which engine a communicator runs on. requested: "auto", "gloo" or "mpi";
 // requested_by says where that came from, for the reason.

@@ -154,7 +154,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
 
     auto backend = std::make_unique<hal_backend_context>();
     backend->cuda.profile = ppu_profile(software);
-    if (hal_status status = cuda::open_context(backend->cuda, *init); status != HAL_OK) return status;
+    if (hal_status status = cuda::open_context(*backend, *init); status != HAL_OK) return status;
     *out = backend.release();
     return succeed();
   });

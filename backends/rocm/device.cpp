@@ -115,6 +115,7 @@ hal_status describe_device(const Context& context, int ordinal, RocmDevice& devi
   description.add_version("hip_runtime", shims::HipRuntime::format_version(context.runtime_version));
   description.add_version("hip_driver", shims::HipRuntime::format_version(context.driver_version));
   description.add_version("hip_headers", shims::HipRuntime::format_version(HIP_VERSION));
+  if (context.rccl) description.add_version("rccl", context.rccl->version());
 
   description.add_string("rocm.gcn_arch_name", device.gcn_arch_name,
                          "the ISA and its target features (sramecc, xnack) as the runtime reports them");
@@ -133,7 +134,8 @@ hal_status describe_device(const Context& context, int ordinal, RocmDevice& devi
   description.add_bool("events.timing", true);
   description.add_int("memory.l2_cache_bytes", reader.attribute(hipDeviceAttributeL2CacheSize, "L2 cache size"));
   description.add_int("memory.bus_width_bits", reader.attribute(hipDeviceAttributeMemoryBusWidth, "memory bus width"));
-  description.add_bool("collectives", false, "RCCL is not wired into the ROCm backend yet");
+  description.add_bool("collectives", context.collectives && context.collectives->available(),
+                       context.collectives ? context.collectives->capability_note() : context.rccl_status);
   return HAL_OK;
 }
 

@@ -24,7 +24,8 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     Context& context = backend->rocm;
     context.log = init->log;
     context.log_user_data = init->log_user_data;
-    auto options = backend::read_backend_options(*init, "rocm", {"runtime"}, "runtime (a path to libamdhip64.so)");
+    auto options = backend::read_backend_options(*init, "rocm", {"runtime", "rccl"},
+                                                 "runtime and rccl (paths to libamdhip64.so and librccl.so)");
 
     // Loading libamdhip64 costs about 100 ms, which every hal process would
     // pay on machines without an AMD GPU; the kernel driver's device node
@@ -45,6 +46,12 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     context.log_message(HAL_LOG_INFO, "HIP runtime " + context.runtime->path());
     for (const auto& missing : context.runtime->missing_optional())
       context.log_message(HAL_LOG_INFO, "the HIP runtime lacks optional " + missing);
+    // RCCL is optional: without it the backend has no collectives, and says why.
+    shims::Nccl::LoadResult rccl = shims::Nccl::load(shims::Nccl::amd_request(options["rccl"]));
+    context.rccl = std::move(rccl.library);
+    context.rccl_status = context.rccl ? "loaded " + context.rccl->path() : rccl.message;
+    context.log_message(HAL_LOG_INFO, "RCCL: " + context.rccl_status);
+    create_collectives(*backend);
     if (hal_status status = discover_devices(context); status != HAL_OK) return status;
     *out = backend.release();
     return succeed();
@@ -66,7 +73,7 @@ constexpr hal_backend_v1 make_table() {
   table.device_info = backend::device_info<&hal_backend_context::rocm, fill_device_info>;
   fill_gpu_entry_points(table);
   table.attention = nullptr;
-  table.collectives = nullptr;
+  table.collectives = &collectives_table.v1;
   return table;
 }
 

@@ -13,6 +13,8 @@
 #include "hal/backend_abi.h"
 #include "hip_runtime.hpp"
 #include "last_error.hpp"
+#include "nccl.hpp"
+#include "nccl_collectives.hpp"
 
 namespace hal::rocm {
 
@@ -41,6 +43,10 @@ struct Context {
   std::unique_ptr<shims::HipRuntime> runtime;
   int runtime_version = 0, driver_version = 0;
   std::vector<std::unique_ptr<RocmDevice>> devices;
+  std::unique_ptr<shims::Nccl> rccl;  // optional: collectives need it
+  std::string rccl_status;            // where it was found, or why not
+  // Collectives on `rccl`; last, so it goes before what it uses.
+  std::unique_ptr<backend::NcclCollectives> collectives;
 
   Context() = default;
   Context(const Context&) = delete;
@@ -101,4 +107,12 @@ struct hal_backend_context {
 // The C entry points, defined in memory.cpp and stream.cpp.
 namespace hal::rocm {
 #include "gpu_entry_points.inc"
+
+// Collectives (collectives.cpp): the engine on context.rccl, its table, and
+// the errors it leaves on streams, which stream_synchronize and
+// stream_query report after the runtime's own answer.
+void create_collectives(hal_backend_context& backend);
+extern const hal_collectives_v2 collectives_table;
+hal_status collectives_stream_status(const hal_stream* stream);
+void forget_collectives_stream(const hal_stream* stream);
 }  // namespace hal::rocm

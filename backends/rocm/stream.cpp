@@ -65,6 +65,7 @@ hal_status stream_destroy(hal_stream* stream) {
   if (stream == nullptr) return succeed();
   std::unique_ptr<hal_stream> owned(stream);
   const Context& context = *stream->context;
+  forget_collectives_stream(stream);
   if (hal_status status = context.make_current(stream->device); status != HAL_OK) return status;
   // The runtime finishes work already enqueued before it releases the stream.
   return pending_or(context, context.api().hipStreamDestroy(stream->handle), "destroying " + stream_name(stream));
@@ -72,12 +73,19 @@ hal_status stream_destroy(hal_stream* stream) {
 
 hal_status stream_synchronize(hal_stream* stream) {
   const Context& context = *stream->context;
-  return pending_or(context, context.api().hipStreamSynchronize(stream->handle), "synchronizing " + stream_name(stream));
+  if (hal_status status = pending_or(context, context.api().hipStreamSynchronize(stream->handle),
+                                     "synchronizing " + stream_name(stream));
+      status != HAL_OK)
+    return status;
+  return collectives_stream_status(stream);
 }
 
 hal_status stream_query(hal_stream* stream) {
   const Context& context = *stream->context;
-  return pending_or(context, context.api().hipStreamQuery(stream->handle), "querying " + stream_name(stream));
+  if (hal_status status = pending_or(context, context.api().hipStreamQuery(stream->handle), "querying " + stream_name(stream));
+      status != HAL_OK)
+    return status;
+  return collectives_stream_status(stream);
 }
 
 hal_status stream_wait_event(hal_stream* stream, hal_event* event) {

@@ -129,7 +129,7 @@ Manifest collect_manifest(const Runtime& runtime, const std::string& hal_version
   manifest.machine = system.machine;
   manifest.os = os_name();
   manifest.cpu = cpu_model();
-  manifest.probe_cache_path = ProbeCache::default_path().string();
+  manifest.probe_cache_path = ProbeCache::default_path(runtime.config().probes_cache_dir).string();
 
   std::set<std::string> described;
   auto add = [&](std::string role, const std::string& path) {

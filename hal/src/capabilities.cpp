@@ -44,12 +44,14 @@ const detail::QuirkDatabase& quirks_with_warning() {
 }
 
 // The probe cache, reread only when the file changes: selection asks often.
-std::optional<ProbeRecord> probed(const DeviceInfo& info, const std::string& key, std::string& path_text) {
+std::optional<ProbeRecord> probed(const Device& device, const std::string& key, std::string& path_text) {
   static std::mutex mutex;
   static std::filesystem::path loaded_path;
   static std::filesystem::file_time_type loaded_time;
   static ProbeCache cache;
-  const std::filesystem::path path = ProbeCache::default_path();
+  // A device made from an info alone (reports, tests) has no backend and so no config.
+  const std::filesystem::path path =
+      ProbeCache::default_path(device.backend() ? device.backend()->config->probes_cache_dir : std::filesystem::path());
   path_text = path.string();
   std::error_code error;
   const auto modified = std::filesystem::last_write_time(path, error);
@@ -62,7 +64,7 @@ std::optional<ProbeRecord> probed(const DeviceInfo& info, const std::string& key
     loaded_path = path;
     loaded_time = modified;
   }
-  return cache.find(info, key);
+  return cache.find(device.info(), key);
 }
 
 }  // namespace
@@ -82,7 +84,7 @@ EffectiveCapability effective_capability(const Device& device, const std::string
       speak({"quirk", value->second, quirk->id + " (" + quirk->location + ")", quirk->reason});
   // Verified by running it on this device with these exact versions: outranks declarations and quirks.
   std::string cache_path;
-  if (const auto record = probed(device.info(), key, cache_path))
+  if (const auto record = probed(device, key, cache_path))
     speak({"probe", record->present ? "true" : "false",
            "probe cache " + cache_path + ", " + record->case_id + " at " + record->timestamp, record->evidence});
   for (const auto& [override_key, value] : user_overrides())

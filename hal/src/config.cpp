@@ -350,9 +350,10 @@ const std::vector<KeyRule>& key_rules() {
                   "Fail instead of falling back when no implementation of attention.order fits a call."),
       boolean_key("attention.debug", &Config::attention_debug, "HAL_ATTN_DEBUG",
                   "Log every attention selection with the reasons each candidate was taken or passed over."),
-      path_key("probes.cache_dir", &Config::probes_cache_dir, "HAL_PROBE_CACHE",
-               "Where verified capability probe results are cached; \"\" means $XDG_CACHE_HOME/hal "
-               "(~/.cache/hal)."),
+      // HAL_PROBE_CACHE names the cache file itself, so it is not this key's variable.
+      path_key("probes.cache_dir", &Config::probes_cache_dir, "",
+               "Where verified capability probe results are cached (probes.json in it); \"\" means "
+               "$XDG_CACHE_HOME/hal (~/.cache/hal). HAL_PROBE_CACHE, a file path, outranks it."),
       positive_number_key("collectives.timeout_seconds", &Config::collectives_timeout_seconds, "",
                           "How long a collective operation may wait for its peers before it fails with a timeout."),
       choice_key("collectives.engine", &Config::collectives_engine, {"auto", "gloo", "mpi"}, "HAL_COLL_ENGINE",

@@ -90,8 +90,9 @@ std::string utc_timestamp_now() {
   return text;
 }
 
-std::filesystem::path ProbeCache::default_path() {
+std::filesystem::path ProbeCache::default_path(const std::filesystem::path& configured_directory) {
   if (const char* explicit_path = nonempty_environment("HAL_PROBE_CACHE")) return explicit_path;
+  if (!configured_directory.empty()) return configured_directory / "probes.json";
   if (const char* cache_home = nonempty_environment("XDG_CACHE_HOME"))
     return std::filesystem::path(cache_home) / "hal" / "probes.json";
   if (const char* home = nonempty_environment("HOME"))

@@ -44,9 +44,11 @@ std::string system_error_text(int error) { return std::strerror(error); }
 std::string file_name_of(std::string_view key) {
   static constexpr char hex[] = "0123456789abcdef";
   std::string name;
+  // A leading '.' is escaped: a name is never hidden, "." or "..".
+  if (key.empty()) return "%";
   for (const char c : key) {
     const auto byte = static_cast<unsigned char>(c);
-    if (std::isalnum(byte) || c == '_' || c == '-' || c == '.') {
+    if (std::isalnum(byte) || c == '_' || c == '-' || (c == '.' && !name.empty())) {
       name += c;
     } else {
       name += '%';
@@ -54,7 +56,6 @@ std::string file_name_of(std::string_view key) {
       name += hex[byte & 15];
     }
   }
-  if (name.empty() || name[0] == '.') name.insert(0, "%");  // never hidden, never "." or ".."
   return name;
 }
 

@@ -3,8 +3,9 @@
 // MASTER_PORT). Every rank computes the expected result of each operation
 // from the inputs of all ranks and compares it element by element.
 //
-//   collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine
-// Exit status 0 when every check passed; failures are printed.
+//   collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine|missing VICTIM|fault|legacy
+// Exit status 0 when every check passed; failures are printed. The device is
+// HAL_TEST_DEVICE (default host:0), so the GPU backends run the same checks.
 #include <unistd.h>
 
 #include <csignal>
@@ -14,6 +15,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "hal/hal.hpp"
@@ -116,6 +118,24 @@ double reduced(DataType type, ReduceOp op, int world, std::size_t i) {
 }
 
 // ---- running one case ----------------------------------------------------------
+
+std::string test_device() {
+  const char* device = std::getenv("HAL_TEST_DEVICE");
+  return device != nullptr && *device != '\0' ? device : "host:0";
+}
+
+// The status code an error is expected to carry (HAL_TEST_EXPECT_CODE), else `fallback`.
+hal::StatusCode expected_code(hal::StatusCode fallback) {
+  const char* name = std::getenv("HAL_TEST_EXPECT_CODE");
+  if (name == nullptr || *name == '\0') return fallback;
+  for (const hal::StatusCode code : {hal::StatusCode::unsupported, hal::StatusCode::not_present,
+                                     hal::StatusCode::timeout, hal::StatusCode::aborted,
+                                     hal::StatusCode::device_lost, hal::StatusCode::internal,
+                                     hal::StatusCode::invalid_argument})
+    if (hal::to_string(code) == std::string_view(name)) return code;
+  std::cout << "FAILED: HAL_TEST_EXPECT_CODE='" << name << "' is not a status code" << std::endl;
+  std::exit(2);
+}
 
 struct Context {
   std::shared_ptr<hal::Store> store;
@@ -273,7 +293,7 @@ void run_all_operations(Context& c, DataType type, std::size_t count, bool in_pl
 
 Context connect(const hal::Runtime& runtime, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   auto environment = hal::Store::from_environment(std::chrono::seconds(20));
-  Context context{environment.store, runtime.device("host:0"), {}, {}, 0, 1};
+  Context context{environment.store, runtime.device(test_device()), {}, {}, 0, 1};
   context.stream = context.device.create_stream();
   context.rank = environment.rank;
   context.world = environment.world_size;
@@ -483,7 +503,7 @@ int scenario_leave(const hal::Runtime& runtime, int victim) {
 // Prints which engine a communicator would run on and checks it against
 // HAL_TEST_EXPECT_ENGINE and HAL_TEST_EXPECT_REASON (a part of the reason).
 void scenario_engine(const hal::Runtime& runtime) {
-  const hal::Device device = runtime.device("host:0");
+  const hal::Device device = runtime.device(test_device());
   const hal::CollectivesEngineChoice choice = hal::collectives_engine(device);
   std::cout << "engine '" << choice.engine << "': " << choice.reason << "\nengines: " << choice.engines << std::endl;
   const char* engine = std::getenv("HAL_TEST_EXPECT_ENGINE");
@@ -498,7 +518,8 @@ void scenario_engine(const hal::Runtime& runtime) {
       EXPECT(false, "a communicator was created although no engine can run");
     } catch (const hal::Error& error) {
       std::cout << error.what() << std::endl;
-      EXPECT(error.code() == hal::StatusCode::unsupported, "creating reports unsupported");
+      EXPECT(error.code() == expected_code(hal::StatusCode::unsupported),
+             "creating reports " << hal::to_string(error.code()));
       EXPECT(reason == nullptr || std::string(error.what()).find(reason) != std::string::npos, "the error says why");
     }
   } else {
@@ -509,11 +530,129 @@ void scenario_engine(const hal::Runtime& runtime) {
   }
 }
 
+// The victim never creates its communicator (it stays alive until the
+// others are done); the others' create must time out naming it.
+void scenario_missing(const hal::Runtime& runtime, int victim) {
+  const auto launch = hal::Store::from_environment(std::chrono::seconds(20));
+  if (launch.rank == victim) {
+    launch.store->get("missing-scenario-done", std::chrono::seconds(30));
+    return;
+  }
+  hal::CommunicatorOptions options;
+  options.timeout = std::chrono::milliseconds(1500);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    hal::Communicator::create(runtime.device(test_device()), launch.rank, launch.world_size, launch.store, options);
+    EXPECT(false, "a communicator was created although rank " << victim << " never came");
+  } catch (const hal::Error& error) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "error after " << seconds << " s: " << error.what() << std::endl;
+    EXPECT(error.code() == hal::StatusCode::timeout, "a missing rank is a timeout, got " << hal::to_string(error.code()));
+    EXPECT(std::string(error.what()).find("rank(s) " + std::to_string(victim) + " did not arrive") != std::string::npos,
+           "the error names the missing rank");
+    EXPECT(seconds < 4, "failed within the timeout");
+  }
+  // Rank 0 hosts the store: it leaves last, the victim with it.
+  launch.store->set("missing-scenario/" + std::to_string(launch.rank), "1");
+  if (launch.rank != 0) return;
+  for (int peer = 1; peer < launch.world_size; ++peer)
+    if (peer != victim) launch.store->get("missing-scenario/" + std::to_string(peer), std::chrono::seconds(30));
+  launch.store->set("missing-scenario-done", "1");
+}
+
+// Two all_reduces, then a third that a fault the test injected (through the
+// fake library's environment) makes fail: prints `code=NAME` and the error,
+// which the test checks per rank.
+void scenario_fault(const hal::Runtime& runtime) {
+  Context c = connect(runtime, std::chrono::milliseconds(1500));
+  hal::Buffer buffer = c.device.allocate(256);
+  for (int round = 0; round < 2; ++round) {
+    c.comm.all_reduce(buffer, buffer, 64, DataType::f32, ReduceOp::sum, c.stream);
+    c.stream.synchronize();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    c.comm.all_reduce(buffer, buffer, 64, DataType::f32, ReduceOp::sum, c.stream);
+    c.stream.synchronize();
+    EXPECT(false, "the all_reduce succeeded despite the injected fault");
+  } catch (const hal::Error& error) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "code=" << hal::to_string(error.code()) << " after " << seconds << " s: " << error.what() << std::endl;
+    EXPECT(seconds < 1.5 + 2.0, "failed within the timeout");
+    const hal::Status async = c.comm.async_error();
+    EXPECT(async.code() == error.code(), "async_error() reports it too: " << async.message());
+  }
+  try {  // a broken communicator refuses further work at once
+    c.comm.all_reduce(buffer, buffer, 64, DataType::f32, ReduceOp::sum, c.stream);
+    EXPECT(false, "the broken communicator accepted another all_reduce");
+  } catch (const hal::Error& error) {
+    EXPECT(std::string(error.what()).find("failed before") != std::string::npos, "names the earlier failure");
+  }
+}
+
+// An old library (the legacy fake, NCCL 2.8): all_to_all, gather and scatter
+// from grouped send/recv; bf16 and avg are clear unsupported errors.
+void scenario_legacy(const hal::Runtime& runtime) {
+  Context c = connect(runtime);
+  for (const DataType type : {DataType::f32, DataType::i8, DataType::f16})
+    for (const std::size_t count : {std::size_t{1}, std::size_t{33}})
+      for (const bool in_place : {false, true}) {
+        // Everything but avg, which this library lacks.
+        const std::size_t size = hal::size_of(type);
+        const int n = c.world, r = c.rank;
+        const auto mine = [&](std::size_t i) { return input_of(r, i); };
+        std::vector<std::uint8_t> result(count * n * size);
+        hal::Buffer send = upload(c, host_block(type, count * n, mine));
+        hal::Buffer recv = in_place ? send : c.device.allocate(count * n * size);
+        c.comm.all_to_all(send, recv, count, type, c.stream);
+        c.stream.copy_to_host(result.data(), recv, 0, result.size());
+        c.stream.synchronize();
+        compare("legacy all_to_all", type, result, 0, count * n, [&](std::size_t j) {
+          return input_of(static_cast<int>(j / count), r * count + j % count);
+        });
+        hal::Buffer gathered = c.device.allocate(count * n * size);
+        const auto own = host_block(type, count, mine);
+        gathered.write(r * count * size, own.data(), own.size());
+        hal::Buffer single = upload(c, own);
+        const bool gather_in_place = in_place && r == 1;
+        c.comm.gather(BufferView(gather_in_place ? gathered : single, gather_in_place ? r * count * size : 0), gathered,
+                      count, type, 1, c.stream);
+        c.stream.copy_to_host(result.data(), gathered, 0, result.size());
+        c.stream.synchronize();
+        if (r == 1)
+          compare("legacy gather", type, result, 0, count * n,
+                  [&](std::size_t j) { return input_of(static_cast<int>(j / count), j % count); });
+        hal::Buffer whole = upload(c, host_block(type, count * n, mine));
+        hal::Buffer part = (in_place && r == 0) ? whole : c.device.allocate(count * size);
+        c.comm.scatter(whole, BufferView(part, (in_place && r == 0) ? 0 : 0), count, type, 0, c.stream);
+        c.stream.copy_to_host(result.data(), part, 0, count * size);
+        c.stream.synchronize();
+        compare("legacy scatter", type, result, 0, count, [&](std::size_t i) { return input_of(0, r * count + i); });
+      }
+  hal::Buffer buffer = c.device.allocate(64);
+  for (const auto& [type, op, what] : {std::tuple{DataType::bf16, ReduceOp::sum, "bf16"},
+                                       std::tuple{DataType::f32, ReduceOp::avg, "avg"}}) {
+    try {
+      c.comm.all_reduce(buffer, buffer, 4, type, op, c.stream);
+      EXPECT(false, "the legacy library ran a " << what << " all_reduce");
+    } catch (const hal::Error& error) {
+      std::cout << error.what() << std::endl;
+      EXPECT(error.code() == hal::StatusCode::unsupported, what << " is unsupported");
+      EXPECT(std::string(error.what()).find("NCCL 2.10") != std::string::npos, "the error says which release has it");
+    }
+  }
+  // The communicator still works: nothing reached the library.
+  c.comm.barrier(c.stream);
+  c.stream.synchronize();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine" << std::endl;
+    std::cerr << "usage: collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine|missing VICTIM|"
+                 "fault|legacy"
+              << std::endl;
     return 2;
   }
   const std::string scenario = argv[1];
@@ -527,6 +666,9 @@ int main(int argc, char** argv) {
     else if (scenario == "abort") scenario_abort(runtime);
     else if (scenario == "leave" && argc > 2) return scenario_leave(runtime, std::atoi(argv[2]));
     else if (scenario == "engine") scenario_engine(runtime);
+    else if (scenario == "missing" && argc > 2) scenario_missing(runtime, std::atoi(argv[2]));
+    else if (scenario == "fault") scenario_fault(runtime);
+    else if (scenario == "legacy") scenario_legacy(runtime);
     else {
       std::cerr << "unknown scenario '" << scenario << "'" << std::endl;
       return 2;

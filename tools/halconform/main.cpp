@@ -268,7 +268,7 @@ int run(int argc, char** argv, const Options& options) {
   }
 
   // Probes feed the runtime: verified present/absent outranks declarations.
-  const auto cache_path = hal::ProbeCache::default_path();
+  const auto cache_path = hal::ProbeCache::default_path(runtime.config().probes_cache_dir);
   hal::ProbeCache cache;
   const std::size_t recorded = conf::record_probes(cache, results, devices);
   bool cache_written = recorded == 0 && !options.probe_only;

@@ -30,9 +30,10 @@ class ProbeCache {
  public:
   static constexpr std::string_view schema = "hal.probes/1";
 
-  // $HAL_PROBE_CACHE, else $XDG_CACHE_HOME/hal/probes.json, else
-  // ~/.cache/hal/probes.json.
-  static std::filesystem::path default_path();
+  // $HAL_PROBE_CACHE (a file), else <configured_directory>/probes.json
+  // (config key probes.cache_dir), else $XDG_CACHE_HOME/hal/probes.json,
+  // else ~/.cache/hal/probes.json.
+  static std::filesystem::path default_path(const std::filesystem::path& configured_directory = {});
   // A missing file is an empty cache; an unreadable or malformed one throws
   // hal::Error (invalid_argument) naming the file and what is wrong.
   static ProbeCache load(const std::filesystem::path& path);

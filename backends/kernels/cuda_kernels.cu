@@ -1,0 +1,4 @@
+// The translation unit nvcc compiles into the CUDA plugin's fatbin: nvcc
+// takes one source per fatbin, so the kernel files are included here.
+#include "softmax.cu"
+#include "flash_attention.cu"

@@ -1,0 +1,4 @@
+// The translation unit hipcc compiles into the ROCm plugin's code object:
+// one source per code object, so the kernel files are included here.
+#include "gemm.cu"
+#include "flash_attention.cu"
