@@ -16,19 +16,28 @@ struct DriverSymbol {
 
 }  // namespace
 
-CudaDriver::LoadResult CudaDriver::load(const std::string& configured_path) {
+LibraryRequest CudaDriver::nvidia_request(const std::string& configured_path) {
   LibraryRequest request;
-  request.display_name = "CUDA driver";
+  request.display_name = "CUDA driver (libcuda.so.1)";
   request.sonames = {"libcuda.so.1"};
   request.environment_variable = "HAL_CUDA_DRIVER";
   request.configured_path = configured_path;
   request.never_unload = true;
+  return request;
+}
+
+CudaDriver::LoadResult CudaDriver::load(const std::string& configured_path) {
+  return load(nvidia_request(configured_path));
+}
+
+CudaDriver::LoadResult CudaDriver::load(const LibraryRequest& request) {
   LibraryLoad load = load_library(request);
   if (!load.loaded()) {
-    return {nullptr, true,
-            "the CUDA driver (libcuda.so.1) was not found; install the NVIDIA driver or set HAL_CUDA_DRIVER "
-            "to its path. Tried: " +
-                load.describe_attempts()};
+    const std::string remedy = request.environment_variable.empty()
+                                   ? ""
+                                   : "; install the driver or set " + request.environment_variable + " to its path";
+    return {nullptr, true, "the " + request.display_name + " was not found or could not be opened" + remedy +
+                               ". Tried: " + load.describe_attempts()};
   }
 
   auto driver = std::unique_ptr<CudaDriver>(new CudaDriver());

@@ -90,8 +90,12 @@ class CudaDriver {
     bool library_missing = false;        // true: no library; false with no driver: unusable library
     std::string message;                 // why it failed, every path tried included
   };
-  // configured_path: the backend's `driver` option ("" when unset).
+  // NVIDIA's defaults: libcuda.so.1, HAL_CUDA_DRIVER, then the `driver`
+  // option (configured_path, "" when unset), then the usual search.
+  static LibraryRequest nvidia_request(const std::string& configured_path);
   static LoadResult load(const std::string& configured_path);
+  // Any CUDA driver API library (a CUDA-compatible SDK's own libcuda).
+  static LoadResult load(const LibraryRequest& request);
 
   const CudaDriverApi& api() const { return api_; }
   const std::string& path() const { return library_.path(); }

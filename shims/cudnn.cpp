@@ -2,14 +2,21 @@
 
 namespace hal::shims {
 
-Cudnn::LoadResult Cudnn::load(const std::string& configured_path) {
+LibraryRequest Cudnn::nvidia_request(const std::string& configured_path) {
   LibraryRequest request;
   request.display_name = "cuDNN (libcudnn.so.9)";
   request.sonames = {"libcudnn.so.9"};
   request.environment_variable = "HAL_CUDNN";
   request.configured_path = configured_path;
+  return request;
+}
+
+Cudnn::LoadResult Cudnn::load(const std::string& configured_path) { return load(nvidia_request(configured_path)); }
+
+Cudnn::LoadResult Cudnn::load(const LibraryRequest& requested) {
   // The cuDNN frontend keeps the function pointers it resolves for the life of
-  // the process; the library must stay mapped for them.
+  // the process; the library must stay mapped for them, whoever's it is.
+  LibraryRequest request = requested;
   request.never_unload = true;
   auto cudnn = std::unique_ptr<Cudnn>(new Cudnn());
   CudnnApi& api = cudnn->api_;

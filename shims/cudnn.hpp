@@ -23,7 +23,11 @@ class Cudnn {
     std::unique_ptr<Cudnn> library;  // null when unusable
     std::string message;
   };
+  // NVIDIA's defaults: libcudnn.so.9, HAL_CUDNN, the `cudnn` backend option.
+  static LibraryRequest nvidia_request(const std::string& configured_path);
   static LoadResult load(const std::string& configured_path);
+  // Any cuDNN-compatible library (a CUDA-compatible SDK's own).
+  static LoadResult load(const LibraryRequest& request);
 
   const CudnnApi& api() const { return api_; }
   const std::string& path() const { return library_.path(); }

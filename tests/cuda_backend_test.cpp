@@ -448,6 +448,8 @@ TEST_SUITE("ppu identity") {
     const hal::Capability& compute = capability(info, "cuda.compute_capability");
     CHECK(compute.value_string() == "8.0");
     CHECK(contains(compute.note, "CUDA-compatible device"));
+    // Not an NVIDIA PCI vendor, so the value is flagged as a compatibility value.
+    CHECK(capability(info, "cuda.compute_capability.meaning").value_string() == "compatibility");
     // The vendor comes from PCI, never from the reported architecture.
     CHECK(info.vendor != "NVIDIA");
     // Kernel-based features are not claimed from the compute capability.

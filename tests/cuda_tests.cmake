@@ -83,7 +83,7 @@ if(HAL_CUDNN_INCLUDE_DIR)
     ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cudnn_attention_test.cpp)
   target_include_directories(hal_cudnn_attention_tests PRIVATE ${DOCTEST_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR})
-  target_link_libraries(hal_cudnn_attention_tests PRIVATE hal_cuda_backend_core hal_warnings Threads::Threads)
+  target_link_libraries(hal_cudnn_attention_tests PRIVATE hal_cuda_core hal_warnings Threads::Threads)
   target_compile_definitions(hal_cudnn_attention_tests PRIVATE
     HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
     HAL_FAKE_CUDNN_PATH="$<TARGET_FILE:fake_cudnn>"
@@ -105,7 +105,7 @@ endif()
 if(HAL_CUDNN_FRONTEND_INCLUDE_DIR AND HAL_CUDNN_INCLUDE_DIR)
   find_program(HAL_NM nm REQUIRED)
   add_test(NAME cudnn_attention_links_no_vendor_symbol
-    COMMAND ${CMAKE_COMMAND} -DNM=${HAL_NM} "-DOBJECT=$<FILTER:$<TARGET_OBJECTS:hal_cuda_backend_core>,INCLUDE,cudnn_attention>"
+    COMMAND ${CMAKE_COMMAND} -DNM=${HAL_NM} "-DOBJECT=$<FILTER:$<TARGET_OBJECTS:hal_cuda_core>,INCLUDE,cudnn_attention>"
             -P ${CMAKE_CURRENT_LIST_DIR}/check_no_vendor_symbols.cmake)
   set_tests_properties(cudnn_attention_links_no_vendor_symbol PROPERTIES LABELS unit)
 endif()

@@ -35,6 +35,9 @@ struct FakeCudaContext {
     shims::Cudnn::LoadResult cudnn = shims::Cudnn::load("");
     context.cudnn = std::move(cudnn.library);
     context.cudnn_status = context.cudnn ? "loaded " + context.cudnn->path() : cudnn.message;
+    // The cuda plugin's profile, as far as discovery needs it.
+    context.profile.backend = "cuda";
+    context.profile.identify = [](const hal::cuda::Context&, hal::cuda::CudaDevice& device) { device.vendor = "NVIDIA"; };
     hal::cuda::create_attention(context);  // discovery declares the attention capabilities through it
     REQUIRE(hal::cuda::discover_devices(context) == HAL_OK);
   }

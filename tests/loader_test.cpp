@@ -76,7 +76,8 @@ TEST_CASE("backends without a plugin are unavailable with every path tried") {
   options.config = hal::Config{};
   const hal::Runtime runtime = hal::Runtime::create(options);
   // A known backend this build has no plugin for (CMake says which); host
-  // and ppu are always built, cuda and rocm when their headers are there.
+  // is always built; cuda and ppu when the CUDA headers are there, rocm with
+  // the HIP headers.
   const std::string unbuilt = HAL_TEST_UNBUILT_BACKEND;
   if (unbuilt.empty()) {
     MESSAGE("every known backend is built here; checking that each has its plugin");

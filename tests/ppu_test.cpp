@@ -1,18 +1,27 @@
 // The ppu backend against a fixture sysfs/dev/SDK tree made in a temporary
-// directory: discovery, version requirements, the shipped PPU quirks, and
-// (with the fake CUDA driver in its PPU identity) that a PPU is listed once.
+// directory. Discovery alone needs nothing else; the backend runs work
+// through the CUDA core on the SDK's libcuda, which in the fixture is the fake
+// CUDA driver (tests/fakes) copied into <sdk>/lib64 and started in its PPU
+// identity (HAL_FAKE_CUDA_IDENTITY=ppu, set by CTest).
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <sys/wait.h>
 
 #include "discovery.hpp"
 #include "hal/capabilities.hpp"
 #include "hal/hal.hpp"
 #include "scoped_environment.hpp"
+#ifdef HAL_PPU_TEST_TOOLS
+#include <nlohmann/json.hpp>
+#endif
 
 namespace fs = std::filesystem;
 using hal::BackendState;
@@ -29,6 +38,8 @@ void write(const fs::path& path, const std::string& text) {
 
 // A machine with one PPU (0000:e1:00.0, the fake CUDA driver's bus id for
 // its first device), one NVIDIA GPU, the alixpu driver, an SDK and ACCL-P.
+// The SDK's libcuda is the fake driver where the build has one, else an
+// empty file (enough for discovery, which never opens it).
 struct Fixture {
   fs::path root;
   Fixture(const std::string& sdk_version = "1.4.1", const std::string& driver_version = "1.2.0") {
@@ -45,7 +56,13 @@ struct Fixture {
     write(root / "sys/module/alixpu/version", driver_version);
     write(root / "dev/alixpu0", "");
     write(root / "sdk/VERSION.txt", sdk_version);
+#ifdef HAL_FAKE_CUDA_DRIVER_PATH
+    // A copy, not a link: a new file is a new library with its own devices.
+    fs::create_directories(root / "sdk/lib64");
+    fs::copy_file(HAL_FAKE_CUDA_DRIVER_PATH, root / "sdk/lib64/libcuda.so.1.4.1");
+#else
     write(root / "sdk/lib64/libcuda.so.1.4.1", "");
+#endif
     write(root / "sdk/lib64/libcudnn.so.9.1.0", "");
     write(root / "accl-p/VERSION.txt", "ACCL-P 2.3.0");
   }
@@ -77,7 +94,7 @@ std::string axis(const hal::DeviceInfo& info, const std::string& key) {
 
 }  // namespace
 
-TEST_SUITE("ppu fixture") {
+TEST_SUITE("ppu discovery") {
   TEST_CASE("discovery finds PCI vendor 0x1ded and ignores others") {
     const Fixture fixture;
     const auto devices = hal::ppu::find_pci_devices((fixture.root / "sys").string());
@@ -133,6 +150,10 @@ TEST_SUITE("ppu fixture") {
     CHECK(hal::ppu::find_library({"/no/such/dir"}, "libcuda.so").tried.front() ==
           "/no/such/dir/libcuda.so*: not found");
   }
+}
+
+#ifdef HAL_FAKE_CUDA_DRIVER_PATH
+TEST_SUITE("ppu fixture") {
 
   TEST_CASE("the backend reports a PPU as T-Head with each version axis on its own") {
     const Fixture fixture;
@@ -177,6 +198,21 @@ TEST_SUITE("ppu fixture") {
     CHECK(report->state == BackendState::unavailable);
     CHECK(contains(report->reason, (fixture.root / "sdk/lib64/libcuda.so*").string()));
     CHECK(contains(report->reason, (fixture.root / "sdk/lib/libcuda.so*").string()));
+  }
+
+  TEST_CASE("an SDK libcuda that cannot be opened leaves the backend unavailable, naming the file and why") {
+    const Fixture fixture;
+    const fs::path runtime_library = fixture.root / "sdk/lib64/libcuda.so.1.4.1";
+    fs::remove(runtime_library);
+    write(runtime_library, "");  // not a shared library
+    const auto environment = fixture.environment();
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::BackendReport* report = runtime.find_backend("ppu");
+    REQUIRE(report != nullptr);
+    CHECK(report->state == BackendState::unavailable);
+    CHECK(contains(report->reason, "CUDA-compatible driver of the PPU SDK"));
+    CHECK(contains(report->reason, runtime_library.string()));
+    CHECK(runtime.devices().empty());
   }
 
   TEST_CASE("a driver older than 1.1.0 is refused with the version found and needed") {
@@ -224,22 +260,261 @@ TEST_SUITE("ppu fixture") {
     REQUIRE(quirk != fused.layers.end());
   }
 
-  TEST_CASE("work entry points refuse, naming what is missing") {
+  TEST_CASE("memory of every kind, copies and fills run on the PPU through the SDK's libcuda") {
     const Fixture fixture;
     const auto environment = fixture.environment();
     const hal::Runtime runtime = hal::Runtime::create(default_options());
     REQUIRE(runtime.devices().size() == 1);
-    try {
-      (void)runtime.devices()[0].create_stream();
-      FAIL("a stream was created on the ppu backend");
-    } catch (const hal::Error& error) {
-      CHECK(error.code() == hal::StatusCode::unsupported);
-      CHECK(contains(error.what(), "does not run work yet"));
+    const hal::Device& device = runtime.devices()[0];
+    CHECK(device.id() == "ppu:0");
+    std::vector<std::uint8_t> pattern(4096);
+    for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<std::uint8_t>(i * 7 + 3);
+    for (const hal::MemoryKind kind : {hal::MemoryKind::device, hal::MemoryKind::host_pinned, hal::MemoryKind::managed}) {
+      CAPTURE(hal::to_string(kind));
+      hal::Buffer buffer = device.allocate(pattern.size(), kind, 4096);
+      CHECK(reinterpret_cast<std::uintptr_t>(buffer.device_address()) % 4096 == 0);
+      buffer.write(100, pattern.data() + 100, 1000);
+      std::vector<std::uint8_t> back(1000);
+      buffer.read(100, back.data(), back.size());
+      CHECK(std::equal(back.begin(), back.end(), pattern.begin() + 100));
     }
+    hal::Buffer source = device.allocate(pattern.size());
+    hal::Buffer target = device.allocate(pattern.size());
+    source.write(0, pattern.data(), pattern.size());
+    target.copy_from(16, source, 32, 256);
+    target.fill(0, 16, 0xAB, 1);
+    target.fill(272, 8, 0xBEEF, 2);
+    target.fill(280, 16, 0x01020304, 4);
+    std::vector<std::uint8_t> expected(296);
+    std::fill(expected.begin(), expected.begin() + 16, 0xAB);
+    std::copy(pattern.begin() + 32, pattern.begin() + 288, expected.begin() + 16);
+    for (int i = 0; i < 4; ++i) expected[272 + 2 * i] = 0xEF, expected[273 + 2 * i] = 0xBE;
+    for (int i = 0; i < 4; ++i)
+      for (int b = 0; b < 4; ++b) expected[280 + 4 * i + b] = static_cast<std::uint8_t>(4 - b);
+    std::vector<std::uint8_t> got(expected.size());
+    target.read(0, got.data(), got.size());
+    CHECK(got == expected);
+  }
+
+  TEST_CASE("streams, events and host callbacks run in order on the PPU") {
+    const Fixture fixture;
+    const auto environment = fixture.environment();
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    REQUIRE(runtime.devices().size() == 1);
+    const hal::Device& device = runtime.devices()[0];
+    const hal::Stream first = device.create_stream(), second = device.create_stream();
+    const hal::Event start = device.create_event(), copied = device.create_event();
+    hal::Buffer buffer = device.allocate(1 << 16);
+    std::vector<std::uint8_t> input(1 << 16), output(1 << 16, 0);
+    for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<std::uint8_t>(i ^ (i >> 8));
+    std::atomic<int> callbacks{0};
+    bool callback_saw_data = false;
+    first.record(start);
+    first.copy_to_device(buffer, 0, input.data(), input.size());
+    first.record(copied);
+    second.wait(copied);  // the second stream reads only after the first wrote
+    second.copy_to_host(output.data(), buffer, 0, output.size());
+    second.enqueue_host_callback([&](const hal::Status& status) {
+      callback_saw_data = status.ok() && output == input;
+      ++callbacks;
+    });
+    second.synchronize();
+    first.synchronize();
+    CHECK(callbacks == 1);
+    CHECK(callback_saw_data);
+    CHECK(copied.is_complete());
+    CHECK(hal::Event::elapsed_milliseconds(start, copied) >= 0.0);
+    CHECK(first.is_idle());
+  }
+
+  TEST_CASE("driver errors name the PPU and the SDK's libcuda is the only one used") {
+    const Fixture fixture;
+    const auto environment = fixture.environment();
+    // NVIDIA's settings are not the PPU's: they must change nothing here.
+    ScopedEnvironment nvidia{{"HAL_CUDA_DRIVER", "/no/such/libcuda.so.1"}, {"HAL_CUDNN", "/no/such/libcudnn.so.9"}};
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    REQUIRE(runtime.devices().size() == 1);
+    const hal::Device& device = runtime.devices()[0];
+    try {
+      (void)device.allocate(200ull << 30);  // the fake PPU has 96 GiB
+      FAIL("allocating 200 GiB on a 96 GiB PPU succeeded");
+    } catch (const hal::Error& error) {
+      CHECK(error.code() == hal::StatusCode::out_of_memory);
+      CHECK(contains(error.what(), "memory on ppu:0"));
+    }
+    const hal::DeviceInfo& info = device.info();
+    CHECK(contains(info.find_capability("ppu.runtime_library")->value_string(), "sdk/lib64/libcuda.so.1.4.1"));
+    // The SDK's libcudnn (an empty file in the fixture) is tried by its path, nothing else.
+    const hal::Capability* dnn = info.find_capability("library.cudnn");
+    REQUIRE(dnn != nullptr);
+    CHECK(dnn->value_string() == "false");
+    CHECK(contains(dnn->note, (fixture.root / "sdk/lib64/libcudnn.so.9.1.0").string()));
+    CHECK_FALSE(contains(dnn->note, "/no/such/libcudnn.so.9"));
+    const hal::Capability* collectives = info.find_capability("library.nccl");
+    REQUIRE(collectives != nullptr);
+    CHECK(collectives->value_string() == "false");
+    CHECK(contains(collectives->note, "no libpccl.so* under ACCL-P at " + (fixture.root / "accl-p").string()));
+  }
+
+#ifdef HAL_FAKE_NCCL_PATH
+  TEST_CASE("collectives come from ACCL-P, found by its install path, through the CUDA core's engine") {
+    const Fixture fixture;
+    fs::create_directories(fixture.root / "accl-p/lib64");
+    fs::copy_file(HAL_FAKE_NCCL_PATH, fixture.root / "accl-p/lib64/libpccl.so.2.28.9");
+    const auto environment = fixture.environment();
+    ScopedEnvironment nvidia{{"HAL_NCCL", "/no/such/libnccl.so.2"}};  // NVIDIA's setting: not the PPU's
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    REQUIRE(runtime.devices().size() == 1);
+    const hal::DeviceInfo& info = runtime.devices()[0].info();
+    const hal::Capability* library = info.find_capability("library.nccl");
+    REQUIRE(library != nullptr);
+    CHECK(library->value_string() == "true");
+    CHECK(contains(library->note, (fixture.root / "accl-p/lib64/libpccl.so.2.28.9").string()));
+    const hal::Capability* collectives = info.find_capability("collectives");
+    REQUIRE(collectives != nullptr);
+    CHECK(collectives->value_string() == "true");
+    CHECK(contains(collectives->note, "accl-p"));
+  }
+#endif
+
+  TEST_CASE("attention explain on the PPU excludes fused citing the quirk and never picks it") {
+    const Fixture fixture;
+    const auto environment = fixture.environment();
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    REQUIRE(runtime.devices().size() == 1);
+    const hal::Device& device = runtime.devices()[0];
+    hal::AttentionParams params;
+    params.batch = 1;
+    params.heads_q = params.heads_kv = 4;
+    params.seq_q = params.seq_kv = 128;
+    params.head_dim_qk = 64;
+    params.dtype = hal::DType::bf16;
+    const hal::AttentionDecision decision = hal::explain_attention(device, params);
+    const hal::AttentionCandidate& fused = decision.candidates[0];
+    REQUIRE(fused.implementation == hal::AttentionImplementation::fused);
+    CHECK_FALSE(fused.eligible);
+    REQUIRE_FALSE(fused.reasons.empty());
+    CHECK(contains(fused.reasons.front(), "ppu-cudnn-no-fused-mha"));
+    // Flash is what the PPU runs once the CUDA family offers it.
+    const hal::AttentionCandidate& flash = decision.candidates[1];
+    if (flash.eligible) CHECK(decision.chosen == hal::AttentionImplementation::flash);
+    else MESSAGE("flash is not eligible on this build: " << flash.reasons.front());
+    CHECK_FALSE((decision.found && decision.chosen == hal::AttentionImplementation::fused));
+
+    // TransformerEngine's switches steer the PPU like any CUDA device.
+    ScopedEnvironment transformer_engine{{"NVTE_FUSED_ATTN", "0"}, {"NVTE_FLASH_ATTN", "1"}};
+    const hal::AttentionDecision steered = hal::explain_attention(device, params);
+    CHECK(steered.order_source == "NVTE_FUSED_ATTN=0 NVTE_FLASH_ATTN=1");
+    CHECK(std::find(steered.order.begin(), steered.order.end(), hal::AttentionImplementation::fused) ==
+          steered.order.end());
+    CHECK(steered.order.front() == hal::AttentionImplementation::flash);
+    CHECK_FALSE(steered.candidates[0].in_order);
   }
 }
 
-#ifdef HAL_FAKE_CUDA_DRIVER_PATH
+#ifdef HAL_PPU_TEST_TOOLS
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout only
+};
+
+CommandResult run(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = popen((command + " 2>/dev/null").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::array<char, 4096> chunk{};
+  while (std::size_t read = std::fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), read);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+}  // namespace
+
+TEST_SUITE("ppu tools") {
+  TEST_CASE("halinfo --json shows the PPU as T-Head with its flagged compute capability and version axes") {
+    const Fixture fixture;
+    const auto environment = fixture.environment();
+    const CommandResult result = run(std::string(HALINFO_PATH) + " --json");
+    REQUIRE(result.exit_code == 0);
+    const nlohmann::json document = nlohmann::json::parse(result.output);
+    REQUIRE(document["devices"].size() == 1);
+    const nlohmann::json& device = document["devices"][0];
+    CHECK(device["id"] == "ppu:0");
+    CHECK(device["vendor"] == "T-Head");
+    CHECK(device["name"] == "PPU-ZW810E");
+    CHECK(device["pci_bus_id"] == "0000:e1:00.0");
+    const nlohmann::json& capabilities = device["capabilities"];
+    CHECK(capabilities["cuda.compute_capability"]["value"] == "8.0");
+    CHECK(capabilities["cuda.compute_capability.meaning"]["value"] == "compatibility");
+    CHECK(contains(capabilities["cuda.compute_capability.meaning"]["note"].get<std::string>(),
+                   "not an NVIDIA architecture"));
+    CHECK(capabilities["ppu.model"]["value"] == "ZW810E");
+    CHECK(capabilities["ppu.isa_generation"]["value"] == "zhenwu-810");
+    CHECK(capabilities["memory.device"]["value"] == true);
+    const nlohmann::json& versions = device["versions"];
+    CHECK(versions["sdk"] == "1.4.1");
+    CHECK(versions["driver"] == "1.2.0");
+    CHECK(versions["runtime"] == "1.4.1");
+    CHECK(versions["cuda_api"] == "13.0");
+    CHECK(versions["dnn"] == "9.1.0");
+    CHECK(versions["collectives"] == "ACCL-P 2.3.0");
+  }
+
+  TEST_CASE("halinfo attention on the PPU shows fused excluded with the quirk cited") {
+    const Fixture fixture;
+    const auto environment = fixture.environment();
+    const CommandResult text = run(std::string(HALINFO_PATH) + " attention --shape b=1,hq=8,hkv=8,sq=256,skv=256,d=64");
+    REQUIRE(text.exit_code == 0);
+    CHECK(contains(text.output, "ppu:0"));
+    CHECK(contains(text.output, "ppu-cudnn-no-fused-mha"));
+    const CommandResult json =
+        run(std::string(HALINFO_PATH) + " attention --json --shape b=1,hq=8,hkv=8,sq=256,skv=256,d=64");
+    REQUIRE(json.exit_code == 0);
+    const nlohmann::json document = nlohmann::json::parse(json.output);
+    REQUIRE(document["devices"].size() == 1);
+    bool fused_cites_quirk = false;
+    for (const auto& candidate : document["devices"][0]["candidates"])
+      if (candidate["implementation"] == "fused")
+        fused_cites_quirk = candidate["eligible"] == false &&
+                            contains(candidate["reasons"][0].get<std::string>(), "ppu-cudnn-no-fused-mha");
+    CHECK(fused_cites_quirk);
+  }
+
+  TEST_CASE("halconform on the PPU: fused attention UNSUPPORTED, the FP32 GEMM check SKIPPED, each citing its quirk") {
+    const Fixture fixture;
+    const auto environment = fixture.environment();
+    const fs::path reports = fixture.root / "reports";
+    const CommandResult result = run(std::string(HALCONFORM_PATH) +
+                                     " --device ppu:0 --tier numerics --filter 'numerics.attention.fused.*' --filter "
+                                     "numerics.attention.math.f32_gemm_corner_case --report-dir " +
+                                     reports.string());
+    CAPTURE(result.output);
+    REQUIRE(fs::exists(reports / "conformance.json"));
+    std::ifstream stream(reports / "conformance.json");
+    const nlohmann::json document = nlohmann::json::parse(stream);
+    int fused_cases = 0, gemm_cases = 0;
+    for (const auto& entry : document["results"]) {
+      if (entry["case"] == "numerics.attention.math.f32_gemm_corner_case") {
+        ++gemm_cases;
+        // No attention table on the PPU yet: f32 math cannot run, and the skip says which quirk stays unverified.
+        CHECK(entry["outcome"] == "SKIPPED");
+        CHECK(contains(entry["evidence"]["message"].get<std::string>(), "ppu-f32-gemm-tensor-core-corner-case"));
+        continue;
+      }
+      if (!entry["case"].get<std::string>().starts_with("numerics.attention.fused.")) continue;
+      ++fused_cases;
+      CHECK(entry["outcome"] == "UNSUPPORTED");
+      CHECK(contains(entry["evidence"]["message"].get<std::string>(), "ppu-cudnn-no-fused-mha"));
+    }
+    CHECK(fused_cases == 7);  // forward and backward in three dtypes, and the probe
+    CHECK(gemm_cases == 1);
+  }
+}
+#endif
+
 TEST_SUITE("ppu and cuda") {
   TEST_CASE("a PPU the cuda backend also sees is listed once, by the ppu backend") {
     const Fixture fixture;

@@ -11,7 +11,7 @@ class CudaCollectivesPort final : public backend::GpuCollectivesPort {
   CudaCollectivesPort(const hal_backend_v1& entry_points, hal_backend_context& backend)
       : GpuCollectivesPort(entry_points, &backend), context_(backend.cuda) {}
   std::uint32_t device_count() const override { return static_cast<std::uint32_t>(context_.devices.size()); }
-  std::string device_name(std::uint32_t device) const override { return "cuda:" + std::to_string(device); }
+  std::string device_name(std::uint32_t device) const override { return context_.device_id(device); }
   hal_status make_current(std::uint32_t device) const override { return context_.make_current(device); }
   void* native_stream(const hal_stream* stream) const override { return stream->handle; }
   std::uint32_t stream_device(const hal_stream* stream) const override { return stream->device; }

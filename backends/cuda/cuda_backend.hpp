@@ -1,9 +1,11 @@
-// Internal types of the CUDA backend: the driver API through shims/, one
-// primary context per device, and the ABI's opaque handles.
+// Internal types of the CUDA core (hal_cuda_core): the driver API through
+// shims/, one primary context per device, and the ABI's opaque handles. Two
+// plugins are built on it, cuda and ppu; a Profile says what differs.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -56,7 +58,26 @@ struct CudaDevice {
   CUresult context_result = CUDA_SUCCESS;
 };
 
+struct Context;
+
+// What differs between the plugins built on this core: where the vendor
+// libraries are searched and how a device is identified and reported.
+struct Profile {
+  std::string backend;  // the plugin's name: "cuda", "ppu"; device ids in messages are "<backend>:<index>"
+  shims::LibraryRequest driver;  // the CUDA driver API (libcuda)
+  shims::LibraryRequest dnn;     // a cuDNN-compatible library
+  shims::LibraryRequest collectives;  // an NCCL-compatible library
+  std::string blas;  // a cuBLAS-compatible library's path; empty: HAL_CUBLAS, then the usual search
+  // When set, that library is not looked for and this is the reason.
+  std::string dnn_absent, collectives_absent, blas_absent;
+  // Sets the device's vendor and NUMA node and adds its version axes and
+  // identity capabilities (model, what its compute capability means). Runs
+  // once the driver's identity, PCI bus id and attributes are read.
+  std::function<void(const Context&, CudaDevice&)> identify;
+};
+
 struct Context {
+  Profile profile;
   void (*log)(void*, hal_log_level, const char*) = nullptr;
   void* log_user_data = nullptr;
   std::unique_ptr<shims::CudaDriver> driver;
@@ -66,7 +87,7 @@ struct Context {
   std::string nccl_status;
   std::unique_ptr<shims::Cublas> cublas;  // the math attention path's GEMMs
   std::string cublas_status;
-  // Null until a vendor fused attention (cuDNN) is built in; the engine says so.
+  // cuDNN's SDPA (cudnn_attention.cpp); it says itself when it cannot run.
   std::unique_ptr<backend::FusedAttention> fused_attention;
   std::unique_ptr<backend::GpuAttention> attention;
   int driver_version = 0;
@@ -90,11 +111,23 @@ struct Context {
   // the calling thread (a no-op when it already is).
   hal_status make_current(std::uint32_t device) const;
   hal_status check_device(std::uint32_t device) const;
+  // "cuda:0", "ppu:1": how messages name a device.
+  std::string device_id(std::uint32_t device) const { return profile.backend + ":" + std::to_string(device); }
 };
 
 // Discovers the devices and their identity; fills context.devices.
 hal_status discover_devices(Context& context);
 void fill_device_info(const Context& context, std::uint32_t device, hal_device_info_v1& info);
+// 12040 -> "12.4"
+std::string format_cuda_version(int version);
+
+// Opens context.profile's driver and optional libraries and lists the
+// devices (plugin.cpp). HAL_ERROR_NOT_PRESENT when the driver is missing.
+hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init);
+using InitializeFunction = hal_status (*)(const hal_backend_init_v1*, hal_backend_context**);
+// The table of a plugin built on this core: its name and initialize differ,
+// everything else (work entry points, optional sub-tables) is shared.
+hal_backend_v1 make_table(const char* name, InitializeFunction initialize);
 
 }  // namespace hal::cuda
 

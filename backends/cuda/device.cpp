@@ -10,12 +10,12 @@
 #endif
 
 namespace hal::cuda {
-namespace {
 
-// 12040 -> "12.4"
 std::string format_cuda_version(int version) {
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
+
+namespace {
 
 // Formatted as nvidia-smi shows it, so users can match the two.
 std::string format_uuid(const CUuuid& uuid) {
@@ -32,15 +32,6 @@ std::string format_uuid(const CUuuid& uuid) {
     }
   }
   return text;
-}
-
-// The PCI vendor as sysfs knows it: the driver API cannot tell an NVIDIA GPU
-// from a CUDA-compatible device of another vendor.
-std::string vendor_from_sysfs(const std::string& pci_bus_id) {
-  const std::string id = backend::read_pci_sysfs(pci_bus_id, "vendor");
-  if (id == "0x10de") return "NVIDIA";
-  if (id == "0x1ded") return "T-Head";
-  return id.empty() ? "unknown" : "unknown (PCI vendor " + id + ")";
 }
 
 // Reads device attributes, logging (not failing on) the ones the driver refuses.
@@ -84,8 +75,6 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
   char bus_id[64] = {};
   if (api.cuDeviceGetPCIBusId(bus_id, sizeof(bus_id) - 1, device.handle) == CUDA_SUCCESS)
     device.pci_bus_id = backend::normalize_pci_bus_id(bus_id);
-  device.numa_node = backend::numa_node_from_sysfs(device.pci_bus_id);
-  device.vendor = vendor_from_sysfs(device.pci_bus_id);
 
   std::size_t total = 0;
   if (hal_status status = context.check(api.cuDeviceTotalMem(&total, device.handle), "cuDeviceTotalMem for " + which);
@@ -106,17 +95,14 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
       reader.attribute(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, "concurrent managed access") != 0;
   const bool maps_host_memory = reader.attribute(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, "map host memory") != 0;
 
+  // Vendor, NUMA node, version axes and what the compute capability means
+  // come from the plugin's profile.
+  context.profile.identify(context, device);
   backend::DeviceDescription& description = device.description;
-  description.add_version("backend", HAL_VERSION_STRING);
-  description.add_version("driver", format_cuda_version(context.driver_version));
-  description.add_version("cuda_headers", format_cuda_version(CUDA_VERSION));
-  if (context.cudnn) description.add_version("cudnn", context.cudnn->version());
-  if (context.nccl) description.add_version("nccl", context.nccl->version());
-
   description.add_string("cuda.compute_capability",
                      std::to_string(device.compute_major) + "." + std::to_string(device.compute_minor),
                      "as reported by the driver; a CUDA-compatible device reports one without being that NVIDIA "
-                     "architecture, so nothing is derived from it");
+                     "architecture (cuda.compute_capability.meaning says which), so nothing is derived from it");
   description.add_bool("memory.device", true);
   description.add_bool("memory.host_pinned", maps_host_memory,
                    maps_host_memory ? "page-locked with cuMemHostAlloc, mapped into the device's address space"
@@ -161,10 +147,10 @@ void add_peer_capability(const Context& context, std::uint32_t index) {
     if (context.api().cuDeviceCanAccessPeer(&can_access, device.handle, context.devices[other]->handle) ==
             CUDA_SUCCESS &&
         can_access != 0)
-      shims::append_listed(peers, "cuda:" + std::to_string(other), ", ");
+      shims::append_listed(peers, context.device_id(other), ", ");
   }
   if (context.devices.size() < 2)
-    description.add_bool("p2p", false, "no other CUDA device");
+    description.add_bool("p2p", false, "no other device on the " + context.profile.backend + " backend");
   else
     description.add_bool("p2p", !peers.empty(), peers.empty() ? "no peer is reachable" : "peer access to " + peers);
 }
@@ -222,7 +208,7 @@ void fill_device_info(const Context& context, std::uint32_t index, hal_device_in
   if (context.make_current(index) == HAL_OK && context.api().cuMemGetInfo(&free, &total) == CUDA_SUCCESS)
     info.free_memory = free;
   else
-    context.log_message(HAL_LOG_WARNING, "cannot read the free memory of cuda:" + std::to_string(index) +
+    context.log_message(HAL_LOG_WARNING, "cannot read the free memory of " + context.device_id(index) +
                                              "; its primary context is unusable, reported as 0");
   info.compute_units = device.multiprocessors;
   info.clock_mhz = device.clock_mhz;

@@ -89,8 +89,9 @@ hal_status Context::check(CUresult result, std::string_view operation) const {
 
 hal_status Context::check_device(std::uint32_t device) const {
   if (device >= devices.size())
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "device index " + std::to_string(device) + " is out of range; there are " +
-                                                std::to_string(devices.size()) + " CUDA devices");
+    return fail(HAL_ERROR_INVALID_ARGUMENT, "device index " + std::to_string(device) + " is out of range; the " +
+                                                profile.backend + " backend has " + std::to_string(devices.size()) +
+                                                " devices");
   return HAL_OK;
 }
 
@@ -99,10 +100,10 @@ hal_status Context::make_current(std::uint32_t index) const {
   std::call_once(device.context_once,
                  [&] { device.context_result = api().cuDevicePrimaryCtxRetain(&device.context, device.handle); });
   if (device.context_result != CUDA_SUCCESS)
-    return check(device.context_result, "retaining the primary context of cuda:" + std::to_string(index));
+    return check(device.context_result, "retaining the primary context of " + device_id(index));
   CUcontext current = nullptr;
   if (api().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == device.context) return HAL_OK;
-  return check(api().cuCtxSetCurrent(device.context), "making the context of cuda:" + std::to_string(index) +
+  return check(api().cuCtxSetCurrent(device.context), "making the context of " + device_id(index) +
                                                           " current on this thread");
 }
 

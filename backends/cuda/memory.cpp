@@ -54,7 +54,7 @@ hal_status buffer_allocate(hal_backend_context* backend, std::uint32_t device, h
                 "memory kind " + std::to_string(static_cast<int>(kind)) + " is not device, host_pinned or managed");
   const CudaDevice& info = *context.devices[device];
   if (kind == HAL_MEMORY_MANAGED && !info.managed_memory)
-    return fail(HAL_ERROR_UNSUPPORTED, "cuda:" + std::to_string(device) +
+    return fail(HAL_ERROR_UNSUPPORTED, "" + context.device_id(device) +
                                            " does not support managed memory (CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY is "
                                            "0); allocate device memory and copy instead");
 
@@ -74,8 +74,8 @@ hal_status buffer_allocate(hal_backend_context* backend, std::uint32_t device, h
   buffer->kind = kind;
   buffer->size = size;
   const std::size_t bytes = static_cast<std::size_t>(plan->bytes);
-  const std::string what = "allocating " + std::to_string(size) + " bytes of " + kind_name(kind) + " memory on cuda:" +
-                           std::to_string(device);
+  const std::string what = "allocating " + std::to_string(size) + " bytes of " + kind_name(kind) + " memory on " +
+                           context.device_id(device);
   CUresult result = CUDA_SUCCESS;
   switch (kind) {
     case HAL_MEMORY_DEVICE: result = api.cuMemAlloc(&buffer->base, bytes); break;
@@ -108,7 +108,7 @@ hal_status buffer_free(hal_buffer* buffer) {
   const CUresult result = buffer->kind == HAL_MEMORY_HOST_PINNED ? context.api().cuMemFreeHost(buffer->host_base)
                                                                  : context.api().cuMemFree(buffer->base);
   if (hal_status status = context.check(result, "freeing a " + std::string(kind_name(buffer->kind)) +
-                                                    " buffer of cuda:" + std::to_string(buffer->device));
+                                                    " buffer of " + context.device_id(buffer->device));
       status != HAL_OK)
     return status;
   return succeed();
@@ -129,8 +129,8 @@ hal_status copy_host_to_device(hal_stream* stream, hal_buffer* destination, std:
   const auto& api = context.api();
   const CUresult result = stream != nullptr ? api.cuMemcpyHtoDAsync(target, source, size, stream->handle)
                                             : api.cuMemcpyHtoD(target, source, size);
-  if (hal_status status = context.check(result, "copying " + std::to_string(size) + " bytes host to cuda:" +
-                                                    std::to_string(destination->device));
+  if (hal_status status = context.check(result, "copying " + std::to_string(size) + " bytes host to " +
+                                                    context.device_id(destination->device));
       status != HAL_OK)
     return status;
   return succeed();
@@ -145,8 +145,8 @@ hal_status copy_device_to_host(hal_stream* stream, void* destination, hal_buffer
   const auto& api = context.api();
   const CUresult result = stream != nullptr ? api.cuMemcpyDtoHAsync(destination, from, size, stream->handle)
                                             : api.cuMemcpyDtoH(destination, from, size);
-  if (hal_status status = context.check(result, "copying " + std::to_string(size) + " bytes cuda:" +
-                                                    std::to_string(source->device) + " to host");
+  if (hal_status status = context.check(result, "copying " + std::to_string(size) + " bytes " +
+                                                    context.device_id(source->device) + " to host");
       status != HAL_OK)
     return status;
   return succeed();
@@ -163,9 +163,9 @@ hal_status copy_device_to_device(hal_stream* stream, hal_buffer* destination, st
   // With unified addressing the driver finds both devices from the pointers.
   const CUresult result = stream != nullptr ? api.cuMemcpyDtoDAsync(target, from, size, stream->handle)
                                             : api.cuMemcpyDtoD(target, from, size);
-  if (hal_status status = context.check(result, "copying " + std::to_string(size) + " bytes cuda:" +
-                                                    std::to_string(source->device) + " to cuda:" +
-                                                    std::to_string(destination->device));
+  if (hal_status status = context.check(result, "copying " + std::to_string(size) + " bytes " +
+                                                    context.device_id(source->device) + " to " +
+                                                    context.device_id(destination->device));
       status != HAL_OK)
     return status;
   return succeed();
@@ -185,8 +185,8 @@ hal_status fill(hal_stream* stream, hal_buffer* destination, std::uint64_t offse
   std::memcpy(bytes, pattern, pattern_size);
   for (const backend::MemsetPiece& piece : backend::plan_fill(destination->address + offset, size, bytes, pattern_size)) {
     if (hal_status status = context.check(run_memset(context.api(), piece, stream != nullptr ? stream->handle : nullptr),
-                                          "filling " + std::to_string(size) + " bytes on cuda:" +
-                                              std::to_string(destination->device));
+                                          "filling " + std::to_string(size) + " bytes on " +
+                                              context.device_id(destination->device));
         status != HAL_OK)
       return status;
   }

@@ -16,7 +16,7 @@ void CUDA_CB run_host_callback(void* data) {
   callback->callback(callback->user_data, HAL_OK);
 }
 
-std::string stream_name(const hal_stream* stream) { return "a stream of cuda:" + std::to_string(stream->device); }
+std::string stream_name(const hal_stream* stream) { return "a stream of " + stream->context->device_id(stream->device); }
 
 }  // namespace
 
@@ -30,7 +30,7 @@ hal_status stream_create(hal_backend_context* backend, std::uint32_t device, hal
   stream->device = device;
   // Non-blocking: hal streams must not serialize with the legacy default stream.
   if (hal_status status = context.check(context.api().cuStreamCreate(&stream->handle, CU_STREAM_NON_BLOCKING),
-                                        "creating a stream on cuda:" + std::to_string(device));
+                                        "creating a stream on " + context.device_id(device));
       status != HAL_OK)
     return status;
   *out = stream.release();
@@ -71,8 +71,8 @@ hal_status stream_wait_event(hal_stream* stream, hal_event* event) {
   const Context& context = *stream->context;
   // An event never recorded is complete for the driver too: nothing to wait for.
   if (hal_status status = context.check(context.api().cuStreamWaitEvent(stream->handle, event->handle, 0),
-                                        "making " + stream_name(stream) + " wait for an event of cuda:" +
-                                            std::to_string(event->device));
+                                        "making " + stream_name(stream) + " wait for an event of " +
+                                            context.device_id(event->device));
       status != HAL_OK)
     return status;
   return succeed();
@@ -99,7 +99,7 @@ hal_status event_create(hal_backend_context* backend, std::uint32_t device, hal_
   event->context = &context;
   event->device = device;
   if (hal_status status = context.check(context.api().cuEventCreate(&event->handle, CU_EVENT_DEFAULT),
-                                        "creating an event on cuda:" + std::to_string(device));
+                                        "creating an event on " + context.device_id(device));
       status != HAL_OK)
     return status;
   *out = event.release();
@@ -112,8 +112,8 @@ hal_status event_destroy(hal_event* event) {
   const Context& context = *event->context;
   if (hal_status status = context.make_current(event->device); status != HAL_OK) return status;
   // A record still pending completes first; the driver defers the release.
-  if (hal_status status = context.check(context.api().cuEventDestroy(event->handle), "destroying an event of cuda:" +
-                                                                                      std::to_string(event->device));
+  if (hal_status status = context.check(context.api().cuEventDestroy(event->handle), "destroying an event of " +
+                                                                                      context.device_id(event->device));
       status != HAL_OK)
     return status;
   return succeed();
@@ -122,7 +122,7 @@ hal_status event_destroy(hal_event* event) {
 hal_status event_record(hal_event* event, hal_stream* stream) {
   const Context& context = *event->context;
   if (event->device != stream->device)
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "an event of cuda:" + std::to_string(event->device) +
+    return fail(HAL_ERROR_INVALID_ARGUMENT, "an event of " + context.device_id(event->device) +
                                                 " cannot be recorded on " + stream_name(stream) +
                                                 "; create the event on the stream's device");
   if (hal_status status = context.check(context.api().cuEventRecord(event->handle, stream->handle),
@@ -137,7 +137,7 @@ hal_status event_query(hal_event* event) {
   const Context& context = *event->context;
   const CUresult result = context.api().cuEventQuery(event->handle);
   if (result == CUDA_ERROR_NOT_READY) return fail(HAL_ERROR_TIMEOUT, {}, result);
-  if (hal_status status = context.check(result, "querying an event of cuda:" + std::to_string(event->device));
+  if (hal_status status = context.check(result, "querying an event of " + context.device_id(event->device));
       status != HAL_OK)
     return status;
   return succeed();
@@ -146,7 +146,7 @@ hal_status event_query(hal_event* event) {
 hal_status event_synchronize(hal_event* event) {
   const Context& context = *event->context;
   if (hal_status status = context.check(context.api().cuEventSynchronize(event->handle),
-                                        "synchronizing an event of cuda:" + std::to_string(event->device));
+                                        "synchronizing an event of " + context.device_id(event->device));
       status != HAL_OK)
     return status;
   return succeed();

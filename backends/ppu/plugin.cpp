@@ -1,27 +1,14 @@
-// The PPU backend's plugin table: it finds T-Head PPUs and their software
-// and reports them truthfully. Running work needs the CUDA backend's code as
-// a linkable library, which it is not yet, so every work entry point says so.
+// The ppu plugin: finds T-Head PPUs and their software from sysfs and files
+// (discovery.*), checks what the backend needs, then runs work through the
+// CUDA core (backends/cuda, hal_cuda_core) with a PPU profile: the SDK's own
+// CUDA-compatible libraries by path, ACCL-P by install path, vendor T-Head,
+// and the reported compute capability flagged as a compatibility value.
 #include <memory>
-#include <new>
-#include <type_traits>
 
 #include "backend_options.hpp"
-#include "device_description.hpp"
+#include "cuda_backend.hpp"
 #include "discovery.hpp"
-#include "last_error.hpp"
-
-#ifndef HAL_VERSION_STRING
-#define HAL_VERSION_STRING "unknown"
-#endif
-
-struct hal_backend_context {
-  struct Device {
-    std::string name, vendor = "T-Head", pci_bus_id;
-    int numa_node = -1;
-    hal::backend::DeviceDescription description;
-  };
-  std::vector<std::unique_ptr<Device>> devices;
-};
+#include "gpu_plugin.hpp"
 
 namespace hal::ppu {
 namespace {
@@ -34,21 +21,102 @@ std::string join(const std::vector<std::string>& items) {
   return text;
 }
 
-void get_last_error(hal_error_info_v1* out) { backend::read_last_error(out); }
+// What discovery found; the profile's identify reads it for every device.
+struct Software {
+  std::string sysfs_root;
+  std::vector<PciDevice> pci;
+  DriverVersion driver;
+  Sdk sdk;
+  LibraryFile runtime, dnn, blas, collectives_library;
+  Collectives collectives;
+};
+
+void identify_ppu(const Software& software, const cuda::Context& context, cuda::CudaDevice& device) {
+  const PciDevice* found = nullptr;
+  for (const auto& candidate : software.pci)
+    if (candidate.bus_id == device.pci_bus_id) found = &candidate;
+  device.vendor = "T-Head";
+  device.numa_node = found != nullptr ? found->numa_node : -1;
+  if (device.name.empty() && found != nullptr) device.name = found->name;
+
+  auto& description = device.description;
+  description.add_version("sdk", software.sdk.version ? software.sdk.version->to_string() : "unknown");
+  description.add_version("driver", software.driver.version->to_string());
+  description.add_version("runtime", software.runtime.version.empty() ? "unknown" : software.runtime.version);
+  description.add_version("cuda_api", cuda::format_cuda_version(context.driver_version));
+  description.add_version("dnn", software.dnn.version.empty() ? (software.dnn.path.empty() ? "not found" : "unknown")
+                                                              : software.dnn.version);
+  description.add_version("collectives", software.collectives.root.empty() ? "not found"
+                                         : software.collectives.version.empty()
+                                             ? "unknown"
+                                             : "ACCL-P " + software.collectives.version);
+  const bool named_by_sysfs = found != nullptr && !found->name.empty();
+  const std::string model = model_from_name(named_by_sysfs ? found->name : device.name);
+  description.add_string("ppu.model", model,
+                         named_by_sysfs ? "from the sysfs product name" : "from the driver's device name");
+  const std::string generation = isa_generation(model);
+  description.add_string("ppu.isa_generation", generation.empty() ? "unknown" : generation,
+                         generation.empty() ? "model not in hal's table" : "from the model");
+  description.add_string("ppu.sdk_root", software.sdk.root, "found through " + software.sdk.source);
+  description.add_string("ppu.runtime_library", software.runtime.path, "the SDK's CUDA-compatible driver library");
+  description.add_string("ppu.collectives_root",
+                         software.collectives.root.empty() ? "not found" : software.collectives.root,
+                         "ACCL-P, found by install path: " + join(software.collectives.tried));
+  if (found == nullptr)
+    description.add_string("ppu.sysfs", "not found",
+                           "the SDK lists this device at PCI " + device.pci_bus_id + ", which is not a vendor " +
+                               std::string(pci_vendor_id) + " device under " + software.sysfs_root +
+                               "/bus/pci/devices");
+  description.add_string("cuda.compute_capability.meaning", "compatibility",
+                         "a PPU reports a compute capability so CUDA code runs; it is not an NVIDIA architecture and "
+                         "hal derives nothing from it");
+}
+
+// The SDK's libraries by the paths discovery found: nothing else is
+// searched, so NVIDIA's libraries on the same machine are never picked up.
+cuda::Profile ppu_profile(const Software& software) {
+  cuda::Profile profile;
+  profile.backend = "ppu";
+  profile.driver.display_name = "CUDA-compatible driver of the PPU SDK at " + software.sdk.root;
+  profile.driver.configured_path = software.runtime.path;
+  profile.driver.never_unload = true;
+  if (software.dnn.path.empty()) {
+    profile.dnn_absent = "no libcudnn.so* in the PPU SDK: " + join(software.dnn.tried);
+  } else {
+    profile.dnn.display_name = "cuDNN-compatible library of the PPU SDK";
+    profile.dnn.configured_path = software.dnn.path;
+  }
+  if (software.blas.path.empty()) {
+    profile.blas_absent = "no libcublas.so* in the PPU SDK: " + join(software.blas.tried);
+  } else {
+    profile.blas = software.blas.path;
+  }
+  if (software.collectives.root.empty()) {
+    profile.collectives_absent = "ACCL-P not found: " + join(software.collectives.tried);
+  } else if (software.collectives_library.path.empty()) {
+    profile.collectives_absent =
+        "no libpccl.so* under ACCL-P at " + software.collectives.root + ": " + join(software.collectives_library.tried);
+  } else {
+    profile.collectives.display_name = "ACCL-P (" + software.collectives.root + ")";
+    profile.collectives.configured_path = software.collectives_library.path;
+  }
+  profile.identify = [software](const cuda::Context& context, cuda::CudaDevice& device) {
+    identify_ppu(software, context, device);
+  };
+  return profile;
+}
 
 hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out) {
-  if (init == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "initialize needs init and out");
-  if (init->struct_size < sizeof(hal_backend_init_v1))
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "init struct_size " + std::to_string(init->struct_size) +
-                                                " is smaller than the v1 struct; rebuild libhal");
-  try {
+  return backend::guarded_initialize(init, out, "ppu", [&] {
     auto options = backend::read_backend_options(
         *init, "ppu", {"sdk", "sysfs_root", "dev_root", "accl"},
         "sdk (the PPU SDK root), sysfs_root, dev_root (where to look for devices) and accl (the ACCL-P root)");
     const Roots roots = choose_roots(options);
-    const std::vector<PciDevice> pci = find_pci_devices(roots.sysfs);
+    Software software;
+    software.sysfs_root = roots.sysfs;
+    software.pci = find_pci_devices(roots.sysfs);
     const std::vector<std::string> nodes = find_device_nodes(roots.dev);
-    if (pci.empty())
+    if (software.pci.empty())
       return fail(HAL_ERROR_NOT_PRESENT,
                   "no T-Head PPU found: no PCI device with vendor " + std::string(pci_vendor_id) + " under " +
                       roots.sysfs + "/bus/pci/devices" +
@@ -56,161 +124,52 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
                                      : "; " + std::to_string(nodes.size()) + " " + roots.dev +
                                            "/alixpu* node(s) exist, so the driver may be loaded without its PCI "
                                            "devices visible here"));
+    const std::string found_ppus = "found " + std::to_string(software.pci.size()) + " PPU(s)";
 
-    const DriverVersion driver = read_driver_version(roots.sysfs);
+    software.driver = read_driver_version(roots.sysfs);
+    const DriverVersion& driver = software.driver;
     const auto minimum = parse_version(minimum_driver_version);
     if (!driver.version)
-      return fail(HAL_ERROR_UNSUPPORTED,
-                  "found " + std::to_string(pci.size()) + " PPU(s) but no readable driver version at " + driver.path +
-                      (driver.text.empty() ? "" : " (it reads '" + driver.text + "')") +
-                      "; the ppu backend needs the alixpu driver " + std::string(minimum_driver_version) + " or later");
+      return fail(HAL_ERROR_UNSUPPORTED, found_ppus + " but no readable driver version at " + driver.path +
+                                             (driver.text.empty() ? "" : " (it reads '" + driver.text + "')") +
+                                             "; the ppu backend needs the alixpu driver " +
+                                             std::string(minimum_driver_version) + " or later");
     if (*driver.version < *minimum)
       return fail(HAL_ERROR_UNSUPPORTED, "the PPU driver is " + driver.version->to_string() + " (" + driver.path +
                                              "); the ppu backend needs " + std::string(minimum_driver_version) +
                                              " or later: upgrade the alixpu driver");
 
-    const Sdk sdk = find_sdk(options["sdk"]);
+    software.sdk = find_sdk(options["sdk"]);
+    const Sdk& sdk = software.sdk;
     if (sdk.root.empty())
-      return fail(HAL_ERROR_NOT_PRESENT, "found " + std::to_string(pci.size()) + " PPU(s) but no PPU SDK; looked at " +
+      return fail(HAL_ERROR_NOT_PRESENT, found_ppus + " but no PPU SDK; looked at " +
                                              (sdk.tried.empty() ? std::string("nothing") : join(sdk.tried)) +
                                              " (set PPU_SDK or [backend.ppu] sdk)");
     const std::vector<std::string> library_dirs = {sdk.root + "/lib64", sdk.root + "/lib"};
-    const LibraryFile runtime = find_library(library_dirs, "libcuda.so");
-    if (runtime.path.empty())
-      return fail(HAL_ERROR_NOT_PRESENT, "found " + std::to_string(pci.size()) + " PPU(s) and the SDK at " + sdk.root +
+    software.runtime = find_library(library_dirs, "libcuda.so");
+    if (software.runtime.path.empty())
+      return fail(HAL_ERROR_NOT_PRESENT, found_ppus + " and the SDK at " + sdk.root +
                                              " but not its CUDA-compatible runtime library; tried " +
-                                             join(runtime.tried));
-    const LibraryFile dnn = find_library(library_dirs, "libcudnn.so");
-    const Collectives collectives = find_collectives(options["accl"], sdk);
+                                             join(software.runtime.tried));
+    software.dnn = find_library(library_dirs, "libcudnn.so");
+    software.blas = find_library(library_dirs, "libcublas.so");
+    software.collectives = find_collectives(options["accl"], sdk);
+    if (!software.collectives.root.empty())
+      software.collectives_library =
+          find_library({software.collectives.root + "/lib64", software.collectives.root + "/lib"}, "libpccl.so");
 
-    auto context = std::make_unique<hal_backend_context>();
-    for (const auto& found : pci) {
-      auto device = std::make_unique<hal_backend_context::Device>();
-      device->name = !found.name.empty() ? found.name : "T-Head PPU [1ded:" + found.device_id.substr(2) + "]";
-      device->pci_bus_id = found.bus_id;
-      device->numa_node = found.numa_node;
-      auto& description = device->description;
-      description.add_version("sdk", sdk.version ? sdk.version->to_string() : "unknown");
-      description.add_version("driver", driver.version->to_string());
-      description.add_version("runtime", runtime.version.empty() ? "unknown" : runtime.version);
-      description.add_version("dnn", dnn.version.empty() ? (dnn.path.empty() ? "not found" : "unknown") : dnn.version);
-      description.add_version("collectives", collectives.root.empty()      ? "not found"
-                                             : collectives.version.empty() ? "unknown"
-                                                                           : "ACCL-P " + collectives.version);
-      const std::string model = model_from_name(device->name);
-      description.add_string("ppu.model", model,
-                             found.name.empty() ? "no product name in sysfs" : "from the device name");
-      const std::string generation = isa_generation(model);
-      description.add_string("ppu.isa_generation", generation.empty() ? "unknown" : generation,
-                             generation.empty() ? "model not in hal's table" : "from the model");
-      description.add_string("ppu.sdk_root", sdk.root, "found through " + sdk.source);
-      description.add_string("ppu.runtime_library", runtime.path, "the SDK's CUDA-compatible driver library");
-      description.add_string("ppu.collectives_root", collectives.root.empty() ? "not found" : collectives.root,
-                             "ACCL-P, found by install path: " + join(collectives.tried));
-      description.add_bool("memory.device", false,
-                           "the ppu backend does not run work yet: it needs the CUDA backend's code as a library");
-      description.finalize();
-      context->devices.push_back(std::move(device));
-    }
-    *out = context.release();
+    auto backend = std::make_unique<hal_backend_context>();
+    backend->cuda.profile = ppu_profile(software);
+    if (hal_status status = cuda::open_context(*backend, *init); status != HAL_OK) return status;
+    *out = backend.release();
     return succeed();
-  } catch (const std::bad_alloc&) {
-    return fail(HAL_ERROR_OUT_OF_MEMORY, "out of host memory while initializing the ppu backend");
-  } catch (const std::exception& error) {
-    return fail(HAL_ERROR_INTERNAL, std::string("initializing the ppu backend failed: ") + error.what());
-  }
+  });
 }
-
-void shutdown(hal_backend_context* context) { delete context; }
-
-hal_status device_count(hal_backend_context* context, std::uint32_t* count) {
-  if (context == nullptr || count == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "device_count needs out");
-  *count = static_cast<std::uint32_t>(context->devices.size());
-  return succeed();
-}
-
-hal_status device_info(hal_backend_context* context, std::uint32_t device, hal_device_info_v1* info) {
-  if (context == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "the backend context is null");
-  if (device >= context->devices.size())
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "device index " + std::to_string(device) + " is out of range; there are " +
-                                                std::to_string(context->devices.size()) + " PPUs");
-  if (info == nullptr || info->struct_size < sizeof(hal_device_info_v1))
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "device_info needs a v1 hal_device_info_v1 with struct_size set");
-  const auto& found = *context->devices[device];
-  info->type = HAL_DEVICE_TYPE_ACCELERATOR;
-  info->name = found.name.c_str();
-  info->vendor = found.vendor.c_str();
-  info->uuid = "";
-  info->pci_bus_id = found.pci_bus_id.c_str();
-  info->numa_node = found.numa_node;
-  info->total_memory = 0;  // unknown without the runtime
-  info->free_memory = 0;
-  info->compute_units = 0;
-  info->clock_mhz = 0;
-  info->memory_clock_mhz = 0;
-  found.description.describe(*info);
-  return succeed();
-}
-
-// Every entry point that would run work: no handle can exist, so each
-// refuses with the same reason.
-template <typename Function>
-struct Refuse;
-template <typename Result, typename... Arguments>
-struct Refuse<Result (*)(Arguments...)> {
-  static Result call(Arguments...) {
-    const hal_status status =
-        fail(HAL_ERROR_UNSUPPORTED,
-             "the ppu backend does not run work yet (no memory, streams or events): that needs the CUDA backend's "
-             "code as a shared library; see docs/backends/ppu.md");
-    if constexpr (std::is_same_v<Result, hal_status>)
-      return status;
-    else
-      return nullptr;
-  }
-};
-
-constexpr hal_backend_v1 make_table() {
-  hal_backend_v1 table{};
-  table.struct_size = sizeof(hal_backend_v1);
-  table.abi_version = 1;
-  table.name = "ppu";
-  table.version = HAL_VERSION_STRING;
-  table.get_last_error = get_last_error;
-  table.initialize = initialize;
-  table.shutdown = shutdown;
-  table.device_count = device_count;
-  table.device_info = device_info;
-  table.buffer_allocate = Refuse<decltype(table.buffer_allocate)>::call;
-  table.buffer_free = Refuse<decltype(table.buffer_free)>::call;
-  table.buffer_host_address = Refuse<decltype(table.buffer_host_address)>::call;
-  table.buffer_device_address = Refuse<decltype(table.buffer_device_address)>::call;
-  table.copy_host_to_device = Refuse<decltype(table.copy_host_to_device)>::call;
-  table.copy_device_to_host = Refuse<decltype(table.copy_device_to_host)>::call;
-  table.copy_device_to_device = Refuse<decltype(table.copy_device_to_device)>::call;
-  table.fill = Refuse<decltype(table.fill)>::call;
-  table.stream_create = Refuse<decltype(table.stream_create)>::call;
-  table.stream_destroy = Refuse<decltype(table.stream_destroy)>::call;
-  table.stream_synchronize = Refuse<decltype(table.stream_synchronize)>::call;
-  table.stream_query = Refuse<decltype(table.stream_query)>::call;
-  table.stream_wait_event = Refuse<decltype(table.stream_wait_event)>::call;
-  table.stream_host_callback = Refuse<decltype(table.stream_host_callback)>::call;
-  table.event_create = Refuse<decltype(table.event_create)>::call;
-  table.event_destroy = Refuse<decltype(table.event_destroy)>::call;
-  table.event_record = Refuse<decltype(table.event_record)>::call;
-  table.event_query = Refuse<decltype(table.event_query)>::call;
-  table.event_synchronize = Refuse<decltype(table.event_synchronize)>::call;
-  table.event_elapsed_milliseconds = Refuse<decltype(table.event_elapsed_milliseconds)>::call;
-  table.attention = nullptr;
-  table.collectives = nullptr;
-  return table;
-}
-
-constexpr hal_backend_v1 ppu_table = make_table();
 
 }  // namespace
 }  // namespace hal::ppu
 
 extern "C" HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(std::uint32_t host_max_abi_version) {
-  return host_max_abi_version >= 1 ? &hal::ppu::ppu_table : nullptr;
+  static const hal_backend_v1 ppu_table = hal::cuda::make_table("ppu", hal::ppu::initialize);
+  return host_max_abi_version >= 1 ? &ppu_table : nullptr;
 }

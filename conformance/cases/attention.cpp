@@ -4,7 +4,9 @@
 // Probes: fused and flash run and match the reference, verdicts cached for the
 // runtime's selection. API: explain lists every candidate with its reasons and
 // chooses an eligible one; HAL_ATTN_STRICT turns a fallback into an error.
-// Performance: flash forward TFLOP/s against the profile's minimum.
+// Performance: flash forward TFLOP/s against the profile's minimum. The FP32
+// GEMM corner case: f32 math attention on inputs that expose reduced-precision
+// tensor-core GEMMs, against the reference and the host backend.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -503,6 +505,98 @@ void flash_forward_rate(CaseContext& context) {
   context.note(measured + " >= minimum " + with_digits(*minimum, 3) + " TFLOP/s");
 }
 
+// ---- the FP32 GEMM corner case ---------------------------------------------
+
+// A reported accuracy loss of FP32 GEMMs on tensor cores (data/quirks.toml,
+// numerics.f32_gemm_full_precision): large-magnitude inputs with a k that is
+// no multiple of a tile. The math path runs both GEMMs of attention in f32:
+// Q·Kᵀ with k = head dim 72, P·V with k = seq_kv 37.
+constexpr const char* f32_gemm_capability = "numerics.f32_gemm_full_precision";
+
+// "quirk <id> ...: reason" when a quirk reports this device, else "".
+std::string f32_gemm_quirk(const Device& device) {
+  for (const CapabilityLayer& layer : effective_capability(device, f32_gemm_capability).layers)
+    if (layer.layer == "quirk") return layer.source + (layer.reason.empty() ? "" : ": " + layer.reason);
+  return {};
+}
+
+struct AttentionOutputs {
+  std::vector<double> o, lse;
+};
+
+AttentionOutputs run_math_forward(const Device& device, const AttentionParams& params, const std::vector<double>& q_values,
+                                  const std::vector<double>& k_values, const std::vector<double>& v_values) {
+  const hal_attention_params_v1 r = params.resolve();
+  DeviceTensor q(device, params.dtype, r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+  DeviceTensor k(device, params.dtype, r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+  DeviceTensor v(device, params.dtype, r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+  DeviceTensor o(device, params.dtype, r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+  const hal_tensor_strides_v1 lse_strides{r.heads_q * r.seq_q, r.seq_q, 1, 1};
+  DeviceTensor lse(device, DType::f32, lse_strides, r.batch, r.heads_q, r.seq_q, 1);
+  q.upload(q_values);
+  k.upload(k_values);
+  v.upload(v_values);
+  const Stream stream = device.create_stream();
+  attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), lse.ref(), {{Implementation::math}});
+  stream.synchronize();
+  return {o.download(), lse.download()};
+}
+
+void f32_gemm_corner_case(CaseContext& context) {
+  const Device& device = context.device();
+  const std::string quirk = f32_gemm_quirk(device);
+  const std::string reported = quirk.empty() ? "" : " (reported for this device: " + quirk + ")";
+  AttentionParams params;
+  params.batch = 1;
+  params.heads_q = params.heads_kv = 2;
+  params.seq_q = 33;
+  params.seq_kv = 37;
+  params.head_dim_qk = 72;
+  params.dtype = DType::f32;
+  params.return_lse = true;
+  // |q·k| reaches ~3e6: the scale brings the logits back to a few units, so
+  // the softmax stays far from one-hot and every product counts.
+  params.softmax_scale = 1e-6f;
+  const auto reasons = ineligible_because(device, params, Implementation::math, false);
+  if (!reasons.empty())
+    context.skip("f32 math attention cannot run on this device, so no FP32 GEMM can be checked through the API: " +
+                 reasons.front() + reported);
+
+  const hal_attention_params_v1 r = params.resolve();
+  std::mt19937 generator(29);
+  std::uniform_real_distribution<double> large(-1024.0, 1024.0), small(-1.0, 1.0);
+  auto values = [&](std::int64_t count, double offset, std::uniform_real_distribution<double>& spread) {
+    std::vector<double> result(static_cast<std::size_t>(count));
+    for (auto& value : result) value = round_to(DType::f32, offset + spread(generator));
+    return result;
+  };
+  const std::vector<double> q_values = values(r.batch * r.heads_q * r.seq_q * r.head_dim_qk, 0.0, large);
+  const std::vector<double> k_values = values(r.batch * r.heads_kv * r.seq_kv * r.head_dim_qk, 0.0, large);
+  // 4096 plus a small part: a 10-bit mantissa (TF32) keeps none of the small part.
+  const std::vector<double> v_values = values(r.batch * r.heads_kv * r.seq_kv * r.head_dim_v, 4096.0, small);
+
+  const AttentionOutputs on_device = run_math_forward(device, params, q_values, k_values, v_values);
+  const AttentionForwardReference expected = attention_reference_forward(params, q_values, k_values, v_values);
+  Judge judge(context, "f32_gemm");
+  judge.check("O vs reference", on_device.o, expected.o, attention_tolerance(DType::f32));
+  judge.check("LSE vs reference", on_device.lse, expected.lse, lse_tolerance());
+  if (device.backend_name() != "host") {
+    // The host backend is the reference every primitive is held to.
+    ScopedVariable host_only("HAL_BACKENDS", "host");
+    const Runtime host_runtime = Runtime::create();
+    const AttentionOutputs on_host = run_math_forward(host_runtime.device("host:0"), params, q_values, k_values, v_values);
+    judge.check("O vs host", on_device.o, on_host.o, attention_tolerance(DType::f32));
+  }
+  if (!judge.failed().empty())
+    context.fail("FP32 GEMMs in f32 math attention (" + params.describe() + ", large-magnitude inputs, k = 72 and 37) "
+                 "are out of tolerance" + reported + ":" + judge.lines());
+  context.note("FP32 GEMMs in f32 math attention (" + params.describe() +
+               ", large-magnitude inputs, k = 72 and 37) match the reference" +
+               (device.backend_name() != "host" ? " and the host backend" : "") +
+               (quirk.empty() ? "" : "; the reported corner case (" + quirk + ") did not show here") + ":" +
+               judge.lines());
+}
+
 }  // namespace
 
 void register_cases_attention(Registry& registry) {
@@ -527,6 +621,11 @@ void register_cases_attention(Registry& registry) {
                     capability_of(implementation), true, 0,
                     [=](CaseContext& context) { probe(context, implementation); }});
   }
+  registry.add({"numerics.attention.math.f32_gemm_corner_case", Tier::numerics,
+                "the FP32 GEMMs of f32 math attention on large-magnitude inputs with k no multiple of a tile (head "
+                "dim 72, seq_kv 37) against the double-precision reference and the host backend; the corner case "
+                "data/quirks.toml reports for the PPU (numerics.f32_gemm_full_precision)",
+                "", false, 0, f32_gemm_corner_case});
   registry.add({"api.attention.explain_and_strict", Tier::api,
                 "explain_attention lists every candidate with its reasons and chooses the first eligible one; a "
                 "fallback runs, and HAL_ATTN_STRICT=1 refuses it",

@@ -108,20 +108,23 @@ AttentionCandidate evaluate(const detail::LoadedBackend& backend, const Device& 
                             AttentionImplementation implementation, const hal_attention_params_v1& params,
                             bool backward) {
   AttentionCandidate candidate{implementation, true, false, false, {}, 0};
-  if (backend.attention() == nullptr) {
-    candidate.reasons.push_back("the " + backend.name + " backend offers no attention");
-    return candidate;
-  }
   const std::string key = "attention." + std::string(to_string(implementation));
   const EffectiveCapability capability = effective_capability(device, key);
   candidate.declared = !capability.layers.empty() && capability.layers.front().layer == "declared" &&
                        capability.layers.front().value == "true";
-  if (!capability.value) {
-    candidate.reasons.push_back("capability " + key + " is not declared by the " + backend.name + " backend");
+  // A capability turned off (declared, or by a quirk, probe or override) is
+  // the reason to cite, with or without an attention table: it is what
+  // stays true once the backend gains one.
+  if (capability.value && !capability.is_true()) {
+    candidate.reasons.push_back(describe_layer(capability));
     return candidate;
   }
-  if (!capability.is_true()) {
-    candidate.reasons.push_back(describe_layer(capability));
+  if (backend.attention() == nullptr) {
+    candidate.reasons.push_back("the " + backend.name + " backend offers no attention");
+    return candidate;
+  }
+  if (!capability.value) {
+    candidate.reasons.push_back("capability " + key + " is not declared by the " + backend.name + " backend");
     return candidate;
   }
   candidate.reasons = backend_reasons(backend, device, implementation, params, backward);
