@@ -12,9 +12,8 @@
 #     flash attention kernels (tests/gpu) built with nvcc and checked;
 #  2. whether all of hal configures there (it needs hwloc, Boost, toml++ and
 #     doctest headers the machine may lack) — recorded, not required;
-#  3. the CUDA backend built there from source (nvcc fatbin + g++, needing
-#     only the CUDA headers), used in place of the carried plugin when it
-#     builds;
+#  3. the carried CUDA backend when it loads there, else one built there
+#     from source (nvcc fatbin + g++, needing only the CUDA headers);
 #  4. halinfo -v and --json; the "cuda semantics" unit tests on the GPU;
 #  5. attention on cuda:0: numerics against the host backend (flash, math,
 #     fused where eligible), and halbench attn for each implementation;
@@ -70,10 +69,15 @@ fi
 # 2. Does the whole project configure here? Only recorded.
 step configure-probe 120 cmake -S "$root" -B "$work/probe" -G Ninja -DHAL_BUILD_TESTS=OFF
 
-# 3. The CUDA backend from source, with nothing but the CUDA headers.
+# 3. The carried CUDA backend (built here with its kernels and cuDNN's
+#    frontend) when it loads on this machine; otherwise one built from
+#    source there, with nothing but the CUDA headers (no fused attention:
+#    the frontend headers are not on that machine).
 cuda_plugin="$bundle/lib/hal/backends/libhal_backend_cuda.so"
 mkdir -p "$work/cuda"
-if step build-cuda-backend 300 bash -c '
+if step carried-cuda-backend-loads 30 python3 -c 'import ctypes, sys; ctypes.CDLL(sys.argv[1])' "$cuda_plugin"; then
+  echo "using the carried CUDA backend: $cuda_plugin" | tee -a "$summary"
+elif step build-cuda-backend 300 bash -c '
     set -e
     "'"$nvcc"'" --fatbin -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
       -gencode arch=compute_90,code=compute_90 -I"'"$root"'/backends/kernels" -o "'"$work"'/cuda/kernels.fatbin" \
@@ -90,7 +94,7 @@ if step build-cuda-backend 300 bash -c '
   cuda_plugin="$work/cuda/libhal_backend_cuda.so"
   echo "using the CUDA backend built here: $cuda_plugin" | tee -a "$summary"
 else
-  echo "using the carried CUDA backend: $cuda_plugin" | tee -a "$summary"
+  echo "no CUDA backend loads on this machine" | tee -a "$summary"
 fi
 # The carried libraries serve hal's binaries only; the compilers and Python
 # keep the machine's own (the bundle may carry another libcrypto, say).

@@ -395,10 +395,20 @@ TEST_SUITE("ppu fixture") {
     CHECK_FALSE(fused.eligible);
     REQUIRE_FALSE(fused.reasons.empty());
     CHECK(contains(fused.reasons.front(), "ppu-cudnn-no-fused-mha"));
-    // Flash is what the PPU runs once the CUDA family offers it.
+    // Flash comes next and is what the PPU runs: no quirk withholds it. On the
+    // fake driver no kernel image loads, so there it is out for that reason only.
+    REQUIRE(decision.order.size() >= 2);
+    CHECK(decision.order[0] == hal::AttentionImplementation::fused);
+    CHECK(decision.order[1] == hal::AttentionImplementation::flash);
     const hal::AttentionCandidate& flash = decision.candidates[1];
-    if (flash.eligible) CHECK(decision.chosen == hal::AttentionImplementation::flash);
-    else MESSAGE("flash is not eligible on this build: " << flash.reasons.front());
+    REQUIRE(flash.implementation == hal::AttentionImplementation::flash);
+    for (const std::string& reason : flash.reasons) CHECK_FALSE(contains(reason, "quirk"));
+    if (flash.eligible) {
+      CHECK(decision.chosen == hal::AttentionImplementation::flash);
+    } else {
+      REQUIRE_FALSE(flash.reasons.empty());
+      CHECK(contains(flash.reasons.front(), "no usable kernels on this device"));
+    }
     CHECK_FALSE((decision.found && decision.chosen == hal::AttentionImplementation::fused));
 
     // TransformerEngine's switches steer the PPU like any CUDA device.
