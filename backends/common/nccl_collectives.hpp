@@ -128,4 +128,47 @@ constexpr hal_collectives_v2 nccl_collectives_table() {
   return table;
 }
 
+// The port, the engine and the stream hooks of a backend whose Context has
+// `devices`, `device_id(index)`, `make_current(index)` and a `collectives`
+// member, and whose hal_stream (Stream) has `context`, `handle` and `device`.
+// Stream is a parameter so that the backend's own hal_stream is complete here.
+template <typename Context, typename Stream = hal_stream>
+class ContextCollectivesPort final : public GpuCollectivesPort {
+ public:
+  ContextCollectivesPort(const hal_backend_v1& entry_points, hal_backend_context& backend, const Context& context)
+      : GpuCollectivesPort(entry_points, &backend), context_(context) {}
+  std::uint32_t device_count() const override { return static_cast<std::uint32_t>(context_.devices.size()); }
+  std::string device_name(std::uint32_t device) const override { return context_.device_id(device); }
+  hal_status make_current(std::uint32_t device) const override { return context_.make_current(device); }
+  void* native_stream(const hal_stream* stream) const override { return static_cast<const Stream*>(stream)->handle; }
+  std::uint32_t stream_device(const hal_stream* stream) const override {
+    return static_cast<const Stream*>(stream)->device;
+  }
+
+ private:
+  const Context& context_;
+};
+
+// The engine for `context` on `library` (null: collectives are off, `status` says why).
+template <typename Context>
+std::unique_ptr<NcclCollectives> make_nccl_collectives(const hal_backend_v1& entry_points, hal_backend_context& backend,
+                                                       const Context& context, const shims::Nccl* library,
+                                                       const std::string& status) {
+  return std::make_unique<NcclCollectives>(
+      std::make_unique<ContextCollectivesPort<Context>>(entry_points, backend, context), library, status);
+}
+
+// The error a communicator left on the stream (stream synchronize/query report it).
+template <typename Stream>
+hal_status collectives_status_of(const Stream* stream) {
+  const auto& collectives = stream->context->collectives;
+  return collectives ? collectives->stream_status(stream) : HAL_OK;
+}
+
+// The stream is going away: the engine stops tracking it.
+template <typename Stream>
+void forget_collectives_of(const Stream* stream) {
+  if (stream->context->collectives) stream->context->collectives->forget_stream(stream);
+}
+
 }  // namespace hal::backend

@@ -67,6 +67,7 @@ struct Context {
   hal_status check(hipError_t error, std::string_view operation) const;
   // Makes the device current on the calling thread (HIP's current device is per thread).
   hal_status make_current(std::uint32_t device) const;
+  std::string device_id(std::uint32_t device) const { return "rocm:" + std::to_string(device); }
   hal_status check_device(std::uint32_t device) const;
 };
 
