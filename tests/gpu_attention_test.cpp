@@ -15,6 +15,7 @@
 
 #include "hal/capabilities.hpp"
 #include "hal/hal.hpp"
+#include "command_output.hpp"
 #include "scoped_environment.hpp"
 
 using hal::testing::ScopedEnvironment;
@@ -145,21 +146,10 @@ class Plugin {
 // Contiguous [batch, head, seq, dim] strides of the params' tensors.
 hal_attention_params_v1 abi_params() { return small_params().resolve(); }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using hal::testing::CommandResult;
 
 CommandResult run_halinfo(const std::string& arguments) {
-  const std::string command = std::string(HALINFO_PATH) + " " + arguments + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> chunk{};
-  while (std::size_t read = std::fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), read);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return hal::testing::run_command(std::string(HALINFO_PATH) + " " + arguments + " 2>&1");
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command_output.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -46,12 +48,9 @@ Run halconform(const std::string& arguments, const std::string& environment = "H
   const std::string command = "env HAL_PROBE_CACHE=" + (run.directory / "probes.json").string() + " " + environment +
                               " " + HALCONFORM_PATH + " --report-dir " + (run.directory / "report").string() + " " +
                               arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> chunk{};
-  while (std::size_t read = std::fread(chunk.data(), 1, chunk.size(), pipe)) run.output.append(chunk.data(), read);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const hal::testing::CommandResult result = hal::testing::run_command(command);
+  run.output = result.output;
+  run.exit_code = result.exit_code;
   const fs::path json = run.directory / "report" / "conformance.json";
   if (fs::exists(json)) {
     std::ifstream file(json);
@@ -222,13 +221,9 @@ TEST_CASE("bad input is a harness error naming the bad value; no evidence is not
 std::string output_of(const Run& run, const std::string& command) {
   const std::string line = "env HAL_BACKENDS=host HAL_PROBE_CACHE=" + (run.directory / "probes.json").string() + " " +
                            command;
-  FILE* pipe = popen(line.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  std::array<char, 4096> chunk{};
-  while (std::size_t read = std::fread(chunk.data(), 1, chunk.size(), pipe)) output.append(chunk.data(), read);
-  CHECK(pclose(pipe) == 0);
-  return output;
+  const hal::testing::CommandResult result = hal::testing::run_command(line);
+  CHECK(result.exit_code == 0);
+  return result.output;
 }
 
 TEST_CASE("the flash attention probe is cached and cited by attention selection in a later process") {

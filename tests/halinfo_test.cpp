@@ -8,25 +8,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command_output.hpp"
 #include "hal/hal.hpp"
 
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout only
-};
+using hal::testing::CommandResult;
 
+// stdout only: halinfo logs to stderr.
 CommandResult run_halinfo(const std::string& arguments, const std::string& environment = "") {
-  const std::string command = environment + " " + HALINFO_PATH + " " + arguments + " 2>/dev/null";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> chunk{};
-  while (std::size_t read = std::fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), read);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return hal::testing::run_command(environment + " " + HALINFO_PATH + " " + arguments + " 2>/dev/null");
 }
 
 nlohmann::json parse(const CommandResult& result) {

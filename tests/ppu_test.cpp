@@ -18,6 +18,7 @@
 #include "discovery.hpp"
 #include "hal/capabilities.hpp"
 #include "hal/hal.hpp"
+#include "command_output.hpp"
 #include "scoped_environment.hpp"
 #ifdef HAL_PPU_TEST_TOOLS
 #include <nlohmann/json.hpp>
@@ -425,21 +426,10 @@ TEST_SUITE("ppu fixture") {
 #ifdef HAL_PPU_TEST_TOOLS
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout only
-};
+using hal::testing::CommandResult;
 
-CommandResult run(const std::string& command) {
-  CommandResult result;
-  FILE* pipe = popen((command + " 2>/dev/null").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::array<char, 4096> chunk{};
-  while (std::size_t read = std::fread(chunk.data(), 1, chunk.size(), pipe)) result.output.append(chunk.data(), read);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+// stdout only: the tools' logs go to stderr.
+CommandResult run(const std::string& command) { return hal::testing::run_command(command + " 2>/dev/null"); }
 
 }  // namespace
 

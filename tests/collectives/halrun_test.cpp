@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <string>
 
+#include "command_output.hpp"
+
 namespace {
 
 struct Result {
@@ -14,15 +16,10 @@ struct Result {
   std::string output;
 };
 
+// stdout and stderr together.
 Result run(const std::string& command) {
-  Result result{-1, {}};
-  std::FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) result.output += buffer;
-  const int status = ::pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  const hal::testing::CommandResult result = hal::testing::run_command(command + " 2>&1");
+  return {result.exit_code, result.output};
 }
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
