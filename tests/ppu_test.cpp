@@ -256,7 +256,8 @@ TEST_SUITE("ppu fixture") {
     const hal::EffectiveCapability fused = hal::effective_capability(runtime.devices()[0], "attention.fused");
     CHECK(fused.value == "false");
     const auto quirk = std::find_if(fused.layers.begin(), fused.layers.end(), [](const hal::CapabilityLayer& layer) {
-      return layer.layer == "quirk" && contains(layer.source, "ppu-cudnn-no-fused-mha");
+      return layer.layer == "quirk" && contains(layer.source, "ppu-cudnn-no-fused-mha") &&
+             contains(layer.source, "source: hal issue 8");
     });
     REQUIRE(quirk != fused.layers.end());
   }

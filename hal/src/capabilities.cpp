@@ -81,7 +81,9 @@ EffectiveCapability effective_capability(const Device& device, const std::string
     speak({"declared", declared->value_string(), "the " + device.backend_name() + " backend", declared->note});
   for (const detail::Quirk* quirk : quirks_with_warning().matching(device.info()))
     if (auto value = quirk->capability_values.find(key); value != quirk->capability_values.end())
-      speak({"quirk", value->second, quirk->id + " (" + quirk->location + ")", quirk->reason});
+      speak({"quirk", value->second,
+             quirk->id + " (" + quirk->location + (quirk->source.empty() ? "" : "; source: " + quirk->source) + ")",
+             quirk->reason});
   // Verified by running it on this device with these exact versions: outranks declarations and quirks.
   std::string cache_path;
   if (const auto record = probed(device, key, cache_path))

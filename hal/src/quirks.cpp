@@ -52,6 +52,7 @@ Quirk parse_quirk(const toml::table& table, const std::string& source) {
   quirk.reason = required_string(table, "reason", quirk.location);
   quirk.fix = optional_string(table, "fix");
   quirk.link = optional_string(table, "link");
+  quirk.source = optional_string(table, "source");
   quirk.hazard_env = optional_string(table, "hazard_env");
   if (const auto* match = table.get_as<toml::table>("match")) {
     quirk.backend = optional_string(*match, "backend");

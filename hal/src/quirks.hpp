@@ -22,6 +22,7 @@ struct Quirk {
   std::string reason;
   std::string fix;
   std::string link;
+  std::string source;  // where the entry comes from: a release note, an issue
 
   bool matches(const DeviceInfo& device) const;
 };
