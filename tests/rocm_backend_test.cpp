@@ -65,7 +65,11 @@ const hal::BackendReport& rocm_report(const hal::Runtime& runtime) {
 
 }  // namespace
 
+using GpuSemanticsFixture = FakeRuntimeFixture;
+
 TEST_SUITE("fake runtime") {
+#include "gpu_semantics_cases.inc"
+
   TEST_CASE_FIXTURE(FakeRuntimeFixture, "devices are enumerated with their identity and memory") {
     REQUIRE_MESSAGE(report().state == BackendState::loaded, report().reason);
     CHECK(report().device_count == 2);
@@ -132,72 +136,8 @@ TEST_SUITE("fake runtime") {
     CHECK(runtime.device("0000:c1:00.0") == device(0));
   }
 
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "every memory kind round-trips data at offsets") {
-    for (const MemoryKind kind : {MemoryKind::device, MemoryKind::host_pinned, MemoryKind::managed}) {
-      CAPTURE(hal::to_string(kind));
-      hal::Buffer buffer = device(0).allocate(4096, kind);
-      buffer.fill(0, 4096, 0);
-      const auto payload = counting_bytes(1000, 7);
-      buffer.write(123, payload.data(), payload.size());
-      std::vector<std::uint8_t> expected(4096, 0);
-      std::copy(payload.begin(), payload.end(), expected.begin() + 123);
-      CHECK(read_all(buffer) == expected);
-      if (kind == MemoryKind::device) {
-        check_error([&] { (void)buffer.host_address(); }, StatusCode::unsupported, {});
-      } else {
-        const auto* host = static_cast<const std::uint8_t*>(buffer.host_address());
-        REQUIRE(host != nullptr);
-        CHECK(std::memcmp(host + 123, payload.data(), payload.size()) == 0);
-      }
-    }
-  }
 
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "allocations honour alignments beyond the runtime's own") {
-    for (const MemoryKind kind : {MemoryKind::device, MemoryKind::host_pinned, MemoryKind::managed}) {
-      for (const std::uint64_t alignment : {std::uint64_t{0}, std::uint64_t{64}, std::uint64_t{4096},
-                                            std::uint64_t{1} << 16, std::uint64_t{2} << 20}) {
-        CAPTURE(hal::to_string(kind));
-        CAPTURE(alignment);
-        hal::Buffer buffer = device(0).allocate(1000, kind, alignment);
-        const auto address = reinterpret_cast<std::uintptr_t>(buffer.device_address());
-        CHECK(address % (alignment == 0 ? 256 : alignment) == 0);
-        const auto bytes = counting_bytes(1000);
-        buffer.write(0, bytes.data(), bytes.size());
-        CHECK(read_all(buffer) == bytes);
-      }
-    }
-  }
 
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "fills of every pattern size are exact at any offset, sync and on a stream") {
-    hal::Buffer buffer = device(0).allocate(256);
-    hal::Stream stream = device(0).create_stream();
-    const std::uint32_t pattern = 0xa1b2c3d4;
-    for (const bool on_stream : {false, true}) {
-      for (const std::uint32_t pattern_size : {1u, 2u, 4u}) {
-        for (const std::uint64_t slot : {0ull, 1ull, 3ull, 5ull}) {
-          const std::uint64_t offset = slot * pattern_size;
-          for (const std::uint64_t count : {1ull, 3ull, 17ull}) {
-            CAPTURE(on_stream);
-            CAPTURE(pattern_size);
-            CAPTURE(offset);
-            CAPTURE(count);
-            const std::uint64_t size = count * pattern_size;
-            buffer.fill(0, 256, 0xee);
-            if (on_stream) {
-              stream.fill(buffer, offset, size, pattern, pattern_size);
-              stream.synchronize();
-            } else {
-              buffer.fill(offset, size, pattern, pattern_size);
-            }
-            std::vector<std::uint8_t> expected(256, 0xee);
-            for (std::uint64_t i = 0; i < size; ++i)
-              expected[offset + i] = static_cast<std::uint8_t>(pattern >> (8 * (i % pattern_size)));
-            CHECK(read_all(buffer) == expected);
-          }
-        }
-      }
-    }
-  }
 
   TEST_CASE_FIXTURE(FakeRuntimeFixture, "copies between devices and free memory accounting") {
     const std::uint64_t free_before = device(1).free_memory();
@@ -226,77 +166,9 @@ TEST_SUITE("fake runtime") {
     CHECK(buffer.valid());
   }
 
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "stream work runs in order, asynchronously") {
-    hal::Stream stream = device(0).create_stream();
-    hal::Buffer buffer = device(0).allocate(4096);
-    const auto bytes = counting_bytes(4096);
-    std::vector<std::uint8_t> result(4096, 0);
-    StreamGate gate;
-    gate.block(stream);
-    stream.copy_to_device(buffer, 0, bytes.data(), bytes.size());
-    stream.fill(buffer, 8, 8, 0x55);
-    stream.copy_to_host(result.data(), buffer, 0, result.size());
-    CHECK_FALSE(stream.is_idle());
-    CHECK(std::all_of(result.begin(), result.end(), [](std::uint8_t b) { return b == 0; }));
-    gate.open();
-    stream.synchronize();
-    CHECK(stream.is_idle());
-    auto expected = bytes;
-    std::fill(expected.begin() + 8, expected.begin() + 16, 0x55);
-    CHECK(result == expected);
-  }
 
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "host callbacks run after earlier work with an ok status") {
-    hal::Stream stream = device(0).create_stream();
-    hal::Buffer buffer = device(0).allocate(64, MemoryKind::host_pinned);
-    stream.fill(buffer, 0, 64, 0x42);
-    std::atomic<int> seen{-1};
-    std::atomic<bool> ok{false};
-    stream.enqueue_host_callback([&](const hal::Status& status) {
-      seen = static_cast<const std::uint8_t*>(buffer.host_address())[63];
-      ok = status.is_ok();
-    });
-    stream.synchronize();
-    CHECK(seen == 0x42);
-    CHECK(ok);
-  }
 
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "events order streams and time the work between them") {
-    hal::Stream producer = device(0).create_stream();
-    hal::Stream consumer = device(0).create_stream();
-    hal::Event start = device(0).create_event();
-    hal::Event done = device(0).create_event();
-    hal::Buffer buffer = device(0).allocate(64);
-    buffer.fill(0, 64, 0);
-    std::vector<std::uint8_t> result(64, 0xff);
 
-    StreamGate gate;
-    producer.record(start);
-    gate.block(producer);
-    producer.fill(buffer, 0, 64, 0x77);
-    producer.enqueue_host_callback([](const hal::Status&) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
-    producer.record(done);
-    consumer.wait(done);
-    consumer.copy_to_host(result.data(), buffer, 0, result.size());
-
-    CHECK_FALSE(done.is_complete());
-    gate.open();
-    consumer.synchronize();
-    CHECK(std::all_of(result.begin(), result.end(), [](std::uint8_t b) { return b == 0x77; }));
-    done.synchronize();
-    CHECK(done.is_complete());
-    CHECK(hal::Event::elapsed_milliseconds(start, done) >= 15.0);
-  }
-
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "timing an event never recorded is invalid_argument") {
-    hal::Stream stream = device(0).create_stream();
-    hal::Event recorded = device(0).create_event();
-    hal::Event never = device(0).create_event();
-    stream.record(recorded);
-    stream.synchronize();
-    check_error([&] { (void)hal::Event::elapsed_milliseconds(recorded, never); }, StatusCode::invalid_argument,
-                {"never recorded"});
-  }
 
   TEST_CASE_FIXTURE(FakeRuntimeFixture, "a device fault in stream work is device_lost at synchronize") {
     hal::Stream stream = device(0).create_stream();
