@@ -16,9 +16,21 @@ BUILD_DIR="$build" "$root/scripts/build.sh" -DCMAKE_BUILD_TYPE=RelWithDebInfo -D
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib/hal/backends" "$bundle/lib/deps" "$bundle/fakes"
+# All of them: gpu-check.sh reports a missing one only on the GPU machine.
 for tool in halinfo halbench halconform halrun hal_cuda_tests hal_core_tests hal_gpu_attention_numerics; do
-  if [ -x "$build/bin/$tool" ]; then cp "$build/bin/$tool" "$bundle/bin/"; fi
+  if [ ! -x "$build/bin/$tool" ]; then
+    echo "gpu-bundle: $build/bin/$tool was not built (configure with -DHAL_WITH_CUDA=ON and tests on)" >&2
+    exit 1
+  fi
+  cp "$build/bin/$tool" "$bundle/bin/"
 done
+# The flash kernels' own check (tests/gpu), built here for the GPUs the
+# plugin's fatbin serves, so the GPU machine spends no time compiling it.
+nvcc="$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")"
+"$nvcc" -O2 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+  -gencode arch=compute_90,code=compute_90 -I"$root/backends/kernels" -I"$root/backends/host" -I"$root/tests/simt" \
+  "$root/tests/gpu/flash_attention_gpu_check.cu" "$root/backends/kernels/attention_plan.cpp" \
+  -o "$bundle/bin/flash_attention_gpu_check"
 cp -P "$build"/lib/libhal.so* "$bundle/lib/"
 cp "$build"/lib/hal/backends/*.so "$bundle/lib/hal/backends/"
 cp "$build/tests/fakes/fake_cuda_driver/libcuda.so.1" "$bundle/fakes/"
@@ -33,15 +45,23 @@ for binary in "$bundle"/bin/* "$bundle"/lib/libhal.so.*.*.* "$bundle"/lib/hal/ba
     grep -v "^$build" || true
 done | sort -u | while read -r library; do cp -L "$library" "$bundle/lib/deps/"; done
 
+# libstdc++ and libgcc_s as built against, used by gpu-check.sh only where
+# the machine's libstdc++ is older than the bundle needs.
+mkdir -p "$bundle/lib/fallback"
+for library in libstdc++.so.6 libgcc_s.so.1; do
+  cp -L "$(c++ -print-file-name="$library")" "$bundle/lib/fallback/"
+done
+
 strip --strip-unneeded "$bundle"/bin/* "$bundle"/lib/libhal.so.*.*.* "$bundle"/lib/hal/backends/*.so \
-  "$bundle"/fakes/libcuda.so.1 "$bundle"/lib/deps/* 2>/dev/null || true
+  "$bundle"/fakes/libcuda.so.1 "$bundle"/lib/deps/* \
+  "$bundle"/lib/fallback/* 2>/dev/null || true
 
 {
   echo "commit: $(git -C "$root" rev-parse HEAD)$(git -C "$root" diff --quiet || echo ' (with uncommitted changes)')"
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
   echo "compiler: $(c++ --version | head -1)"
   echo "nvcc: $(nvcc --version 2>/dev/null | tail -1 || echo none)"
-  echo "needs glibc: $(objdump -T "$bundle"/bin/* "$bundle"/lib/*.so* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)"
+  echo "needs glibc: $(objdump -T "$bundle"/bin/* "$bundle"/lib/*.so* "$bundle"/lib/hal/backends/*.so "$bundle"/lib/deps/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)"
   echo "needs libstdc++: $(objdump -T "$bundle"/bin/* "$bundle"/lib/*.so* "$bundle"/lib/hal/backends/*.so 2>/dev/null | grep -o 'GLIBCXX_[0-9.]*' | sort -V | tail -1)"
   echo "carried libraries: $(cd "$bundle/lib/deps" && ls | tr '\n' ' ')"
 } > "$bundle/MANIFEST"

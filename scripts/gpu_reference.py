@@ -85,18 +85,28 @@ def main():
         result["torch"] = torch.__version__
         result["torch_cuda"] = torch.version.cuda
         result["cudnn"] = torch.backends.cudnn.version()
-        result["nccl"] = ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None
+        try:
+            result["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception as error:  # a build without NCCL
+            result["nccl"] = f"unknown ({type(error).__name__}: {error})"
+        if not torch.cuda.is_available():
+            raise RuntimeError("PyTorch sees no CUDA device (torch.cuda.is_available() is False)")
         result["device"] = torch.cuda.get_device_name(0)
-        result["copy"] = copy_figures(torch)
-        result["attention"] = attention_figures(torch)
-    except Exception as error:
+    except Exception as error:  # no torch, or no GPU: nothing below can run
         result["error"] = f"{type(error).__name__}: {error}"
+    else:
+        for part, figures in (("copy", copy_figures), ("attention", attention_figures)):
+            try:
+                result[part] = figures(torch)
+            except Exception as error:
+                result[part] = {"error": f"{type(error).__name__}: {error}"}
+                result.setdefault("failed_parts", []).append(part)
     text = json.dumps(result, indent=2)
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as out:
             out.write(text + "\n")
     print(text)
-    return 0 if "error" not in result else 1
+    return 0 if "error" not in result and "failed_parts" not in result else 1
 
 
 if __name__ == "__main__":

@@ -139,7 +139,9 @@ TEST_SUITE("cuda semantics") {
   }
 
   TEST_CASE_FIXTURE(FakeDriverFixture, "the primary context is made current on every calling thread") {
-    hal::Device gpu = device(1);
+    // The last device: not the one current by default where there are two
+    // (the fake driver's set-up), and still a device on a one-GPU machine.
+    hal::Device gpu = device(static_cast<int>(report().device_count) - 1);
     std::vector<std::uint8_t> read_back;
     std::thread worker([&] {
       // A fresh thread has no current context; the backend must set it.
