@@ -91,11 +91,12 @@ describe_doctest() {
   esac
 }
 
-# The line of a failed step's log most worth a look: its first error, or
-# halconform's verdict, else its last line.
+# The line of a failed step's log most worth a look: halconform's verdict,
+# else the first error, else the last line.
 first_error() {
   local found
-  found="$(grep -m1 -E 'ERROR|error:' "$1")" || found="$(grep '^halconform: ' "$1" | tail -1)"
+  found="$(grep '^halconform: ' "$1" | tail -1)"
+  [ -n "$found" ] || found="$(grep -m1 -E 'ERROR|error:' "$1")"
   [ -n "$found" ] || found="$(grep -v '^[[:space:]]*$' "$1" | tail -1)"
   echo "$found" | cut -c1-200
 }
