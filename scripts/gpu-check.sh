@@ -64,6 +64,9 @@ except Exception as error:
 parts = []
 if isinstance(document.get("results"), list):
     parts.append(f"{len(document['results'])} results" if document["results"] else "NOTHING MEASURED")
+if isinstance(document.get("rows"), list):  # hal.bench.coll/1
+    wrong = sum(row.get(place, {}).get("wrong", 0) for row in document["rows"] for place in ("out_of_place", "in_place"))
+    parts.append(f"{len(document['rows'])} sizes, {wrong} wrong" if document["rows"] else "NOTHING MEASURED")
 if document.get("skipped"):
     parts.append(f"{len(document['skipped'])} skipped, first: {document['skipped'][0].get('reason', '?')[:160]}")
 if isinstance(document.get("devices"), list):
