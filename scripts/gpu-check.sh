@@ -122,7 +122,7 @@ step() {
   fi
   local left=$((deadline - SECONDS))
   if [ "$left" -lt 5 ]; then
-    note "$name: skipped: the ${budget} s budget is spent"
+    note "$name: skipped: under 5 s left of the ${budget} s budget"
     return 3
   fi
   [ "$limit" -gt "$left" ] && limit="$left"
