@@ -1,6 +1,8 @@
 # The CUDA backend against a fake driver, the shims, and the plugin's link
 # dependencies. Included from tests/CMakeLists.txt when HAL_WITH_CUDA is ON.
 
+include(${CMAKE_CURRENT_LIST_DIR}/gpu_suite_tests.cmake)
+
 # The fake driver is named like the real one, alone in its directory, and
 # never installed.
 set(HAL_FAKE_CUDA_DRIVER_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_cuda_driver)
@@ -35,28 +37,17 @@ endif()
 
 # One process per driver identity: a driver's devices are fixed once cuInit ran.
 set(HAL_CUDA_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=")
-add_test(NAME cuda_fake_driver_tests COMMAND hal_cuda_tests "--test-suite=cuda semantics,fake driver,shims")
-set_tests_properties(cuda_fake_driver_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
-  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2;HAL_FAKE_CUDA_MEMORY=1G,512M;HAL_FAKE_CUDA_NAME=NVIDIA A100-SXM4-80GB,NVIDIA A100-SXM4-40GB")
-add_test(NAME cuda_fake_attention_tests COMMAND hal_cuda_tests "--test-suite=gpu attention")
-set_tests_properties(cuda_fake_attention_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+set(HAL_CUDA_FAKE_A100S "HAL_FAKE_CUDA_DEVICES=2;HAL_FAKE_CUDA_MEMORY=1G,512M;HAL_FAKE_CUDA_NAME=NVIDIA A100-SXM4-80GB,NVIDIA A100-SXM4-40GB")
+hal_add_suite_test(cuda_fake_driver_tests hal_cuda_tests "cuda semantics,fake driver,shims"
+  "${HAL_CUDA_TEST_ENVIRONMENT};${HAL_CUDA_FAKE_A100S}")
+hal_add_suite_test(cuda_fake_attention_tests hal_cuda_tests "gpu attention"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1")
-add_test(NAME cuda_fake_ppu_tests COMMAND hal_cuda_tests "--test-suite=ppu identity")
-set_tests_properties(cuda_fake_ppu_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
-  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=ppu")
-add_test(NAME cuda_fake_no_device_tests COMMAND hal_cuda_tests "--test-suite=no device")
-set_tests_properties(cuda_fake_no_device_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+hal_add_suite_test(cuda_fake_ppu_tests hal_cuda_tests "ppu identity" "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=ppu")
+hal_add_suite_test(cuda_fake_no_device_tests hal_cuda_tests "no device"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=0")
-add_test(NAME cuda_no_driver_tests COMMAND hal_cuda_tests "--test-suite=no driver")
-set_tests_properties(cuda_no_driver_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
-  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_CUDA_DRIVER=")
+hal_add_suite_test(cuda_no_driver_tests hal_cuda_tests "no driver" "${HAL_CUDA_TEST_ENVIRONMENT};HAL_CUDA_DRIVER=")
 
-# The plugin must load where no NVIDIA library is installed.
-find_program(HAL_READELF readelf REQUIRED)
-add_test(NAME cuda_plugin_needs_no_nvidia_library
-  COMMAND ${CMAKE_COMMAND} -DREADELF=${HAL_READELF} -DPLUGIN=$<TARGET_FILE:hal_backend_cuda>
-          -P ${CMAKE_CURRENT_LIST_DIR}/check_no_vendor_libraries.cmake)
-set_tests_properties(cuda_plugin_needs_no_nvidia_library PROPERTIES LABELS unit)
+hal_add_no_vendor_library_test(cuda_plugin_needs_no_nvidia_library hal_backend_cuda)
 
 # Attention numerics on a real CUDA device against the host backend (label
 # gpu: CI has no GPU; scripts/gpu-check.sh runs it). Without a usable device

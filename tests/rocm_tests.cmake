@@ -1,6 +1,8 @@
 # The ROCm backend against a fake HIP runtime, and the plugin's link
 # dependencies. Included from tests/CMakeLists.txt when HAL_WITH_ROCM is ON.
 
+include(${CMAKE_CURRENT_LIST_DIR}/gpu_suite_tests.cmake)
+
 # Two fakes, each alone in its directory under its real soname, never
 # installed: ROCm 6's exports, and ROCm 5's (no hipLaunchHostFunc).
 set(HAL_FAKE_HIP_RUNTIME_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_hip_runtime)
@@ -42,28 +44,16 @@ add_dependencies(hal_rocm_tests fake_hip_runtime_rocm6 fake_hip_runtime_rocm5 ha
 
 # One process per runtime identity: the fake reads it once.
 set(HAL_ROCM_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=;HAL_FAKE_HIP_FAIL=")
-add_test(NAME rocm_fake_runtime_tests COMMAND hal_rocm_tests "--test-suite=fake runtime")
-set_tests_properties(rocm_fake_runtime_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
-  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=2;HAL_FAKE_HIP_MEMORY=1G,512M;HAL_FAKE_HIP_NAME=AMD Instinct MI210,AMD Instinct MI100;HAL_FAKE_HIP_ARCH=gfx90a:sramecc+:xnack-,gfx908:sramecc+:xnack-;HAL_FAKE_HIP_UUID=0123456789abcdef0011223344556677,fedcba98765432100011223344556677")
-add_test(NAME rocm_fake_attention_tests COMMAND hal_rocm_tests "--test-suite=gpu attention")
-set_tests_properties(rocm_fake_attention_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+set(HAL_ROCM_FAKE_MI200S "HAL_FAKE_HIP_DEVICES=2;HAL_FAKE_HIP_MEMORY=1G,512M;HAL_FAKE_HIP_NAME=AMD Instinct MI210,AMD Instinct MI100;HAL_FAKE_HIP_ARCH=gfx90a:sramecc+:xnack-,gfx908:sramecc+:xnack-;HAL_FAKE_HIP_UUID=0123456789abcdef0011223344556677,fedcba98765432100011223344556677")
+hal_add_suite_test(rocm_fake_runtime_tests hal_rocm_tests "fake runtime"
+  "${HAL_ROCM_TEST_ENVIRONMENT};${HAL_ROCM_FAKE_MI200S}")
+hal_add_suite_test(rocm_fake_attention_tests hal_rocm_tests "gpu attention"
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=1")
-add_test(NAME rocm_fake_foreign_architecture_tests COMMAND hal_rocm_tests "--test-suite=foreign architecture")
-set_tests_properties(rocm_fake_foreign_architecture_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+hal_add_suite_test(rocm_fake_foreign_architecture_tests hal_rocm_tests "foreign architecture"
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_ARCH=gfx942:sramecc+:xnack+;HAL_FAKE_HIP_NAME=AMD Instinct MI300X;HAL_FAKE_HIP_MANAGED=1")
-add_test(NAME rocm_fake_rocm5_tests COMMAND hal_rocm_tests "--test-suite=rocm5 runtime")
-set_tests_properties(rocm_fake_rocm5_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
-  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_MANAGED=0")
-add_test(NAME rocm_fake_no_device_tests COMMAND hal_rocm_tests "--test-suite=no device")
-set_tests_properties(rocm_fake_no_device_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
+hal_add_suite_test(rocm_fake_rocm5_tests hal_rocm_tests "rocm5 runtime" "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_MANAGED=0")
+hal_add_suite_test(rocm_fake_no_device_tests hal_rocm_tests "no device"
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=0")
-add_test(NAME rocm_no_runtime_tests COMMAND hal_rocm_tests "--test-suite=no runtime")
-set_tests_properties(rocm_no_runtime_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
-  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_HIP_RUNTIME=")
+hal_add_suite_test(rocm_no_runtime_tests hal_rocm_tests "no runtime" "${HAL_ROCM_TEST_ENVIRONMENT};HAL_HIP_RUNTIME=")
 
-# The plugin must load where no ROCm library is installed.
-find_program(HAL_READELF readelf REQUIRED)
-add_test(NAME rocm_plugin_needs_no_rocm_library
-  COMMAND ${CMAKE_COMMAND} -DREADELF=${HAL_READELF} -DPLUGIN=$<TARGET_FILE:hal_backend_rocm>
-          -P ${CMAKE_CURRENT_LIST_DIR}/check_no_vendor_libraries.cmake)
-set_tests_properties(rocm_plugin_needs_no_rocm_library PROPERTIES LABELS unit)
+hal_add_no_vendor_library_test(rocm_plugin_needs_no_rocm_library hal_backend_rocm)

@@ -19,6 +19,7 @@
 #include "device_description.hpp"
 #include "fused_attention.hpp"
 #include "gpu_attention.hpp"
+#include "gpu_streams.hpp"
 #include "hal/backend_abi.h"
 #include "kernel_functions.hpp"
 #include "last_error.hpp"
@@ -142,18 +143,8 @@ struct hal_buffer {
   std::uint64_t size = 0;
 };
 
-struct hal_stream {
-  const hal::cuda::Context* context = nullptr;
-  std::uint32_t device = 0;
-  CUstream handle = nullptr;
-};
-
-struct hal_event {
-  const hal::cuda::Context* context = nullptr;
-  std::uint32_t device = 0;
-  CUevent handle = nullptr;
-  std::atomic<bool> recorded{false};
-};
+struct hal_stream : hal::backend::GpuStream<hal::cuda::Context, CUstream> {};
+struct hal_event : hal::backend::GpuEvent<hal::cuda::Context, CUevent> {};
 
 struct hal_backend_context {
   hal::cuda::Context cuda;

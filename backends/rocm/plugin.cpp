@@ -62,7 +62,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
 
 void shutdown(hal_backend_context* context) { delete context; }
 
-constexpr hal_backend_v1 make_table() {
+hal_backend_v1 make_table() {
   hal_backend_v1 table{};
   table.struct_size = sizeof(hal_backend_v1);
   table.abi_version = 1;
@@ -79,11 +79,10 @@ constexpr hal_backend_v1 make_table() {
   return table;
 }
 
-constexpr hal_backend_v1 rocm_table = make_table();
-
 }  // namespace
 }  // namespace hal::rocm
 
 extern "C" HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(std::uint32_t host_max_abi_version) {
-  return host_max_abi_version >= 1 ? &hal::rocm::rocm_table : nullptr;
+  static const hal_backend_v1 rocm_table = hal::rocm::make_table();
+  return host_max_abi_version >= 1 ? &rocm_table : nullptr;
 }

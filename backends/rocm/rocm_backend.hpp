@@ -11,6 +11,7 @@
 
 #include "device_description.hpp"
 #include "gpu_attention.hpp"
+#include "gpu_streams.hpp"
 #include "hal/backend_abi.h"
 #include "hip_runtime.hpp"
 #include "kernel_functions.hpp"
@@ -96,18 +97,8 @@ struct hal_buffer {
   std::uint64_t size = 0;
 };
 
-struct hal_stream {
-  const hal::rocm::Context* context = nullptr;
-  std::uint32_t device = 0;
-  hipStream_t handle = nullptr;
-};
-
-struct hal_event {
-  const hal::rocm::Context* context = nullptr;
-  std::uint32_t device = 0;
-  hipEvent_t handle = nullptr;
-  std::atomic<bool> recorded{false};
-};
+struct hal_stream : hal::backend::GpuStream<hal::rocm::Context, hipStream_t> {};
+struct hal_event : hal::backend::GpuEvent<hal::rocm::Context, hipEvent_t> {};
 
 struct hal_backend_context {
   hal::rocm::Context rocm;

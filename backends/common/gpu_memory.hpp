@@ -1,0 +1,242 @@
+// The memory, copy and fill entry points of a GPU plugin written once:
+// argument checks, the alignment arithmetic, the order of calls around the
+// vendor's and the wording of errors. Ops, one per vendor, supplies the
+// vendor calls; instantiated where hal_buffer, hal_stream and
+// hal_backend_context are complete (the backend's memory.cpp).
+//
+// Ops provides:
+//   using Context; using Result; static constexpr Result success;
+//   static constexpr auto context_member                  &hal_backend_context::<member>
+//   static constexpr const char* managed_memory_attribute  the attribute that says a device has managed memory
+//   static Result allocate(const Context&, hal_buffer&, hal_memory_kind, std::size_t bytes, VendorAllocation&)
+//       allocates, keeps in the buffer what release needs, and says where the memory is
+//   static Result release(const Context&, const hal_buffer&)
+//   static Result copy_host_to_device(const Context&, std::uintptr_t, const void*, std::size_t, native stream)
+//   static Result copy_device_to_host(const Context&, void*, std::uintptr_t, std::size_t, native stream)
+//   static Result copy_device_to_device(const Context&, std::uintptr_t, std::uintptr_t, std::size_t, native stream)
+//   static Result memset(const Context&, std::uintptr_t, std::uint8_t / std::uint16_t / std::uint32_t value,
+//                        std::size_t count, native stream)      one 8-, 16- or 32-bit memset
+// A native stream of nullptr asks for the synchronous call.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "hal/backend_abi.h"
+#include "last_error.hpp"
+#include "memory_plans.hpp"
+
+namespace hal::backend {
+
+// Where a vendor allocation landed, before alignment.
+struct VendorAllocation {
+  std::uintptr_t device_base = 0;
+  void* host_base = nullptr;  // pinned host and managed memory; null for device memory
+};
+
+// Device addresses are integers in the CUDA driver API and pointers in HIP.
+template <typename Address>
+Address address_from(std::uintptr_t value) {
+  if constexpr (std::is_pointer_v<Address>)
+    return reinterpret_cast<Address>(value);
+  else
+    return static_cast<Address>(value);
+}
+template <typename Address>
+std::uintptr_t address_value(Address address) {
+  if constexpr (std::is_pointer_v<Address>)
+    return reinterpret_cast<std::uintptr_t>(address);
+  else
+    return static_cast<std::uintptr_t>(address);
+}
+
+inline const char* memory_kind_name(hal_memory_kind kind) {
+  switch (kind) {
+    case HAL_MEMORY_DEVICE: return "device";
+    case HAL_MEMORY_HOST_PINNED: return "pinned host";
+    case HAL_MEMORY_MANAGED: return "managed";
+  }
+  return "unknown";
+}
+
+// Buffer and Stream are the plugin's hal_buffer and hal_stream, as
+// parameters so that they need to be complete only where the template is
+// instantiated.
+template <typename Ops, typename Buffer = hal_buffer, typename Stream = hal_stream>
+struct GpuMemory {
+  using Context = typename Ops::Context;
+  using Result = typename Ops::Result;
+
+  // The memory, copy and fill fields of the plugin's table.
+  static constexpr void fill_table(hal_backend_v1& table) {
+    table.buffer_allocate = buffer_allocate;
+    table.buffer_free = buffer_free;
+    table.buffer_host_address = buffer_host_address;
+    table.buffer_device_address = buffer_device_address;
+    table.copy_host_to_device = copy_host_to_device;
+    table.copy_device_to_host = copy_device_to_host;
+    table.copy_device_to_device = copy_device_to_device;
+    table.fill = fill;
+  }
+
+  static hal_status buffer_allocate(hal_backend_context* backend, std::uint32_t device, hal_memory_kind kind,
+                                    std::uint64_t size, std::uint64_t alignment, Buffer** out) {
+    if (backend == nullptr || out == nullptr)
+      return fail(HAL_ERROR_INVALID_ARGUMENT, "buffer_allocate needs a context and out");
+    const Context& context = backend->*Ops::context_member;
+    if (hal_status status = context.check_device(device); status != HAL_OK) return status;
+    if (size == 0) return fail(HAL_ERROR_INVALID_ARGUMENT, "buffer_allocate size is 0; allocate at least one byte");
+    if (alignment != 0 && (alignment & (alignment - 1)) != 0)
+      return fail(HAL_ERROR_INVALID_ARGUMENT, "alignment " + std::to_string(alignment) + " is not a power of two");
+    if (kind != HAL_MEMORY_DEVICE && kind != HAL_MEMORY_HOST_PINNED && kind != HAL_MEMORY_MANAGED)
+      return fail(HAL_ERROR_INVALID_ARGUMENT,
+                  "memory kind " + std::to_string(static_cast<int>(kind)) + " is not device, host_pinned or managed");
+    if (kind == HAL_MEMORY_MANAGED && !context.devices[device]->managed_memory)
+      return fail(HAL_ERROR_UNSUPPORTED, context.device_id(device) + " does not support managed memory (" +
+                                             Ops::managed_memory_attribute +
+                                             " is 0); allocate device memory and copy instead");
+
+    // The vendors align device allocations to 256 bytes and host ones to a
+    // page; a larger alignment is met by allocating more and rounding up.
+    const std::optional<AlignedAllocation> plan =
+        plan_aligned_allocation(size, alignment, kind == HAL_MEMORY_HOST_PINNED ? 4096 : 256);
+    if (!plan)
+      return fail(HAL_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(size) + " bytes aligned to " +
+                                               std::to_string(alignment));
+    if (hal_status status = context.make_current(device); status != HAL_OK) return status;
+
+    auto buffer = std::make_unique<Buffer>();
+    buffer->context = &context;
+    buffer->device = device;
+    buffer->kind = kind;
+    buffer->size = size;
+    VendorAllocation where;
+    const Result result = Ops::allocate(context, *buffer, kind, static_cast<std::size_t>(plan->bytes), where);
+    if (result != Ops::success)
+      return context.check(result, "allocating " + std::to_string(size) + " bytes of " + memory_kind_name(kind) +
+                                       " memory on " + context.device_id(device));
+    const std::uint64_t shift = alignment_shift(where.device_base, plan->alignment);
+    buffer->address = address_from<decltype(buffer->address)>(where.device_base + shift);
+    if (where.host_base != nullptr) buffer->host_address = static_cast<char*>(where.host_base) + shift;
+    *out = buffer.release();
+    return succeed();
+  }
+
+  static hal_status buffer_free(Buffer* buffer) {
+    if (buffer == nullptr) return succeed();
+    std::unique_ptr<Buffer> owned(buffer);
+    const Context& context = *buffer->context;
+    if (hal_status status = context.make_current(buffer->device); status != HAL_OK) return status;
+    // The vendors' free calls wait for work on the device that may still use the memory.
+    if (hal_status status = context.check(Ops::release(context, *buffer), "freeing a " +
+                                                                              std::string(memory_kind_name(buffer->kind)) +
+                                                                              " buffer of " +
+                                                                              context.device_id(buffer->device));
+        status != HAL_OK)
+      return status;
+    return succeed();
+  }
+
+  static void* buffer_host_address(Buffer* buffer) { return buffer != nullptr ? buffer->host_address : nullptr; }
+
+  static void* buffer_device_address(Buffer* buffer) {
+    return buffer != nullptr ? reinterpret_cast<void*>(address_value(buffer->address)) : nullptr;
+  }
+
+  static hal_status copy_host_to_device(Stream* stream, Buffer* destination, std::uint64_t destination_offset,
+                                        const void* source, std::uint64_t size) {
+    const Context& context = *destination->context;
+    return on_device(stream, *destination, size, "host to " + context.device_id(destination->device),
+                     [&](const auto native_stream) {
+                       return Ops::copy_host_to_device(context, device_address(*destination, destination_offset),
+                                                       source, static_cast<std::size_t>(size), native_stream);
+                     });
+  }
+
+  static hal_status copy_device_to_host(Stream* stream, void* destination, Buffer* source,
+                                        std::uint64_t source_offset, std::uint64_t size) {
+    const Context& context = *source->context;
+    return on_device(stream, *source, size, context.device_id(source->device) + " to host",
+                     [&](const auto native_stream) {
+                       return Ops::copy_device_to_host(context, destination, device_address(*source, source_offset),
+                                                       static_cast<std::size_t>(size), native_stream);
+                     });
+  }
+
+  static hal_status copy_device_to_device(Stream* stream, Buffer* destination,
+                                          std::uint64_t destination_offset, Buffer* source,
+                                          std::uint64_t source_offset, std::uint64_t size) {
+    const Context& context = *destination->context;
+    // With unified addressing the vendor finds both devices from the addresses.
+    return on_device(stream, *destination, size,
+                     context.device_id(source->device) + " to " + context.device_id(destination->device),
+                     [&](const auto native_stream) {
+                       return Ops::copy_device_to_device(context, device_address(*destination, destination_offset),
+                                                         device_address(*source, source_offset),
+                                                         static_cast<std::size_t>(size), native_stream);
+                     });
+  }
+
+  static hal_status fill(Stream* stream, Buffer* destination, std::uint64_t offset, std::uint64_t size,
+                         const void* pattern, std::uint32_t pattern_size) {
+    if (pattern == nullptr || (pattern_size != 1 && pattern_size != 2 && pattern_size != 4))
+      return fail(HAL_ERROR_INVALID_ARGUMENT,
+                  "fill pattern_size " + std::to_string(pattern_size) + " is not 1, 2 or 4");
+    if (size % pattern_size != 0)
+      return fail(HAL_ERROR_INVALID_ARGUMENT, "fill size " + std::to_string(size) +
+                                                  " is not a multiple of pattern_size " + std::to_string(pattern_size));
+    const Context& context = *destination->context;
+    if (hal_status status = context.make_current(stream != nullptr ? stream->device : destination->device);
+        status != HAL_OK)
+      return status;
+    std::uint8_t bytes[4] = {};
+    std::memcpy(bytes, pattern, pattern_size);
+    const auto native_stream = stream != nullptr ? stream->handle : nullptr;
+    for (const MemsetPiece& piece : plan_fill(device_address(*destination, offset), size, bytes, pattern_size)) {
+      if (hal_status status = context.check(memset(context, piece, native_stream),
+                                            "filling " + std::to_string(size) + " bytes on " +
+                                                context.device_id(destination->device));
+          status != HAL_OK)
+        return status;
+    }
+    return succeed();
+  }
+
+ private:
+  template <typename NativeStream>
+  static Result memset(const Context& context, const MemsetPiece& piece, NativeStream native_stream) {
+    const auto address = static_cast<std::uintptr_t>(piece.address);
+    const auto count = static_cast<std::size_t>(piece.count);
+    switch (piece.element_size) {
+      case 1: return Ops::memset(context, address, static_cast<std::uint8_t>(piece.value), count, native_stream);
+      case 2: return Ops::memset(context, address, static_cast<std::uint16_t>(piece.value), count, native_stream);
+      default: return Ops::memset(context, address, piece.value, count, native_stream);
+    }
+  }
+
+  static std::uintptr_t device_address(const Buffer& buffer, std::uint64_t offset) {
+    return address_value(buffer.address) + static_cast<std::uintptr_t>(offset);
+  }
+
+  // One copy, synchronous or on the stream, with the stream's device (or
+  // the buffer's) current: the vendors order work by it.
+  template <typename Copy>
+  static hal_status on_device(const Stream* stream, const Buffer& buffer, std::uint64_t size,
+                              const std::string& route, Copy&& copy) {
+    const Context& context = *buffer.context;
+    if (hal_status status = context.make_current(stream != nullptr ? stream->device : buffer.device);
+        status != HAL_OK)
+      return status;
+    const Result result = copy(stream != nullptr ? stream->handle : nullptr);
+    if (hal_status status = context.check(result, "copying " + std::to_string(size) + " bytes " + route);
+        status != HAL_OK)
+      return status;
+    return succeed();
+  }
+};
+
+}  // namespace hal::backend

@@ -1,0 +1,227 @@
+// The stream and event entry points of a GPU plugin written once: argument
+// checks, the order of calls around the vendor's, ownership of the handles
+// and the wording of errors. Ops, one per vendor, supplies the vendor calls
+// and how a result is checked; instantiated where hal_stream, hal_event and
+// hal_backend_context are complete (the backend's stream.cpp).
+//
+// Ops provides:
+//   using Context; using Result;              the vendor's context and status type
+//   static constexpr auto context_member      &hal_backend_context::<member>
+//   static bool not_ready(Result)             work still pending
+//   static hal_status finish(const Context&, Result, std::string_view operation)
+//       HAL_OK or the recorded error of a call that may wait on device work
+//   static Result create_stream / destroy_stream / synchronize_stream / query_stream,
+//       wait_event, enqueue_host_callback(const Context&, stream handle, HostCallback*),
+//       create_event / destroy_event / record_event / query_event / synchronize_event,
+//       elapsed_milliseconds(const Context&, float*, start, end)
+//   static hal_status collectives_status(const hal_stream*); static void forget_collectives(const hal_stream*)
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "hal/backend_abi.h"
+#include "last_error.hpp"
+
+namespace hal::backend {
+
+// The members of a GPU plugin's hal_stream and hal_event, which derive from
+// these with the vendor's context and native handle types.
+template <typename Context, typename NativeStream>
+struct GpuStream {
+  const Context* context = nullptr;
+  std::uint32_t device = 0;
+  NativeStream handle = nullptr;
+};
+
+template <typename Context, typename NativeEvent>
+struct GpuEvent {
+  const Context* context = nullptr;
+  std::uint32_t device = 0;
+  NativeEvent handle = nullptr;
+  std::atomic<bool> recorded{false};  // elapsed time needs two recorded events
+};
+
+// A host callback with its argument, owned by the vendor's queue until it runs.
+struct HostCallback {
+  hal_host_callback callback;
+  void* user_data;
+
+  // For launch-host-function calls, which pass no status: errors of device
+  // work are sticky and surface from the next synchronize, so it sees HAL_OK.
+  static void run(void* data) { run_with_status(data, HAL_OK); }
+  static void run_with_status(void* data, hal_status status) {
+    std::unique_ptr<HostCallback> owned(static_cast<HostCallback*>(data));
+    owned->callback(owned->user_data, status);
+  }
+};
+
+// Stream and Event are the plugin's hal_stream and hal_event, as parameters
+// so that they need to be complete only where the template is instantiated.
+template <typename Ops, typename Stream = hal_stream, typename Event = hal_event>
+struct GpuStreams {
+  // The stream and event fields of the plugin's table.
+  static constexpr void fill(hal_backend_v1& table) {
+    table.stream_create = stream_create;
+    table.stream_destroy = stream_destroy;
+    table.stream_synchronize = stream_synchronize;
+    table.stream_query = stream_query;
+    table.stream_wait_event = stream_wait_event;
+    table.stream_host_callback = stream_host_callback;
+    table.event_create = event_create;
+    table.event_destroy = event_destroy;
+    table.event_record = event_record;
+    table.event_query = event_query;
+    table.event_synchronize = event_synchronize;
+    table.event_elapsed_milliseconds = event_elapsed_milliseconds;
+  }
+
+  using Context = typename Ops::Context;
+  using Result = typename Ops::Result;
+
+  static std::string stream_name(const Stream* stream) {
+    return "a stream of " + stream->context->device_id(stream->device);
+  }
+  static std::string event_name(const Event* event) {
+    return "an event of " + event->context->device_id(event->device);
+  }
+
+  // Pending work is not an error: HAL_ERROR_TIMEOUT without a message, as the ABI asks.
+  static hal_status pending_or_finish(const Context& context, Result result, std::string_view operation) {
+    if (Ops::not_ready(result)) return fail(HAL_ERROR_TIMEOUT, {}, result);
+    return Ops::finish(context, result, operation);
+  }
+
+  // Checks the arguments, makes the device current (creation is tied to
+  // it) and creates Handle with create(context, handle*).
+  template <typename Handle, typename Create>
+  static hal_status create_on_device(hal_backend_context* backend, std::uint32_t device, Handle** out,
+                                     const char* entry_point, const char* what, Create&& create) {
+    if (backend == nullptr || out == nullptr)
+      return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(entry_point) + " needs a context and out");
+    const Context& context = backend->*Ops::context_member;
+    if (hal_status status = context.check_device(device); status != HAL_OK) return status;
+    if (hal_status status = context.make_current(device); status != HAL_OK) return status;
+    auto object = std::make_unique<Handle>();
+    object->context = &context;
+    object->device = device;
+    if (hal_status status = context.check(create(context, &object->handle),
+                                          std::string("creating ") + what + " on " + context.device_id(device));
+        status != HAL_OK)
+      return status;
+    *out = object.release();
+    return succeed();
+  }
+
+  static hal_status stream_create(hal_backend_context* backend, std::uint32_t device, Stream** out) {
+    return create_on_device(backend, device, out, "stream_create", "a stream", Ops::create_stream);
+  }
+
+  static hal_status stream_destroy(Stream* stream) {
+    if (stream == nullptr) return succeed();
+    std::unique_ptr<Stream> owned(stream);
+    const Context& context = *stream->context;
+    Ops::forget_collectives(stream);
+    if (hal_status status = context.make_current(stream->device); status != HAL_OK) return status;
+    // The vendor finishes work already enqueued before it releases the stream.
+    return Ops::finish(context, Ops::destroy_stream(context, stream->handle), "destroying " + stream_name(stream));
+  }
+
+  static hal_status stream_synchronize(Stream* stream) {
+    const Context& context = *stream->context;
+    if (hal_status status = Ops::finish(context, Ops::synchronize_stream(context, stream->handle),
+                                        "synchronizing " + stream_name(stream));
+        status != HAL_OK)
+      return status;
+    return Ops::collectives_status(stream);
+  }
+
+  static hal_status stream_query(Stream* stream) {
+    const Context& context = *stream->context;
+    if (hal_status status =
+            pending_or_finish(context, Ops::query_stream(context, stream->handle), "querying " + stream_name(stream));
+        status != HAL_OK)
+      return status;
+    return Ops::collectives_status(stream);
+  }
+
+  static hal_status stream_wait_event(Stream* stream, Event* event) {
+    const Context& context = *stream->context;
+    // An event never recorded is complete for the vendor too: nothing to wait for.
+    return Ops::finish(context, Ops::wait_event(context, stream->handle, event->handle),
+                       "making " + stream_name(stream) + " wait for " + event_name(event));
+  }
+
+  static hal_status stream_host_callback(Stream* stream, hal_host_callback callback, void* user_data) {
+    if (callback == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "the host callback is null");
+    const Context& context = *stream->context;
+    auto data = std::make_unique<HostCallback>(HostCallback{callback, user_data});
+    if (hal_status status = context.check(Ops::enqueue_host_callback(context, stream->handle, data.get()),
+                                          "enqueueing a host callback on " + stream_name(stream));
+        status != HAL_OK)
+      return status;
+    data.release();  // the callback owns it now
+    return succeed();
+  }
+
+  static hal_status event_create(hal_backend_context* backend, std::uint32_t device, Event** out) {
+    return create_on_device(backend, device, out, "event_create", "an event", Ops::create_event);
+  }
+
+  static hal_status event_destroy(Event* event) {
+    if (event == nullptr) return succeed();
+    std::unique_ptr<Event> owned(event);
+    const Context& context = *event->context;
+    if (hal_status status = context.make_current(event->device); status != HAL_OK) return status;
+    // A record still pending completes first; the vendor defers the release.
+    return Ops::finish(context, Ops::destroy_event(context, event->handle), "destroying " + event_name(event));
+  }
+
+  static hal_status event_record(Event* event, Stream* stream) {
+    const Context& context = *event->context;
+    if (event->device != stream->device)
+      return fail(HAL_ERROR_INVALID_ARGUMENT, event_name(event) + " cannot be recorded on " + stream_name(stream) +
+                                                  "; create the event on the stream's device");
+    if (hal_status status = context.check(Ops::record_event(context, event->handle, stream->handle),
+                                          "recording an event on " + stream_name(stream));
+        status != HAL_OK)
+      return status;
+    event->recorded = true;
+    return succeed();
+  }
+
+  static hal_status event_query(Event* event) {
+    const Context& context = *event->context;
+    return pending_or_finish(context, Ops::query_event(context, event->handle), "querying " + event_name(event));
+  }
+
+  static hal_status event_synchronize(Event* event) {
+    const Context& context = *event->context;
+    return Ops::finish(context, Ops::synchronize_event(context, event->handle), "synchronizing " + event_name(event));
+  }
+
+  static hal_status event_elapsed_milliseconds(Event* start, Event* end, double* milliseconds) {
+    if (milliseconds == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "milliseconds output is null");
+    for (const auto& [event, which] : {std::pair{start, "start"}, std::pair{end, "end"}}) {
+      if (!event->recorded)
+        return fail(HAL_ERROR_INVALID_ARGUMENT,
+                    std::string("the ") + which + " event was never recorded; record it on a stream first");
+    }
+    const Context& context = *start->context;
+    float elapsed = 0.0f;
+    const Result result = Ops::elapsed_milliseconds(context, &elapsed, start->handle, end->handle);
+    if (Ops::not_ready(result))
+      return fail(HAL_ERROR_INVALID_ARGUMENT, "an event has not completed yet; synchronize it before timing", result);
+    if (hal_status status = context.check(result, "timing two events of " + context.device_id(start->device));
+        status != HAL_OK)
+      return status;
+    *milliseconds = elapsed;
+    return succeed();
+  }
+};
+
+}  // namespace hal::backend
