@@ -85,7 +85,8 @@ if(HAL_CUDNN_INCLUDE_DIR)
     "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1;HAL_FAKE_CUDA_NAME=NVIDIA A100-SXM4-80GB")
 
   # The shipped quirks for cuDNN releases, matched through the plugin's cuDNN version axis.
-  target_compile_definitions(hal_cuda_tests PRIVATE HAL_FAKE_CUDNN_PATH="$<TARGET_FILE:fake_cudnn>")
+  target_compile_definitions(hal_cuda_tests PRIVATE HAL_FAKE_CUDNN_PATH="$<TARGET_FILE:fake_cudnn>"
+    HAL_TEST_CUDNN_FRONTEND_BUILT=$<BOOL:${HAL_CUDNN_FRONTEND_INCLUDE_DIR}>)
   add_dependencies(hal_cuda_tests fake_cudnn)
   add_test(NAME cuda_cudnn_quirk_tests COMMAND hal_cuda_tests "--test-suite=cudnn quirks")
   set_tests_properties(cuda_cudnn_quirk_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
