@@ -54,4 +54,29 @@ hal_status device_info(hal_backend_context* context, std::uint32_t device, hal_d
   return succeed();
 }
 
+// Frees the context a GPU plugin's initialize made. Backend is the plugin's
+// hal_backend_context, complete where the table is made.
+template <typename Backend = hal_backend_context>
+void shutdown_backend(hal_backend_context* context) {
+  delete static_cast<Backend*>(context);
+}
+
+// The identity and lifecycle fields of a GPU plugin's table; the plugin adds
+// its entry points and sub-tables.
+template <auto VendorContext, auto FillDeviceInfo>
+hal_backend_v1 gpu_table(const char* name, const char* version,
+                         hal_status (*initialize)(const hal_backend_init_v1*, hal_backend_context**)) {
+  hal_backend_v1 table{};
+  table.struct_size = sizeof(hal_backend_v1);
+  table.abi_version = 1;
+  table.name = name;
+  table.version = version;
+  table.get_last_error = read_last_error;
+  table.initialize = initialize;
+  table.shutdown = shutdown_backend<>;
+  table.device_count = device_count<VendorContext>;
+  table.device_info = device_info<VendorContext, FillDeviceInfo>;
+  return table;
+}
+
 }  // namespace hal::backend

@@ -13,8 +13,6 @@
 namespace hal::cuda {
 namespace {
 
-void get_last_error(hal_error_info_v1* out) { read_last_error(out); }
-
 // Optional libraries: a missing one disables its features, with the reason kept.
 void load_optional_libraries(Context& context) {
   const Profile& profile = context.profile;
@@ -41,8 +39,6 @@ void load_optional_libraries(Context& context) {
     context.log_message(HAL_LOG_INFO, std::string(name) + ": " + *status);
 }
 
-void shutdown(hal_backend_context* context) { delete context; }
-
 }  // namespace
 
 hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init) {
@@ -64,16 +60,8 @@ hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1&
 }
 
 hal_backend_v1 make_table(const char* name, InitializeFunction initialize) {
-  hal_backend_v1 table{};
-  table.struct_size = sizeof(hal_backend_v1);
-  table.abi_version = 1;
-  table.name = name;
-  table.version = HAL_VERSION_STRING;
-  table.get_last_error = get_last_error;
-  table.initialize = initialize;
-  table.shutdown = shutdown;
-  table.device_count = backend::device_count<&hal_backend_context::cuda>;
-  table.device_info = backend::device_info<&hal_backend_context::cuda, fill_device_info>;
+  hal_backend_v1 table =
+      backend::gpu_table<&hal_backend_context::cuda, fill_device_info>(name, HAL_VERSION_STRING, initialize);
   fill_gpu_entry_points(table);
   table.attention = &attention_table;
   table.collectives = &collectives_table.v1;

@@ -17,8 +17,6 @@ namespace {
 
 constexpr const char* kfd_device_node = "/dev/kfd";
 
-void get_last_error(hal_error_info_v1* out) { backend::read_last_error(out); }
-
 hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out) {
   return backend::guarded_initialize(init, out, "rocm", [&] {
     auto backend = std::make_unique<hal_backend_context>();
@@ -60,19 +58,9 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
   });
 }
 
-void shutdown(hal_backend_context* context) { delete context; }
-
 hal_backend_v1 make_table() {
-  hal_backend_v1 table{};
-  table.struct_size = sizeof(hal_backend_v1);
-  table.abi_version = 1;
-  table.name = "rocm";
-  table.version = HAL_VERSION_STRING;
-  table.get_last_error = get_last_error;
-  table.initialize = initialize;
-  table.shutdown = shutdown;
-  table.device_count = backend::device_count<&hal_backend_context::rocm>;
-  table.device_info = backend::device_info<&hal_backend_context::rocm, fill_device_info>;
+  hal_backend_v1 table =
+      backend::gpu_table<&hal_backend_context::rocm, fill_device_info>("rocm", HAL_VERSION_STRING, initialize);
   fill_gpu_entry_points(table);
   table.attention = &attention_table;
   table.collectives = &collectives_table.v1;
