@@ -11,6 +11,7 @@
 
 #include "hal/conformance/attention_reference.hpp"
 #include "hal/hal.hpp"
+#include "loaded_backend.hpp"  // detail::Access, for a device that carries only information
 #include "scoped_environment.hpp"
 
 using hal::AttentionImplementation;
@@ -253,14 +254,14 @@ TEST_CASE("bad parameters and tensors are rejected with the value named") {
   hal::AttentionParams params = small_params();
   params.heads_q = 12;
   params.heads_kv = 5;
-  CHECK_THROWS_WITH_AS(params.resolve(), doctest::Contains("heads_q (12) is not a multiple of heads_kv (5)"),
+  CHECK_THROWS_WITH_AS(params.resolved(), doctest::Contains("heads_q (12) is not a multiple of heads_kv (5)"),
                        hal::Error);
   params = small_params();
   params.dtype = hal::DType::i32;
-  CHECK_THROWS_WITH_AS(params.resolve(), doctest::Contains("dtype i32 is not supported"), hal::Error);
+  CHECK_THROWS_WITH_AS(params.resolved(), doctest::Contains("dtype i32 is not supported"), hal::Error);
   params = small_params();
   params.o_strides = hal::TensorStrides{0, 8, 8, 1};  // batch stride 0 with batch 2: outputs overlap
-  CHECK_THROWS_WITH_AS(params.resolve(), doctest::Contains("o stride of axis batch is 0"), hal::Error);
+  CHECK_THROWS_WITH_AS(params.resolved(), doctest::Contains("o stride of axis batch is 0"), hal::Error);
 
   Problem problem(small_params());
   problem.o_buffer = host_device().allocate(16);  // far too small for O
@@ -273,7 +274,7 @@ TEST_CASE("the PPU's known gaps ship as data: fused attention is off on a PPU, w
   ppu.name = "PPU-ZW810E";
   ppu.capabilities.push_back({"attention.fused", true, "cuDNN found"});
   // Evaluated against the real shipped data file.
-  const hal::Device device(host_device().backend(), 0, ppu);
+  const hal::Device device = hal::detail::Access::device(nullptr, 0, ppu);
   const hal::EffectiveCapability fused = hal::effective_capability(device, "attention.fused");
   CHECK_FALSE(fused.is_true());
   CHECK(fused.decided_by == "quirk");

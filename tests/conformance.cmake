@@ -22,7 +22,7 @@ endforeach()
 
 add_executable(conformance_tests test_main.cpp conformance_test.cpp attention_reference_test.cpp)
 target_include_directories(conformance_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
-target_link_libraries(conformance_tests PRIVATE hal_conformance hal_warnings)
+target_link_libraries(conformance_tests PRIVATE hal_conformance hal_internal hal_warnings)
 target_compile_definitions(conformance_tests PRIVATE HAL_PROFILE_DIR="${PROJECT_SOURCE_DIR}/data/profiles")
 add_dependencies(conformance_tests hal_backend_host)
 add_test(NAME conformance_tests COMMAND conformance_tests)

@@ -17,6 +17,7 @@
 #include "hal/hal.hpp"
 #include "hal/capabilities.hpp"
 #include "hal/probe_cache.hpp"
+#include "loaded_backend.hpp"  // detail::Access, for devices that carry only information
 #include "scoped_environment.hpp"
 
 namespace conf = hal::conformance;
@@ -62,7 +63,7 @@ hal::DeviceInfo fake_info(std::string backend, std::string name, std::vector<hal
 // A Device carrying only information: enough for planning and waivers.
 hal::Device info_only_device(hal::DeviceInfo info) {
   const std::uint32_t index = info.index;
-  return hal::Device(nullptr, index, std::move(info));
+  return hal::detail::Access::device(nullptr, index, std::move(info));
 }
 
 conf::CaseResult result(const std::string& id, const std::string& device, conf::Outcome outcome) {

@@ -15,6 +15,7 @@
 
 #include "hal/capabilities.hpp"
 #include "hal/hal.hpp"
+#include "abi.hpp"
 #include "command_output.hpp"
 #include "scoped_environment.hpp"
 
@@ -144,7 +145,7 @@ class Plugin {
 };
 
 // Contiguous [batch, head, seq, dim] strides of the params' tensors.
-hal_attention_params_v1 abi_params() { return small_params().resolve(); }
+hal_attention_params_v1 abi_params() { return hal::detail::to_abi(small_params()); }
 
 using hal::testing::CommandResult;
 

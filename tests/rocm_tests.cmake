@@ -21,7 +21,7 @@ target_compile_definitions(fake_hip_runtime_rocm5 PRIVATE FAKE_HIP_ROCM5)
 add_executable(hal_rocm_tests ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp ${CMAKE_CURRENT_LIST_DIR}/rocm_backend_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpu_attention_test.cpp)
 target_include_directories(hal_rocm_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
-target_link_libraries(hal_rocm_tests PRIVATE hal::hal hal_warnings Threads::Threads)
+target_link_libraries(hal_rocm_tests PRIVATE hal::hal hal_internal hal_warnings Threads::Threads)
 get_property(rocm_code_object_architectures GLOBAL PROPERTY HAL_ROCM_CODE_OBJECT_ARCHITECTURES)
 set(HAL_ROCM_KERNELS_BUILT OFF)
 if(rocm_code_object_architectures)

@@ -57,6 +57,11 @@ struct Allocation {
   std::uint64_t size = 0;
   hal_memory_kind kind = HAL_MEMORY_DEVICE;
   bool locked = false;
+  bool owned = true;  // false for imported memory: its owner frees it
+  // Imported memory: tells its owner hal is done with it, once the last
+  // operation holding this allocation has finished.
+  void (*release)(void* user_data) = nullptr;
+  void* release_user_data = nullptr;
   ~Allocation();
 };
 
@@ -70,6 +75,8 @@ struct Operation {
 
 hal_status allocate(const Context& context, std::uint32_t device, hal_memory_kind kind, std::uint64_t size,
                     std::uint64_t alignment, hal_buffer** out);
+// The interop table (interop.cpp): imported memory; no native streams.
+extern const hal_interop_v1 interop_table;
 void fill_bytes(void* destination, std::uint64_t size, const void* pattern, std::uint32_t pattern_size);
 
 struct EventCore {

@@ -42,7 +42,8 @@ void fill_with(void* destination, std::uint64_t size, const void* pattern) {
 
 Allocation::~Allocation() {
   if (locked) munlock(data, size);
-  std::free(data);
+  if (owned) std::free(data);
+  if (release != nullptr) release(release_user_data);
 }
 
 void fill_bytes(void* destination, std::uint64_t size, const void* pattern, std::uint32_t pattern_size) {

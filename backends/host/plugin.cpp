@@ -282,6 +282,7 @@ hal_backend_v1 make_table() {
   table.event_elapsed_milliseconds = event_elapsed_milliseconds;
   table.attention = &attention_table;
   table.collectives = collectives();
+  table.interop = &interop_table;
   return table;
 }
 

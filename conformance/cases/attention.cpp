@@ -98,7 +98,7 @@ std::vector<NamedShape> numerics_shapes(DType dtype, bool quick) {
 // A device tensor described by logical extents and the resolved strides.
 class DeviceTensor {
  public:
-  DeviceTensor(const Device& device, DType dtype, const hal_tensor_strides_v1& strides, std::int64_t batch,
+  DeviceTensor(const Device& device, DType dtype, const TensorStrides& strides, std::int64_t batch,
                std::int64_t heads, std::int64_t seq, std::int64_t dim)
       : dtype_(dtype), strides_(strides), extents_{batch, heads, seq, dim} {
     std::int64_t last = 0;
@@ -142,7 +142,7 @@ class DeviceTensor {
   }
 
   DType dtype_;
-  hal_tensor_strides_v1 strides_;
+  TensorStrides strides_;
   std::int64_t extents_[4];
   std::size_t span_ = 0;
   Buffer buffer_;
@@ -215,14 +215,13 @@ ShapeOutcome run_shape(CaseContext& context, Implementation implementation, cons
     }
   }
   const Device& device = context.device();
-  const hal_attention_params_v1 resolved = params.resolve();
+  const AttentionParams r = params.resolved();
   const DType dtype = params.dtype;
-  const auto& r = resolved;
-  DeviceTensor q(device, dtype, r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
-  DeviceTensor k(device, dtype, r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
-  DeviceTensor v(device, dtype, r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
-  DeviceTensor o(device, dtype, r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
-  const hal_tensor_strides_v1 lse_strides{r.heads_q * r.seq_q, r.seq_q, 1, 1};
+  DeviceTensor q(device, dtype, *r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+  DeviceTensor k(device, dtype, *r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+  DeviceTensor v(device, dtype, *r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+  DeviceTensor o(device, dtype, *r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+  const TensorStrides lse_strides{r.heads_q * r.seq_q, r.seq_q, 1, 1};
   DeviceTensor lse(device, DType::f32, lse_strides, r.batch, r.heads_q, r.seq_q, 1);
 
   std::mt19937 generator(static_cast<unsigned>(std::hash<std::string>{}(shape.name)));
@@ -245,10 +244,10 @@ ShapeOutcome run_shape(CaseContext& context, Implementation implementation, cons
   judge.check("LSE", lse.download(), expected.lse, lse_tolerance());
 
   if (backward) {
-    DeviceTensor grad_o(device, dtype, r.grad_o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
-    DeviceTensor grad_q(device, dtype, r.grad_q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
-    DeviceTensor grad_k(device, dtype, r.grad_k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
-    DeviceTensor grad_v(device, dtype, r.grad_v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+    DeviceTensor grad_o(device, dtype, *r.grad_o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+    DeviceTensor grad_q(device, dtype, *r.grad_q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+    DeviceTensor grad_k(device, dtype, *r.grad_k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+    DeviceTensor grad_v(device, dtype, *r.grad_v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
     const std::vector<double> grad_o_values = random_values(grad_o.elements(), dtype, generator);
     grad_o.upload(grad_o_values);
     const AttentionDecision decision =
@@ -325,11 +324,11 @@ const AttentionCandidate& candidate_of(const AttentionDecision& decision, Implem
 // Runs a tiny forward with the per-call order; returns the decision.
 AttentionDecision run_tiny(const Device& device, const AttentionParams& params,
                            const std::vector<Implementation>& order) {
-  const hal_attention_params_v1 r = params.resolve();
-  DeviceTensor q(device, params.dtype, r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
-  DeviceTensor k(device, params.dtype, r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
-  DeviceTensor v(device, params.dtype, r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
-  DeviceTensor o(device, params.dtype, r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+  const AttentionParams r = params.resolved();
+  DeviceTensor q(device, params.dtype, *r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+  DeviceTensor k(device, params.dtype, *r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+  DeviceTensor v(device, params.dtype, *r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+  DeviceTensor o(device, params.dtype, *r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
   std::mt19937 generator(3);
   for (DeviceTensor* tensor : {&q, &k, &v}) tensor->upload(random_values(tensor->elements(), params.dtype, generator));
   const Stream stream = device.create_stream();
@@ -455,11 +454,11 @@ void flash_forward_rate(CaseContext& context) {
   if (!reasons.empty()) context.skip("flash does not take " + params.describe() + ": " + reasons.front());
 
   const Device& device = context.device();
-  const hal_attention_params_v1 r = params.resolve();
-  DeviceTensor q(device, params.dtype, r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
-  DeviceTensor k(device, params.dtype, r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
-  DeviceTensor v(device, params.dtype, r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
-  DeviceTensor o(device, params.dtype, r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+  const AttentionParams r = params.resolved();
+  DeviceTensor q(device, params.dtype, *r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+  DeviceTensor k(device, params.dtype, *r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+  DeviceTensor v(device, params.dtype, *r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+  DeviceTensor o(device, params.dtype, *r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
   std::mt19937 generator(11);
   for (DeviceTensor* tensor : {&q, &k, &v}) tensor->upload(random_values(tensor->elements(), params.dtype, generator));
   const Stream stream = device.create_stream();
@@ -526,12 +525,12 @@ struct AttentionOutputs {
 
 AttentionOutputs run_math_forward(const Device& device, const AttentionParams& params, const std::vector<double>& q_values,
                                   const std::vector<double>& k_values, const std::vector<double>& v_values) {
-  const hal_attention_params_v1 r = params.resolve();
-  DeviceTensor q(device, params.dtype, r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
-  DeviceTensor k(device, params.dtype, r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
-  DeviceTensor v(device, params.dtype, r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
-  DeviceTensor o(device, params.dtype, r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
-  const hal_tensor_strides_v1 lse_strides{r.heads_q * r.seq_q, r.seq_q, 1, 1};
+  const AttentionParams r = params.resolved();
+  DeviceTensor q(device, params.dtype, *r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+  DeviceTensor k(device, params.dtype, *r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+  DeviceTensor v(device, params.dtype, *r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+  DeviceTensor o(device, params.dtype, *r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+  const TensorStrides lse_strides{r.heads_q * r.seq_q, r.seq_q, 1, 1};
   DeviceTensor lse(device, DType::f32, lse_strides, r.batch, r.heads_q, r.seq_q, 1);
   q.upload(q_values);
   k.upload(k_values);
@@ -562,7 +561,7 @@ void f32_gemm_corner_case(CaseContext& context) {
     context.skip("f32 math attention cannot run on this device, so no FP32 GEMM can be checked through the API: " +
                  reasons.front() + reported);
 
-  const hal_attention_params_v1 r = params.resolve();
+  const AttentionParams r = params.resolved();
   std::mt19937 generator(29);
   std::uniform_real_distribution<double> large(-1024.0, 1024.0), small(-1.0, 1.0);
   auto values = [&](std::int64_t count, double offset, std::uniform_real_distribution<double>& spread) {

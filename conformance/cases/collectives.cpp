@@ -188,14 +188,6 @@ std::function<void(CaseContext&)> collective_body(std::string case_id, Tier tier
 
 // ---- data --------------------------------------------------------------------
 
-struct TypeInfo {
-  DataType type;
-  DType dtype;  // how the suite's element helpers store it
-  std::size_t size;
-  const char* name;
-};
-const TypeInfo f32_type{DataType::f32, DType::f32, 4, "f32"};
-const TypeInfo bf16_type{DataType::bf16, DType::bf16, 2, "bf16"};
 
 // A small integer: sums over up to 32 ranks stay exact in bf16 (|sum| <= 256).
 double reduction_value(int rank, std::size_t index, int salt) {
@@ -205,13 +197,13 @@ double reduction_value(int rank, std::size_t index, int salt) {
 
 // Arbitrary bits that are a finite number of the type (no NaN payloads that a
 // conversion could legally change).
-void store_pattern(const TypeInfo& type, std::uint8_t* data, std::size_t element, int rank, std::size_t index, int salt) {
+void store_pattern(DType type, std::uint8_t* data, std::size_t element, int rank, std::size_t index, int salt) {
   std::uint64_t z = 0x9E3779B97F4A7C15ull * (index + 1) ^ (static_cast<std::uint64_t>(rank) << 40) ^
                     (static_cast<std::uint64_t>(salt) << 52);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
-  if (type.size == 4) {
+  if (size_in_bytes(type) == 4) {
     auto bits = static_cast<std::uint32_t>(z);
     if (((bits >> 23) & 0xFFu) == 0xFFu) bits ^= 0x40000000u;
     std::memcpy(data + element * 4, &bits, 4);
@@ -228,20 +220,20 @@ class Checker {
  public:
   explicit Checker(CaseContext& context) : context_(context) {}
 
-  void compare(const std::string& what, const TypeInfo& type, const std::vector<std::uint8_t>& actual,
+  void compare(const std::string& what, DType type, const std::vector<std::uint8_t>& actual,
                const std::vector<std::uint8_t>& expected) {
     ++checks_;
-    const std::size_t count = expected.size() / type.size;
+    const std::size_t count = expected.size() / size_in_bytes(type);
     std::size_t differing = 0, first = 0;
     for (std::size_t i = 0; i < count; ++i)
-      if (std::memcmp(actual.data() + i * type.size, expected.data() + i * type.size, type.size) != 0) {
+      if (std::memcmp(actual.data() + i * size_in_bytes(type), expected.data() + i * size_in_bytes(type), size_in_bytes(type)) != 0) {
         if (differing++ == 0) first = i;
       }
     if (differing == 0) return;
     char text[160];
     std::snprintf(text, sizeof(text), "%zu of %zu elements differ; first at %zu: got %.9g, expected %.9g", differing,
-                  count, first, load_element(type.dtype, actual.data(), first),
-                  load_element(type.dtype, expected.data(), first));
+                  count, first, load_element(type, actual.data(), first),
+                  load_element(type, expected.data(), first));
     failures_.push_back(what + ": " + text);
   }
 
@@ -288,17 +280,17 @@ std::string name_of(Operation operation) {
 
 // One operation, one type, one count, in place or not: inputs from every
 // rank's formula, the expected output computed here, compared exactly.
-void check_operation(CaseContext& context, Rank& rank, Checker& checker, Operation operation, const TypeInfo& type,
+void check_operation(CaseContext& context, Rank& rank, Checker& checker, Operation operation, DType type,
                      std::uint64_t count, bool in_place, int salt) {
   const int n = rank.world_size, me = rank.rank;
-  const std::size_t element = type.size;
+  const std::size_t element = size_in_bytes(type);
   const bool reduction = operation == Operation::all_reduce_sum || operation == Operation::all_reduce_max ||
                          operation == Operation::reduce_scatter;
   // Element j of the send data of rank r.
   auto fill_send = [&](std::vector<std::uint8_t>& data, int r, std::size_t elements) {
     data.assign(elements * element, 0);
     for (std::size_t j = 0; j < elements; ++j) {
-      if (reduction) store_element(type.dtype, data.data(), j, reduction_value(r, j, salt));
+      if (reduction) store_element(type, data.data(), j, reduction_value(r, j, salt));
       else store_pattern(type, data.data(), j, r, j, salt);
     }
   };
@@ -321,11 +313,11 @@ void check_operation(CaseContext& context, Rank& rank, Checker& checker, Operati
   switch (operation) {
     case Operation::all_reduce_sum:
     case Operation::all_reduce_max:
-      for (std::size_t j = 0; j < block; ++j) store_element(type.dtype, expected.data(), j, reduced(j));
+      for (std::size_t j = 0; j < block; ++j) store_element(type, expected.data(), j, reduced(j));
       break;
     case Operation::reduce_scatter:
       for (std::size_t j = 0; j < block; ++j)
-        store_element(type.dtype, expected.data(), j, reduced(static_cast<std::size_t>(me) * block + j));
+        store_element(type, expected.data(), j, reduced(static_cast<std::size_t>(me) * block + j));
       break;
     case Operation::all_gather:
       for (int r = 0; r < n; ++r)
@@ -362,15 +354,15 @@ void check_operation(CaseContext& context, Rank& rank, Checker& checker, Operati
   const BufferView source(send_buffer, send_offset), destination(recv_buffer, recv_offset);
   const Communicator& communicator = rank.communicator;
   switch (operation) {
-    case Operation::all_reduce_sum: communicator.all_reduce(source, destination, count, type.type, ReduceOp::sum, rank.stream); break;
-    case Operation::all_reduce_max: communicator.all_reduce(source, destination, count, type.type, ReduceOp::max, rank.stream); break;
-    case Operation::all_gather: communicator.all_gather(source, destination, count, type.type, rank.stream); break;
-    case Operation::reduce_scatter: communicator.reduce_scatter(source, destination, count, type.type, ReduceOp::sum, rank.stream); break;
-    case Operation::broadcast: communicator.broadcast(source, destination, count, type.type, root, rank.stream); break;
-    case Operation::all_to_all: communicator.all_to_all(source, destination, count, type.type, rank.stream); break;
+    case Operation::all_reduce_sum: communicator.all_reduce(source, destination, count, type, ReduceOp::sum, rank.stream); break;
+    case Operation::all_reduce_max: communicator.all_reduce(source, destination, count, type, ReduceOp::max, rank.stream); break;
+    case Operation::all_gather: communicator.all_gather(source, destination, count, type, rank.stream); break;
+    case Operation::reduce_scatter: communicator.reduce_scatter(source, destination, count, type, ReduceOp::sum, rank.stream); break;
+    case Operation::broadcast: communicator.broadcast(source, destination, count, type, root, rank.stream); break;
+    case Operation::all_to_all: communicator.all_to_all(source, destination, count, type, rank.stream); break;
   }
   rank.stream.synchronize();
-  checker.compare(name_of(operation) + " " + type.name + " count " + std::to_string(count) +
+  checker.compare(name_of(operation) + " " + std::string(to_string(type)) + " count " + std::to_string(count) +
                       (in_place ? " in place" : ""),
                   type, download(recv_buffer, recv_offset, recv_bytes), expected);
 }
@@ -380,10 +372,10 @@ RankPart numerics_part(std::vector<Operation> operations) {
     Checker checker(context);
     int salt = 0;
     for (const Operation operation : operations)
-      for (const TypeInfo* type : {&f32_type, &bf16_type})
+      for (const DType type : {DType::f32, DType::bf16})
         for (const std::uint64_t count : element_counts(context))
           for (const bool in_place : {false, true})
-            check_operation(context, rank, checker, operation, *type, count, in_place, ++salt);
+            check_operation(context, rank, checker, operation, type, count, in_place, ++salt);
     std::string summary;
     for (const Operation operation : operations) summary += (summary.empty() ? "" : ", ") + name_of(operation);
     checker.finish(summary + " in f32 and bf16, in and out of place, counts 1 to " +
@@ -425,9 +417,9 @@ void communicator_semantics(CaseContext& context, Rank& rank) {
   Buffer small = context.device().allocate(16);
   expect_invalid(context, "a broadcast from root " + std::to_string(rank.world_size),
                  "root " + std::to_string(rank.world_size),
-                 [&] { communicator.broadcast(small, small, 1, DataType::f32, rank.world_size, rank.stream); });
+                 [&] { communicator.broadcast(small, small, 1, DType::f32, rank.world_size, rank.stream); });
   expect_invalid(context, "an all_reduce of 1000 f32 in a 16-byte buffer", "4000",
-                 [&] { communicator.all_reduce(small, small, 1000, DataType::f32, ReduceOp::sum, rank.stream); });
+                 [&] { communicator.all_reduce(small, small, 1000, DType::f32, ReduceOp::sum, rank.stream); });
 
   // Point to point around the ring, posted together in a group.
   const int next = (rank.rank + 1) % rank.world_size, previous = (rank.rank + rank.world_size - 1) % rank.world_size;
@@ -436,8 +428,8 @@ void communicator_semantics(CaseContext& context, Rank& rank) {
   outgoing.write(0, mine.data(), sizeof(float) * 3);
   {
     Group group(communicator);
-    communicator.send(outgoing, 3, DataType::f32, next, rank.stream);
-    communicator.recv(incoming, 3, DataType::f32, previous, rank.stream);
+    communicator.send(outgoing, 3, DType::f32, next, rank.stream);
+    communicator.recv(incoming, 3, DType::f32, previous, rank.stream);
   }
   rank.stream.synchronize();
   float received[3];
@@ -449,7 +441,7 @@ void communicator_semantics(CaseContext& context, Rank& rank) {
   // Still usable after the refused calls: the ranks sum their numbers.
   const float own = static_cast<float>(rank.rank);
   small.write(0, &own, sizeof(own));
-  communicator.all_reduce(small, small, 1, DataType::f32, ReduceOp::sum, rank.stream);
+  communicator.all_reduce(small, small, 1, DType::f32, ReduceOp::sum, rank.stream);
   rank.stream.synchronize();
   float total = 0;
   small.read(0, &total, sizeof(total));
@@ -478,12 +470,12 @@ void all_reduce_bandwidth(CaseContext& context, Rank& rank) {
   for (std::uint64_t size = smallest; size <= largest; size *= 4) {
     const std::uint64_t count = size / 4;
     const int repetitions = static_cast<int>(std::clamp<std::uint64_t>(bytes_per_point / size, 2, most_repetitions));
-    rank.communicator.all_reduce(send, recv, count, DataType::f32, ReduceOp::sum, rank.stream);  // warm-up
+    rank.communicator.all_reduce(send, recv, count, DType::f32, ReduceOp::sum, rank.stream);  // warm-up
     rank.communicator.barrier(rank.stream);
     rank.stream.synchronize();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < repetitions; ++i)
-      rank.communicator.all_reduce(send, recv, count, DataType::f32, ReduceOp::sum, rank.stream);
+      rank.communicator.all_reduce(send, recv, count, DType::f32, ReduceOp::sum, rank.stream);
     rank.stream.synchronize();
     const double seconds = std::max(1e-9, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     const double bus_gbps = static_cast<double>(size) * repetitions / seconds * bus_factor / 1e9;

@@ -24,7 +24,7 @@ struct Problem {
   double scale;
 
   explicit Problem(const AttentionParams& params) {
-    const hal_attention_params_v1 p = params.resolve();
+    const AttentionParams p = params.resolved();
     batch = p.batch;
     heads_q = p.heads_q;
     heads_kv = p.heads_kv;
@@ -32,11 +32,11 @@ struct Problem {
     seq_kv = p.seq_kv;
     dim_qk = p.head_dim_qk;
     dim_v = p.head_dim_v;
-    causal = p.causal != 0;
-    offset = p.alignment == HAL_MASK_BOTTOM_RIGHT ? p.seq_kv - p.seq_q : 0;
+    causal = p.causal;
+    offset = p.alignment == MaskAlignment::bottom_right ? p.seq_kv - p.seq_q : 0;
     window_left = p.window_left;
     window_right = p.window_right;
-    scale = static_cast<double>(p.softmax_scale);  // the float every implementation uses
+    scale = static_cast<double>(*p.softmax_scale);  // the float every implementation uses
   }
 
   // docs/attention.md: key j is visible to query i when d = j - (i + offset)

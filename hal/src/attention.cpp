@@ -1,42 +1,14 @@
 // Attention parameters: defaults, validation, and the tensors' extents.
 #include "attention_internal.hpp"
 
+#include "abi.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <sstream>
 
 namespace hal {
-
-std::string_view to_string(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::f64: return "f64";
-    case DType::i8: return "i8";
-    case DType::u8: return "u8";
-    case DType::i32: return "i32";
-    case DType::i64: return "i64";
-  }
-  return "unknown";
-}
-
-std::size_t size_in_bytes(DType dtype) {
-  switch (dtype) {
-    case DType::f32: case DType::i32: return 4;
-    case DType::f16: case DType::bf16: return 2;
-    case DType::f64: case DType::i64: return 8;
-    case DType::i8: case DType::u8: return 1;
-  }
-  return 0;
-}
-
-std::optional<DType> parse_dtype(std::string_view text) {
-  for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i8, DType::u8, DType::i32, DType::i64})
-    if (to_string(dtype) == text) return dtype;
-  return std::nullopt;
-}
 
 std::string_view to_string(AttentionImplementation implementation) {
   switch (implementation) {
@@ -158,13 +130,13 @@ std::uint64_t attention_tensor_bytes(const hal_attention_params_v1& params, Atte
   const hal_tensor_strides_v1& strides = strides_of(params, tensor);
   const std::int64_t last_element = (extents.batch - 1) * strides.batch + (extents.heads - 1) * strides.head +
                                     (extents.seq - 1) * strides.seq + (extents.dim - 1) * strides.dim;
-  return static_cast<std::uint64_t>(last_element + 1) * size_in_bytes(static_cast<DType>(params.dtype));
+  return static_cast<std::uint64_t>(last_element + 1) * size_in_bytes(from_abi(params.dtype));
 }
 
-}  // namespace detail
-
-hal_attention_params_v1 AttentionParams::resolve() const {
-  using detail::invalid;
+hal_attention_params_v1 to_abi(const AttentionParams& request) {
+  const auto& [batch, heads_q, heads_kv, seq_q, seq_kv, head_dim_qk, head_dim_v, dtype, layout, causal, alignment,
+               window_left, window_right, softmax_scale, return_lse, q_strides, k_strides, v_strides, o_strides,
+               grad_o_strides, grad_q_strides, grad_k_strides, grad_v_strides] = request;
   hal_attention_params_v1 params{};
   params.struct_size = sizeof(params);
   params.batch = batch;
@@ -174,24 +146,24 @@ hal_attention_params_v1 AttentionParams::resolve() const {
   params.seq_kv = seq_kv == 0 ? seq_q : seq_kv;
   params.head_dim_qk = head_dim_qk;
   params.head_dim_v = head_dim_v == 0 ? head_dim_qk : head_dim_v;
-  detail::require_positive("batch", params.batch);
-  detail::require_positive("heads_q", params.heads_q);
-  detail::require_positive("heads_kv", params.heads_kv);
-  detail::require_positive("seq_q", params.seq_q);
-  detail::require_positive("seq_kv", params.seq_kv);
-  detail::require_positive("head_dim_qk", params.head_dim_qk);
-  detail::require_positive("head_dim_v", params.head_dim_v);
+  require_positive("batch", params.batch);
+  require_positive("heads_q", params.heads_q);
+  require_positive("heads_kv", params.heads_kv);
+  require_positive("seq_q", params.seq_q);
+  require_positive("seq_kv", params.seq_kv);
+  require_positive("head_dim_qk", params.head_dim_qk);
+  require_positive("head_dim_v", params.head_dim_v);
   if (params.heads_q % params.heads_kv != 0)
     invalid("attention heads_q (" + std::to_string(params.heads_q) + ") is not a multiple of heads_kv (" +
             std::to_string(params.heads_kv) + "); GQA needs each kv head shared by the same number of query heads");
   if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16)
     invalid("attention dtype " + std::string(to_string(dtype)) + " is not supported; use f32, f16 or bf16");
-  params.dtype = static_cast<hal_dtype>(dtype);
+  params.dtype = to_abi(dtype);
   if (window_left < -1 || window_right < -1)
     invalid("attention window (" + std::to_string(window_left) + ", " + std::to_string(window_right) +
             ") is not allowed; each side is -1 (unbounded) or a number of keys >= 0");
   params.causal = causal ? 1 : 0;
-  params.alignment = static_cast<hal_mask_alignment>(alignment);
+  params.alignment = to_abi(alignment);
   params.window_left = window_left;
   params.window_right = window_right;
   const float scale = softmax_scale.value_or(1.0f / std::sqrt(static_cast<float>(params.head_dim_qk)));
@@ -200,12 +172,11 @@ hal_attention_params_v1 AttentionParams::resolve() const {
   params.softmax_scale = scale;
   params.return_lse = return_lse ? 1 : 0;
 
-  using detail::AttentionTensor;
   auto strides_for = [&](const std::optional<TensorStrides>& explicit_strides, AttentionTensor tensor,
                          const hal_tensor_strides_v1* fallback) {
-    if (explicit_strides) return detail::to_abi(*explicit_strides);
+    if (explicit_strides) return to_abi(*explicit_strides);
     if (fallback != nullptr) return *fallback;
-    return detail::contiguous_strides(detail::extents_of(params, tensor), layout);
+    return contiguous_strides(extents_of(params, tensor), layout);
   };
   params.q_strides = strides_for(q_strides, AttentionTensor::q, nullptr);
   params.k_strides = strides_for(k_strides, AttentionTensor::k, nullptr);
@@ -217,10 +188,31 @@ hal_attention_params_v1 AttentionParams::resolve() const {
   params.grad_k_strides = strides_for(grad_k_strides, AttentionTensor::grad_k, &params.k_strides);
   params.grad_v_strides = strides_for(grad_v_strides, AttentionTensor::grad_v, &params.v_strides);
   for (auto tensor : {AttentionTensor::q, AttentionTensor::k, AttentionTensor::v, AttentionTensor::grad_o})
-    detail::check_strides(params, tensor, false);
+    check_strides(params, tensor, false);
   for (auto tensor : {AttentionTensor::o, AttentionTensor::grad_q, AttentionTensor::grad_k, AttentionTensor::grad_v})
-    detail::check_strides(params, tensor, true);
+    check_strides(params, tensor, true);
   return params;
+}
+
+}  // namespace detail
+
+AttentionParams AttentionParams::resolved() const {
+  const hal_attention_params_v1 abi = detail::to_abi(*this);
+  auto strides = [](const hal_tensor_strides_v1& s) { return TensorStrides{s.batch, s.head, s.seq, s.dim}; };
+  AttentionParams result = *this;
+  result.heads_kv = abi.heads_kv;
+  result.seq_kv = abi.seq_kv;
+  result.head_dim_v = abi.head_dim_v;
+  result.softmax_scale = abi.softmax_scale;
+  result.q_strides = strides(abi.q_strides);
+  result.k_strides = strides(abi.k_strides);
+  result.v_strides = strides(abi.v_strides);
+  result.o_strides = strides(abi.o_strides);
+  result.grad_o_strides = strides(abi.grad_o_strides);
+  result.grad_q_strides = strides(abi.grad_q_strides);
+  result.grad_k_strides = strides(abi.grad_k_strides);
+  result.grad_v_strides = strides(abi.grad_v_strides);
+  return result;
 }
 
 std::string AttentionParams::describe() const {

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "hal/attention.hpp"
+#include "hal/backend_abi.h"
 
 namespace hal::detail {
 

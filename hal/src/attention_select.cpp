@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "abi.hpp"
 #include "attention_internal.hpp"
 #include "hal/capabilities.hpp"
 #include "loaded_backend.hpp"
@@ -94,7 +95,7 @@ std::vector<std::string> backend_reasons(const detail::LoadedBackend& backend, c
                                          const hal_attention_params_v1& params, bool backward) {
   char text[2048] = {};
   const hal_status code = backend.attention()->supports(backend.context, device.index(),
-                                                        static_cast<hal_attention_implementation>(implementation),
+                                                        detail::to_abi(implementation),
                                                         &params, backward ? 1 : 0, text, sizeof(text));
   if (code != HAL_OK) return {backend.error(code, "asking whether attention is supported").message()};
   std::vector<std::string> reasons;
@@ -132,7 +133,7 @@ AttentionCandidate evaluate(const detail::LoadedBackend& backend, const Device& 
   std::uint64_t bytes = 0;
   if (candidate.eligible &&
       backend.attention()->workspace_size(backend.context, device.index(),
-                                          static_cast<hal_attention_implementation>(implementation), &params,
+                                          detail::to_abi(implementation), &params,
                                           backward ? 1 : 0, &bytes) == HAL_OK)
     candidate.workspace_bytes = bytes;
   return candidate;
@@ -156,7 +157,7 @@ std::string cache_key(const hal_attention_params_v1& p, bool backward, const Ord
 
 AttentionDecision decide(const Device& device, const hal_attention_params_v1& params, bool backward,
                          const Order& order) {
-  const detail::LoadedBackend& backend = *device.backend();
+  const detail::LoadedBackend& backend = *detail::Access::backend(device);
   AttentionDecision decision;
   decision.order = order.implementations;
   decision.order_source = order.source;
@@ -217,7 +218,7 @@ Settings read_settings(const Config& config) {
 AttentionDecision decide_for_call(const Device& device, const AttentionParams& params,
                                   const hal_attention_params_v1& resolved, bool backward,
                                   const AttentionOptions& options) {
-  detail::LoadedBackend& backend = *device.backend();
+  detail::LoadedBackend& backend = *detail::Access::backend(device);
   const Settings settings = read_settings(*backend.config);
   const Order order = resolve_order(device, options, *backend.config);
   const std::string key = cache_key(resolved, backward, order, settings.strict);
@@ -258,7 +259,7 @@ AttentionDecision decide_for_call(const Device& device, const AttentionParams& p
 hal_tensor_ref_v1 checked_tensor(const Device& device, const TensorRef& tensor, const hal_attention_params_v1& params,
                                  detail::AttentionTensor which, DType expected) {
   const char* name = detail::attention_tensor_name(which);
-  const auto& state = detail::usable_state(tensor.buffer.state(), std::string("attention tensor ") + name);
+  const auto& state = detail::usable_state(detail::Access::state(tensor.buffer), std::string("attention tensor ") + name);
   if (!(state.device == device))
     throw Error(StatusCode::invalid_argument, std::string("attention tensor ") + name + " is in a buffer on " +
                                                   state.device.id() + ", but the stream runs on " + device.id());
@@ -270,12 +271,12 @@ hal_tensor_ref_v1 checked_tensor(const Device& device, const TensorRef& tensor, 
     throw Error(StatusCode::invalid_argument, std::string("attention tensor ") + name + " offset " +
                                                   std::to_string(tensor.offset) + " is not a multiple of the " +
                                                   std::to_string(element) + "-byte element size");
-  return {state.handle, tensor.offset};
+  return state.ref(tensor.offset);
 }
 
 const detail::StreamState& stream_state(const Stream& stream) {
-  if (!stream.state()) throw Error(StatusCode::invalid_argument, "attention: the stream is empty");
-  return *stream.state();
+  if (!detail::Access::state(stream)) throw Error(StatusCode::invalid_argument, "attention: the stream is empty");
+  return *detail::Access::state(stream);
 }
 
 }  // namespace
@@ -302,15 +303,15 @@ std::string AttentionDecision::to_string() const {
 
 AttentionDecision explain_attention(const Device& device, const AttentionParams& params, bool backward,
                                     const AttentionOptions& options) {
-  const hal_attention_params_v1 resolved = params.resolve();
-  return decide(device, resolved, backward, resolve_order(device, options, *device.backend()->config));
+  const hal_attention_params_v1 resolved = detail::to_abi(params);
+  return decide(device, resolved, backward, resolve_order(device, options, *detail::Access::backend(device)->config));
 }
 
 AttentionDecision attention_forward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
                                     const TensorRef& k, const TensorRef& v, const TensorRef& o,
                                     const TensorRef& lse, const AttentionOptions& options) {
   const Device& device = stream_state(stream).device;
-  const hal_attention_params_v1 resolved = params.resolve();
+  const hal_attention_params_v1 resolved = detail::to_abi(params);
   using detail::AttentionTensor;
   const hal_tensor_ref_v1 q_ref = checked_tensor(device, q, resolved, AttentionTensor::q, params.dtype);
   const hal_tensor_ref_v1 k_ref = checked_tensor(device, k, resolved, AttentionTensor::k, params.dtype);
@@ -319,9 +320,9 @@ AttentionDecision attention_forward(const Stream& stream, const AttentionParams&
   hal_tensor_ref_v1 lse_ref{nullptr, 0};
   if (params.return_lse) lse_ref = checked_tensor(device, lse, resolved, AttentionTensor::lse, DType::f32);
   const AttentionDecision decision = decide_for_call(device, params, resolved, false, options);
-  const detail::LoadedBackend& backend = *device.backend();
-  backend.check(backend.attention()->forward(stream.state()->handle,
-                                             static_cast<hal_attention_implementation>(decision.chosen), &resolved,
+  const detail::LoadedBackend& backend = *detail::Access::backend(device);
+  backend.check(backend.attention()->forward(detail::Access::state(stream)->handle,
+                                             detail::to_abi(decision.chosen), &resolved,
                                              q_ref, k_ref, v_ref, o_ref, lse_ref),
                 "enqueueing " + std::string(to_string(decision.chosen)) + " attention forward on " + device.id());
   return decision;
@@ -333,7 +334,7 @@ AttentionDecision attention_backward(const Stream& stream, const AttentionParams
                                      const TensorRef& grad_k, const TensorRef& grad_v,
                                      const AttentionOptions& options) {
   const Device& device = stream_state(stream).device;
-  const hal_attention_params_v1 resolved = params.resolve();
+  const hal_attention_params_v1 resolved = detail::to_abi(params);
   using detail::AttentionTensor;
   const hal_tensor_ref_v1 refs[] = {
       checked_tensor(device, q, resolved, AttentionTensor::q, params.dtype),
@@ -346,9 +347,9 @@ AttentionDecision attention_backward(const Stream& stream, const AttentionParams
       checked_tensor(device, grad_k, resolved, AttentionTensor::grad_k, params.dtype),
       checked_tensor(device, grad_v, resolved, AttentionTensor::grad_v, params.dtype)};
   const AttentionDecision decision = decide_for_call(device, params, resolved, true, options);
-  const detail::LoadedBackend& backend = *device.backend();
-  backend.check(backend.attention()->backward(stream.state()->handle,
-                                              static_cast<hal_attention_implementation>(decision.chosen), &resolved,
+  const detail::LoadedBackend& backend = *detail::Access::backend(device);
+  backend.check(backend.attention()->backward(detail::Access::state(stream)->handle,
+                                              detail::to_abi(decision.chosen), &resolved,
                                               refs[0], refs[1], refs[2], refs[3], refs[4], refs[5], refs[6], refs[7],
                                               refs[8]),
                 "enqueueing " + std::string(to_string(decision.chosen)) + " attention backward on " + device.id());

@@ -51,7 +51,7 @@ std::optional<ProbeRecord> probed(const Device& device, const std::string& key, 
   static ProbeCache cache;
   // A device made from an info alone (reports, tests) has no backend and so no config.
   const std::filesystem::path path =
-      ProbeCache::default_path(device.backend() ? device.backend()->config->probes_cache_dir : std::filesystem::path());
+      ProbeCache::default_path(detail::Access::backend(device) ? detail::Access::backend(device)->config->probes_cache_dir : std::filesystem::path());
   path_text = path.string();
   std::error_code error;
   const auto modified = std::filesystem::last_write_time(path, error);

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "abi.hpp"
 #include "loaded_backend.hpp"
 
 namespace hal {
@@ -17,65 +18,14 @@ namespace hal {
 
 namespace {
 
-struct DataTypeName {
-  DataType type;
-  std::string_view name;
-  std::size_t size;
-  std::array<std::string_view, 3> aliases;
-};
-
-constexpr std::array data_type_names{
-    DataTypeName{DataType::f32, "f32", 4, {"float32", "float", "fp32"}},
-    DataTypeName{DataType::f64, "f64", 8, {"float64", "double", "fp64"}},
-    DataTypeName{DataType::f16, "f16", 2, {"float16", "half", "fp16"}},
-    DataTypeName{DataType::bf16, "bf16", 2, {"bfloat16", "", ""}},
-    DataTypeName{DataType::i8, "i8", 1, {"int8", "char", ""}},
-    DataTypeName{DataType::u8, "u8", 1, {"uint8", "", ""}},
-    DataTypeName{DataType::i32, "i32", 4, {"int32", "int", ""}},
-    DataTypeName{DataType::i64, "i64", 8, {"int64", "long", ""}},
-};
-
 constexpr std::array<std::string_view, 5> reduce_op_names{"sum", "prod", "min", "max", "avg"};
-
-const DataTypeName& entry_of(DataType type) {
-  for (const auto& entry : data_type_names)
-    if (entry.type == type) return entry;
-  throw Error(StatusCode::invalid_argument, "data type " + std::to_string(static_cast<int>(type)) + " is not known");
-}
-
-hal_dtype to_abi(DataType type) {
-  switch (type) {
-    case DataType::f32: return HAL_DTYPE_F32;
-    case DataType::f64: return HAL_DTYPE_F64;
-    case DataType::f16: return HAL_DTYPE_F16;
-    case DataType::bf16: return HAL_DTYPE_BF16;
-    case DataType::i8: return HAL_DTYPE_I8;
-    case DataType::u8: return HAL_DTYPE_U8;
-    case DataType::i32: return HAL_DTYPE_I32;
-    case DataType::i64: return HAL_DTYPE_I64;
-  }
-  throw Error(StatusCode::invalid_argument, "data type " + std::to_string(static_cast<int>(type)) + " is not known");
-}
 
 }  // namespace
 
-std::string_view to_string(DataType type) { return entry_of(type).name; }
-std::size_t size_of(DataType type) { return entry_of(type).size; }
 
 std::string_view to_string(ReduceOp op) {
   const auto index = static_cast<std::size_t>(op);
   return index < reduce_op_names.size() ? reduce_op_names[index] : "unknown";
-}
-
-DataType parse_data_type(std::string_view name) {
-  std::string known;
-  for (const auto& entry : data_type_names) {
-    if (entry.name == name) return entry.type;
-    for (const auto alias : entry.aliases)
-      if (!alias.empty() && alias == name) return entry.type;
-    known += (known.empty() ? "" : ", ") + std::string(entry.name);
-  }
-  throw Error(StatusCode::invalid_argument, "data type '" + std::string(name) + "' is not known; use one of " + known);
 }
 
 ReduceOp parse_reduce_op(std::string_view name) {
@@ -88,14 +38,6 @@ ReduceOp parse_reduce_op(std::string_view name) {
 // ---- the communicator's state -------------------------------------------------
 
 namespace {
-
-const hal_collectives_v1* collectives_table(const detail::LoadedBackend& backend) {
-  const hal_backend_v1* table = backend.table;
-  if (table->struct_size < offsetof(hal_backend_v1, collectives) + sizeof(table->collectives)) return nullptr;
-  const hal_collectives_v1* collectives = table->collectives;
-  if (collectives == nullptr || collectives->struct_size < sizeof(hal_collectives_v1)) return nullptr;
-  return collectives;
-}
 
 constexpr std::string_view kind_name(hal_collective_kind kind) {
   switch (kind) {
@@ -134,7 +76,7 @@ struct StoreBridge {
       return HAL_OK;
     } catch (const Error& error) {
       detail::log_message(HAL_LOG_ERROR, error.what());
-      return static_cast<hal_status>(error.code());
+      return detail::to_abi(error.code());
     } catch (const std::exception& error) {
       detail::log_message(HAL_LOG_ERROR, std::string("store set failed: ") + error.what());
       return HAL_ERROR_INTERNAL;
@@ -151,7 +93,7 @@ struct StoreBridge {
     } catch (const Error& error) {
       // A timeout is an expected answer the backend words itself.
       if (error.code() != StatusCode::timeout) detail::log_message(HAL_LOG_ERROR, error.what());
-      return static_cast<hal_status>(error.code());
+      return detail::to_abi(error.code());
     } catch (const std::exception& error) {
       detail::log_message(HAL_LOG_ERROR, std::string("store get failed: ") + error.what());
       return HAL_ERROR_INTERNAL;
@@ -194,7 +136,7 @@ std::pair<std::string, std::string> engine_request(const Device& device, const C
     return {check(options.engine, "CommunicatorOptions::engine"), "CommunicatorOptions::engine=" + options.engine};
   if (const char* variable = std::getenv("HAL_COLL_ENGINE"); variable != nullptr && *variable != '\0')
     return {check(variable, "HAL_COLL_ENGINE"), "HAL_COLL_ENGINE=" + std::string(variable)};
-  const auto& config = device.backend()->config;
+  const auto& config = detail::Access::backend(device)->config;
   if (config && config->source)
     return {config->collectives_engine, "config collectives.engine (" + config->source->string() + ")"};
   return {"auto", "the default engine setting"};
@@ -246,7 +188,7 @@ struct Communicator::State {
       throw Error(StatusCode::invalid_argument, "rank " + std::to_string(rank) + ": " + std::string(operation) +
                                                     ": the communicator was destroyed; create a new one");
   }
-  const detail::LoadedBackend& backend() const { return *device.backend(); }
+  const detail::LoadedBackend& backend() const { return *detail::Access::backend(device); }
 };
 
 namespace {
@@ -254,14 +196,14 @@ namespace {
 using CommunicatorState = Communicator::State;
 
 hal_tensor_ref_v1 tensor_of(const BufferView& view) {
-  if (!view.buffer.state()) return {nullptr, 0};
-  return {view.buffer.state()->handle, view.offset};
+  if (!detail::Access::state(view.buffer)) return {nullptr, 0};
+  return detail::Access::state(view.buffer)->ref(view.offset);
 }
 
-std::uint64_t bytes_of(std::uint64_t count, std::uint64_t multiplier, DataType type, const std::string& where) {
+std::uint64_t bytes_of(std::uint64_t count, std::uint64_t multiplier, DType type, const std::string& where) {
   std::uint64_t elements = 0, bytes = 0;
   if (__builtin_mul_overflow(count, multiplier, &elements) ||
-      __builtin_mul_overflow(elements, static_cast<std::uint64_t>(size_of(type)), &bytes))
+      __builtin_mul_overflow(elements, static_cast<std::uint64_t>(size_in_bytes(type)), &bytes))
     throw Error(StatusCode::invalid_argument, where + ": count " + std::to_string(count) +
                                                   (multiplier > 1 ? " x " + std::to_string(multiplier) + " ranks" : "") +
                                                   " of " + std::string(to_string(type)) +
@@ -271,9 +213,9 @@ std::uint64_t bytes_of(std::uint64_t count, std::uint64_t multiplier, DataType t
 
 void check_view(const CommunicatorState& state, const BufferView& view, std::uint64_t bytes, const char* role,
                 const std::string& where) {
-  if (!view.buffer.state())
+  if (!detail::Access::state(view.buffer))
     throw Error(StatusCode::invalid_argument, where + ": the " + role + " buffer is empty; pass an allocated buffer");
-  const auto& buffer = *view.buffer.state();
+  const auto& buffer = *detail::Access::state(view.buffer);
   if (!(buffer.device == state.device))
     throw Error(StatusCode::invalid_argument, where + ": the " + role + " " + buffer.describe() +
                                                   " is not on the communicator's device " + state.device.id());
@@ -290,7 +232,7 @@ void check_root(const CommunicatorState& state, int root, const char* what, cons
 // Every rank publishes its fingerprint of the operation and compares all of
 // them, so a mismatch is one clear error on every rank instead of a hang or
 // a crash inside the transport.
-void compare_fingerprints(CommunicatorState& state, const hal_collective_op_v1& operation, DataType type,
+void compare_fingerprints(CommunicatorState& state, const hal_collective_op_v1& operation, DType type,
                           const std::string& where) {
   std::string fingerprint = std::string(kind_name(operation.kind)) + " count=" + std::to_string(operation.count);
   if (operation.kind != HAL_COLLECTIVE_BARRIER) fingerprint += " dtype=" + std::string(to_string(type));
@@ -341,7 +283,7 @@ Communicator Communicator::create(const Device& device, int rank, int world_size
   if (options.timeout.count() <= 0)
     throw Error(StatusCode::invalid_argument, where + ": the timeout must be positive, got " +
                                                   std::to_string(options.timeout.count()) + " ms");
-  const hal_collectives_v1* table = collectives_table(*device.backend());
+  const hal_collectives_v1* table = detail::Access::backend(device)->collectives();
   if (table == nullptr)
     throw Error(StatusCode::unsupported, where + ": the " + device.backend_name() +
                                              " backend has no collectives (capability 'collectives' is false)");
@@ -371,10 +313,10 @@ Communicator Communicator::create(const Device& device, int rank, int world_size
   config.key_prefix = state->prefix.c_str();
   config.options = backend_options.data();
   config.option_count = static_cast<std::uint32_t>(backend_options.size());
-  const hal_status status = table->communicator_create(device.backend()->context, &config, &state->handle);
+  const hal_status status = table->communicator_create(detail::Access::backend(device)->context, &config, &state->handle);
   if (status != HAL_OK) {
     state->destroyed = true;  // nothing to destroy
-    throw Error(device.backend()->error(status, where));
+    throw Error(detail::Access::backend(device)->error(status, where));
   }
   if (const hal_collectives_v2* v2 = collectives_v2(table); v2 != nullptr && v2->communicator_description != nullptr)
     state->description = v2->communicator_description(state->handle);
@@ -384,7 +326,7 @@ Communicator Communicator::create(const Device& device, int rank, int world_size
 }
 
 CollectivesEngineChoice collectives_engine(const Device& device, const CommunicatorOptions& options) {
-  const hal_collectives_v1* table = collectives_table(*device.backend());
+  const hal_collectives_v1* table = detail::Access::backend(device)->collectives();
   if (table == nullptr)
     throw Error(StatusCode::unsupported, "the " + device.backend_name() + " backend of " + device.id() +
                                              " has no collectives (capability 'collectives' is false)");
@@ -399,8 +341,8 @@ CollectivesEngineChoice collectives_engine(const Device& device, const Communica
   }
   hal_collectives_engine_v1 out{};
   out.struct_size = sizeof(out);
-  device.backend()->check(
-      v2->choose_engine(device.backend()->context, choice.requested.c_str(), choice.requested_by.c_str(), &out),
+  detail::Access::backend(device)->check(
+      v2->choose_engine(detail::Access::backend(device)->context, choice.requested.c_str(), choice.requested_by.c_str(), &out),
       "choosing the collectives engine of " + device.id());
   choice.engine = out.engine != nullptr ? out.engine : "";
   choice.reason = out.reason != nullptr ? out.reason : "";
@@ -494,7 +436,7 @@ namespace {
 
 struct OperationRequest {
   hal_collective_kind kind;
-  DataType type = DataType::u8;
+  DType type = DType::u8;
   ReduceOp reduce_op = ReduceOp::sum;
   int root = -1;
   std::uint64_t count = 0;
@@ -517,10 +459,10 @@ void submit_collective(Communicator::State& state, const Stream& stream, Operati
       point_to_point ? state.point_to_point_sequence.fetch_add(1) : state.collective_sequence.fetch_add(1);
   const std::string where = state.where(kind_name(request.kind), sequence);
 
-  if (!stream.state())
+  if (!detail::Access::state(stream))
     throw Error(StatusCode::invalid_argument, where + ": the stream is empty; create one on " + state.device.id());
-  if (!(stream.state()->device == state.device))
-    throw Error(StatusCode::invalid_argument, where + ": the stream is on " + stream.state()->device.id() +
+  if (!(detail::Access::state(stream)->device == state.device))
+    throw Error(StatusCode::invalid_argument, where + ": the stream is on " + detail::Access::state(stream)->device.id() +
                                                   ", the communicator on " + state.device.id() +
                                                   "; use a stream of the communicator's device");
   if (options.timeout.count() < 0)
@@ -540,8 +482,8 @@ void submit_collective(Communicator::State& state, const Stream& stream, Operati
   hal_collective_op_v1 operation{};
   operation.struct_size = sizeof(operation);
   operation.kind = request.kind;
-  operation.dtype = to_abi(request.type);
-  operation.reduce_op = static_cast<hal_reduce_op>(request.reduce_op);
+  operation.dtype = detail::to_abi(request.type);
+  operation.reduce_op = detail::to_abi(request.reduce_op);
   operation.root = request.root;
   operation.count = request.count;
   operation.sequence = sequence;
@@ -555,7 +497,7 @@ void submit_collective(Communicator::State& state, const Stream& stream, Operati
       if (!point_to_point)
         throw Error(StatusCode::invalid_argument,
                     where + ": only send and recv can be grouped; call group_end() before a collective");
-      if (state.group_stream.state() && state.group_stream.state() != stream.state())
+      if (detail::Access::state(state.group_stream) && detail::Access::state(state.group_stream) != detail::Access::state(stream))
         throw Error(StatusCode::invalid_argument,
                     where + ": every operation of a group must use the same stream");
       state.group_stream = stream;
@@ -566,7 +508,7 @@ void submit_collective(Communicator::State& state, const Stream& stream, Operati
     }
   }
   if (state.check && !point_to_point) compare_fingerprints(state, operation, request.type, where);
-  const hal_status status = state.table->enqueue(state.handle, stream.state()->handle, &operation, 1);
+  const hal_status status = state.table->enqueue(state.handle, detail::Access::state(stream)->handle, &operation, 1);
   if (status != HAL_OK) throw Error(state.backend().error(status, where));
 }
 
@@ -583,14 +525,14 @@ std::uint64_t times_world(const Communicator::State& state, std::uint64_t count)
 
 #define HAL_COLLECTIVE_STATE(name) auto& state = usable(state_, "Communicator::" name)
 
-void Communicator::all_reduce(BufferView send, BufferView recv, std::uint64_t count, DataType type, ReduceOp op,
+void Communicator::all_reduce(BufferView send, BufferView recv, std::uint64_t count, DType type, ReduceOp op,
                               const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("all_reduce");
   submit_collective(state, stream, {HAL_COLLECTIVE_ALL_REDUCE, type, op, -1, count, &send, &recv, count, count},
                     options);
 }
 
-void Communicator::broadcast(BufferView send, BufferView recv, std::uint64_t count, DataType type, int root,
+void Communicator::broadcast(BufferView send, BufferView recv, std::uint64_t count, DType type, int root,
                              const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("broadcast");
   const bool is_root = root == state.rank;
@@ -600,7 +542,7 @@ void Communicator::broadcast(BufferView send, BufferView recv, std::uint64_t cou
                     options);
 }
 
-void Communicator::reduce(BufferView send, BufferView recv, std::uint64_t count, DataType type, ReduceOp op, int root,
+void Communicator::reduce(BufferView send, BufferView recv, std::uint64_t count, DType type, ReduceOp op, int root,
                           const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("reduce");
   const bool is_root = root == state.rank;
@@ -609,7 +551,7 @@ void Communicator::reduce(BufferView send, BufferView recv, std::uint64_t count,
                     options);
 }
 
-void Communicator::all_gather(BufferView send, BufferView recv, std::uint64_t count, DataType type,
+void Communicator::all_gather(BufferView send, BufferView recv, std::uint64_t count, DType type,
                               const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("all_gather");
   submit_collective(state, stream,
@@ -618,7 +560,7 @@ void Communicator::all_gather(BufferView send, BufferView recv, std::uint64_t co
                     options);
 }
 
-void Communicator::reduce_scatter(BufferView send, BufferView recv, std::uint64_t count, DataType type, ReduceOp op,
+void Communicator::reduce_scatter(BufferView send, BufferView recv, std::uint64_t count, DType type, ReduceOp op,
                                   const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("reduce_scatter");
   submit_collective(state, stream,
@@ -627,7 +569,7 @@ void Communicator::reduce_scatter(BufferView send, BufferView recv, std::uint64_
                     options);
 }
 
-void Communicator::all_to_all(BufferView send, BufferView recv, std::uint64_t count, DataType type,
+void Communicator::all_to_all(BufferView send, BufferView recv, std::uint64_t count, DType type,
                               const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("all_to_all");
   const std::uint64_t total = times_world(state, count);
@@ -635,7 +577,7 @@ void Communicator::all_to_all(BufferView send, BufferView recv, std::uint64_t co
                     {HAL_COLLECTIVE_ALL_TO_ALL, type, ReduceOp::sum, -1, count, &send, &recv, total, total}, options);
 }
 
-void Communicator::gather(BufferView send, BufferView recv, std::uint64_t count, DataType type, int root,
+void Communicator::gather(BufferView send, BufferView recv, std::uint64_t count, DType type, int root,
                           const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("gather");
   const bool is_root = root == state.rank;
@@ -645,7 +587,7 @@ void Communicator::gather(BufferView send, BufferView recv, std::uint64_t count,
                     options);
 }
 
-void Communicator::scatter(BufferView send, BufferView recv, std::uint64_t count, DataType type, int root,
+void Communicator::scatter(BufferView send, BufferView recv, std::uint64_t count, DType type, int root,
                            const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("scatter");
   const bool is_root = root == state.rank;
@@ -657,18 +599,18 @@ void Communicator::scatter(BufferView send, BufferView recv, std::uint64_t count
 
 void Communicator::barrier(const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("barrier");
-  submit_collective(state, stream, {HAL_COLLECTIVE_BARRIER, DataType::u8, ReduceOp::sum, -1, 0, nullptr, nullptr, 0, 0},
+  submit_collective(state, stream, {HAL_COLLECTIVE_BARRIER, DType::u8, ReduceOp::sum, -1, 0, nullptr, nullptr, 0, 0},
                     options);
 }
 
-void Communicator::send(BufferView buffer, std::uint64_t count, DataType type, int peer, const Stream& stream,
+void Communicator::send(BufferView buffer, std::uint64_t count, DType type, int peer, const Stream& stream,
                         OperationOptions options) const {
   HAL_COLLECTIVE_STATE("send");
   submit_collective(state, stream, {HAL_COLLECTIVE_SEND, type, ReduceOp::sum, peer, count, &buffer, nullptr, count, 0},
                     options);
 }
 
-void Communicator::recv(BufferView buffer, std::uint64_t count, DataType type, int peer, const Stream& stream,
+void Communicator::recv(BufferView buffer, std::uint64_t count, DType type, int peer, const Stream& stream,
                         OperationOptions options) const {
   HAL_COLLECTIVE_STATE("recv");
   submit_collective(state, stream, {HAL_COLLECTIVE_RECV, type, ReduceOp::sum, peer, count, nullptr, &buffer, 0, count},
@@ -699,7 +641,7 @@ void Communicator::group_end() const {
     stream = std::exchange(state.group_stream, Stream());
   }
   if (operations.empty()) return;
-  const hal_status status = state.table->enqueue(state.handle, stream.state()->handle, operations.data(),
+  const hal_status status = state.table->enqueue(state.handle, detail::Access::state(stream)->handle, operations.data(),
                                                  static_cast<std::uint32_t>(operations.size()));
   if (status != HAL_OK)
     throw Error(state.backend().error(status, "rank " + std::to_string(state.rank) + ": a group of " +

@@ -6,6 +6,7 @@
 #include "hal/event.hpp"
 #include "hal/memory.hpp"
 #include "hal/stream.hpp"
+#include "abi.hpp"
 #include "loaded_backend.hpp"
 
 namespace hal {
@@ -81,23 +82,23 @@ Buffer Device::allocate(std::uint64_t size, MemoryKind kind, std::uint64_t align
                                                   id() + " is not a power of two");
   hal_buffer* handle = nullptr;
   const hal_status code = backend_->table->buffer_allocate(backend_->context, index_,
-                                                           static_cast<hal_memory_kind>(kind), size, alignment, &handle);
+                                                           detail::to_abi(kind), size, alignment, &handle);
   if (code != HAL_OK)
     throw Error(backend_->error(code, "allocating " + std::to_string(size) + " bytes of " +
                                           std::string(to_string(kind)) + " memory on " + id()));
-  return Buffer(std::make_shared<detail::BufferState>(*this, handle, size, kind));
+  return detail::Access::buffer(std::make_shared<detail::BufferState>(*this, handle, size, kind));
 }
 
 Stream Device::create_stream() const {
   hal_stream* handle = nullptr;
   backend_->check(backend_->table->stream_create(backend_->context, index_, &handle), "creating a stream on " + id());
-  return Stream(std::make_shared<detail::StreamState>(*this, handle));
+  return detail::Access::stream(std::make_shared<detail::StreamState>(*this, handle));
 }
 
 Event Device::create_event() const {
   hal_event* handle = nullptr;
   backend_->check(backend_->table->event_create(backend_->context, index_, &handle), "creating an event on " + id());
-  return Event(std::make_shared<detail::EventState>(*this, handle));
+  return detail::Access::event(std::make_shared<detail::EventState>(*this, handle));
 }
 
 }  // namespace hal

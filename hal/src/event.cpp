@@ -5,7 +5,7 @@
 namespace hal {
 namespace detail {
 
-EventState::~EventState() { device.backend()->table->event_destroy(handle); }
+EventState::~EventState() { detail::Access::backend(device)->table->event_destroy(handle); }
 
 }  // namespace detail
 
@@ -24,15 +24,15 @@ Device Event::device() const { return usable_event(state_, "Event::device").devi
 
 bool Event::is_complete() const {
   const auto& event = usable_event(state_, "Event::is_complete");
-  const hal_status code = event.device.backend()->table->event_query(event.handle);
+  const hal_status code = detail::Access::backend(event.device)->table->event_query(event.handle);
   if (code == HAL_ERROR_TIMEOUT) return false;
-  event.device.backend()->check(code, "querying an event of " + event.device.id());
+  detail::Access::backend(event.device)->check(code, "querying an event of " + event.device.id());
   return true;
 }
 
 void Event::synchronize() const {
   const auto& event = usable_event(state_, "Event::synchronize");
-  event.device.backend()->check(event.device.backend()->table->event_synchronize(event.handle),
+  detail::Access::backend(event.device)->check(detail::Access::backend(event.device)->table->event_synchronize(event.handle),
                                 "waiting for an event of " + event.device.id());
 }
 
@@ -44,8 +44,8 @@ double Event::elapsed_milliseconds(const Event& start, const Event& end) {
                                                   " and end on " + second.device.id() +
                                                   "; time events of one device");
   double milliseconds = 0;
-  first.device.backend()->check(
-      first.device.backend()->table->event_elapsed_milliseconds(first.handle, second.handle, &milliseconds),
+  detail::Access::backend(first.device)->check(
+      detail::Access::backend(first.device)->table->event_elapsed_milliseconds(first.handle, second.handle, &milliseconds),
       "measuring the time between two events of " + first.device.id());
   return milliseconds;
 }

@@ -17,6 +17,9 @@
 #include "hal/backend_abi.h"
 #include "hal/config.hpp"
 #include "hal/device.hpp"
+#include "hal/event.hpp"
+#include "hal/memory.hpp"
+#include "hal/stream.hpp"
 #include "hal/status.hpp"
 
 namespace hal::detail {
@@ -56,24 +59,47 @@ struct LoadedBackend {
   void check(hal_status code, Describe&& describe) const {
     if (code != HAL_OK) throw Error(error(code, describe()));
   }
-  // An optional sub-table, or nullptr when absent or beyond struct_size.
+  // The optional sub-tables, each nullptr when absent or beyond struct_size.
   const hal_attention_v1* attention() const;
+  const hal_collectives_v1* collectives() const;
+  const hal_interop_v1* interop() const;
+};
+
+// The API objects' private state, for libhal's own code (the public headers
+// name it only as a friend).
+struct Access {
+  static const std::shared_ptr<LoadedBackend>& backend(const Device& device) { return device.backend_; }
+  static const std::shared_ptr<BufferState>& state(const Buffer& buffer) { return buffer.state_; }
+  static const std::shared_ptr<StreamState>& state(const Stream& stream) { return stream.state_; }
+  static const std::shared_ptr<EventState>& state(const Event& event) { return event.state_; }
+  static Device device(std::shared_ptr<LoadedBackend> backend, std::uint32_t index, DeviceInfo info) {
+    return Device(std::move(backend), index, std::move(info));
+  }
+  static Buffer buffer(std::shared_ptr<BufferState> state) { return Buffer(std::move(state)); }
+  static Stream stream(std::shared_ptr<StreamState> state) { return Stream(std::move(state)); }
+  static Event event(std::shared_ptr<EventState> state) { return Event(std::move(state)); }
 };
 
 struct BufferState {
   std::shared_ptr<LoadedBackend> backend;
   Device device;
-  hal_buffer* handle = nullptr;
+  hal_buffer* handle = nullptr;  // a view's is the viewed allocation's
   std::uint64_t size = 0;
   MemoryKind kind = MemoryKind::device;
   std::atomic<bool> freed{false};
+  // Views (Buffer::view) look into the allocation of `viewed` from byte
+  // `base` on; they release nothing themselves.
+  std::shared_ptr<BufferState> viewed;
+  std::uint64_t base = 0;
 
   BufferState(Device owner, hal_buffer* buffer, std::uint64_t bytes, MemoryKind memory_kind)
-      : backend(owner.backend()), device(std::move(owner)), handle(buffer), size(bytes), kind(memory_kind) {}
+      : backend(Access::backend(owner)), device(std::move(owner)), handle(buffer), size(bytes), kind(memory_kind) {}
   ~BufferState();
-  // Throws for a freed buffer or a range outside [0, size).
+  // Throws for a freed buffer (or a view of one) or a range outside [0, size).
   void check_usable(std::string_view operation) const;
   void check_range(std::uint64_t offset, std::uint64_t bytes, std::string_view operation) const;
+  // The plugin's name for byte `offset` of this buffer.
+  hal_tensor_ref_v1 ref(std::uint64_t offset) const { return {handle, base + offset}; }
   std::string describe() const;
 };
 

@@ -5,6 +5,8 @@
 
 #include <boost/dll/shared_library.hpp>
 
+#include "abi.hpp"
+
 namespace hal::detail {
 
 LoadedBackend::~LoadedBackend() {
@@ -17,12 +19,35 @@ Status LoadedBackend::error(hal_status code, std::string_view operation) const {
   table->get_last_error(&info);
   std::string message = std::string(operation) + " failed in the " + name + " backend";
   if (info.message != nullptr && *info.message != '\0') message += ": " + std::string(info.message);
-  return Status(static_cast<StatusCode>(code), std::move(message), info.native_code);
+  return Status(detail::from_abi(code), std::move(message), info.native_code);
 }
 
+namespace {
+
+// Whether the plugin's table is long enough to hold the field at offset.
+bool table_has(const hal_backend_v1* table, std::size_t offset, std::size_t size) {
+  return table->struct_size >= offset + size;
+}
+
+}  // namespace
+
 const hal_attention_v1* LoadedBackend::attention() const {
-  if (table->struct_size < offsetof(hal_backend_v1, attention) + sizeof(table->attention)) return nullptr;
+  if (!table_has(table, offsetof(hal_backend_v1, attention), sizeof(table->attention))) return nullptr;
   return table->attention;
+}
+
+const hal_interop_v1* LoadedBackend::interop() const {
+  if (!table_has(table, offsetof(hal_backend_v1, interop), sizeof(table->interop))) return nullptr;
+  const hal_interop_v1* interop = table->interop;
+  if (interop == nullptr || interop->struct_size < sizeof(hal_interop_v1)) return nullptr;
+  return interop;
+}
+
+const hal_collectives_v1* LoadedBackend::collectives() const {
+  if (!table_has(table, offsetof(hal_backend_v1, collectives), sizeof(table->collectives))) return nullptr;
+  const hal_collectives_v1* collectives = table->collectives;
+  if (collectives == nullptr || collectives->struct_size < sizeof(hal_collectives_v1)) return nullptr;
+  return collectives;
 }
 
 namespace {

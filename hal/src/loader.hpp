@@ -1,6 +1,8 @@
 // Internal: opening one backend plugin and checking its table.
 #pragma once
 
+#include <cstddef>
+
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -11,9 +13,11 @@
 
 namespace hal::detail {
 
-// The highest ABI libhal speaks and the smallest table it accepts for v1.
+// The highest ABI libhal speaks and the smallest table it accepts for v1:
+// the table as first published, up to the collectives; fields appended since
+// (interop) are optional and read only when struct_size covers them.
 constexpr std::uint32_t host_max_abi_version = HAL_BACKEND_ABI_VERSION;
-constexpr std::size_t minimum_backend_table_size_v1 = sizeof(hal_backend_v1);
+constexpr std::size_t minimum_backend_table_size_v1 = offsetof(hal_backend_v1, interop);
 
 struct PluginLoad {
   std::shared_ptr<LoadedBackend> backend;  // null unless state == loaded

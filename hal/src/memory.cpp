@@ -6,17 +6,22 @@ namespace hal {
 namespace detail {
 
 BufferState::~BufferState() {
-  if (!freed.exchange(true)) backend->table->buffer_free(handle);
+  if (!viewed && !freed.exchange(true)) backend->table->buffer_free(handle);
 }
 
 std::string BufferState::describe() const {
-  return "buffer of " + std::to_string(size) + " bytes (" + std::string(to_string(kind)) + ") on " + device.id();
+  const std::string what = "buffer of " + std::to_string(size) + " bytes (" + std::string(to_string(kind)) + ") on " + device.id();
+  if (!viewed) return what;
+  return "view (bytes " + std::to_string(base) + " to " + std::to_string(base + size) + ") of a " + viewed->describe();
 }
 
 void BufferState::check_usable(std::string_view operation) const {
   if (freed.load())
     throw Error(StatusCode::invalid_argument, std::string(operation) + ": the " + describe() +
                                                   " was freed; allocate a new buffer instead of reusing a freed one");
+  if (viewed && viewed->freed.load())
+    throw Error(StatusCode::invalid_argument, std::string(operation) + ": the " + describe() +
+                                                  " is a view of a buffer that was freed");
 }
 
 void BufferState::check_range(std::uint64_t offset, std::uint64_t bytes, std::string_view operation) const {
@@ -59,17 +64,17 @@ Device Buffer::device() const { return usable_state(state_, "Buffer::device").de
 
 void* Buffer::host_address() const {
   const auto& state = usable_state(state_, "Buffer::host_address");
-  void* address = state.backend->table->buffer_host_address(state.handle);
+  auto* address = static_cast<char*>(state.backend->table->buffer_host_address(state.handle));
   if (address == nullptr)
     throw Error(StatusCode::unsupported, "the " + state.describe() +
                                              " is not mapped into host memory; copy it with read() or use "
                                              "host_pinned/managed memory");
-  return address;
+  return address + state.base;
 }
 
 void* Buffer::device_address() const {
   const auto& state = usable_state(state_, "Buffer::device_address");
-  return state.backend->table->buffer_device_address(state.handle);
+  return static_cast<char*>(state.backend->table->buffer_device_address(state.handle)) + state.base;
 }
 
 void Buffer::write(std::uint64_t offset, const void* source, std::uint64_t size) const {
@@ -77,7 +82,7 @@ void Buffer::write(std::uint64_t offset, const void* source, std::uint64_t size)
   state.check_range(offset, size, "Buffer::write");
   if (size == 0) return;
   if (source == nullptr) throw Error(StatusCode::invalid_argument, "Buffer::write: source pointer is null");
-  state.backend->check(state.backend->table->copy_host_to_device(nullptr, state.handle, offset, source, size),
+  state.backend->check(state.backend->table->copy_host_to_device(nullptr, state.handle, state.base + offset, source, size),
                        [&] { return "writing " + std::to_string(size) + " bytes to the " + state.describe(); });
 }
 
@@ -86,7 +91,7 @@ void Buffer::read(std::uint64_t offset, void* destination, std::uint64_t size) c
   state.check_range(offset, size, "Buffer::read");
   if (size == 0) return;
   if (destination == nullptr) throw Error(StatusCode::invalid_argument, "Buffer::read: destination pointer is null");
-  state.backend->check(state.backend->table->copy_device_to_host(nullptr, destination, state.handle, offset, size),
+  state.backend->check(state.backend->table->copy_device_to_host(nullptr, destination, state.handle, state.base + offset, size),
                        [&] { return "reading " + std::to_string(size) + " bytes from the " + state.describe(); });
 }
 
@@ -102,8 +107,8 @@ void Buffer::copy_from(std::uint64_t offset, const Buffer& source, std::uint64_t
                                              "; copies between backends go through host memory (read, then write)");
   if (size == 0) return;
   destination_state.backend->check(
-      destination_state.backend->table->copy_device_to_device(nullptr, destination_state.handle, offset,
-                                                              source_state.handle, source_offset, size),
+      destination_state.backend->table->copy_device_to_device(nullptr, destination_state.handle, destination_state.base + offset,
+                                                              source_state.handle, source_state.base + source_offset, size),
       [&] {
         return "copying " + std::to_string(size) + " bytes from the " + source_state.describe() + " to the " +
                destination_state.describe();
@@ -115,14 +120,24 @@ void Buffer::fill(std::uint64_t offset, std::uint64_t size, std::uint32_t patter
   state.check_range(offset, size, "Buffer::fill");
   detail::check_fill_arguments(offset, size, pattern_size, "Buffer::fill");
   if (size == 0) return;
-  state.backend->check(state.backend->table->fill(nullptr, state.handle, offset, size, &pattern, pattern_size),
+  state.backend->check(state.backend->table->fill(nullptr, state.handle, state.base + offset, size, &pattern, pattern_size),
                        [&] { return "filling " + std::to_string(size) + " bytes of the " + state.describe(); });
+}
+
+Buffer Buffer::view(std::uint64_t offset, std::uint64_t size) const {
+  const auto& state = usable_state(state_, "Buffer::view");
+  state.check_range(offset, size, "Buffer::view");
+  auto view = std::make_shared<detail::BufferState>(state.device, state.handle, size, state.kind);
+  view->viewed = state.viewed ? state.viewed : state_;
+  view->base = state.base + offset;
+  return detail::Access::buffer(std::move(view));
 }
 
 void Buffer::free() {
   const auto& state = usable_state(state_, "Buffer::free");
   if (state_->freed.exchange(true))
     throw Error(StatusCode::invalid_argument, "Buffer::free: the " + state.describe() + " was already freed");
+  if (state.viewed) return;  // a view owns nothing; it is just unusable from now on
   state.backend->check(state.backend->table->buffer_free(state.handle),
                        [&] { return "freeing the " + state.describe(); });
 }

@@ -8,6 +8,7 @@
 #include <boost/dll/runtime_symbol_info.hpp>
 
 #include "hal/capabilities.hpp"
+#include "abi.hpp"
 #include "loader.hpp"
 
 namespace hal {
@@ -182,7 +183,7 @@ DeviceInfo convert_device_info(const std::string& backend, std::uint32_t index, 
   DeviceInfo info;
   info.backend = backend;
   info.index = index;
-  info.type = static_cast<DeviceType>(raw.type);
+  info.type = detail::from_abi(raw.type);
   info.name = text(raw.name);
   info.vendor = text(raw.vendor);
   info.uuid = text(raw.uuid);
@@ -231,7 +232,7 @@ bool enumerate_devices(const std::shared_ptr<detail::LoadedBackend>& backend, Ba
       report.reason = backend->error(code, "reading device " + std::to_string(index)).message();
       return false;
     }
-    found.emplace_back(backend, index, convert_device_info(report.name, index, raw));
+    found.push_back(detail::Access::device(backend, index, convert_device_info(report.name, index, raw)));
   }
   report.device_count = count;
   devices.insert(devices.end(), found.begin(), found.end());

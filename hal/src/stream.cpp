@@ -5,6 +5,7 @@
 
 #include "hal/event.hpp"
 #include "hal/memory.hpp"
+#include "abi.hpp"
 #include "loaded_backend.hpp"
 
 namespace hal {
@@ -18,13 +19,13 @@ thread_local const hal_stream* stream_of_running_callback = nullptr;
 
 StreamState::~StreamState() {
   if (stream_of_running_callback != handle) {
-    device.backend()->table->stream_destroy(handle);
+    detail::Access::backend(device)->table->stream_destroy(handle);
     return;
   }
   // The last reference went away inside one of the stream's own callbacks:
   // destroying it here would wait for the very thread that runs them.
   try {
-    std::thread([owner = device, stream = handle] { owner.backend()->table->stream_destroy(stream); }).detach();
+    std::thread([owner = device, stream = handle] { detail::Access::backend(owner)->table->stream_destroy(stream); }).detach();
   } catch (const std::system_error& error) {
     log_message(HAL_LOG_ERROR, std::string("cannot start a thread to destroy a stream of ") + device.id() +
                                    ", so it is leaked: " + error.what());
@@ -71,7 +72,7 @@ struct HostCallback {
     detail::stream_of_running_callback = self->stream;
     Status stream_status = status == HAL_OK
                                ? Status::ok()
-                               : Status(static_cast<StatusCode>(status), "an earlier operation on the stream failed");
+                               : Status(detail::from_abi(status), "an earlier operation on the stream failed");
     try {
       self->callback(stream_status);
     } catch (const std::exception& error) {
@@ -92,12 +93,12 @@ void Stream::copy_to_device(const Buffer& destination, std::uint64_t destination
                             std::uint64_t size) const {
   constexpr std::string_view operation = "Stream::copy_to_device";
   const auto& stream = usable_stream(state_, operation);
-  const auto& buffer = buffer_on_stream_device(stream, destination.state(), operation);
+  const auto& buffer = buffer_on_stream_device(stream, detail::Access::state(destination), operation);
   buffer.check_range(destination_offset, size, operation);
   check_host_pointer(source, size, operation);
   if (size == 0) return;
   buffer.backend->check(
-      buffer.backend->table->copy_host_to_device(stream.handle, buffer.handle, destination_offset, source, size),
+      buffer.backend->table->copy_host_to_device(stream.handle, buffer.handle, buffer.base + destination_offset, source, size),
       [&] { return "enqueueing a copy of " + std::to_string(size) + " bytes to the " + buffer.describe(); });
 }
 
@@ -105,12 +106,12 @@ void Stream::copy_to_host(void* destination, const Buffer& source, std::uint64_t
                           std::uint64_t size) const {
   constexpr std::string_view operation = "Stream::copy_to_host";
   const auto& stream = usable_stream(state_, operation);
-  const auto& buffer = buffer_on_stream_device(stream, source.state(), operation);
+  const auto& buffer = buffer_on_stream_device(stream, detail::Access::state(source), operation);
   buffer.check_range(source_offset, size, operation);
   check_host_pointer(destination, size, operation);
   if (size == 0) return;
   buffer.backend->check(
-      buffer.backend->table->copy_device_to_host(stream.handle, destination, buffer.handle, source_offset, size),
+      buffer.backend->table->copy_device_to_host(stream.handle, destination, buffer.handle, buffer.base + source_offset, size),
       [&] { return "enqueueing a copy of " + std::to_string(size) + " bytes from the " + buffer.describe(); });
 }
 
@@ -118,8 +119,8 @@ void Stream::copy(const Buffer& destination, std::uint64_t destination_offset, c
                   std::uint64_t source_offset, std::uint64_t size) const {
   constexpr std::string_view operation = "Stream::copy";
   const auto& stream = usable_stream(state_, operation);
-  const auto& destination_state = detail::usable_state(destination.state(), operation);
-  const auto& source_state = detail::usable_state(source.state(), operation);
+  const auto& destination_state = detail::usable_state(detail::Access::state(destination), operation);
+  const auto& source_state = detail::usable_state(detail::Access::state(source), operation);
   // Peer copies are allowed: one side on the stream's device is enough.
   if (!(destination_state.device == stream.device) && !(source_state.device == stream.device))
     throw Error(StatusCode::invalid_argument, std::string(operation) + ": neither the source (" +
@@ -133,9 +134,9 @@ void Stream::copy(const Buffer& destination, std::uint64_t destination_offset, c
   destination_state.check_range(destination_offset, size, "Stream::copy (destination)");
   source_state.check_range(source_offset, size, "Stream::copy (source)");
   if (size == 0) return;
-  stream.device.backend()->check(
-      stream.device.backend()->table->copy_device_to_device(stream.handle, destination_state.handle, destination_offset,
-                                                            source_state.handle, source_offset, size),
+  detail::Access::backend(stream.device)->check(
+      detail::Access::backend(stream.device)->table->copy_device_to_device(stream.handle, destination_state.handle, destination_state.base + destination_offset,
+                                                            source_state.handle, source_state.base + source_offset, size),
       [&] {
         return "enqueueing a copy of " + std::to_string(size) + " bytes from the " + source_state.describe() +
                " to the " + destination_state.describe();
@@ -146,35 +147,35 @@ void Stream::fill(const Buffer& destination, std::uint64_t offset, std::uint64_t
                   std::uint32_t pattern_size) const {
   constexpr std::string_view operation = "Stream::fill";
   const auto& stream = usable_stream(state_, operation);
-  const auto& buffer = buffer_on_stream_device(stream, destination.state(), operation);
+  const auto& buffer = buffer_on_stream_device(stream, detail::Access::state(destination), operation);
   buffer.check_range(offset, size, operation);
   detail::check_fill_arguments(offset, size, pattern_size, operation);
   if (size == 0) return;
   buffer.backend->check(
-      buffer.backend->table->fill(stream.handle, buffer.handle, offset, size, &pattern, pattern_size),
+      buffer.backend->table->fill(stream.handle, buffer.handle, buffer.base + offset, size, &pattern, pattern_size),
       [&] { return "enqueueing a fill of " + std::to_string(size) + " bytes of the " + buffer.describe(); });
 }
 
 void Stream::record(const Event& event) const {
   const auto& stream = usable_stream(state_, "Stream::record");
-  if (!event.state()) throw Error(StatusCode::invalid_argument, "Stream::record: the event is empty");
-  if (!(event.state()->device == stream.device))
-    throw Error(StatusCode::invalid_argument, "Stream::record: the event belongs to " + event.state()->device.id() +
+  if (!detail::Access::state(event)) throw Error(StatusCode::invalid_argument, "Stream::record: the event is empty");
+  if (!(detail::Access::state(event)->device == stream.device))
+    throw Error(StatusCode::invalid_argument, "Stream::record: the event belongs to " + detail::Access::state(event)->device.id() +
                                                   ", the stream to " + stream.device.id() +
                                                   "; record it on a stream of its device");
-  stream.device.backend()->check(stream.device.backend()->table->event_record(event.state()->handle, stream.handle),
+  detail::Access::backend(stream.device)->check(detail::Access::backend(stream.device)->table->event_record(detail::Access::state(event)->handle, stream.handle),
                                  [&] { return "recording an event on a stream of " + stream.device.id(); });
 }
 
 void Stream::wait(const Event& event) const {
   const auto& stream = usable_stream(state_, "Stream::wait");
-  if (!event.state()) throw Error(StatusCode::invalid_argument, "Stream::wait: the event is empty");
-  if (event.state()->device.backend() != stream.device.backend())
-    throw Error(StatusCode::unsupported, "Stream::wait: the event belongs to " + event.state()->device.id() +
+  if (!detail::Access::state(event)) throw Error(StatusCode::invalid_argument, "Stream::wait: the event is empty");
+  if (detail::Access::backend(detail::Access::state(event)->device) != detail::Access::backend(stream.device))
+    throw Error(StatusCode::unsupported, "Stream::wait: the event belongs to " + detail::Access::state(event)->device.id() +
                                              ", another backend than the stream's " + stream.device.id() +
                                              "; synchronize the event on the host instead");
-  stream.device.backend()->check(
-      stream.device.backend()->table->stream_wait_event(stream.handle, event.state()->handle),
+  detail::Access::backend(stream.device)->check(
+      detail::Access::backend(stream.device)->table->stream_wait_event(stream.handle, detail::Access::state(event)->handle),
       [&] { return "making a stream of " + stream.device.id() + " wait for an event"; });
 }
 
@@ -182,25 +183,25 @@ void Stream::enqueue_host_callback(std::function<void(const Status&)> callback) 
   const auto& stream = usable_stream(state_, "Stream::enqueue_host_callback");
   if (!callback) throw Error(StatusCode::invalid_argument, "Stream::enqueue_host_callback: the callback is empty");
   auto owned =
-      std::make_unique<HostCallback>(HostCallback{std::move(callback), stream.device.backend(), stream.handle});
+      std::make_unique<HostCallback>(HostCallback{std::move(callback), detail::Access::backend(stream.device), stream.handle});
   const hal_status code =
-      stream.device.backend()->table->stream_host_callback(stream.handle, &HostCallback::trampoline, owned.get());
-  stream.device.backend()->check(code,
+      detail::Access::backend(stream.device)->table->stream_host_callback(stream.handle, &HostCallback::trampoline, owned.get());
+  detail::Access::backend(stream.device)->check(code,
                                  [&] { return "enqueueing a host callback on a stream of " + stream.device.id(); });
   owned.release();  // the trampoline owns it now
 }
 
 void Stream::synchronize() const {
   const auto& stream = usable_stream(state_, "Stream::synchronize");
-  stream.device.backend()->check(stream.device.backend()->table->stream_synchronize(stream.handle),
+  detail::Access::backend(stream.device)->check(detail::Access::backend(stream.device)->table->stream_synchronize(stream.handle),
                                  [&] { return "work on a stream of " + stream.device.id(); });
 }
 
 bool Stream::is_idle() const {
   const auto& stream = usable_stream(state_, "Stream::is_idle");
-  const hal_status code = stream.device.backend()->table->stream_query(stream.handle);
+  const hal_status code = detail::Access::backend(stream.device)->table->stream_query(stream.handle);
   if (code == HAL_ERROR_TIMEOUT) return false;
-  stream.device.backend()->check(code, [&] { return "querying a stream of " + stream.device.id(); });
+  detail::Access::backend(stream.device)->check(code, [&] { return "querying a stream of " + stream.device.id(); });
   return true;
 }
 

@@ -152,22 +152,22 @@ TEST_CASE("Communicator: bad arguments fail on the calling rank before anything 
   hal::Communicator comm = hal::Communicator::create(device, 0, 1, store);
   hal::Stream stream = device.create_stream();
   hal::Buffer small = device.allocate(16);
-  using hal::DataType;
+  using hal::DType;
   using hal::ReduceOp;
 
-  CHECK_THROWS_WITH_AS(comm.broadcast(small, small, 4, DataType::f32, 1, stream),
+  CHECK_THROWS_WITH_AS(comm.broadcast(small, small, 4, DType::f32, 1, stream),
                        doctest::Contains("root 1 is outside the communicator's ranks [0, 1)"), hal::Error);
-  CHECK_THROWS_WITH_AS(comm.all_reduce(small, small, 5, DataType::f32, ReduceOp::sum, stream),
+  CHECK_THROWS_WITH_AS(comm.all_reduce(small, small, 5, DType::f32, ReduceOp::sum, stream),
                        doctest::Contains("rank 0: all_reduce #"), hal::Error);
-  CHECK_THROWS_WITH_AS(comm.all_reduce(small, small, std::uint64_t{1} << 62, DataType::f64, ReduceOp::sum, stream),
+  CHECK_THROWS_WITH_AS(comm.all_reduce(small, small, std::uint64_t{1} << 62, DType::f64, ReduceOp::sum, stream),
                        doctest::Contains("overflows"), hal::Error);
-  CHECK_THROWS_WITH_AS(comm.send(small, 1, DataType::f32, 0, stream), doctest::Contains("peer 0 is this rank"),
+  CHECK_THROWS_WITH_AS(comm.send(small, 1, DType::f32, 0, stream), doctest::Contains("peer 0 is this rank"),
                        hal::Error);
-  CHECK_THROWS_WITH_AS(comm.all_reduce(hal::Buffer(), small, 1, DataType::f32, ReduceOp::sum, stream),
+  CHECK_THROWS_WITH_AS(comm.all_reduce(hal::Buffer(), small, 1, DType::f32, ReduceOp::sum, stream),
                        doctest::Contains("send buffer is empty"), hal::Error);
   CHECK_THROWS_WITH_AS(hal::Communicator::create(device, 2, 2, store), doctest::Contains("rank must be in [0, 2)"),
                        hal::Error);
-  CHECK_THROWS_WITH_AS(hal::parse_data_type("f17"), doctest::Contains("use one of f32, f64"), hal::Error);
+  CHECK_THROWS_WITH_AS(hal::require_dtype("f17"), doctest::Contains("use one of f32, f16, bf16, f64"), hal::Error);
   // Groups take point-to-point operations only.
   comm.group_start();
   CHECK_THROWS_WITH_AS(comm.barrier(stream), doctest::Contains("only send and recv can be grouped"), hal::Error);
@@ -176,7 +176,7 @@ TEST_CASE("Communicator: bad arguments fail on the calling rank before anything 
   // A world of one still runs every operation.
   const float values[4] = {1, 2, 3, 4};
   small.write(0, values, sizeof(values));
-  comm.all_reduce(small, small, 4, DataType::f32, ReduceOp::avg, stream);
+  comm.all_reduce(small, small, 4, DType::f32, ReduceOp::avg, stream);
   comm.barrier(stream);
   stream.synchronize();
   float result[4] = {};

@@ -22,7 +22,7 @@
 #include "hal/collectives.hpp"
 
 using hal::BufferView;
-using hal::DataType;
+using hal::DType;
 using hal::ReduceOp;
 
 namespace {
@@ -53,42 +53,42 @@ float float_from_bf16(std::uint16_t half) {
   return value;
 }
 
-void store_value(DataType type, void* base, std::size_t i, double value) {
+void store_value(DType type, void* base, std::size_t i, double value) {
   switch (type) {
-    case DataType::f32: static_cast<float*>(base)[i] = static_cast<float>(value); break;
-    case DataType::f64: static_cast<double*>(base)[i] = value; break;
-    case DataType::f16: static_cast<_Float16*>(base)[i] = static_cast<_Float16>(static_cast<float>(value)); break;
-    case DataType::bf16: static_cast<std::uint16_t*>(base)[i] = bf16_from_float(static_cast<float>(value)); break;
+    case DType::f32: static_cast<float*>(base)[i] = static_cast<float>(value); break;
+    case DType::f64: static_cast<double*>(base)[i] = value; break;
+    case DType::f16: static_cast<_Float16*>(base)[i] = static_cast<_Float16>(static_cast<float>(value)); break;
+    case DType::bf16: static_cast<std::uint16_t*>(base)[i] = bf16_from_float(static_cast<float>(value)); break;
     // Integers wrap like the two's-complement arithmetic of the backend.
-    case DataType::i8: static_cast<std::int8_t*>(base)[i] = static_cast<std::int8_t>(static_cast<std::int64_t>(value)); break;
-    case DataType::u8: static_cast<std::uint8_t*>(base)[i] = static_cast<std::uint8_t>(static_cast<std::int64_t>(value)); break;
-    case DataType::i32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(static_cast<std::int64_t>(value)); break;
-    case DataType::i64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(value); break;
+    case DType::i8: static_cast<std::int8_t*>(base)[i] = static_cast<std::int8_t>(static_cast<std::int64_t>(value)); break;
+    case DType::u8: static_cast<std::uint8_t*>(base)[i] = static_cast<std::uint8_t>(static_cast<std::int64_t>(value)); break;
+    case DType::i32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(static_cast<std::int64_t>(value)); break;
+    case DType::i64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(value); break;
   }
 }
 
-double load_value(DataType type, const void* base, std::size_t i) {
+double load_value(DType type, const void* base, std::size_t i) {
   switch (type) {
-    case DataType::f32: return static_cast<const float*>(base)[i];
-    case DataType::f64: return static_cast<const double*>(base)[i];
-    case DataType::f16: return static_cast<float>(static_cast<const _Float16*>(base)[i]);
-    case DataType::bf16: return float_from_bf16(static_cast<const std::uint16_t*>(base)[i]);
-    case DataType::i8: return static_cast<const std::int8_t*>(base)[i];
-    case DataType::u8: return static_cast<const std::uint8_t*>(base)[i];
-    case DataType::i32: return static_cast<const std::int32_t*>(base)[i];
-    case DataType::i64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
+    case DType::f32: return static_cast<const float*>(base)[i];
+    case DType::f64: return static_cast<const double*>(base)[i];
+    case DType::f16: return static_cast<float>(static_cast<const _Float16*>(base)[i]);
+    case DType::bf16: return float_from_bf16(static_cast<const std::uint16_t*>(base)[i]);
+    case DType::i8: return static_cast<const std::int8_t*>(base)[i];
+    case DType::u8: return static_cast<const std::uint8_t*>(base)[i];
+    case DType::i32: return static_cast<const std::int32_t*>(base)[i];
+    case DType::i64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
   }
   return 0;
 }
 
-double round_to(DataType type, double value) {
+double round_to(DType type, double value) {
   std::int64_t scratch = 0;
   store_value(type, &scratch, 0, value);
   return load_value(type, &scratch, 0);
 }
 
-bool is_integer(DataType type) {
-  return type == DataType::i8 || type == DataType::u8 || type == DataType::i32 || type == DataType::i64;
+bool is_integer(DType type) {
+  return type == DType::i8 || type == DType::u8 || type == DType::i32 || type == DType::i64;
 }
 
 // Rank r's input element i: small integers, exact in every type.
@@ -97,7 +97,7 @@ double input_of(int rank, std::size_t i) { return 1 + static_cast<double>((rank 
 // The reduction of element i over every rank, as the backend computes it:
 // exactly (small integers), then avg divides in the type's arithmetic
 // (f32 for f32/f16/bf16), then one rounding into the type.
-double reduced(DataType type, ReduceOp op, int world, std::size_t i) {
+double reduced(DType type, ReduceOp op, int world, std::size_t i) {
   double result = input_of(0, i);
   for (int r = 1; r < world; ++r) {
     const double v = input_of(r, i);
@@ -111,7 +111,7 @@ double reduced(DataType type, ReduceOp op, int world, std::size_t i) {
   if (op == ReduceOp::avg) {
     if (is_integer(type))
       return round_to(type, static_cast<double>(static_cast<std::int64_t>(round_to(type, result)) / world));
-    if (type == DataType::f64) return result / world;
+    if (type == DType::f64) return result / world;
     return round_to(type, static_cast<float>(result) / static_cast<float>(world));
   }
   return round_to(type, result);
@@ -145,8 +145,8 @@ struct Context {
   int rank = 0, world = 1;
 };
 
-std::vector<std::uint8_t> host_block(DataType type, std::size_t count, const std::function<double(std::size_t)>& value) {
-  std::vector<std::uint8_t> bytes(std::max<std::size_t>(count * hal::size_of(type), 1));
+std::vector<std::uint8_t> host_block(DType type, std::size_t count, const std::function<double(std::size_t)>& value) {
+  std::vector<std::uint8_t> bytes(std::max<std::size_t>(count * hal::size_in_bytes(type), 1));
   for (std::size_t i = 0; i < count; ++i) store_value(type, bytes.data(), i, value(i));
   return bytes;
 }
@@ -159,11 +159,11 @@ hal::Buffer upload(Context& context, const std::vector<std::uint8_t>& bytes) {
 }
 
 // Compares count elements of actual against expected(i); names the case.
-void compare(const std::string& name, DataType type, const std::vector<std::uint8_t>& actual, std::size_t offset,
+void compare(const std::string& name, DType type, const std::vector<std::uint8_t>& actual, std::size_t offset,
              std::size_t count, const std::function<double(std::size_t)>& expected) {
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < count; ++i) {
-    const double got = load_value(type, actual.data() + offset * hal::size_of(type), i);
+    const double got = load_value(type, actual.data() + offset * hal::size_in_bytes(type), i);
     const double want = expected(i);
     if (got != want) {
       if (wrong == 0)
@@ -174,13 +174,13 @@ void compare(const std::string& name, DataType type, const std::vector<std::uint
   EXPECT(wrong == 0, name << ": " << wrong << " of " << count << " elements wrong");
 }
 
-constexpr DataType all_types[] = {DataType::f32, DataType::f64, DataType::f16, DataType::bf16,
-                                  DataType::i8,  DataType::u8,  DataType::i32, DataType::i64};
+constexpr DType all_types[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
+                                  DType::i8,  DType::u8,  DType::i32, DType::i64};
 constexpr ReduceOp all_reduce_ops[] = {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
 
 // Runs every operation once for (type, count, in_place) and checks it.
-void run_all_operations(Context& c, DataType type, std::size_t count, bool in_place) {
-  const std::size_t size = hal::size_of(type);
+void run_all_operations(Context& c, DType type, std::size_t count, bool in_place) {
+  const std::size_t size = hal::size_in_bytes(type);
   const int n = c.world, r = c.rank;
   const std::string tag = std::string(hal::to_string(type)) + " count " + std::to_string(count) +
                           (in_place ? " in-place" : " out-of-place") + " rank " + std::to_string(r) + "/" +
@@ -314,17 +314,17 @@ Context connect(const hal::Runtime& runtime, std::chrono::milliseconds timeout =
 
 void scenario_ops(const hal::Runtime& runtime) {
   Context c = connect(runtime);
-  for (const DataType type : all_types)
+  for (const DType type : all_types)
     for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000}})
       for (const bool in_place : {false, true}) run_all_operations(c, type, count, in_place);
   // A large count, for the multi-segment paths of the ring algorithms.
-  for (const DataType type : {DataType::f32, DataType::bf16})
+  for (const DType type : {DType::f32, DType::bf16})
     for (const bool in_place : {false, true}) {
       const std::size_t count = (std::size_t{1} << 20) + 3;
       hal::Buffer send = upload(c, host_block(type, count, [&](std::size_t i) { return input_of(c.rank, i); }));
-      hal::Buffer recv = in_place ? send : c.device.allocate(count * hal::size_of(type));
+      hal::Buffer recv = in_place ? send : c.device.allocate(count * hal::size_in_bytes(type));
       c.comm.all_reduce(send, recv, count, type, ReduceOp::sum, c.stream);
-      std::vector<std::uint8_t> result(count * hal::size_of(type));
+      std::vector<std::uint8_t> result(count * hal::size_in_bytes(type));
       c.stream.copy_to_host(result.data(), recv, 0, result.size());
       c.stream.synchronize();
       compare("large all_reduce " + std::string(hal::to_string(type)), type, result, 0, count,
@@ -347,7 +347,7 @@ void scenario_split(const hal::Runtime& runtime) {
   const std::int64_t mine = c.rank;
   hal::Buffer buffer = c.device.allocate(sizeof(mine));
   c.stream.copy_to_device(buffer, 0, &mine, sizeof(mine));
-  child.all_reduce(buffer, buffer, 1, DataType::i64, ReduceOp::sum, c.stream);
+  child.all_reduce(buffer, buffer, 1, DType::i64, ReduceOp::sum, c.stream);
   std::int64_t sum = 0;
   c.stream.copy_to_host(&sum, buffer, 0, sizeof(sum));
   c.stream.synchronize();
@@ -370,18 +370,18 @@ void scenario_p2p(const hal::Runtime& runtime) {
   Context c = connect(runtime);
   const int right = (c.rank + 1) % c.world, left = (c.rank + c.world - 1) % c.world;
   for (const std::size_t count : {std::size_t{0}, std::size_t{5}, std::size_t{100000}}) {
-    const auto data = host_block(DataType::i32, count, [&](std::size_t i) { return input_of(c.rank, i); });
+    const auto data = host_block(DType::i32, count, [&](std::size_t i) { return input_of(c.rank, i); });
     hal::Buffer send = upload(c, data);
     hal::Buffer recv = c.device.allocate(data.size());
     {
       hal::Group group(c.comm);  // both directions at once: no deadlock
-      c.comm.send(send, count, DataType::i32, right, c.stream);
-      c.comm.recv(recv, count, DataType::i32, left, c.stream);
+      c.comm.send(send, count, DType::i32, right, c.stream);
+      c.comm.recv(recv, count, DType::i32, left, c.stream);
     }
     std::vector<std::uint8_t> result(data.size());
     c.stream.copy_to_host(result.data(), recv, 0, result.size());
     c.stream.synchronize();
-    compare("ring send/recv count " + std::to_string(count), DataType::i32, result, 0, count,
+    compare("ring send/recv count " + std::to_string(count), DType::i32, result, 0, count,
             [&](std::size_t i) { return input_of(left, i); });
   }
 }
@@ -393,7 +393,7 @@ int scenario_kill(const hal::Runtime& runtime, int victim) {
   Context c = connect(runtime, timeout);
   hal::Buffer buffer = c.device.allocate(1 << 20);
   for (int round = 0; round < 3; ++round) {
-    c.comm.all_reduce(buffer, buffer, (1 << 20) / 4, DataType::f32, ReduceOp::sum, c.stream);
+    c.comm.all_reduce(buffer, buffer, (1 << 20) / 4, DType::f32, ReduceOp::sum, c.stream);
     c.stream.synchronize();
   }
   if (c.rank == victim) {
@@ -402,7 +402,7 @@ int scenario_kill(const hal::Runtime& runtime, int victim) {
   }
   const auto start = std::chrono::steady_clock::now();
   try {
-    c.comm.all_reduce(buffer, buffer, (1 << 20) / 4, DataType::f32, ReduceOp::sum, c.stream);
+    c.comm.all_reduce(buffer, buffer, (1 << 20) / 4, DType::f32, ReduceOp::sum, c.stream);
     c.stream.synchronize();
     std::cout << "FAILED: the all_reduce succeeded although rank " << victim << " was killed" << std::endl;
     return 1;
@@ -422,10 +422,10 @@ int scenario_kill(const hal::Runtime& runtime, int victim) {
 void scenario_mismatch(const hal::Runtime& runtime) {
   Context c = connect(runtime, std::chrono::seconds(5));
   hal::Buffer buffer = c.device.allocate(64);
-  c.comm.all_reduce(buffer, buffer, 4, DataType::f32, ReduceOp::sum, c.stream);  // agrees
+  c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);  // agrees
   c.stream.synchronize();
   try {
-    c.comm.all_reduce(buffer, buffer, c.rank == 1 ? 5 : 4, DataType::f32, ReduceOp::sum, c.stream);
+    c.comm.all_reduce(buffer, buffer, c.rank == 1 ? 5 : 4, DType::f32, ReduceOp::sum, c.stream);
     c.stream.synchronize();
     EXPECT(false, "the mismatched all_reduce succeeded");
   } catch (const hal::Error& error) {
@@ -437,7 +437,7 @@ void scenario_mismatch(const hal::Runtime& runtime) {
     EXPECT(text.find("all_reduce #1") != std::string::npos, "the error names the sequence number");
   }
   // The communicator is still usable: nothing reached the transport.
-  c.comm.all_reduce(buffer, buffer, 4, DataType::f32, ReduceOp::sum, c.stream);
+  c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);
   c.stream.synchronize();
 }
 
@@ -452,7 +452,7 @@ void scenario_abort(const hal::Runtime& runtime) {
       c.comm.abort();
     });
     try {
-      c.comm.all_reduce(buffer, buffer, 4, DataType::f32, ReduceOp::sum, c.stream);
+      c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);
       c.stream.synchronize();
       EXPECT(false, "the aborted all_reduce succeeded");
     } catch (const hal::Error& error) {
@@ -477,7 +477,7 @@ int scenario_leave(const hal::Runtime& runtime, int victim) {
   Context c = connect(runtime, std::chrono::seconds(3));
   hal::Buffer buffer = c.device.allocate(1 << 16);
   for (int round = 0; round < 3; ++round) {
-    c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DataType::f32, ReduceOp::sum, c.stream);
+    c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DType::f32, ReduceOp::sum, c.stream);
     c.stream.synchronize();
   }
   if (c.rank == victim) {
@@ -487,7 +487,7 @@ int scenario_leave(const hal::Runtime& runtime, int victim) {
   }
   const auto start = std::chrono::steady_clock::now();
   try {
-    c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DataType::f32, ReduceOp::sum, c.stream);
+    c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DType::f32, ReduceOp::sum, c.stream);
     c.stream.synchronize();
     std::cout << "FAILED: the all_reduce succeeded although rank " << victim << " left" << std::endl;
     return 1;
@@ -567,12 +567,12 @@ void scenario_fault(const hal::Runtime& runtime) {
   Context c = connect(runtime, std::chrono::milliseconds(1500));
   hal::Buffer buffer = c.device.allocate(256);
   for (int round = 0; round < 2; ++round) {
-    c.comm.all_reduce(buffer, buffer, 64, DataType::f32, ReduceOp::sum, c.stream);
+    c.comm.all_reduce(buffer, buffer, 64, DType::f32, ReduceOp::sum, c.stream);
     c.stream.synchronize();
   }
   const auto start = std::chrono::steady_clock::now();
   try {
-    c.comm.all_reduce(buffer, buffer, 64, DataType::f32, ReduceOp::sum, c.stream);
+    c.comm.all_reduce(buffer, buffer, 64, DType::f32, ReduceOp::sum, c.stream);
     c.stream.synchronize();
     EXPECT(false, "the all_reduce succeeded despite the injected fault");
   } catch (const hal::Error& error) {
@@ -583,7 +583,7 @@ void scenario_fault(const hal::Runtime& runtime) {
     EXPECT(async.code() == error.code(), "async_error() reports it too: " << async.message());
   }
   try {  // a broken communicator refuses further work at once
-    c.comm.all_reduce(buffer, buffer, 64, DataType::f32, ReduceOp::sum, c.stream);
+    c.comm.all_reduce(buffer, buffer, 64, DType::f32, ReduceOp::sum, c.stream);
     EXPECT(false, "the broken communicator accepted another all_reduce");
   } catch (const hal::Error& error) {
     EXPECT(std::string(error.what()).find("failed before") != std::string::npos, "names the earlier failure");
@@ -594,11 +594,11 @@ void scenario_fault(const hal::Runtime& runtime) {
 // from grouped send/recv; bf16 and avg are clear unsupported errors.
 void scenario_legacy(const hal::Runtime& runtime) {
   Context c = connect(runtime);
-  for (const DataType type : {DataType::f32, DataType::i8, DataType::f16})
+  for (const DType type : {DType::f32, DType::i8, DType::f16})
     for (const std::size_t count : {std::size_t{1}, std::size_t{33}})
       for (const bool in_place : {false, true}) {
         // Everything but avg, which this library lacks.
-        const std::size_t size = hal::size_of(type);
+        const std::size_t size = hal::size_in_bytes(type);
         const int n = c.world, r = c.rank;
         const auto mine = [&](std::size_t i) { return input_of(r, i); };
         std::vector<std::uint8_t> result(count * n * size);
@@ -630,8 +630,8 @@ void scenario_legacy(const hal::Runtime& runtime) {
         compare("legacy scatter", type, result, 0, count, [&](std::size_t i) { return input_of(0, r * count + i); });
       }
   hal::Buffer buffer = c.device.allocate(64);
-  for (const auto& [type, op, what] : {std::tuple{DataType::bf16, ReduceOp::sum, "bf16"},
-                                       std::tuple{DataType::f32, ReduceOp::avg, "avg"}}) {
+  for (const auto& [type, op, what] : {std::tuple{DType::bf16, ReduceOp::sum, "bf16"},
+                                       std::tuple{DType::f32, ReduceOp::avg, "avg"}}) {
     try {
       c.comm.all_reduce(buffer, buffer, 4, type, op, c.stream);
       EXPECT(false, "the legacy library ran a " << what << " all_reduce");

@@ -23,7 +23,9 @@
 // must be measured with the same instruction-set path and thread pool size
 // the flash kernels use, and the FLOP count must be the one the host
 // benchmarks and tests use. Both are plain computations on the CPU; no
-// attention call goes through them.
+// attention call goes through them. abi.hpp turns AttentionParams into the
+// ABI form they take.
+#include "abi.hpp"
 #include "attention/attention_bench.hpp"
 #include "attention/fma_peak.hpp"
 #include "attention/half.hpp"
@@ -238,7 +240,7 @@ class Runner {
       skips.push_back({implementation, seq, direction, reason});
       return;
     }
-    const double flops = hal::host::attention_flops(params.resolve(), backward);
+    const double flops = hal::host::attention_flops(hal::detail::to_abi(params), backward);
     if (const std::optional<std::string> reason =
             too_big(implementation, direction, seq, flops, candidate->workspace_bytes)) {
       skips.push_back({implementation, seq, direction, *reason});
@@ -327,7 +329,7 @@ class Runner {
     const bool backward = direction == Direction::backward;
     Tensors tensors = make_tensors(device_, params, backward);
     const CallTime time = time_calls(params, backward, {{implementation}}, tensors, 1).front();
-    const double flops = hal::host::attention_flops(params.resolve(), backward);
+    const double flops = hal::host::attention_flops(hal::detail::to_abi(params), backward);
     rates_.push_back({implementation, direction, calibration_seq, flops / (time.event_ms * 1e-3) * 1e-9});
     return rates_.back();
   }

@@ -44,7 +44,7 @@ struct Options {
   bool check = true;
   Collective collective = Collective::all_reduce;
   hal::ReduceOp op = hal::ReduceOp::sum;
-  hal::DataType type = hal::DataType::f32;
+  hal::DType type = hal::DType::f32;
   int root = 0;
   bool json = false;
   bool gloo_baseline = true;
@@ -119,7 +119,7 @@ Options parse(int argc, char** argv) {
     else if (flag == "-w" || flag == "--warmup_iters") options.warmups = integer(0);
     else if (flag == "-c" || flag == "--check") options.check = integer(0) != 0;
     else if (flag == "-o" || flag == "--op") options.op = hal::parse_reduce_op(value());
-    else if (flag == "-d" || flag == "--datatype") options.type = hal::parse_data_type(value());
+    else if (flag == "-d" || flag == "--datatype") options.type = hal::require_dtype(value());
     else if (flag == "-r" || flag == "--root") options.root = integer(0);
     else if (flag == "--device") options.device = value();
     else if (flag == "--json") options.json = true;
@@ -176,8 +176,8 @@ double expected_value(const Options& options, int ranks, int rank, std::uint64_t
       case hal::ReduceOp::max: result = ranks; break;
       case hal::ReduceOp::avg: {
         const double sum = ranks * (ranks + 1) / 2.0;
-        const bool integer = options.type == hal::DataType::i8 || options.type == hal::DataType::u8 ||
-                             options.type == hal::DataType::i32 || options.type == hal::DataType::i64;
+        const bool integer = options.type == hal::DType::i8 || options.type == hal::DType::u8 ||
+                             options.type == hal::DType::i32 || options.type == hal::DType::i64;
         result = integer ? static_cast<double>(static_cast<long long>(sum) / ranks) : sum / ranks;
       } break;
     }
@@ -192,28 +192,28 @@ double expected_value(const Options& options, int ranks, int rank, std::uint64_t
   return 0;
 }
 
-void store_element(hal::DataType type, void* base, std::size_t i, double value) {
+void store_element(hal::DType type, void* base, std::size_t i, double value) {
   switch (type) {
-    case hal::DataType::f32: static_cast<float*>(base)[i] = static_cast<float>(value); break;
-    case hal::DataType::f64: static_cast<double*>(base)[i] = value; break;
-    case hal::DataType::f16: static_cast<_Float16*>(base)[i] = static_cast<_Float16>(static_cast<float>(value)); break;
-    case hal::DataType::bf16: {
+    case hal::DType::f32: static_cast<float*>(base)[i] = static_cast<float>(value); break;
+    case hal::DType::f64: static_cast<double*>(base)[i] = value; break;
+    case hal::DType::f16: static_cast<_Float16*>(base)[i] = static_cast<_Float16>(static_cast<float>(value)); break;
+    case hal::DType::bf16: {
       const float f = static_cast<float>(value);
       std::uint32_t bits;
       std::memcpy(&bits, &f, sizeof(bits));
       static_cast<std::uint16_t*>(base)[i] = static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
     } break;
-    case hal::DataType::i8: static_cast<std::int8_t*>(base)[i] = static_cast<std::int8_t>(static_cast<long long>(value)); break;
-    case hal::DataType::u8: static_cast<std::uint8_t*>(base)[i] = static_cast<std::uint8_t>(static_cast<long long>(value)); break;
-    case hal::DataType::i32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(value); break;
-    case hal::DataType::i64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(value); break;
+    case hal::DType::i8: static_cast<std::int8_t*>(base)[i] = static_cast<std::int8_t>(static_cast<long long>(value)); break;
+    case hal::DType::u8: static_cast<std::uint8_t*>(base)[i] = static_cast<std::uint8_t>(static_cast<long long>(value)); break;
+    case hal::DType::i32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(value); break;
+    case hal::DType::i64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(value); break;
   }
 }
 
-bool same_element(hal::DataType type, const void* actual, std::size_t i, double expected) {
+bool same_element(hal::DType type, const void* actual, std::size_t i, double expected) {
   std::int64_t reference = 0;
   store_element(type, &reference, 0, expected);
-  const std::size_t size = hal::size_of(type);
+  const std::size_t size = hal::size_in_bytes(type);
   return std::memcmp(static_cast<const std::uint8_t*>(actual) + i * size, &reference, size) == 0;
 }
 
@@ -251,15 +251,15 @@ struct Row {
 namespace mpi = hal::shims::mpi;
 
 // The type MPI reduces natively, or nullptr (f16/bf16 have none).
-mpi::Datatype mpi_type_of(const mpi::Library& library, hal::DataType type) {
+mpi::Datatype mpi_type_of(const mpi::Library& library, hal::DType type) {
   switch (type) {
-    case hal::DataType::f32: return library.float32;
-    case hal::DataType::f64: return library.float64;
-    case hal::DataType::i8: return library.int8;
-    case hal::DataType::u8: return library.uint8;
-    case hal::DataType::i32: return library.int32;
-    case hal::DataType::i64: return library.int64;
-    case hal::DataType::f16: case hal::DataType::bf16: break;
+    case hal::DType::f32: return library.float32;
+    case hal::DType::f64: return library.float64;
+    case hal::DType::i8: return library.int8;
+    case hal::DType::u8: return library.uint8;
+    case hal::DType::i32: return library.int32;
+    case hal::DType::i64: return library.int64;
+    case hal::DType::f16: case hal::DType::bf16: break;
   }
   return nullptr;
 }
@@ -336,7 +336,7 @@ int run_collective_benchmark(int argc, char** argv) {
 
   std::shared_ptr<gloo::Context> gloo_context;
   const bool gloo_has_it = options.collective != Collective::reduce_scatter && options.collective != Collective::reduce &&
-                           options.type == hal::DataType::f32 && options.op == hal::ReduceOp::sum;
+                           options.type == hal::DType::f32 && options.op == hal::ReduceOp::sum;
   if (options.gloo_baseline && gloo_has_it) {
     gloo::transport::tcp::attr attributes;
     attributes.hostname = "127.0.0.1";
@@ -347,7 +347,7 @@ int run_collective_benchmark(int argc, char** argv) {
     gloo_context = context;
   }
 
-  const std::size_t element = hal::size_of(options.type);
+  const std::size_t element = hal::size_in_bytes(options.type);
   const double factor = bus_factor(options.collective, ranks);
   const bool gathers = options.collective == Collective::all_gather || options.collective == Collective::reduce_scatter ||
                        options.collective == Collective::all_to_all;
@@ -417,7 +417,7 @@ int run_collective_benchmark(int argc, char** argv) {
         hal::Buffer total = device.allocate(sizeof(std::int64_t));
         const std::int64_t mine = static_cast<std::int64_t>(wrong);
         total.write(0, &mine, sizeof(mine));
-        comm.all_reduce(total, total, 1, hal::DataType::i64, hal::ReduceOp::sum, stream);
+        comm.all_reduce(total, total, 1, hal::DType::i64, hal::ReduceOp::sum, stream);
         stream.synchronize();
         std::int64_t sum = 0;
         total.read(0, &sum, sizeof(sum));

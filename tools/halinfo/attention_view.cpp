@@ -65,7 +65,7 @@ hal::AttentionParams parse_attention_query(const AttentionQuery& query) {
     params.window_left = parse_count(query.window.substr(0, comma), "--window left");
     params.window_right = parse_count(query.window.substr(comma + 1), "--window right");
   }
-  params.resolve();  // reject bad shapes before explaining anything
+  params.resolved();  // reject bad shapes before explaining anything
   return params;
 }
 

@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "hal/backend_abi.h"
 #include "hal/device.hpp"
 #include "hal/dtype.hpp"
 #include "hal/memory.hpp"
@@ -15,13 +14,13 @@
 
 namespace hal {
 
-enum class AttentionImplementation { fused = HAL_ATTENTION_FUSED, flash = HAL_ATTENTION_FLASH, math = HAL_ATTENTION_MATH };
+enum class AttentionImplementation : std::uint32_t { fused = 0, flash = 1, math = 2 };
 std::string_view to_string(AttentionImplementation implementation);
 std::optional<AttentionImplementation> parse_attention_implementation(std::string_view text);
 
 // Memory order of Q, K, V, O when no explicit strides are given.
 enum class AttentionLayout { bshd, bhsd };
-enum class MaskAlignment { top_left = HAL_MASK_TOP_LEFT, bottom_right = HAL_MASK_BOTTOM_RIGHT };
+enum class MaskAlignment : std::uint32_t { top_left = 0, bottom_right = 1 };
 
 // Element strides named by axis, whatever the memory order.
 struct TensorStrides {
@@ -54,8 +53,10 @@ struct AttentionParams {
   std::optional<TensorStrides> q_strides, k_strides, v_strides, o_strides;
   std::optional<TensorStrides> grad_o_strides, grad_q_strides, grad_k_strides, grad_v_strides;
 
-  // With defaults resolved; throws invalid_argument naming any bad value.
-  hal_attention_params_v1 resolve() const;
+  // The same problem with every default made explicit (heads_kv, seq_kv,
+  // head_dim_v, softmax_scale and all eight strides set); throws
+  // invalid_argument naming any bad value.
+  AttentionParams resolved() const;
   // "b=1 hq=32 hkv=8 sq=2048 skv=2048 d=128/128 f32 bshd causal(top_left)"
   std::string describe() const;
 };

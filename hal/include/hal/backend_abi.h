@@ -335,6 +335,58 @@ typedef struct hal_collectives_v2 {
 
 typedef void (*hal_host_callback)(void* user_data, hal_status stream_status);
 
+/* ---- interop: memory and streams other code owns ------------------------- */
+
+/* DLPack's device type codes (DLDeviceType), as hal_native_device_v1 reports them. */
+#define HAL_DLPACK_CPU 1
+#define HAL_DLPACK_CUDA 2
+#define HAL_DLPACK_ROCM 10
+
+/* How frameworks name the device: DLPack's device type and the vendor's own
+ * ordinal (what a framework calls cuda:N), which is not hal's index when
+ * hal drops a device another plugin also lists. */
+typedef struct hal_native_device_v1 {
+  size_t struct_size;
+  int32_t dlpack_device_type;   /* HAL_DLPACK_* */
+  int32_t ordinal;
+} hal_native_device_v1;
+
+/* Page-lock imported host memory for the device (cuMemHostRegister,
+ * hipHostRegister, mlock on the host) and undo it when the buffer is freed. */
+#define HAL_EXTERNAL_MEMORY_REGISTER_HOST 1u
+
+typedef struct hal_external_memory_v1 {
+  size_t struct_size;
+  void* address;            /* NULL only with size 0 */
+  uint64_t size;            /* bytes */
+  hal_memory_kind kind;     /* what the caller says it is */
+  uint32_t flags;           /* HAL_EXTERNAL_MEMORY_* */
+  /* Called exactly once, when the backend no longer uses the memory: after
+   * buffer_free and after the work it enqueued on the memory is done (GPU
+   * backends synchronize the device first, as their own frees do). Never
+   * called when buffer_import fails. May be NULL. */
+  void (*release)(void* user_data);
+  void* release_user_data;
+} hal_external_memory_v1;
+
+typedef struct hal_interop_v1 {
+  size_t struct_size;
+  hal_status (*native_device)(hal_backend_context* context, uint32_t device, hal_native_device_v1* out);
+  /* Wraps memory the backend did not allocate. buffer_free releases the
+   * wrapper (and undoes a registration), never the memory. Where the vendor
+   * can tell, checks that the range is memory of this device and of this
+   * kind: HAL_ERROR_INVALID_ARGUMENT naming what it really is otherwise. */
+  hal_status (*buffer_import)(hal_backend_context* context, uint32_t device, const hal_external_memory_v1* memory,
+                              hal_buffer** out);
+  /* Wraps a native stream (CUstream, hipStream_t; NULL is the legacy default
+   * stream). With owned == 0, stream_destroy releases only the wrapper. NULL
+   * where the backend has no native streams. */
+  hal_status (*stream_wrap)(hal_backend_context* context, uint32_t device, void* native_stream, int32_t owned,
+                            hal_stream** out);
+  hal_status (*stream_native_handle)(hal_stream* stream, void** out);
+  hal_status (*event_native_handle)(hal_event* event, void** out);
+} hal_interop_v1;
+
 /* Copies and fills take a stream; stream == NULL means a synchronous
  * operation that returns when the bytes are in place. Offsets and sizes have
  * already been checked by libhal against the buffer sizes. */
@@ -389,6 +441,8 @@ typedef struct hal_backend_v1 {
   /* Optional groups: NULL means the backend does not offer them. */
   const struct hal_attention_v1* attention;
   const struct hal_collectives_v1* collectives;
+  /* Appended: a plugin whose struct_size ends before it offers no interop. */
+  const struct hal_interop_v1* interop;
 } hal_backend_v1;
 
 typedef const hal_backend_v1* (*hal_backend_query_fn)(uint32_t host_max_abi_version);
@@ -409,13 +463,16 @@ HAL_ABI_PIN_SIZE(hal_device_info_v1, 120);
 HAL_ABI_PIN_SIZE(hal_attention_params_v1, 360);
 HAL_ABI_PIN_SIZE(hal_tensor_ref_v1, 16);
 HAL_ABI_PIN_SIZE(hal_attention_v1, 40);
-HAL_ABI_PIN_SIZE(hal_backend_v1, 248);
+HAL_ABI_PIN_SIZE(hal_backend_v1, 256);
 HAL_ABI_PIN_SIZE(hal_store_v1, 32);
 HAL_ABI_PIN_SIZE(hal_communicator_config_v1, 64);
 HAL_ABI_PIN_SIZE(hal_collective_op_v1, 80);
 HAL_ABI_PIN_SIZE(hal_collectives_v1, 48);
 HAL_ABI_PIN_SIZE(hal_collectives_engine_v1, 32);
 HAL_ABI_PIN_SIZE(hal_collectives_v2, 64);
+HAL_ABI_PIN_SIZE(hal_native_device_v1, 16);
+HAL_ABI_PIN_SIZE(hal_external_memory_v1, 48);
+HAL_ABI_PIN_SIZE(hal_interop_v1, 48);
 #undef HAL_ABI_PIN_SIZE
 #endif
 

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "hal/backend_abi.h"
 #include "hal/device.hpp"
+#include "hal/dtype.hpp"
 #include "hal/memory.hpp"
 #include "hal/status.hpp"
 #include "hal/stream.hpp"
@@ -106,14 +106,11 @@ class TcpStore final : public Store {
 
 // ---- communicators --------------------------------------------------------
 
-enum class DataType { f32, f64, f16, bf16, i8, u8, i32, i64 };
-enum class ReduceOp { sum, prod, min, max, avg };
+// The values are the plugin ABI's hal_reduce_op codes (checked in the library).
+enum class ReduceOp : std::uint32_t { sum = 0, prod = 1, min = 2, max = 3, avg = 4 };
 
-std::string_view to_string(DataType type);
 std::string_view to_string(ReduceOp op);
-std::size_t size_of(DataType type);
-// "f32", "float32", "float" ...; throws invalid_argument listing the names.
-DataType parse_data_type(std::string_view name);
+// Throws invalid_argument naming the op and the ones allowed.
 ReduceOp parse_reduce_op(std::string_view name);
 
 // A buffer and a byte offset into it.
@@ -184,35 +181,35 @@ class Communicator {
   // communicator. Copies of this Communicator become invalid to use.
   void destroy();
 
-  void all_reduce(BufferView send, BufferView recv, std::uint64_t count, DataType type, ReduceOp op,
+  void all_reduce(BufferView send, BufferView recv, std::uint64_t count, DType type, ReduceOp op,
                   const Stream& stream, OperationOptions options = {}) const;
-  void broadcast(BufferView send, BufferView recv, std::uint64_t count, DataType type, int root,
+  void broadcast(BufferView send, BufferView recv, std::uint64_t count, DType type, int root,
                  const Stream& stream, OperationOptions options = {}) const;
   // recv matters on root only.
-  void reduce(BufferView send, BufferView recv, std::uint64_t count, DataType type, ReduceOp op, int root,
+  void reduce(BufferView send, BufferView recv, std::uint64_t count, DType type, ReduceOp op, int root,
               const Stream& stream, OperationOptions options = {}) const;
   // count elements from each rank; recv holds world_size * count.
-  void all_gather(BufferView send, BufferView recv, std::uint64_t count, DataType type, const Stream& stream,
+  void all_gather(BufferView send, BufferView recv, std::uint64_t count, DType type, const Stream& stream,
                   OperationOptions options = {}) const;
   // send holds world_size * count; each rank gets its reduced block of count.
-  void reduce_scatter(BufferView send, BufferView recv, std::uint64_t count, DataType type, ReduceOp op,
+  void reduce_scatter(BufferView send, BufferView recv, std::uint64_t count, DType type, ReduceOp op,
                       const Stream& stream, OperationOptions options = {}) const;
   // count elements to and from each peer; both hold world_size * count.
-  void all_to_all(BufferView send, BufferView recv, std::uint64_t count, DataType type, const Stream& stream,
+  void all_to_all(BufferView send, BufferView recv, std::uint64_t count, DType type, const Stream& stream,
                   OperationOptions options = {}) const;
   // recv (root only) holds world_size * count.
-  void gather(BufferView send, BufferView recv, std::uint64_t count, DataType type, int root,
+  void gather(BufferView send, BufferView recv, std::uint64_t count, DType type, int root,
               const Stream& stream, OperationOptions options = {}) const;
   // send (root only) holds world_size * count.
-  void scatter(BufferView send, BufferView recv, std::uint64_t count, DataType type, int root,
+  void scatter(BufferView send, BufferView recv, std::uint64_t count, DType type, int root,
                const Stream& stream, OperationOptions options = {}) const;
   void barrier(const Stream& stream, OperationOptions options = {}) const;
 
   // Point to point. Between group_start() and group_end() they are queued and
   // posted together at group_end, so a rank may send and receive at once.
-  void send(BufferView buffer, std::uint64_t count, DataType type, int peer, const Stream& stream,
+  void send(BufferView buffer, std::uint64_t count, DType type, int peer, const Stream& stream,
             OperationOptions options = {}) const;
-  void recv(BufferView buffer, std::uint64_t count, DataType type, int peer, const Stream& stream,
+  void recv(BufferView buffer, std::uint64_t count, DType type, int peer, const Stream& stream,
             OperationOptions options = {}) const;
   void group_start() const;
   void group_end() const;

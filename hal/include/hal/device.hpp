@@ -9,20 +9,22 @@
 #include <variant>
 #include <vector>
 
-#include "hal/backend_abi.h"
-
 namespace hal {
 
 namespace detail {
 struct LoadedBackend;
+struct Access;
 }
 
 class Buffer;
 class Stream;
 class Event;
+struct ExternalMemory;  // interop.hpp
+struct NativeStream;    // interop.hpp
 
-enum class DeviceType { cpu, gpu, accelerator };
-enum class MemoryKind { device, host_pinned, managed };
+// The values are the plugin ABI's codes (checked in the library).
+enum class DeviceType : std::uint32_t { cpu = 0, gpu = 1, accelerator = 2 };
+enum class MemoryKind : std::uint32_t { device = 0, host_pinned = 1, managed = 2 };
 
 std::string_view to_string(DeviceType type);
 std::string_view to_string(MemoryKind kind);
@@ -59,10 +61,9 @@ struct DeviceInfo {
   std::optional<std::string> version(std::string_view axis) const;
 };
 
+// Devices come from a Runtime (Runtime::devices, Runtime::device).
 class Device {
  public:
-  Device(std::shared_ptr<detail::LoadedBackend> backend, std::uint32_t index, DeviceInfo info);
-
   // "host:0", "cuda:1"
   std::string id() const;
   const DeviceInfo& info() const { return *info_; }
@@ -77,14 +78,20 @@ class Device {
   Buffer allocate(std::uint64_t size, MemoryKind kind = MemoryKind::device, std::uint64_t alignment = 0) const;
   Stream create_stream() const;
   Event create_event() const;
+  // Interop (hal/interop.hpp): memory and streams other code owns.
+  // Throws unsupported when the backend cannot (the host has no native
+  // streams), invalid_argument naming what the memory really is.
+  Buffer import_memory(const ExternalMemory& memory) const;
+  Stream wrap_native_stream(const NativeStream& stream) const;
 
   bool operator==(const Device& other) const {
     return backend_ == other.backend_ && index_ == other.index_;
   }
 
-  const std::shared_ptr<detail::LoadedBackend>& backend() const { return backend_; }
-
  private:
+  friend struct detail::Access;
+  Device(std::shared_ptr<detail::LoadedBackend> backend, std::uint32_t index, DeviceInfo info);
+
   std::shared_ptr<detail::LoadedBackend> backend_;
   std::uint32_t index_;
   std::shared_ptr<const DeviceInfo> info_;

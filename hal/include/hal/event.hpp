@@ -9,24 +9,27 @@ namespace hal {
 
 namespace detail {
 struct EventState;
+struct Access;
 }
 
 class Event {
  public:
   Event() = default;
-  explicit Event(std::shared_ptr<detail::EventState> state) : state_(std::move(state)) {}
 
   Device device() const;
   // True when the latest record has been reached (or the event was never recorded).
   bool is_complete() const;
   void synchronize() const;
+  // The vendor's event (CUevent, hipEvent_t); hal keeps owning it. Throws
+  // unsupported on the host backend.
+  void* native_handle() const;
 
   // Time between two completed records on the same device, in milliseconds.
   static double elapsed_milliseconds(const Event& start, const Event& end);
 
-  const std::shared_ptr<detail::EventState>& state() const { return state_; }
-
  private:
+  friend struct detail::Access;
+  explicit Event(std::shared_ptr<detail::EventState> state) : state_(std::move(state)) {}
   std::shared_ptr<detail::EventState> state_;
 };
 

@@ -7,6 +7,7 @@
 #include "hal/device.hpp"
 #include "hal/dtype.hpp"
 #include "hal/event.hpp"
+#include "hal/interop.hpp"
 #include "hal/memory.hpp"
 #include "hal/runtime.hpp"
 #include "hal/status.hpp"

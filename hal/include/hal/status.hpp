@@ -1,24 +1,24 @@
 // Status codes and the exception type of the hal C++ API.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
-#include "hal/backend_abi.h"
-
 namespace hal {
 
-enum class StatusCode {
-  ok = HAL_OK,
-  invalid_argument = HAL_ERROR_INVALID_ARGUMENT,
-  unsupported = HAL_ERROR_UNSUPPORTED,
-  not_present = HAL_ERROR_NOT_PRESENT,
-  out_of_memory = HAL_ERROR_OUT_OF_MEMORY,
-  timeout = HAL_ERROR_TIMEOUT,
-  device_lost = HAL_ERROR_DEVICE_LOST,
-  aborted = HAL_ERROR_ABORTED,
-  internal = HAL_ERROR_INTERNAL,
+// The values are the plugin ABI's hal_status codes (checked in the library).
+enum class StatusCode : std::uint32_t {
+  ok = 0,
+  invalid_argument = 1,  // the caller passed a bad value
+  unsupported = 2,       // a valid request this backend or device cannot do
+  not_present = 3,       // a vendor library or device is missing
+  out_of_memory = 4,
+  timeout = 5,
+  device_lost = 6,
+  aborted = 7,
+  internal = 8,
 };
 
 // "invalid_argument", "unsupported", ...

@@ -12,6 +12,7 @@ namespace hal {
 
 namespace detail {
 struct StreamState;
+struct Access;
 }
 
 class Buffer;
@@ -24,7 +25,6 @@ class Event;
 class Stream {
  public:
   Stream() = default;
-  explicit Stream(std::shared_ptr<detail::StreamState> state) : state_(std::move(state)) {}
 
   Device device() const;
 
@@ -49,10 +49,14 @@ class Stream {
   void synchronize() const;
   // True when all enqueued work is done.
   bool is_idle() const;
-
-  const std::shared_ptr<detail::StreamState>& state() const { return state_; }
+  // The vendor's stream (CUstream, hipStream_t) for other code to enqueue
+  // work in this stream's order; hal keeps owning it. Throws unsupported on
+  // the host backend, whose streams are hal's own threads.
+  void* native_handle() const;
 
  private:
+  friend struct detail::Access;
+  explicit Stream(std::shared_ptr<detail::StreamState> state) : state_(std::move(state)) {}
   std::shared_ptr<detail::StreamState> state_;
 };
 

@@ -1,0 +1,62 @@
+// The public headers speak C++ only: no plugin-ABI name reaches a consumer,
+// and there is one dtype vocabulary.
+#include <doctest/doctest.h>
+
+#include "hal/collectives.hpp"
+#include "hal/hal.hpp"
+#include "hal/probe_cache.hpp"
+
+#ifdef HAL_BACKEND_ABI_H
+#error "a public header includes hal/backend_abi.h; keep the plugin ABI behind libhal (hal/src/abi.hpp)"
+#endif
+
+TEST_CASE("parse_dtype takes hal's names and the spellings users type") {
+  for (const hal::DType dtype : hal::all_dtypes) {
+    CHECK(hal::parse_dtype(hal::to_string(dtype)) == dtype);
+    CHECK(hal::require_dtype(hal::to_string(dtype)) == dtype);
+  }
+  CHECK(hal::parse_dtype("float32") == hal::DType::f32);
+  CHECK(hal::parse_dtype("float") == hal::DType::f32);
+  CHECK(hal::parse_dtype("half") == hal::DType::f16);
+  CHECK(hal::parse_dtype("float16") == hal::DType::f16);
+  CHECK(hal::parse_dtype("bfloat16") == hal::DType::bf16);
+  CHECK(hal::parse_dtype("double") == hal::DType::f64);
+  CHECK(hal::parse_dtype("int64") == hal::DType::i64);
+  CHECK(hal::parse_dtype("uint8") == hal::DType::u8);
+  CHECK_FALSE(hal::parse_dtype("f17").has_value());
+  CHECK_FALSE(hal::parse_dtype("").has_value());
+  CHECK_THROWS_WITH_AS(hal::require_dtype("f17"), doctest::Contains("dtype 'f17' is not known; use one of f32"),
+                       hal::Error);
+}
+
+TEST_CASE("dtype sizes and kinds") {
+  CHECK(hal::size_in_bytes(hal::DType::f32) == 4);
+  CHECK(hal::size_in_bytes(hal::DType::bf16) == 2);
+  CHECK(hal::size_in_bytes(hal::DType::f64) == 8);
+  CHECK(hal::size_in_bytes(hal::DType::i8) == 1);
+  CHECK(hal::is_floating_point(hal::DType::bf16));
+  CHECK_FALSE(hal::is_floating_point(hal::DType::i32));
+  CHECK_THROWS_WITH_AS(hal::size_in_bytes(static_cast<hal::DType>(42)), doctest::Contains("dtype code 42"), hal::Error);
+}
+
+TEST_CASE("resolved attention parameters make every default explicit") {
+  hal::AttentionParams params;
+  params.batch = 2;
+  params.heads_q = 8;
+  params.heads_kv = 2;
+  params.seq_q = 5;
+  params.head_dim_qk = 16;
+  const hal::AttentionParams resolved = params.resolved();
+  CHECK(resolved.seq_kv == 5);
+  CHECK(resolved.head_dim_v == 16);
+  REQUIRE(resolved.softmax_scale.has_value());
+  CHECK(*resolved.softmax_scale == doctest::Approx(0.25));
+  REQUIRE(resolved.q_strides.has_value());
+  // bshd: [batch, seq, head, dim]
+  CHECK(*resolved.q_strides == hal::TensorStrides{5 * 8 * 16, 16, 8 * 16, 1});
+  CHECK(*resolved.k_strides == hal::TensorStrides{5 * 2 * 16, 16, 2 * 16, 1});
+  CHECK(*resolved.grad_q_strides == *resolved.q_strides);
+  // Resolving again changes nothing.
+  CHECK(resolved.resolved().describe() == resolved.describe());
+  CHECK(*resolved.resolved().v_strides == *resolved.v_strides);
+}
