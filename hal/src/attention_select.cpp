@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "abi.hpp"
+#include "environment.hpp"
 #include "attention_internal.hpp"
 #include "hal/capabilities.hpp"
 #include "loaded_backend.hpp"
@@ -18,10 +19,7 @@ struct Order {
   std::string source;
 };
 
-const char* environment(const char* name) {
-  const char* value = std::getenv(name);
-  return (value != nullptr && *value != '\0') ? value : nullptr;
-}
+using detail::environment;
 
 bool environment_flag(const char* name) {
   const char* value = environment(name);

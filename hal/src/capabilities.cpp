@@ -8,6 +8,7 @@
 #include "loaded_backend.hpp"
 #include "quirks.hpp"
 #include "hal/probe_cache.hpp"
+#include "environment.hpp"
 
 namespace hal {
 namespace {
@@ -15,7 +16,7 @@ namespace {
 // "attention.fused=false,attention.flash=true"
 std::vector<std::pair<std::string, std::string>> user_overrides() {
   std::vector<std::pair<std::string, std::string>> overrides;
-  const char* text = std::getenv("HAL_CAPABILITY_OVERRIDES");
+  const char* text = detail::environment("HAL_CAPABILITY_OVERRIDES");
   if (text == nullptr) return overrides;
   std::string current;
   auto flush = [&] {
@@ -97,7 +98,7 @@ EffectiveCapability effective_capability(const Device& device, const std::string
 std::vector<Hazard> environment_hazards(const Device& device) {
   std::vector<Hazard> hazards;
   for (const detail::Quirk* quirk : quirks_with_warning().matching(device.info())) {
-    if (quirk->hazard_env.empty() || std::getenv(quirk->hazard_env.c_str()) == nullptr) continue;
+    if (quirk->hazard_env.empty() || detail::environment(quirk->hazard_env.c_str()) == nullptr) continue;
     std::string message = quirk->hazard_env + " is set on " + device.id() + ": " + quirk->reason;
     if (!quirk->fix.empty()) message += "; fix: " + quirk->fix;
     hazards.push_back({quirk->id, std::move(message)});

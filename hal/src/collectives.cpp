@@ -11,6 +11,7 @@
 
 #include "abi.hpp"
 #include "loaded_backend.hpp"
+#include "environment.hpp"
 
 namespace hal {
 
@@ -134,7 +135,7 @@ std::pair<std::string, std::string> engine_request(const Device& device, const C
   };
   if (!options.engine.empty())
     return {check(options.engine, "CommunicatorOptions::engine"), "CommunicatorOptions::engine=" + options.engine};
-  if (const char* variable = std::getenv("HAL_COLL_ENGINE"); variable != nullptr && *variable != '\0')
+  if (const char* variable = detail::environment("HAL_COLL_ENGINE"); variable != nullptr)
     return {check(variable, "HAL_COLL_ENGINE"), "HAL_COLL_ENGINE=" + std::string(variable)};
   const auto& config = detail::Access::backend(device)->config;
   if (config && config->source)
@@ -143,8 +144,8 @@ std::pair<std::string, std::string> engine_request(const Device& device, const C
 }
 
 bool check_mode_from_environment() {
-  const char* value = std::getenv("HAL_COLL_CHECK");
-  if (value == nullptr || *value == '\0') return false;
+  const char* value = detail::environment("HAL_COLL_CHECK");
+  if (value == nullptr) return false;
   const std::string_view text(value);
   if (text == "1" || text == "true" || text == "on") return true;
   if (text == "0" || text == "false" || text == "off") return false;

@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "hal/status.hpp"
+#include "environment.hpp"
 
 namespace hal {
 
@@ -163,8 +164,8 @@ class ValueReader {
   // "~/x" is under $HOME; other relative paths are relative to the config file.
   std::filesystem::path resolve_path(const std::string& text) const {
     if (text.empty()) return {};
-    const char* home = std::getenv("HOME");
-    if (text.starts_with("~/") && home != nullptr && *home != '\0') {
+    const char* home = detail::environment("HOME");
+    if (text.starts_with("~/") && home != nullptr) {
       return (std::filesystem::path(home) / text.substr(2)).lexically_normal();
     }
     std::filesystem::path path(text);
@@ -561,7 +562,7 @@ Config Config::load_file(const std::filesystem::path& path) {
 
 std::vector<std::filesystem::path> Config::search_paths() {
   auto environment = [](const char* name) -> std::string {
-    const char* value = std::getenv(name);
+    const char* value = detail::environment(name);
     return value != nullptr ? value : "";
   };
   if (std::string explicit_file = environment("HAL_CONFIG"); !explicit_file.empty()) return {explicit_file};
@@ -583,7 +584,7 @@ std::vector<std::filesystem::path> Config::search_paths() {
 
 Config Config::load_default() {
   std::vector<ConfigWarning> skipped;
-  if (const char* explicit_file = std::getenv("HAL_CONFIG"); explicit_file != nullptr && *explicit_file != '\0') {
+  if (const char* explicit_file = detail::environment("HAL_CONFIG"); explicit_file != nullptr) {
     std::error_code error;
     // Other failures to look (e.g. permissions) are reported by load_file with their cause.
     if (!std::filesystem::exists(explicit_file, error) && !error) {

@@ -3,14 +3,15 @@
 #include <mutex>
 #include <string>
 
+#include "environment.hpp"
 #include "loaded_backend.hpp"
 
 namespace hal::detail {
 namespace {
 
 hal_log_level initial_level() {
-  const char* text = std::getenv("HAL_LOG_LEVEL");
-  if (text == nullptr || *text == '\0') return HAL_LOG_WARNING;
+  const char* text = environment("HAL_LOG_LEVEL");
+  if (text == nullptr) return HAL_LOG_WARNING;
   try {
     return parse_log_level(text, "HAL_LOG_LEVEL");
   } catch (const Error& error) {

@@ -16,16 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "hal/status.hpp"
+#include "environment.hpp"
 
 namespace hal {
 namespace {
 
 using nlohmann::json;
-
-const char* nonempty_environment(const char* name) {
-  const char* value = std::getenv(name);
-  return (value != nullptr && *value != '\0') ? value : nullptr;
-}
 
 json to_json(const ProbeCache::DeviceEntry& entry) {
   json axes = json::object();
@@ -91,11 +87,11 @@ std::string utc_timestamp_now() {
 }
 
 std::filesystem::path ProbeCache::default_path(const std::filesystem::path& configured_directory) {
-  if (const char* explicit_path = nonempty_environment("HAL_PROBE_CACHE")) return explicit_path;
+  if (const char* explicit_path = detail::environment("HAL_PROBE_CACHE")) return explicit_path;
   if (!configured_directory.empty()) return configured_directory / "probes.json";
-  if (const char* cache_home = nonempty_environment("XDG_CACHE_HOME"))
+  if (const char* cache_home = detail::environment("XDG_CACHE_HOME"))
     return std::filesystem::path(cache_home) / "hal" / "probes.json";
-  if (const char* home = nonempty_environment("HOME"))
+  if (const char* home = detail::environment("HOME"))
     return std::filesystem::path(home) / ".cache" / "hal" / "probes.json";
   return std::filesystem::temp_directory_path() / "hal" / "probes.json";
 }

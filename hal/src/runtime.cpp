@@ -7,8 +7,10 @@
 
 #include <boost/dll/runtime_symbol_info.hpp>
 
-#include "hal/capabilities.hpp"
 #include "abi.hpp"
+#include "environment.hpp"
+#include "hal/capabilities.hpp"
+#include "hal/topology.hpp"
 #include "loader.hpp"
 
 namespace hal {
@@ -74,10 +76,7 @@ std::string upper(std::string text) {
   return text;
 }
 
-const char* environment(const char* name) {
-  const char* value = std::getenv(name);
-  return (value != nullptr && *value != '\0') ? value : nullptr;
-}
+using detail::environment;
 
 // Which backends may be opened: "host,cuda" keeps those, "!rocm" drops those.
 struct BackendFilter {
@@ -239,15 +238,9 @@ bool enumerate_devices(const std::shared_ptr<detail::LoadedBackend>& backend, Ba
   return true;
 }
 
-// "00000000:E1:00.0" and "0000:e1:00.0" name the same PCI function.
-std::string comparable_pci_bus_id(const std::string& id) {
-  std::string text = id;
-  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::tolower(c); });
-  const auto colon = text.find(':');
-  if (colon != std::string::npos && colon > 4 && text.find(':', colon + 1) != std::string::npos)
-    text = text.substr(colon - 4);
-  return text;
-}
+// "00000000:E1:00.0" and "0000:e1:00.0" name the same PCI function; an id
+// that is not a PCI bus id stays as it is.
+std::string comparable_pci_bus_id(const std::string& id) { return normalize_pci_bus_id(id).value_or(id); }
 
 // A PPU in CUDA-compatible mode is also seen by the cuda backend. When the
 // ppu backend lists devices, a cuda device is dropped if its PCI bus id is a
@@ -394,14 +387,15 @@ std::optional<Device> Runtime::find_device(std::string_view id) const {
     return result;
   };
   const std::string wanted = lower(id);
+  const std::optional<std::string> wanted_bus = normalize_pci_bus_id(id);
+  const bool wanted_has_domain = std::count(id.begin(), id.end(), ':') == 2;
   for (const auto& device : state_->devices) {
     const DeviceInfo& info = device.info();
     if (device.id() == id || (!info.uuid.empty() && lower(info.uuid) == wanted)) return device;
-    // PCI bus ids with or without the domain: "0000:3b:00.0" or "3b:00.0".
-    const std::string bus = lower(info.pci_bus_id);
-    if (!bus.empty() && (bus == wanted || (bus.size() > wanted.size() && bus.ends_with(wanted) &&
-                                           bus[bus.size() - wanted.size() - 1] == ':')))
-      return device;
+    // PCI bus ids in any spelling, with or without the domain: "0000:3b:00.0", "3B:00.0".
+    if (info.pci_bus_id.empty() || !wanted_bus) continue;
+    const std::string bus = comparable_pci_bus_id(info.pci_bus_id);
+    if (bus == *wanted_bus || (!wanted_has_domain && bus.ends_with(wanted_bus->substr(4)))) return device;
   }
   return std::nullopt;
 }

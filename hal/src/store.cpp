@@ -21,6 +21,7 @@
 
 #include "hal/collectives.hpp"
 #include "loaded_backend.hpp"
+#include "environment.hpp"
 
 namespace hal {
 
@@ -149,8 +150,8 @@ std::int64_t FileStore::add(std::string_view key, std::int64_t delta) {
 namespace {
 
 std::optional<std::string> environment(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr || *value == '\0') return std::nullopt;
+  const char* value = detail::environment(name);
+  if (value == nullptr) return std::nullopt;
   return std::string(value);
 }
 
