@@ -292,10 +292,11 @@ TEST_SUITE("fake driver") {
     hal::Event event = device(1).create_event();
     hal::Buffer buffer = device(1).allocate(256);
     std::thread fresh([&] {
-      stream.fill(buffer, 0, 256, 0x7e, 1);
-      stream.record(event);
-      stream.wait(event);
+      stream.record(event);  // first calls on this thread: none of them may rely on an earlier one's context
       event.synchronize();
+      stream.synchronize();
+      stream.fill(buffer, 0, 256, 0x7e, 1);
+      stream.wait(event);
       stream.synchronize();
       CHECK(read_all(buffer) == std::vector<std::uint8_t>(256, 0x7e));
     });
@@ -493,11 +494,22 @@ TEST_SUITE("fake driver") {
 }
 
 TEST_SUITE("driver without uuid v2") {
-  TEST_CASE_FIXTURE(FakeDriverFixture, "a driver without cuDeviceGetUuid_v2 identifies devices with the original") {
-    REQUIRE_MESSAGE(report().state == BackendState::loaded, report().reason);
-    const hal::DeviceInfo& info = device(0).info();
-    CHECK(info.uuid == "GPU-facec0da-0001-4000-8000-000000000000");
-    CHECK(runtime.device(info.uuid) == device(0));
+  TEST_CASE("a driver without cuDeviceGetUuid_v2 identifies devices with the original") {
+    // With cuGetProcAddress the driver answers with the version it has; by exported name the _v2 is missing.
+    for (const char* no_proc_address : {"0", "1"}) {
+      CAPTURE(no_proc_address);
+      ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                                    {"HAL_BACKENDS", "host,cuda"},
+                                    {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"},
+                                    {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
+                                    {"HAL_FAKE_CUDA_NO_PROC_ADDRESS", no_proc_address}};
+      const hal::Runtime runtime = hal::Runtime::create(default_options());
+      const hal::BackendReport* cuda = runtime.find_backend("cuda");
+      REQUIRE(cuda != nullptr);
+      REQUIRE_MESSAGE(cuda->state == BackendState::loaded, cuda->reason);
+      const hal::Device device = runtime.device("cuda:0");
+      CHECK(device.info().uuid == "GPU-facec0da-0001-4000-8000-000000000000");
+    }
   }
 }
 
