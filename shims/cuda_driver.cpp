@@ -14,6 +14,17 @@ struct DriverSymbol {
   bool required;
 };
 
+// Where a function of the table is also found, with the same prototype, in
+// drivers that lack the versioned entry: a CUDA-compatible SDK's libcuda may
+// stop at CUDA 11.3 for cuDeviceGetUuid (its _v2 came with 11.4 and only adds
+// MIG instance UUIDs, which such devices do not have).
+struct OlderName {
+  const char* base_name;
+  const char* exported_name;
+  int cuda_version;
+};
+constexpr OlderName older_names[] = {{"cuDeviceGetUuid", "cuDeviceGetUuid", 9020}};
+
 }  // namespace
 
 LibraryRequest CudaDriver::nvidia_request(const std::string& configured_path) {
@@ -62,25 +73,33 @@ CudaDriver::LoadResult CudaDriver::load(const LibraryRequest& request) {
   HAL_CUDA_DRIVER_FUNCTIONS(HAL_CUDA_DRIVER_SPEC)
 #undef HAL_CUDA_DRIVER_SPEC
 
-  // Each spec carries its base name; the lookup maps it to the versioned entry.
+  // One entry point at one ABI version: cuGetProcAddress, then the exported name.
+  const auto find = [&](const char* base_name, const char* exported_name, int cuda_version) -> void* {
+    void* address = nullptr;
+    if (get_proc_v2 != nullptr) {
+      CUdriverProcAddressQueryResult status{};
+      if (get_proc_v2(base_name, &address, cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status) !=
+              CUDA_SUCCESS ||
+          status != CU_GET_PROC_ADDRESS_SUCCESS)
+        address = nullptr;
+    } else if (get_proc_v1 != nullptr) {
+      if (get_proc_v1(base_name, &address, cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM) != CUDA_SUCCESS)
+        address = nullptr;
+    }
+    // A driver without cuGetProcAddress, or one that does not list a symbol there.
+    return address != nullptr ? address : library.find(exported_name);
+  };
+  // Each spec carries its base name; the lookup maps it to the versioned entry, then to older ones.
   const SymbolResolution resolution = resolve_symbols(specs, [&](const char* base_name) -> void* {
     const DriverSymbol* entry = nullptr;
     for (const auto& candidate : symbols)
       if (std::string_view(candidate.base_name) == base_name) entry = &candidate;
     if (entry == nullptr) return nullptr;
-    void* address = nullptr;
-    if (get_proc_v2 != nullptr) {
-      CUdriverProcAddressQueryResult status{};
-      if (get_proc_v2(base_name, &address, entry->cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status) !=
-              CUDA_SUCCESS ||
-          status != CU_GET_PROC_ADDRESS_SUCCESS)
-        address = nullptr;
-    } else if (get_proc_v1 != nullptr) {
-      if (get_proc_v1(base_name, &address, entry->cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM) != CUDA_SUCCESS)
-        address = nullptr;
-    }
-    // A driver without cuGetProcAddress, or one that does not list a symbol there.
-    return address != nullptr ? address : library.find(entry->exported_name);
+    if (void* address = find(base_name, entry->exported_name, entry->cuda_version)) return address;
+    for (const OlderName& older : older_names)
+      if (std::string_view(older.base_name) == base_name)
+        if (void* address = find(base_name, older.exported_name, older.cuda_version)) return address;
+    return nullptr;
   });
   if (!resolution.complete()) {
     return {nullptr, false,

@@ -17,12 +17,14 @@ namespace hal::shims {
 // prototype, cuGetProcAddress is asked for the base name at the CUDA version
 // whose ABI matches it, and the exported name is the fallback for drivers
 // older than 11.3 that lack cuGetProcAddress. Optional functions disable
-// only the features that need them.
+// only the features that need them. older_names (cuda_driver.cpp) lists the
+// earlier entry points of the same prototype tried when one is not found.
 #define HAL_CUDA_DRIVER_FUNCTIONS(X)                                                   \
   X(cuDriverGetVersion, "cuDriverGetVersion", 2020, true)                              \
   X(cuDeviceGetCount, "cuDeviceGetCount", 2000, true)                                  \
   X(cuDeviceGet, "cuDeviceGet", 2000, true)                                            \
   X(cuDeviceGetName, "cuDeviceGetName", 2000, true)                                    \
+  /* _v2 or, where a CUDA-compatible SDK's libcuda lacks it, the original. */        \
   X(cuDeviceGetUuid, "cuDeviceGetUuid_v2", 11040, true)                                \
   X(cuDeviceTotalMem, "cuDeviceTotalMem_v2", 3020, true)                               \
   X(cuDeviceGetAttribute, "cuDeviceGetAttribute", 2000, true)                          \

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include <dlfcn.h>
+
 #include <cuda.h>
 #include <cudnn_version.h>
 #include <nccl.h>
@@ -83,6 +85,60 @@ const hal::Capability& capability(const hal::DeviceInfo& info, std::string_view 
   const hal::Capability* found = info.find_capability(key);
   REQUIRE_MESSAGE(found != nullptr, "no capability " << key);
   return *found;
+}
+
+// The fake driver's own entry points and test hooks, from the copy hal loads
+// (dlopen of the same path shares it), so a test can act as a framework
+// would on its thread and see what hal left there.
+class FakeDriver {
+ public:
+  FakeDriver() : library_(dlopen(fake_driver_path().c_str(), RTLD_NOW | RTLD_LOCAL)) {
+    REQUIRE_MESSAGE(library_ != nullptr, dlerror());
+  }
+  FakeDriver(const FakeDriver&) = delete;
+  FakeDriver& operator=(const FakeDriver&) = delete;
+  ~FakeDriver() { dlclose(library_); }
+
+  template <typename Function>
+  Function* function(const char* name) const {
+    void* address = dlsym(library_, name);
+    REQUIRE_MESSAGE(address != nullptr, name);
+    return reinterpret_cast<Function*>(address);
+  }
+  int primary_context_retains(int device) const {
+    return function<int(int)>("hal_fake_cuda_primary_context_retains")(device);
+  }
+  int current_device() const { return function<int()>("hal_fake_cuda_current_device")(); }
+  int module_loads() const { return function<int()>("hal_fake_cuda_module_loads")(); }
+  // Retains device's primary context and makes it current, as a framework does.
+  CUcontext make_primary_current(int device) const {
+    CUcontext context = nullptr;
+    REQUIRE(function<decltype(cuDevicePrimaryCtxRetain)>("cuDevicePrimaryCtxRetain")(&context, device) == CUDA_SUCCESS);
+    REQUIRE(function<decltype(cuCtxSetCurrent)>("cuCtxSetCurrent")(context) == CUDA_SUCCESS);
+    return context;
+  }
+  void release_primary(int device) const {
+    function<decltype(cuCtxSetCurrent)>("cuCtxSetCurrent")(nullptr);
+    CHECK(function<CUresult(CUdevice)>("cuDevicePrimaryCtxRelease_v2")(device) == CUDA_SUCCESS);
+  }
+
+ private:
+  void* library_;
+};
+
+// Allocation, copies, fills, a stream and an event on `gpu`: the entry points
+// that need its context.
+void work_on(const hal::Device& gpu) {
+  hal::Buffer buffer = gpu.allocate(4096);
+  const auto bytes = counting_bytes(4096, 5);
+  buffer.write(0, bytes.data(), bytes.size());
+  hal::Stream stream = gpu.create_stream();
+  stream.fill(buffer, 0, 64, 0x11, 1);
+  hal::Event event = gpu.create_event();
+  stream.record(event);
+  event.synchronize();
+  stream.synchronize();
+  CHECK(read_all(buffer)[0] == 0x11);
 }
 
 bool sysfs_has(const std::string& pci_bus_id) {
@@ -156,6 +212,103 @@ TEST_SUITE("cuda semantics") {
 }
 
 TEST_SUITE("fake driver") {
+  TEST_CASE("discovery and device info retain no primary context and load no kernels") {
+    const FakeDriver fake;
+    const int loads_before = fake.module_loads();
+    const FakeDriverFixture hal;
+    for (int index = 0; index < 2; ++index) {
+      CAPTURE(index);
+      (void)hal.device(index).info();
+      (void)hal.device(index).free_memory();
+      CHECK(fake.primary_context_retains(index) == 0);
+    }
+    CHECK(fake.module_loads() == loads_before);
+    CHECK(fake.current_device() == -1);
+    CHECK(contains(capability(hal.device(0).info(), "kernels").note, "first use") ==
+          static_cast<bool>(HAL_TEST_CUDA_KERNELS_BUILT));
+  }
+
+  TEST_CASE("the kernels are loaded on a device's first attention call, once") {
+    const FakeDriver fake;
+    const int loads_before = fake.module_loads();
+    const FakeDriverFixture hal;
+    CHECK(fake.module_loads() == loads_before);
+    hal::AttentionParams params;
+    params.seq_q = 16;
+    const hal::AttentionDecision first = hal::explain_attention(hal.device(0), params);
+    const hal::AttentionDecision again = hal::explain_attention(hal.device(0), params);
+    CHECK_FALSE(again.found);
+    const int expected_loads = HAL_TEST_CUDA_KERNELS_BUILT ? 1 : 0;
+    CHECK(fake.module_loads() == loads_before + expected_loads);
+    // The refusal carries the driver's reason, as before the first use.
+    if (HAL_TEST_CUDA_KERNELS_BUILT) {
+      std::string reasons;
+      for (const hal::AttentionCandidate& candidate : first.candidates)
+        for (const std::string& reason : candidate.reasons) reasons += reason + "\n";
+      CHECK(contains(reasons, "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU"));
+    }
+    CHECK(fake.primary_context_retains(1) == 0);  // device 1 was never used
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "a caller's current context is the same after hal worked on another device") {
+    const FakeDriver fake;
+    std::thread framework([&] {
+      const CUcontext own = fake.make_primary_current(0);
+      work_on(device(1));
+      CHECK(fake.current_device() == 0);
+      CUcontext current = nullptr;
+      fake.function<decltype(cuCtxGetCurrent)>("cuCtxGetCurrent")(&current);
+      CHECK(current == own);
+      work_on(device(0));  // the thread's own device: nothing to switch
+      CHECK(fake.current_device() == 0);
+      fake.release_primary(0);
+    });
+    framework.join();
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "a thread without a context has none after hal calls") {
+    const FakeDriver fake;
+    std::thread worker([&] {
+      REQUIRE(fake.current_device() == -1);
+      work_on(device(1));
+      work_on(device(0));
+      CHECK(fake.current_device() == -1);
+    });
+    worker.join();
+    CHECK(fake.current_device() == -1);
+  }
+
+  TEST_CASE_FIXTURE(FakeDriverFixture, "the fake needs a current context, and hal sets it on any thread for any object") {
+    const FakeDriver fake;
+    std::thread without_context([&] {
+      CUdeviceptr address = 0;
+      CHECK(fake.function<decltype(cuMemAlloc)>("cuMemAlloc_v2")(&address, 256) == CUDA_ERROR_INVALID_CONTEXT);
+      CUstream stream = nullptr;
+      CHECK(fake.function<decltype(cuStreamCreate)>("cuStreamCreate")(&stream, 0) == CUDA_ERROR_INVALID_CONTEXT);
+    });
+    without_context.join();
+    // Objects made on this thread, used from fresh threads that have no context.
+    hal::Stream stream = device(1).create_stream();
+    hal::Event event = device(1).create_event();
+    hal::Buffer buffer = device(1).allocate(256);
+    std::thread fresh([&] {
+      stream.record(event);  // first calls on this thread: none of them may rely on an earlier one's context
+      event.synchronize();
+      stream.synchronize();
+      stream.fill(buffer, 0, 256, 0x7e, 1);
+      stream.wait(event);
+      stream.synchronize();
+      CHECK(read_all(buffer) == std::vector<std::uint8_t>(256, 0x7e));
+    });
+    fresh.join();
+    std::thread destroyer([&] {
+      buffer.free();
+      event = hal::Event();
+      stream = hal::Stream();
+    });
+    destroyer.join();
+  }
+
   TEST_CASE_FIXTURE(FakeDriverFixture, "devices are enumerated with their identity and memory") {
     const hal::BackendReport& cuda = report();
     REQUIRE_MESSAGE(cuda.state == BackendState::loaded, cuda.reason);
@@ -196,10 +349,12 @@ TEST_SUITE("fake driver") {
     CHECK(device(0).supports("memory.host_pinned"));
     CHECK(device(0).supports("p2p"));
     CHECK(contains(capability(info, "p2p").note, "cuda:1"));
-    // The fake loads no kernel image, so no attention runs; each says why (gpu_attention_test.cpp).
+    // Flash (and math where cuBLAS is found) is declared while the kernels
+    // may load, on first use; the fake's fail then (gpu_attention_test.cpp).
+    CHECK(device(0).supports("attention.flash") == static_cast<bool>(HAL_TEST_CUDA_KERNELS_BUILT));
+    CHECK_FALSE(device(0).supports("attention.fused"));
     for (const char* key : {"attention.fused", "attention.flash", "attention.math"}) {
       CAPTURE(key);
-      CHECK_FALSE(device(0).supports(key));
       CHECK_FALSE(capability(info, key).note.empty());
     }
     // A missing optional library is a declared state with every path tried.
@@ -209,23 +364,36 @@ TEST_SUITE("fake driver") {
     CHECK_FALSE(device(0).supports("library.nccl"));
   }
 
-  TEST_CASE_FIXTURE(FakeDriverFixture, "a device without a loadable kernel image has kernels off, with the reason") {
+  TEST_CASE_FIXTURE(FakeDriverFixture, "a kernel image that does not load is refused at first use, with the reason") {
     const hal::Capability& kernels = capability(device(0).info(), "kernels");
-    CHECK_FALSE(device(0).supports("kernels"));
+    hal::AttentionParams params;
+    params.seq_q = 16;
+    const hal::AttentionDecision decision = hal::explain_attention(device(0), params);
+    CHECK_FALSE(decision.found);
+    std::string reasons;
+    for (const hal::AttentionCandidate& candidate : decision.candidates)
+      for (const std::string& reason : candidate.reasons) reasons += reason + "\n";
 #if HAL_TEST_CUDA_KERNELS_BUILT
-    // The fake loads no image, as a device without a matching architecture.
-    CHECK(contains(kernels.note, "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU"));
-    CHECK(contains(kernels.note, "sm_80 and sm_90 code and compute_90 PTX"));
+    // Declared from what could load; the fake loads no image, as a device
+    // without a matching architecture, and supports() says so before any launch.
+    CHECK(device(0).supports("kernels"));
+    CHECK(contains(kernels.note, "first use"));
+    CHECK(contains(reasons, "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU"));
+    CHECK(contains(reasons, "sm_80 and sm_90 code and compute_90 PTX"));
 #else
+    CHECK_FALSE(device(0).supports("kernels"));
     CHECK(contains(kernels.note, "built without nvcc"));
-#endif
-    // Nothing that needs kernels is claimed, so nothing fails at launch later.
     CHECK_FALSE(device(0).supports("attention.flash"));
     CHECK_FALSE(device(0).supports("attention.math"));
+#endif
   }
 
   TEST_CASE_FIXTURE(FakeDriverFixture, "copies between devices and free memory accounting") {
+    // Free memory is read once hal holds the device's context (0 before: asking must not create it).
+    CHECK(device(1).free_memory() == 0);
+    (void)device(1).allocate(1);
     const std::uint64_t free_before = device(1).free_memory();
+    CHECK(free_before == device(1).info().total_memory);
     hal::Buffer source = device(0).allocate(1 << 20);
     hal::Buffer target = device(1).allocate(1 << 20);
     CHECK(device(1).free_memory() <= free_before - (1 << 20));
@@ -325,6 +493,26 @@ TEST_SUITE("fake driver") {
 
 }
 
+TEST_SUITE("driver without uuid v2") {
+  TEST_CASE("a driver without cuDeviceGetUuid_v2 identifies devices with the original") {
+    // With cuGetProcAddress the driver answers with the version it has; by exported name the _v2 is missing.
+    for (const char* no_proc_address : {"0", "1"}) {
+      CAPTURE(no_proc_address);
+      ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                                    {"HAL_BACKENDS", "host,cuda"},
+                                    {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"},
+                                    {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
+                                    {"HAL_FAKE_CUDA_NO_PROC_ADDRESS", no_proc_address}};
+      const hal::Runtime runtime = hal::Runtime::create(default_options());
+      const hal::BackendReport* cuda = runtime.find_backend("cuda");
+      REQUIRE(cuda != nullptr);
+      REQUIRE_MESSAGE(cuda->state == BackendState::loaded, cuda->reason);
+      const hal::Device device = runtime.device("cuda:0");
+      CHECK(device.info().uuid == "GPU-facec0da-0001-4000-8000-000000000000");
+    }
+  }
+}
+
 TEST_SUITE("ppu identity") {
   TEST_CASE_FIXTURE(FakeDriverFixture, "a CUDA-compatible device reporting compute capability 8.0 is not taken for an A100") {
     const hal::DeviceInfo& info = device(0).info();
@@ -337,8 +525,13 @@ TEST_SUITE("ppu identity") {
     CHECK(capability(info, "cuda.compute_capability.meaning").value_string() == "compatibility");
     // The vendor comes from PCI, never from the reported architecture.
     CHECK(info.vendor != "NVIDIA");
-    // Kernel-based features are not claimed from the compute capability.
-    CHECK_FALSE(device(0).supports("attention.flash"));
+    // Kernel-based features are not claimed from the compute capability: on
+    // the fake no image loads, and flash is refused with the driver's reason.
+    hal::AttentionParams params;
+    params.seq_q = 16;
+    const hal::AttentionDecision decision = hal::explain_attention(device(0), params);
+    for (const hal::AttentionCandidate& candidate : decision.candidates)
+      if (candidate.implementation == hal::AttentionImplementation::flash) CHECK_FALSE(candidate.eligible);
     // The shipped quirk for a PPU in CUDA-compatible mode matches it by name.
     const hal::EffectiveCapability fused = hal::effective_capability(device(0), "attention.fused");
     CHECK(fused.value == "false");

@@ -13,6 +13,15 @@ set_target_properties(fake_cuda_driver PROPERTIES
   CXX_VISIBILITY_PRESET hidden)
 target_include_directories(fake_cuda_driver SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_link_libraries(fake_cuda_driver PRIVATE hal_warnings Threads::Threads)
+# The flavour of a CUDA-compatible SDK's libcuda that stops before cuDeviceGetUuid_v2 (CUDA 11.4).
+add_library(fake_cuda_driver_no_uuid_v2 SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_driver/fake_cuda_driver.cpp)
+set_target_properties(fake_cuda_driver_no_uuid_v2 PROPERTIES
+  OUTPUT_NAME cuda PREFIX lib SUFFIX .so.1
+  LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_CUDA_DRIVER_DIR}/no_uuid_v2
+  CXX_VISIBILITY_PRESET hidden)
+target_compile_definitions(fake_cuda_driver_no_uuid_v2 PRIVATE HAL_FAKE_CUDA_NO_UUID_V2=1)
+target_include_directories(fake_cuda_driver_no_uuid_v2 SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_link_libraries(fake_cuda_driver_no_uuid_v2 PRIVATE hal_warnings Threads::Threads)
 
 add_executable(hal_cuda_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
@@ -29,7 +38,7 @@ target_compile_definitions(hal_cuda_tests PRIVATE
   HAL_TEST_CUDA_KERNELS_BUILT=$<BOOL:${HAL_CUDA_KERNELS}>
   HAL_TEST_BACKEND_CUDA=1
   HAL_TEST_GPU_PLUGIN_PATH="$<TARGET_FILE:hal_backend_cuda>")
-add_dependencies(hal_cuda_tests fake_cuda_driver fake_nccl fake_nccl_legacy hal_backend_cuda hal_backend_host hal_data)
+add_dependencies(hal_cuda_tests fake_cuda_driver fake_cuda_driver_no_uuid_v2 fake_nccl fake_nccl_legacy hal_backend_cuda hal_backend_host hal_data)
 if(TARGET halinfo)
   target_compile_definitions(hal_cuda_tests PRIVATE HALINFO_PATH="$<TARGET_FILE:halinfo>")
   add_dependencies(hal_cuda_tests halinfo)
@@ -42,6 +51,8 @@ hal_add_suite_test(cuda_fake_driver_tests hal_cuda_tests "cuda semantics,fake dr
   "${HAL_CUDA_TEST_ENVIRONMENT};${HAL_CUDA_FAKE_A100S}")
 hal_add_suite_test(cuda_fake_attention_tests hal_cuda_tests "gpu attention"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1")
+hal_add_suite_test(cuda_fake_no_uuid_v2_tests hal_cuda_tests "driver without uuid v2"
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_TEST_FAKE_CUDA_DRIVER=$<TARGET_FILE:fake_cuda_driver_no_uuid_v2>")
 hal_add_suite_test(cuda_fake_ppu_tests hal_cuda_tests "ppu identity" "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=ppu")
 hal_add_suite_test(cuda_fake_no_device_tests hal_cuda_tests "no device"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=0")

@@ -3,6 +3,8 @@
 // with the runtime identity in the environment (see rocm_tests.cmake).
 #include <doctest/doctest.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -109,26 +111,84 @@ TEST_SUITE("fake runtime") {
     CHECK(device(0).supports("p2p"));
     CHECK(contains(capability(info, "p2p").note, "rocm:1"));
     CHECK_FALSE(device(0).supports("collectives"));
-    // The fake loads no code object, so no attention runs; each says why (gpu_attention_test.cpp).
+    // Flash and math are declared while the code object may load (on first
+    // use; the fake's fails then, gpu_attention_test.cpp); fused has no library.
+    CHECK_FALSE(device(0).supports("attention.fused"));
     for (const char* key : {"attention.fused", "attention.flash", "attention.math"}) {
       CAPTURE(key);
-      CHECK_FALSE(device(0).supports(key));
       CHECK_FALSE(capability(info, key).note.empty());
     }
   }
 
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "a device whose code object does not load has no kernels, with the reason") {
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "a code object that does not load is refused at first use, with the reason") {
     const hal::Capability& kernels = capability(device(0).info(), "kernels");
-    CHECK_FALSE(device(0).supports("kernels"));
+    hal::AttentionParams params;
+    params.seq_q = 16;
+    const hal::AttentionDecision decision = hal::explain_attention(device(0), params);
+    CHECK_FALSE(decision.found);
+    std::string flash;
+    for (const hal::AttentionCandidate& candidate : decision.candidates)
+      if (candidate.implementation == hal::AttentionImplementation::flash)
+        for (const std::string& reason : candidate.reasons) flash += reason + "\n";
     if (built_with_kernels) {
-      CHECK(contains(kernels.note, "hipModuleLoadData failed on rocm:0 (gfx90a:sramecc+:xnack-)"));
-      CHECK(contains(kernels.note, "hipErrorNoBinaryForGpu"));
-      CHECK(contains(kernels.note, HAL_ROCM_CODE_OBJECT_ARCHITECTURES));
+      CHECK(device(0).supports("kernels"));
+      CHECK(contains(kernels.note, "first use"));
+      CHECK(contains(flash, "hipModuleLoadData failed on rocm:0 (gfx90a:sramecc+:xnack-)"));
+      CHECK(contains(flash, "hipErrorNoBinaryForGpu"));
+      CHECK(contains(flash, HAL_ROCM_CODE_OBJECT_ARCHITECTURES));
     } else {
+      CHECK_FALSE(device(0).supports("kernels"));
       CHECK(contains(kernels.note, "built without hipcc"));
+      CHECK(contains(capability(device(0).info(), "attention.flash").note, kernels.note));
     }
-    // Every kernel-based implementation carries the reason.
-    CHECK(contains(capability(device(0).info(), "attention.flash").note, kernels.note));
+  }
+
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "the calling thread's current device is the same after hal worked on another") {
+    void* runtime = dlopen(HAL_FAKE_HIP_RUNTIME_PATH, RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(runtime != nullptr);
+    // hipError_t is an int-sized enum; hipSuccess is 0.
+    const auto set_device = reinterpret_cast<int (*)(int)>(dlsym(runtime, "hipSetDevice"));
+    const auto get_device = reinterpret_cast<int (*)(int*)>(dlsym(runtime, "hipGetDevice"));
+    REQUIRE(static_cast<bool>(set_device));  // doctest cannot print a function pointer
+    REQUIRE(static_cast<bool>(get_device));
+    for (const int own : {0, 1}) {
+      CAPTURE(own);
+      std::thread framework([&] {
+        REQUIRE(set_device(own) == 0);
+        for (const int other : {0, 1}) {
+          hal::Buffer buffer = device(other).allocate(256);
+          hal::Stream stream = device(other).create_stream();
+          stream.fill(buffer, 0, 256, 0x3c, 1);
+          stream.synchronize();
+          CHECK(read_all(buffer) == std::vector<std::uint8_t>(256, 0x3c));
+          (void)device(other).free_memory();
+        }
+        int current = -1;
+        CHECK(get_device(&current) == 0);
+        CHECK(current == own);
+      });
+      framework.join();
+    }
+    dlclose(runtime);
+  }
+
+  TEST_CASE("the code object is loaded on a device's first attention call, not at discovery") {
+    void* runtime = dlopen(HAL_FAKE_HIP_RUNTIME_PATH, RTLD_NOW | RTLD_LOCAL);
+    REQUIRE(runtime != nullptr);
+    const auto module_loads = reinterpret_cast<int (*)()>(dlsym(runtime, "hal_fake_hip_module_loads"));
+    REQUIRE(static_cast<bool>(module_loads));
+    const int before = module_loads();
+    {
+      const FakeRuntimeFixture hal;
+      (void)hal.device(0).info();
+      CHECK(module_loads() == before);
+      hal::AttentionParams params;
+      params.seq_q = 16;
+      (void)hal::explain_attention(hal.device(0), params);
+      (void)hal::explain_attention(hal.device(0), params);
+      CHECK(module_loads() == before + (built_with_kernels ? 1 : 0));
+    }
+    dlclose(runtime);
   }
 
   TEST_CASE_FIXTURE(FakeRuntimeFixture, "devices are found by UUID and PCI bus id") {

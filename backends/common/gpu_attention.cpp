@@ -361,8 +361,10 @@ hal_status GpuAttention::backward(hal_stream* stream, hal_attention_implementati
   return fail(HAL_ERROR_INVALID_ARGUMENT, "unknown attention implementation");
 }
 
+// Declared at discovery, which loads no kernels: what needs them is claimed
+// when they may load, and supports() refuses once loading them failed.
 void GpuAttention::describe(std::uint32_t device, DeviceDescription& description) const {
-  const std::string kernels = platform_->kernels_unusable(device);
+  const std::string kernels = platform_->kernels_missing(device);
   const std::string no_kernels = "no usable kernels on this device: " + kernels;
   if (!kernels.empty())
     description.add_bool("attention.flash", false, no_kernels);

@@ -43,8 +43,12 @@ class GpuPlatform {
   virtual ~GpuPlatform() = default;
   virtual const char* backend_name() const = 0;  // "cuda", "rocm": prefixes messages
   virtual std::uint32_t device_count() const = 0;
-  // Empty when the device loaded the embedded kernels; otherwise why not
-  // (the driver's own error where it gave one).
+  // Why the device can never have the embedded kernels, known without
+  // loading them (which needs its context); empty when they may load.
+  virtual std::string kernels_missing(std::uint32_t device) const = 0;
+  // Empty when the device loaded the embedded kernels (loading them the
+  // first time it is asked); otherwise why not (the driver's own error where
+  // it gave one).
   virtual std::string kernels_unusable(std::uint32_t device) const = 0;
   virtual GpuDeviceLimits limits(std::uint32_t device) const = 0;
   virtual std::uint32_t stream_device(hal_stream* stream) const = 0;

@@ -26,6 +26,7 @@
 #include <string>
 #include <type_traits>
 
+#include "current_device.hpp"
 #include "hal/backend_abi.h"
 #include "last_error.hpp"
 #include "memory_plans.hpp"
@@ -107,7 +108,8 @@ struct GpuMemory {
     if (!plan)
       return fail(HAL_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(size) + " bytes aligned to " +
                                                std::to_string(alignment));
-    if (hal_status status = context.make_current(device); status != HAL_OK) return status;
+    const CurrentDevice scope = context.current_device(device);
+    if (!scope) return scope.status();
 
     auto buffer = std::make_unique<Buffer>();
     buffer->context = &context;
@@ -130,7 +132,8 @@ struct GpuMemory {
     if (buffer == nullptr) return succeed();
     std::unique_ptr<Buffer> owned(buffer);
     const Context& context = *buffer->context;
-    if (hal_status status = context.make_current(buffer->device); status != HAL_OK) return status;
+    const CurrentDevice scope = context.current_device(buffer->device);
+    if (!scope) return scope.status();
     // The vendors' free calls wait for work on the device that may still use the memory.
     if (hal_status status = context.check(Ops::release(context, *buffer), "freeing a " +
                                                                               std::string(memory_kind_name(buffer->kind)) +
@@ -190,9 +193,8 @@ struct GpuMemory {
       return fail(HAL_ERROR_INVALID_ARGUMENT, "fill size " + std::to_string(size) +
                                                   " is not a multiple of pattern_size " + std::to_string(pattern_size));
     const Context& context = *destination->context;
-    if (hal_status status = context.make_current(stream != nullptr ? stream->device : destination->device);
-        status != HAL_OK)
-      return status;
+    const CurrentDevice scope = context.current_device(stream != nullptr ? stream->device : destination->device);
+    if (!scope) return scope.status();
     std::uint8_t bytes[4] = {};
     std::memcpy(bytes, pattern, pattern_size);
     const auto native_stream = stream != nullptr ? stream->handle : nullptr;
@@ -228,9 +230,8 @@ struct GpuMemory {
   static hal_status on_device(const Stream* stream, const Buffer& buffer, std::uint64_t size,
                               const std::string& route, Copy&& copy) {
     const Context& context = *buffer.context;
-    if (hal_status status = context.make_current(stream != nullptr ? stream->device : buffer.device);
-        status != HAL_OK)
-      return status;
+    const CurrentDevice scope = context.current_device(stream != nullptr ? stream->device : buffer.device);
+    if (!scope) return scope.status();
     const Result result = copy(stream != nullptr ? stream->handle : nullptr);
     if (hal_status status = context.check(result, "copying " + std::to_string(size) + " bytes " + route);
         status != HAL_OK)

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <utility>
 
+#include "current_device.hpp"
 #include "hal/backend_abi.h"
 #include "last_error.hpp"
 
@@ -105,7 +106,8 @@ struct GpuStreams {
       return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(entry_point) + " needs a context and out");
     const Context& context = backend->*Ops::context_member;
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
-    if (hal_status status = context.make_current(device); status != HAL_OK) return status;
+    const CurrentDevice scope = context.current_device(device);
+    if (!scope) return scope.status();
     auto object = std::make_unique<Handle>();
     object->context = &context;
     object->device = device;
@@ -126,13 +128,16 @@ struct GpuStreams {
     std::unique_ptr<Stream> owned(stream);
     const Context& context = *stream->context;
     Ops::forget_collectives(stream);
-    if (hal_status status = context.make_current(stream->device); status != HAL_OK) return status;
+    const CurrentDevice scope = context.current_device(stream->device);
+    if (!scope) return scope.status();
     // The vendor finishes work already enqueued before it releases the stream.
     return Ops::finish(context, Ops::destroy_stream(context, stream->handle), "destroying " + stream_name(stream));
   }
 
   static hal_status stream_synchronize(Stream* stream) {
     const Context& context = *stream->context;
+    const CurrentDevice scope = context.current_device(stream->device);
+    if (!scope) return scope.status();
     if (hal_status status = Ops::finish(context, Ops::synchronize_stream(context, stream->handle),
                                         "synchronizing " + stream_name(stream));
         status != HAL_OK)
@@ -142,6 +147,8 @@ struct GpuStreams {
 
   static hal_status stream_query(Stream* stream) {
     const Context& context = *stream->context;
+    const CurrentDevice scope = context.current_device(stream->device);
+    if (!scope) return scope.status();
     if (hal_status status =
             pending_or_finish(context, Ops::query_stream(context, stream->handle), "querying " + stream_name(stream));
         status != HAL_OK)
@@ -151,6 +158,8 @@ struct GpuStreams {
 
   static hal_status stream_wait_event(Stream* stream, Event* event) {
     const Context& context = *stream->context;
+    const CurrentDevice scope = context.current_device(stream->device);
+    if (!scope) return scope.status();
     // An event never recorded is complete for the vendor too: nothing to wait for.
     return Ops::finish(context, Ops::wait_event(context, stream->handle, event->handle),
                        "making " + stream_name(stream) + " wait for " + event_name(event));
@@ -159,6 +168,8 @@ struct GpuStreams {
   static hal_status stream_host_callback(Stream* stream, hal_host_callback callback, void* user_data) {
     if (callback == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "the host callback is null");
     const Context& context = *stream->context;
+    const CurrentDevice scope = context.current_device(stream->device);
+    if (!scope) return scope.status();
     auto data = std::make_unique<HostCallback>(HostCallback{callback, user_data});
     if (hal_status status = context.check(Ops::enqueue_host_callback(context, stream->handle, data.get()),
                                           "enqueueing a host callback on " + stream_name(stream));
@@ -176,7 +187,8 @@ struct GpuStreams {
     if (event == nullptr) return succeed();
     std::unique_ptr<Event> owned(event);
     const Context& context = *event->context;
-    if (hal_status status = context.make_current(event->device); status != HAL_OK) return status;
+    const CurrentDevice scope = context.current_device(event->device);
+    if (!scope) return scope.status();
     // A record still pending completes first; the vendor defers the release.
     return Ops::finish(context, Ops::destroy_event(context, event->handle), "destroying " + event_name(event));
   }
@@ -186,6 +198,8 @@ struct GpuStreams {
     if (event->device != stream->device)
       return fail(HAL_ERROR_INVALID_ARGUMENT, event_name(event) + " cannot be recorded on " + stream_name(stream) +
                                                   "; create the event on the stream's device");
+    const CurrentDevice scope = context.current_device(stream->device);
+    if (!scope) return scope.status();
     if (hal_status status = context.check(Ops::record_event(context, event->handle, stream->handle),
                                           "recording an event on " + stream_name(stream));
         status != HAL_OK)
@@ -196,11 +210,15 @@ struct GpuStreams {
 
   static hal_status event_query(Event* event) {
     const Context& context = *event->context;
+    const CurrentDevice scope = context.current_device(event->device);
+    if (!scope) return scope.status();
     return pending_or_finish(context, Ops::query_event(context, event->handle), "querying " + event_name(event));
   }
 
   static hal_status event_synchronize(Event* event) {
     const Context& context = *event->context;
+    const CurrentDevice scope = context.current_device(event->device);
+    if (!scope) return scope.status();
     return Ops::finish(context, Ops::synchronize_event(context, event->handle), "synchronizing " + event_name(event));
   }
 

@@ -11,6 +11,12 @@
 
 namespace hal::backend {
 
+// The "kernels" capability's note until a device's image is loaded: loading
+// needs the device's context, which discovery must not create.
+inline constexpr const char* kernels_loaded_on_first_use =
+    "loaded and checked on first use (the first attention call on the device); attention's supports() and "
+    "explain then say whether they run";
+
 template <typename Function>
 class KernelFunctions {
  public:

@@ -34,4 +34,11 @@ void read_last_error(hal_error_info_v1* out) {
   out->message = last_error.message.c_str();
 }
 
+std::string last_error_message() {
+  hal_error_info_v1 info{};
+  info.struct_size = sizeof(info);
+  read_last_error(&info);
+  return info.message != nullptr ? info.message : "unknown error";
+}
+
 }  // namespace hal::backend

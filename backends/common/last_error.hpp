@@ -14,5 +14,7 @@ namespace hal::backend {
 hal_status fail(hal_status status, std::string message, std::int64_t native_code = 0);
 hal_status succeed();
 void read_last_error(hal_error_info_v1* out);
+// The thread's last error message, for a reason that cites it.
+std::string last_error_message();
 
 }  // namespace hal::backend

@@ -250,7 +250,8 @@ hal_status NcclCommunicator::connect(const hal_communicator_config_v1& config, c
   const std::string prefix = std::string(config.key_prefix != nullptr ? config.key_prefix : "hal") + "/nccl/";
   const std::string who = rank_of(rank_, world_);
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(config.timeout_ms);
-  if (hal_status status = port_.make_current(device_); status != HAL_OK) return status;
+  const CurrentDevice scope = port_.current_device(device_);
+  if (!scope) return scope.status();
 
   // The unique id: rank 0 creates it, the others read it from the store.
   shims::NcclUniqueId id{};
@@ -507,7 +508,8 @@ hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op
       spare_events_.pop_back();
     }
   }
-  if (hal_status status = port_.make_current(device_); status != HAL_OK) return status;
+  const CurrentDevice scope = port_.current_device(device_);
+  if (!scope) return scope.status();
   if (event == nullptr)
     if (hal_status status = port_.event_create(device_, &event); status != HAL_OK) return status;
   hal_buffer* scratch = nullptr;
@@ -609,7 +611,8 @@ void NcclCommunicator::poll() {
 }
 
 void NcclCommunicator::watch() {
-  port_.make_current(device_);  // for the event queries
+  // hal's own thread: the context stays current for its event queries.
+  const CurrentDevice scope = port_.current_device(device_);
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     wake_.wait_for(lock, std::chrono::milliseconds(5));
@@ -629,7 +632,7 @@ void NcclCommunicator::shut_down() {
   }
   wake_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
-  port_.make_current(device_);
+  const CurrentDevice scope = port_.current_device(device_);
   bool pending = false;
   {
     std::lock_guard lock(mutex_);

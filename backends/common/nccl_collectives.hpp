@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "current_device.hpp"
 #include "hal/backend_abi.h"
 #include "nccl.hpp"
 
@@ -37,8 +38,9 @@ class GpuCollectivesPort {
 
   virtual std::uint32_t device_count() const = 0;
   virtual std::string device_name(std::uint32_t device) const = 0;  // "cuda:0"
-  // Makes the device (its primary context) current on the calling thread.
-  virtual hal_status make_current(std::uint32_t device) const = 0;
+  // Makes the device (its primary context) current on the calling thread
+  // until the scope ends, then puts back what the thread had.
+  virtual CurrentDevice current_device(std::uint32_t device) const = 0;
   virtual void* native_stream(const hal_stream* stream) const = 0;  // cudaStream_t / hipStream_t
   virtual std::uint32_t stream_device(const hal_stream* stream) const = 0;
 
@@ -129,7 +131,7 @@ constexpr hal_collectives_v2 nccl_collectives_table() {
 }
 
 // The port, the engine and the stream hooks of a backend whose Context has
-// `devices`, `device_id(index)`, `make_current(index)` and a `collectives`
+// `devices`, `device_id(index)`, `current_device(index)` and a `collectives`
 // member, and whose hal_stream (Stream) has `context`, `handle` and `device`.
 // Stream is a parameter so that the backend's own hal_stream is complete here.
 template <typename Context, typename Stream = hal_stream>
@@ -139,7 +141,7 @@ class ContextCollectivesPort final : public GpuCollectivesPort {
       : GpuCollectivesPort(entry_points, &backend), context_(context) {}
   std::uint32_t device_count() const override { return static_cast<std::uint32_t>(context_.devices.size()); }
   std::string device_name(std::uint32_t device) const override { return context_.device_id(device); }
-  hal_status make_current(std::uint32_t device) const override { return context_.make_current(device); }
+  CurrentDevice current_device(std::uint32_t device) const override { return context_.current_device(device); }
   void* native_stream(const hal_stream* stream) const override { return static_cast<const Stream*>(stream)->handle; }
   std::uint32_t stream_device(const hal_stream* stream) const override {
     return static_cast<const Stream*>(stream)->device;

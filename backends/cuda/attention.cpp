@@ -25,17 +25,20 @@ class CudaPlatform final : public backend::GpuPlatform {
   }
   ~CudaPlatform() override {
     if (!context_.cublas) return;
-    for (std::uint32_t device = 0; device < handles_.size(); ++device)
-      if (handles_[device] != nullptr && context_.make_current(device) == HAL_OK)
+    for (std::uint32_t device = 0; device < handles_.size(); ++device) {
+      if (handles_[device] == nullptr) continue;
+      if (const backend::CurrentDevice scope = context_.current_device(device))
         context_.cublas->api().cublasDestroy(handles_[device]);
+    }
   }
 
   const char* backend_name() const override { return "cuda"; }
   std::uint32_t device_count() const override { return static_cast<std::uint32_t>(context_.devices.size()); }
 
+  std::string kernels_missing(std::uint32_t) const override { return cuda::kernels_missing(context_); }
+
   std::string kernels_unusable(std::uint32_t device) const override {
-    const CudaDevice& cuda_device = *context_.devices[device];
-    return cuda_device.kernels_usable ? std::string() : cuda_device.kernels_status;
+    return kernels_usable(context_, device) ? std::string() : context_.devices[device]->kernels_status;
   }
 
   backend::GpuDeviceLimits limits(std::uint32_t device) const override {
@@ -47,7 +50,8 @@ class CudaPlatform final : public backend::GpuPlatform {
 
   hal_status launch(hal_stream* stream, const hal_kernel_launch& launch, const void* arguments,
                     std::size_t) override {
-    if (hal_status status = context_.make_current(stream->device); status != HAL_OK) return status;
+    const backend::CurrentDevice scope = context_.current_device(stream->device);
+    if (!scope) return scope.status();
     CUfunction function = nullptr;
     if (hal_status status = find_kernel(context_, stream->device, launch.kernel, &function); status != HAL_OK)
       return status;
@@ -74,7 +78,8 @@ class CudaPlatform final : public backend::GpuPlatform {
   }
 
   hal_status allocate_workspace(hal_stream* stream, std::uint64_t bytes, std::uint64_t* address) override {
-    if (hal_status status = context_.make_current(stream->device); status != HAL_OK) return status;
+    const backend::CurrentDevice scope = context_.current_device(stream->device);
+    if (!scope) return scope.status();
     const auto& api = context_.api();
     CUdeviceptr pointer = 0;
     const std::string what = "allocating " + std::to_string(bytes) + " bytes of attention workspace";
@@ -86,7 +91,8 @@ class CudaPlatform final : public backend::GpuPlatform {
   }
 
   hal_status free_workspace(hal_stream* stream, std::uint64_t address) override {
-    if (hal_status status = context_.make_current(stream->device); status != HAL_OK) return status;
+    const backend::CurrentDevice scope = context_.current_device(stream->device);
+    if (!scope) return scope.status();
     const auto& api = context_.api();
     const auto pointer = static_cast<CUdeviceptr>(address);
     if (api.cuMemFreeAsync != nullptr)
@@ -112,7 +118,8 @@ class CudaPlatform final : public backend::GpuPlatform {
 
   hal_status strided_batched_gemm(hal_stream* stream, const backend::StridedBatchedGemm& gemm) override {
     if (!context_.cublas) return backend::fail(HAL_ERROR_NOT_PRESENT, gemm_unavailable(stream->device));
-    if (hal_status status = context_.make_current(stream->device); status != HAL_OK) return status;
+    const backend::CurrentDevice scope = context_.current_device(stream->device);
+    if (!scope) return scope.status();
     const shims::Cublas& cublas = *context_.cublas;
     const auto& api = cublas.api();
     std::lock_guard lock(mutex_);  // a handle's stream is state shared by its callers

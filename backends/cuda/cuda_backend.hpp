@@ -16,6 +16,7 @@
 #include "cuda_driver.hpp"
 #include "cublas.hpp"
 #include "cudnn.hpp"
+#include "current_device.hpp"
 #include "device_description.hpp"
 #include "fused_attention.hpp"
 #include "gpu_attention.hpp"
@@ -44,7 +45,9 @@ struct CudaDevice {
   bool managed_memory = false;
   backend::DeviceDescription description;
 
-  // Kernels from the embedded image (kernels.cpp); usable only when loaded and verified.
+  // Kernels from the embedded image (kernels.cpp), loaded on first use (so
+  // discovery needs no context); usable only when loaded and verified.
+  std::once_flag kernels_once;
   CUmodule kernel_module = nullptr;
   CUfunction softmax_rows_f32 = nullptr;
   bool kernels_usable = false;
@@ -52,11 +55,13 @@ struct CudaDevice {
   backend::KernelFunctions<CUfunction> kernel_functions;  // by name, from kernel_module
   std::uint32_t max_shared_bytes_optin = 0, warp_size = 32;
 
-  // The primary context, retained on first use: creating one costs time and
-  // device memory, so enumeration alone does not.
+  // The primary context, retained on the first entry point that works on the
+  // device: creating one costs time and device memory, so discovery and
+  // device info never do.
   std::once_flag context_once;
   CUcontext context = nullptr;
   CUresult context_result = CUDA_SUCCESS;
+  std::atomic<bool> context_held{false};  // retained: free memory can be read without creating it
 };
 
 struct Context;
@@ -109,8 +114,9 @@ struct Context {
   // (text)" with the CUresult as native code and returns the mapped status.
   hal_status check(CUresult result, std::string_view operation) const;
   // Retains the device's primary context if needed and makes it current on
-  // the calling thread (a no-op when it already is).
-  hal_status make_current(std::uint32_t device) const;
+  // the calling thread until the returned scope ends, which puts back the
+  // thread's previous context (nothing to do when it was this one).
+  backend::CurrentDevice current_device(std::uint32_t device) const;
   hal_status check_device(std::uint32_t device) const;
   // "cuda:0", "ppu:1": how messages name a device.
   std::string device_id(std::uint32_t device) const { return profile.backend + ":" + std::to_string(device); }

@@ -257,8 +257,9 @@ class CudnnAttention final : public backend::FusedAttention {
   std::string handle_for(std::uint32_t device, cudnnHandle_t* handle) {
     if (handles_.size() < context_.devices.size()) handles_.resize(context_.devices.size(), nullptr);
     if (handles_[device] == nullptr) {
-      if (context_.make_current(device) != HAL_OK)
-        return "cannot make the context of cuda:" + std::to_string(device) + " current: " + last_error_message();
+      const backend::CurrentDevice scope = context_.current_device(device);  // the handle binds to it
+      if (!scope)
+        return "cannot make the context of cuda:" + std::to_string(device) + " current: " + backend::last_error_message();
       cudnnHandle_t created = nullptr;
       const cudnnStatus_t status = fe::detail::create_handle(&created);
       if (status != CUDNN_STATUS_SUCCESS)
@@ -268,13 +269,6 @@ class CudnnAttention final : public backend::FusedAttention {
     }
     *handle = handles_[device];
     return {};
-  }
-
-  static std::string last_error_message() {
-    hal_error_info_v1 info{};
-    info.struct_size = sizeof(info);
-    read_last_error(&info);
-    return info.message != nullptr ? info.message : "unknown error";
   }
 
   std::string build_graph(Plan& plan, cudnnHandle_t handle, const CudaDevice& device,
@@ -355,7 +349,8 @@ class CudnnAttention final : public backend::FusedAttention {
     std::lock_guard lock(mutex_);  // also serializes use of the handle, whose stream is state
     const Plan& plan = plan_for(stream->device, params, backward);
     if (!plan.reasons.empty()) return unsupported(plan);
-    if (hal_status status = context_.make_current(stream->device); status != HAL_OK) return status;
+    const backend::CurrentDevice scope = context_.current_device(stream->device);
+    if (!scope) return scope.status();
     cudnnHandle_t handle = handles_[stream->device];
     const auto cuda_stream = reinterpret_cast<cudaStream_t>(stream->handle);
     try {

@@ -126,7 +126,10 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
   description.add_bool("library.nccl", context.nccl != nullptr, context.nccl_status);
   description.add_bool("collectives", context.collectives && context.collectives->available(),
                        context.collectives ? context.collectives->capability_note() : context.nccl_status);
-  description.add_bool("kernels", device.kernels_usable, device.kernels_status);
+  // Loading needs the device's context, so discovery only says whether the image can be loaded.
+  const std::string missing = kernels_missing(context);
+  device.kernels_status = missing.empty() ? backend::kernels_loaded_on_first_use : missing;
+  description.add_bool("kernels", missing.empty(), device.kernels_status);
   if (context.cublas) description.add_version("cublas", context.cublas->version());
   context.attention->describe(static_cast<std::uint32_t>(ordinal), description);
   return HAL_OK;
@@ -178,12 +181,10 @@ hal_status discover_devices(Context& context) {
     return status;
   for (int ordinal = 0; ordinal < count; ++ordinal) {
     context.devices.push_back(std::make_unique<CudaDevice>());
-    // Kernel-based capabilities are declared from what the device could load and run.
     if (hal_status status = context.check(api.cuDeviceGet(&context.devices.back()->handle, ordinal),
                                           "cuDeviceGet for device " + std::to_string(ordinal));
         status != HAL_OK)
       return status;
-    load_kernels(context, static_cast<std::uint32_t>(ordinal));
     if (hal_status status = describe_device(context, ordinal, *context.devices.back()); status != HAL_OK)
       return status;
   }
@@ -204,12 +205,21 @@ void fill_device_info(const Context& context, std::uint32_t index, hal_device_in
   info.numa_node = device.numa_node;
   info.total_memory = device.total_memory;
   info.free_memory = 0;
-  std::size_t free = 0, total = 0;
-  if (context.make_current(index) == HAL_OK && context.api().cuMemGetInfo(&free, &total) == CUDA_SUCCESS)
-    info.free_memory = free;
-  else
-    context.log_message(HAL_LOG_WARNING, "cannot read the free memory of " + context.device_id(index) +
-                                             "; its primary context is unusable, reported as 0");
+  // cuMemGetInfo needs the device's context, and asking about a device must
+  // not create one (it costs device memory): until hal works on the device
+  // its free memory reads 0.
+  if (!device.context_held.load(std::memory_order_acquire)) {
+    context.log_message(HAL_LOG_DEBUG, "the free memory of " + context.device_id(index) +
+                                           " is read once hal uses the device; reported as 0 until then");
+  } else {
+    std::size_t free = 0, total = 0;
+    const backend::CurrentDevice scope = context.current_device(index);
+    if (scope && context.api().cuMemGetInfo(&free, &total) == CUDA_SUCCESS)
+      info.free_memory = free;
+    else
+      context.log_message(HAL_LOG_WARNING, "cannot read the free memory of " + context.device_id(index) +
+                                               "; its primary context is unusable, reported as 0");
+  }
   info.compute_units = device.multiprocessors;
   info.clock_mhz = device.clock_mhz;
   info.memory_clock_mhz = device.memory_clock_mhz;

@@ -1,4 +1,4 @@
-// CUresult -> hal_status and the per-thread primary context; the last error
+// CUresult -> hal_status and the primary context made current per entry point; the last error
 // itself lives in backends/common.
 #include "cuda_backend.hpp"
 #include "kernels.hpp"
@@ -95,16 +95,21 @@ hal_status Context::check_device(std::uint32_t device) const {
   return HAL_OK;
 }
 
-hal_status Context::make_current(std::uint32_t index) const {
+backend::CurrentDevice Context::current_device(std::uint32_t index) const {
   CudaDevice& device = *devices[index];
-  std::call_once(device.context_once,
-                 [&] { device.context_result = api().cuDevicePrimaryCtxRetain(&device.context, device.handle); });
+  std::call_once(device.context_once, [&] {
+    device.context_result = api().cuDevicePrimaryCtxRetain(&device.context, device.handle);
+    device.context_held.store(device.context_result == CUDA_SUCCESS, std::memory_order_release);
+  });
   if (device.context_result != CUDA_SUCCESS)
-    return check(device.context_result, "retaining the primary context of " + device_id(index));
-  CUcontext current = nullptr;
-  if (api().cuCtxGetCurrent(&current) == CUDA_SUCCESS && current == device.context) return HAL_OK;
-  return check(api().cuCtxSetCurrent(device.context), "making the context of " + device_id(index) +
-                                                          " current on this thread");
+    return backend::CurrentDevice(check(device.context_result, "retaining the primary context of " + device_id(index)));
+  CUcontext previous = nullptr;
+  if (CUresult result = api().cuCtxGetCurrent(&previous); result != CUDA_SUCCESS)
+    return backend::CurrentDevice(check(result, "asking the calling thread's current context"));
+  if (previous == device.context) return backend::CurrentDevice(HAL_OK);
+  if (CUresult result = api().cuCtxSetCurrent(device.context); result != CUDA_SUCCESS)
+    return backend::CurrentDevice(check(result, "making the context of " + device_id(index) + " current on this thread"));
+  return backend::CurrentDevice([driver = &api(), previous] { driver->cuCtxSetCurrent(previous); });
 }
 
 Context::~Context() {

@@ -52,21 +52,19 @@ std::string verify_softmax(const Context& context, CUfunction softmax) {
   return {};
 }
 
-}  // namespace
-
+// Loads the image on the device, runs the softmax on a small input and
+// compares it with the host; fills device.kernels_* either way.
 void load_kernels(const Context& context, std::uint32_t index) {
   CudaDevice& device = *context.devices[index];
   const auto image = embedded_kernel_image();
-  if (image.empty()) {
-    device.kernels_status = "this plugin was built without nvcc, so it carries no kernel image (CMake HAL_CUDA_KERNELS)";
+  if (std::string missing = kernels_missing(context); !missing.empty()) {
+    device.kernels_status = std::move(missing);
     return;
   }
-  if (!context.driver->has_module_api()) {
-    device.kernels_status = "the CUDA driver lacks the module API (cuModuleLoadData, cuLaunchKernel)";
-    return;
-  }
-  if (context.make_current(index) != HAL_OK) {
-    device.kernels_status = "the device's primary context is unusable, so no kernel image was loaded";
+  const backend::CurrentDevice scope = context.current_device(index);
+  if (!scope) {
+    device.kernels_status = "the device's primary context is unusable, so no kernel image was loaded: " +
+                            backend::last_error_message();
     return;
   }
   const auto& api = context.api();
@@ -91,9 +89,24 @@ void load_kernels(const Context& context, std::uint32_t index) {
                           ") and checked: softmax matches the host";
 }
 
+}  // namespace
+
+std::string kernels_missing(const Context& context) {
+  if (embedded_kernel_image().empty())
+    return "this plugin was built without nvcc, so it carries no kernel image (CMake HAL_CUDA_KERNELS)";
+  if (!context.driver->has_module_api()) return "the CUDA driver lacks the module API (cuModuleLoadData, cuLaunchKernel)";
+  return {};
+}
+
+bool kernels_usable(const Context& context, std::uint32_t index) {
+  CudaDevice& device = *context.devices[index];
+  std::call_once(device.kernels_once, [&] { load_kernels(context, index); });
+  return device.kernels_usable;
+}
+
 hal_status find_kernel(const Context& context, std::uint32_t index, const char* name, CUfunction* function) {
   CudaDevice& device = *context.devices[index];
-  if (!device.kernels_usable)
+  if (!kernels_usable(context, index))
     return fail(HAL_ERROR_UNSUPPORTED, "cuda:" + std::to_string(index) + " has no usable kernels: " + device.kernels_status);
   auto [found, problem] = device.kernel_functions.find(name, [&](const char* kernel, CUfunction* out) {
     const CUresult result = context.api().cuModuleGetFunction(out, device.kernel_module, kernel);
@@ -111,7 +124,7 @@ void unload_kernels(const Context& context, std::uint32_t index) {
   CudaDevice& device = *context.devices[index];
   device.kernel_functions.clear();
   if (device.kernel_module == nullptr) return;
-  if (context.make_current(index) == HAL_OK) context.api().cuModuleUnload(device.kernel_module);
+  if (const backend::CurrentDevice scope = context.current_device(index)) context.api().cuModuleUnload(device.kernel_module);
   device.kernel_module = nullptr;
   device.softmax_rows_f32 = nullptr;
   device.kernels_usable = false;

@@ -20,9 +20,12 @@ class RocmPlatform final : public backend::GpuPlatform {
   const char* backend_name() const override { return "rocm"; }
   std::uint32_t device_count() const override { return static_cast<std::uint32_t>(context_.devices.size()); }
 
+  std::string kernels_missing(std::uint32_t device) const override {
+    return rocm::kernels_missing(context_, *context_.devices[device]);
+  }
+
   std::string kernels_unusable(std::uint32_t device) const override {
-    const RocmDevice& rocm_device = *context_.devices[device];
-    return rocm_device.kernel_module != nullptr ? std::string() : rocm_device.kernel_status;
+    return kernels_usable(context_, device) ? std::string() : context_.devices[device]->kernel_status;
   }
 
   backend::GpuDeviceLimits limits(std::uint32_t device) const override {
@@ -34,7 +37,8 @@ class RocmPlatform final : public backend::GpuPlatform {
 
   hal_status launch(hal_stream* stream, const hal_kernel_launch& launch, const void* arguments,
                     std::size_t) override {
-    if (hal_status status = context_.make_current(stream->device); status != HAL_OK) return status;
+    const backend::CurrentDevice scope = context_.current_device(stream->device);
+    if (!scope) return scope.status();
     hipFunction_t function = nullptr;
     if (hal_status status = find_kernel(context_, stream->device, launch.kernel, &function); status != HAL_OK)
       return status;
@@ -50,7 +54,8 @@ class RocmPlatform final : public backend::GpuPlatform {
   // hipMalloc and a synchronizing free: the shim does not require the
   // stream-ordered allocator, which ROCm 5 runtimes may lack.
   hal_status allocate_workspace(hal_stream* stream, std::uint64_t bytes, std::uint64_t* address) override {
-    if (hal_status status = context_.make_current(stream->device); status != HAL_OK) return status;
+    const backend::CurrentDevice scope = context_.current_device(stream->device);
+    if (!scope) return scope.status();
     void* pointer = nullptr;
     const hal_status status = context_.check(context_.api().hipMalloc(&pointer, bytes),
                                              "allocating " + std::to_string(bytes) + " bytes of attention workspace");
@@ -59,7 +64,8 @@ class RocmPlatform final : public backend::GpuPlatform {
   }
 
   hal_status free_workspace(hal_stream* stream, std::uint64_t address) override {
-    if (hal_status status = context_.make_current(stream->device); status != HAL_OK) return status;
+    const backend::CurrentDevice scope = context_.current_device(stream->device);
+    if (!scope) return scope.status();
     if (hal_status status = context_.check(context_.api().hipStreamSynchronize(stream->handle), "hipStreamSynchronize");
         status != HAL_OK)
       return status;

@@ -148,11 +148,13 @@ std::uint32_t device_index(const Context& context, const RocmDevice& device) {
   return 0;  // unreachable: device is one of context.devices
 }
 
-// Needs every device known, and the kernels loaded; added after discovery.
+// Needs every device known; added after discovery.
 void add_late_capabilities(const Context& context, RocmDevice& device) {
   backend::DeviceDescription& description = device.description;
-  const bool kernels = device.kernel_module != nullptr;
-  description.add_bool("kernels", kernels, device.kernel_status);
+  // Loading needs the device current, so discovery only says whether the code object can be loaded.
+  const std::string missing = kernels_missing(context, device);
+  device.kernel_status = missing.empty() ? backend::kernels_loaded_on_first_use : missing;
+  description.add_bool("kernels", missing.empty(), device.kernel_status);
   context.attention->describe(device_index(context, device), description);
 
   if (context.api().hipDeviceCanAccessPeer == nullptr) {
@@ -212,7 +214,6 @@ hal_status discover_devices(Context& context) {
     context.devices.push_back(std::move(device));
   }
   for (const auto& device : context.devices) {
-    load_kernels(context, *device);
     add_late_capabilities(context, *device);
     device->description.finalize();
   }
@@ -230,7 +231,8 @@ void fill_device_info(const Context& context, std::uint32_t index, hal_device_in
   info.total_memory = device.total_memory;
   info.free_memory = 0;
   std::size_t free = 0, total = 0;
-  if (context.make_current(index) == HAL_OK && context.api().hipMemGetInfo(&free, &total) == hipSuccess)
+  const backend::CurrentDevice scope = context.current_device(index);
+  if (scope && context.api().hipMemGetInfo(&free, &total) == hipSuccess)
     info.free_memory = free;
   else
     context.log_message(HAL_LOG_WARNING, "cannot read the free memory of rocm:" + std::to_string(index) +

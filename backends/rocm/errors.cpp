@@ -78,20 +78,24 @@ hal_status Context::check_device(std::uint32_t device) const {
   return HAL_OK;
 }
 
-hal_status Context::make_current(std::uint32_t index) const {
+backend::CurrentDevice Context::current_device(std::uint32_t index) const {
   const int ordinal = devices[index]->ordinal;
-  int current = -1;
-  if (api().hipGetDevice(&current) == hipSuccess && current == ordinal) return HAL_OK;
-  return check(api().hipSetDevice(ordinal), "making rocm:" + std::to_string(index) + " current on this thread");
+  int previous = -1;
+  if (hipError_t error = api().hipGetDevice(&previous); error != hipSuccess)
+    return backend::CurrentDevice(check(error, "asking the calling thread's current device"));
+  if (previous == ordinal) return backend::CurrentDevice(HAL_OK);
+  if (hipError_t error = api().hipSetDevice(ordinal); error != hipSuccess)
+    return backend::CurrentDevice(check(error, "making " + device_id(index) + " current on this thread"));
+  return backend::CurrentDevice([runtime = &api(), previous] { (void)runtime->hipSetDevice(previous); });
 }
 
 Context::~Context() {
   if (!runtime) return;
   attention.reset();  // before the modules it launches from go
-  for (const auto& device : devices) {
-    if (device->kernel_module == nullptr) continue;
+  for (std::uint32_t index = 0; index < devices.size(); ++index) {
+    if (devices[index]->kernel_module == nullptr) continue;
     // At process exit the runtime may already be torn down; nothing to report then.
-    if (api().hipSetDevice(device->ordinal) == hipSuccess) (void)api().hipModuleUnload(device->kernel_module);
+    if (const backend::CurrentDevice scope = current_device(index)) (void)api().hipModuleUnload(devices[index]->kernel_module);
   }
 }
 

@@ -35,38 +35,54 @@ bool carries_architecture(const std::string& architecture) {
   return false;
 }
 
+std::string device_name(const RocmDevice& device) {
+  return "rocm:" + std::to_string(device.ordinal) + " (" + device.gcn_arch_name + ")";
+}
+
+std::string built_for() { return "the plugin carries code objects for " + embedded_architectures(); }
+
 }  // namespace
 
 std::string embedded_architectures() { return HAL_ROCM_CODE_OBJECT_ARCHITECTURES; }
 
-void load_kernels(const Context& context, RocmDevice& device) {
-  const std::string which = "rocm:" + std::to_string(device.ordinal) + " (" + device.gcn_arch_name + ")";
+std::string kernels_missing(const Context& context, const RocmDevice& device) {
 #if !HAL_ROCM_HAS_CODE_OBJECT
-  device.kernel_status = "this plugin was built without hipcc and carries no device code; install hipcc and rebuild";
-  return;
+  (void)context;
+  (void)device;
+  return "this plugin was built without hipcc and carries no device code; install hipcc and rebuild";
 #else
-  const std::string built_for = "the plugin carries code objects for " + embedded_architectures();
-  if (!context.runtime->has_module_api()) {
-    device.kernel_status = "the HIP runtime at " + context.runtime->path() +
-                           " lacks the module API (hipModuleLoadData, hipModuleGetFunction, hipModuleLaunchKernel)";
+  if (!context.runtime->has_module_api())
+    return "the HIP runtime at " + context.runtime->path() +
+           " lacks the module API (hipModuleLoadData, hipModuleGetFunction, hipModuleLaunchKernel)";
+  const std::string architecture = base_architecture(device.gcn_arch_name);
+  if (!carries_architecture(architecture))
+    return "no code object for " + device_name(device) + "; " + built_for() +
+           " (rebuild with HAL_ROCM_ARCHITECTURES including " + architecture + " and a hipcc that knows it)";
+  return {};
+#endif
+}
+
+namespace {
+
+// Loads the embedded code object on the device; sets kernel_module or kernel_status.
+void load_kernels(const Context& context, std::uint32_t index) {
+  RocmDevice& device = *context.devices[index];
+  if (std::string missing = kernels_missing(context, device); !missing.empty()) {
+    device.kernel_status = std::move(missing);
     return;
   }
-  const std::string architecture = base_architecture(device.gcn_arch_name);
-  if (!carries_architecture(architecture)) {
-    device.kernel_status = "no code object for " + which + "; " + built_for +
-                           " (rebuild with HAL_ROCM_ARCHITECTURES including " + architecture +
-                           " and a hipcc that knows it)";
+#if HAL_ROCM_HAS_CODE_OBJECT
+  const std::string which = device_name(device);
+  const backend::CurrentDevice scope = context.current_device(index);
+  if (!scope) {
+    device.kernel_status = "cannot make " + which + " current to load its kernels: " + backend::last_error_message();
     return;
   }
   const auto& api = context.api();
-  if (api.hipSetDevice(device.ordinal) != hipSuccess) {
-    device.kernel_status = "cannot make " + which + " current to load its kernels";
-    return;
-  }
   hipModule_t module = nullptr;
   if (const hipError_t error = api.hipModuleLoadData(&module, hal_rocm_code_object); error != hipSuccess) {
     device.kernel_status = "hipModuleLoadData failed on " + which + ": " + context.runtime->describe(error) + "; " +
-                           built_for + " (" + std::to_string(hal_rocm_code_object_size) + " bytes)";
+                           built_for() + " (" + std::to_string(hal_rocm_code_object_size) + " bytes)";
     return;
   }
   for (const char* name : kernel_names) {
@@ -79,14 +95,22 @@ void load_kernels(const Context& context, RocmDevice& device) {
     }
   }
   device.kernel_module = module;
-  device.kernel_status = "code object for " + architecture + " loaded on " + which +
+  device.kernel_status = "code object for " + base_architecture(device.gcn_arch_name) + " loaded on " + which +
                          "; hal_gemm_f32 is a scalar tiled GEMM (no matrix-core path yet)";
 #endif
 }
 
+}  // namespace
+
+bool kernels_usable(const Context& context, std::uint32_t index) {
+  RocmDevice& device = *context.devices[index];
+  std::call_once(device.kernels_once, [&] { load_kernels(context, index); });
+  return device.kernel_module != nullptr;
+}
+
 hal_status find_kernel(const Context& context, std::uint32_t index, const char* name, hipFunction_t* function) {
   RocmDevice& device = *context.devices[index];
-  if (device.kernel_module == nullptr)
+  if (!kernels_usable(context, index))
     return fail(HAL_ERROR_UNSUPPORTED, "rocm:" + std::to_string(index) + " has no usable kernels: " + device.kernel_status);
   auto [found, problem] = device.kernel_functions.find(name, [&](const char* kernel, hipFunction_t* out) {
     const hipError_t error = context.api().hipModuleGetFunction(out, device.kernel_module, kernel);

@@ -5,10 +5,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "current_device.hpp"
 #include "device_description.hpp"
 #include "gpu_attention.hpp"
 #include "gpu_streams.hpp"
@@ -35,7 +37,8 @@ struct RocmDevice {
   std::uint32_t compute_units = 0, clock_mhz = 0, memory_clock_mhz = 0;
   bool managed_memory = false;
   backend::DeviceDescription description;
-  // The embedded kernels loaded for this device, or null with the reason.
+  // The embedded kernels loaded for this device on first use, or null with the reason.
+  std::once_flag kernels_once;
   hipModule_t kernel_module = nullptr;
   std::string kernel_status;
   backend::KernelFunctions<hipFunction_t> kernel_functions;  // by name, from kernel_module
@@ -66,18 +69,24 @@ struct Context {
   // HAL_OK for hipSuccess; otherwise records "<operation> failed: NAME
   // (text)" with the hipError_t as native code and returns the mapped status.
   hal_status check(hipError_t error, std::string_view operation) const;
-  // Makes the device current on the calling thread (HIP's current device is per thread).
-  hal_status make_current(std::uint32_t device) const;
+  // Makes the device current on the calling thread (HIP's current device is
+  // per thread) until the returned scope ends, which puts back the thread's
+  // previous device (nothing to do when it was this one).
+  backend::CurrentDevice current_device(std::uint32_t device) const;
   std::string device_id(std::uint32_t device) const { return "rocm:" + std::to_string(device); }
   hal_status check_device(std::uint32_t device) const;
 };
 
-// Discovers the devices, their identity and the embedded kernels.
+// Discovers the devices and their identity; the kernels load on first use.
 hal_status discover_devices(Context& context);
 void fill_device_info(const Context& context, std::uint32_t device, hal_device_info_v1& info);
-// Loads the embedded code object on one device; sets kernel_module or kernel_status.
-void load_kernels(const Context& context, RocmDevice& device);
-// The named kernel of the device's loaded code object, resolved once; fails
+// Why the device can never have the embedded kernels (none built, no
+// module API, no code object for its architecture), known without loading.
+std::string kernels_missing(const Context& context, const RocmDevice& device);
+// Loads the embedded code object on the device the first time it is asked
+// (thread-safe); then whether it loaded, kernel_status saying why not.
+bool kernels_usable(const Context& context, std::uint32_t device);
+// The named kernel of the device's code object (loaded if need be), resolved once; fails
 // with the device's kernel_status when it has none.
 hal_status find_kernel(const Context& context, std::uint32_t device, const char* name, hipFunction_t* function);
 // "gfx90a:sramecc+:xnack-" -> "gfx90a"

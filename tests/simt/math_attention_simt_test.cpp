@@ -36,6 +36,7 @@ class EmulatedPlatform final : public backend::GpuPlatform {
  public:
   const char* backend_name() const override { return "simt"; }
   std::uint32_t device_count() const override { return 1; }
+  std::string kernels_missing(std::uint32_t) const override { return {}; }
   std::string kernels_unusable(std::uint32_t) const override { return {}; }
   backend::GpuDeviceLimits limits(std::uint32_t) const override { return {64 * 1024, 32}; }
   std::uint32_t stream_device(hal_stream*) const override { return 0; }

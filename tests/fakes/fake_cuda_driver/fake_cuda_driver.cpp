@@ -19,6 +19,7 @@
 #include <vector>
 
 #undef cuEventElapsedTime
+#undef cuDeviceGetUuid
 #undef cuGetProcAddress
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -115,6 +116,7 @@ struct Driver {
   std::vector<Device> devices;
   std::map<std::uintptr_t, Allocation> allocations;  // by start address
   std::set<Stream*> streams;
+  int module_loads = 0;  // cuModuleLoadData calls, for the test hook
 };
 
 Driver& driver() {
@@ -254,10 +256,17 @@ CUresult sticky_error(const CUctx_st* context) {
   return context->sticky_error;
 }
 
-// The context of the calling thread, or why there is none.
-CUresult need_context(CUctx_st*& context) {
+// Calls on handles that carry their context (streams, events, modules)
+// still need one current on the calling thread, as the real driver does.
+CUresult need_any_context() {
   if (!driver().initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (current_context == nullptr || current_context->references == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_SUCCESS;
+}
+
+// The context of the calling thread, or why there is none.
+CUresult need_context(CUctx_st*& context) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   context = current_context;
   return sticky_error(context);
 }
@@ -331,6 +340,7 @@ CUresult submit(const char* function, CUstream stream, Operation operation) {
     if (fault != CUDA_SUCCESS) return fault;
     return operation();
   }
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (CUresult result = sticky_error(stream->context); result != CUDA_SUCCESS) return result;
   if (fault != CUDA_SUCCESS)
     stream->enqueue([fault] { return fault; });
@@ -412,11 +422,16 @@ FAKE_EXPORT CUresult cuDeviceGetName(char* name, int length, CUdevice device) {
   return CUDA_SUCCESS;
 }
 
-FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice device) {
+// The original (CUDA 9.2) and its 11.4 _v2 share a prototype; the
+// HAL_FAKE_CUDA_NO_UUID_V2 flavour lacks the _v2, as some SDKs' libcuda do.
+FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice device) {
   if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
   *uuid = driver().devices[device].uuid;
   return CUDA_SUCCESS;
 }
+#if !HAL_FAKE_CUDA_NO_UUID_V2
+FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice device) { return cuDeviceGetUuid(uuid, device); }
+#endif
 
 FAKE_EXPORT CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice device) {
   if (!valid_device(device)) return CUDA_ERROR_INVALID_DEVICE;
@@ -605,6 +620,7 @@ FAKE_EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
 }
 
 FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   {
     std::lock_guard lock(driver().mutex);
@@ -615,18 +631,21 @@ FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
 }
 
 FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   stream->wait_idle();
   return sticky_error(stream->context);
 }
 
 FAKE_EXPORT CUresult cuStreamQuery(CUstream stream) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult result = sticky_error(stream->context); result != CUDA_SUCCESS) return result;
   return stream->is_idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (stream == nullptr || event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   std::uint64_t target;
   {
@@ -643,6 +662,7 @@ FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned 
 }
 
 FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream stream, CUhostFn function, void* data) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (stream == nullptr || function == nullptr) return CUDA_ERROR_INVALID_VALUE;
   stream->enqueue([function, data] {
     function(data);
@@ -661,6 +681,7 @@ FAKE_EXPORT CUresult cuEventCreate(CUevent* event, unsigned int flags) {
 }
 
 FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   // Pending records and waits reference the event: let them finish first.
   std::vector<Stream*> streams;
@@ -676,6 +697,7 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
 // Records complete even on a poisoned context, so no waiter hangs; queries
 // and synchronizes then return the context's error.
 FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (event == nullptr || stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   std::uint64_t target;
   {
@@ -697,12 +719,14 @@ FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
 }
 
 FAKE_EXPORT CUresult cuEventQuery(CUevent event) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard lock(event->mutex);
   return event->completions >= event->records ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 FAKE_EXPORT CUresult cuEventSynchronize(CUevent event) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   std::unique_lock lock(event->mutex);
   const std::uint64_t target = event->records;
@@ -750,15 +774,44 @@ FAKE_EXPORT CUresult cuGetErrorString(CUresult error, const char** text) {
 
 // No device code runs here: every image is for another architecture.
 FAKE_EXPORT CUresult cuModuleLoadData(CUmodule*, const void* image) {
+  {
+    std::lock_guard lock(driver().mutex);
+    ++driver().module_loads;
+  }
   CUctx_st* context = nullptr;
   if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
   return image == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NO_BINARY_FOR_GPU;
 }
-FAKE_EXPORT CUresult cuModuleUnload(CUmodule) { return CUDA_ERROR_INVALID_HANDLE; }
-FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction*, CUmodule, const char*) { return CUDA_ERROR_INVALID_HANDLE; }
+FAKE_EXPORT CUresult cuModuleUnload(CUmodule) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction*, CUmodule, const char*) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  return CUDA_ERROR_INVALID_HANDLE;
+}
 FAKE_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                     CUstream, void**, void**) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   return CUDA_ERROR_INVALID_HANDLE;
+}
+
+// ---- test hooks (tests reach them with dlsym on the loaded fake) -------------
+
+// How many retains the device's primary context holds now (-1: no such device).
+FAKE_EXPORT int hal_fake_cuda_primary_context_retains(int device) {
+  if (!valid_device(device)) return -1;
+  std::lock_guard lock(driver().mutex);
+  return driver().devices[device].primary.references;
+}
+
+// The device whose context is current on the calling thread; -1 for none.
+FAKE_EXPORT int hal_fake_cuda_current_device() { return current_context != nullptr ? current_context->device : -1; }
+
+// cuModuleLoadData calls so far, failed ones included.
+FAKE_EXPORT int hal_fake_cuda_module_loads() {
+  std::lock_guard lock(driver().mutex);
+  return driver().module_loads;
 }
 
 // ---- cuGetProcAddress ------------------------------------------------------
@@ -783,7 +836,10 @@ const std::vector<ProcEntry>& proc_table() {
       entry("cuDeviceGetCount", cuDeviceGetCount, 2000),
       entry("cuDeviceGet", cuDeviceGet, 2000),
       entry("cuDeviceGetName", cuDeviceGetName, 2000),
+      entry("cuDeviceGetUuid", cuDeviceGetUuid, 9020),
+#if !HAL_FAKE_CUDA_NO_UUID_V2
       entry("cuDeviceGetUuid", cuDeviceGetUuid_v2, 11040),
+#endif
       entry("cuDeviceTotalMem", cuDeviceTotalMem_v2, 3020),
       entry("cuDeviceGetAttribute", cuDeviceGetAttribute, 2000),
       entry("cuDeviceGetPCIBusId", cuDeviceGetPCIBusId, 4010),
@@ -846,19 +902,23 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** function, in
     report(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     return CUDA_ERROR_NOT_FOUND;
   }
+  // The newest ABI of the name that the caller's version knows; asking below
+  // every one of them would get an older prototype from a real driver.
+  const ProcEntry* best = nullptr;
+  bool named = false;
   for (const auto& candidate : proc_table()) {
     if (std::strcmp(candidate.name, symbol) != 0) continue;
-    // Asking below the version of this ABI would get an older prototype from a real driver.
-    if (cuda_version < candidate.introduced) {
-      report(CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
-      return CUDA_ERROR_NOT_FOUND;
-    }
-    *function = candidate.address;
-    report(CU_GET_PROC_ADDRESS_SUCCESS);
-    return CUDA_SUCCESS;
+    named = true;
+    if (cuda_version >= candidate.introduced && (best == nullptr || candidate.introduced > best->introduced))
+      best = &candidate;
   }
-  report(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
-  return CUDA_ERROR_NOT_FOUND;
+  if (best == nullptr) {
+    report(named ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  *function = best->address;
+  report(CU_GET_PROC_ADDRESS_SUCCESS);
+  return CUDA_SUCCESS;
 }
 
 FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** function, int cuda_version, cuuint64_t flags) {

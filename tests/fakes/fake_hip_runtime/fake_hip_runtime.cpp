@@ -7,6 +7,7 @@
 #endif
 #include <hip/hip_runtime_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -101,7 +102,9 @@ State& state() {
   return *instance;
 }
 
+// Per thread, as in HIP: device 0 until the thread sets another.
 thread_local int current_device = 0;
+std::atomic<int> module_loads{0};  // hipModuleLoadData calls, for the test hook
 
 // HAL_FAKE_HIP_FAIL=hipMalloc=2,hipMemsetD8Async=700: the named function returns that error.
 hipError_t injected(const char* function) {
@@ -575,6 +578,7 @@ FAKE_EXPORT hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, 
 
 // No device code runs here: loading fails as on a device without a matching code object.
 FAKE_EXPORT hipError_t hipModuleLoadData(hipModule_t* module, const void* image) {
+  ++module_loads;
   if (module == nullptr || image == nullptr) return hipErrorInvalidValue;
   return hipErrorNoBinaryForGpu;
 }
@@ -584,3 +588,8 @@ FAKE_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t, unsigned int, unsign
                                              unsigned int, unsigned int, unsigned int, hipStream_t, void**, void**) {
   return hipErrorInvalidHandle;
 }
+
+// ---- test hooks (tests reach them with dlsym on the loaded fake) -------------
+
+// hipModuleLoadData calls so far, failed ones included.
+FAKE_EXPORT int hal_fake_hip_module_loads() { return module_loads.load(); }
