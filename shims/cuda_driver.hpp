@@ -75,7 +75,12 @@ namespace hal::shims {
   X(cuMemAllocAsync, "cuMemAllocAsync", 11020, false)                                  \
   X(cuMemFreeAsync, "cuMemFreeAsync", 11020, false)                                    \
   /* Kernels that ask for more than 48 KiB of dynamic shared memory. */                \
-  X(cuFuncSetAttribute, "cuFuncSetAttribute", 9000, false)
+  X(cuFuncSetAttribute, "cuFuncSetAttribute", 9000, false)                             \
+  /* Interop: checking and registering memory other code allocated. */                 \
+  X(cuPointerGetAttributes, "cuPointerGetAttributes", 7000, false)                     \
+  X(cuMemHostRegister, "cuMemHostRegister_v2", 6050, false)                            \
+  X(cuMemHostUnregister, "cuMemHostUnregister", 4000, false)                           \
+  X(cuCtxSynchronize, "cuCtxSynchronize", 2000, false)
 
 struct CudaDriverApi {
   decltype(&::cuInit) cuInit = nullptr;

@@ -66,7 +66,13 @@ using HipMallocManagedPrototype = hipError_t (*)(void**, std::size_t, unsigned i
   X(hipModuleLoadData, false)         \
   X(hipModuleUnload, false)           \
   X(hipModuleGetFunction, false)      \
-  X(hipModuleLaunchKernel, false)
+  X(hipModuleLaunchKernel, false)      \
+  /* Interop: checking and registering memory other code allocated. */ \
+  X(hipPointerGetAttributes, false)    \
+  X(hipMemGetAddressRange, false)      \
+  X(hipHostRegister, false)            \
+  X(hipHostUnregister, false)          \
+  X(hipDeviceSynchronize, false)
 
 struct HipRuntimeApi {
 #define HAL_HIP_RUNTIME_FIELD(function, required) decltype(&::function) function = nullptr;

@@ -141,6 +141,77 @@ void work_on(const hal::Device& gpu) {
   CHECK(read_all(buffer)[0] == 0x11);
 }
 
+// What a framework does through the driver hal loaded: its own allocations
+// and streams, made with the device's primary context current as a framework
+// keeps it, and the fake's counters of host registrations.
+struct CudaFramework {
+  static constexpr hal::dlpack::DLDeviceType dlpack_type = hal::dlpack::kDLCUDA;
+  FakeDriver driver;
+  // Held for the framework's lifetime: a primary context's memory goes with its last release.
+  CUcontext contexts[2] = {driver.make_primary_current(0), driver.make_primary_current(1)};
+
+  CudaFramework(const CudaFramework&) = delete;
+  CudaFramework() { set_current(nullptr); }
+  ~CudaFramework() {
+    driver.release_primary(0);
+    driver.release_primary(1);
+  }
+  void set_current(CUcontext context) const {
+    REQUIRE(driver.function<decltype(cuCtxSetCurrent)>("cuCtxSetCurrent")(context) == CUDA_SUCCESS);
+  }
+  template <typename Call>
+  void on_device(int ordinal, Call&& call) const {
+    set_current(contexts[ordinal]);
+    call();
+    set_current(nullptr);
+  }
+  void* alloc_device(int ordinal, std::size_t bytes) const {
+    CUdeviceptr address = 0;
+    on_device(ordinal, [&] { REQUIRE(driver.function<decltype(cuMemAlloc_v2)>("cuMemAlloc_v2")(&address, bytes) == CUDA_SUCCESS); });
+    return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address));
+  }
+  void free_device(int ordinal, void* memory) const {
+    on_device(ordinal, [&] {
+      CHECK(driver.function<decltype(cuMemFree_v2)>("cuMemFree_v2")(reinterpret_cast<std::uintptr_t>(memory)) == CUDA_SUCCESS);
+    });
+  }
+  void* alloc_pinned(std::size_t bytes) const {
+    void* host = nullptr;
+    on_device(0, [&] { REQUIRE(driver.function<decltype(cuMemHostAlloc)>("cuMemHostAlloc")(&host, bytes, 0) == CUDA_SUCCESS); });
+    return host;
+  }
+  void free_pinned(void* host) const {
+    on_device(0, [&] { CHECK(driver.function<decltype(cuMemFreeHost)>("cuMemFreeHost")(host) == CUDA_SUCCESS); });
+  }
+  void* create_stream() const {
+    CUstream stream = nullptr;
+    on_device(0, [&] {
+      REQUIRE(driver.function<decltype(cuStreamCreate)>("cuStreamCreate")(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+    });
+    return stream;
+  }
+  void destroy_stream(void* stream) const {
+    on_device(0, [&] {
+      CHECK(driver.function<decltype(cuStreamDestroy_v2)>("cuStreamDestroy_v2")(static_cast<CUstream>(stream)) == CUDA_SUCCESS);
+    });
+  }
+  // The framework's stream waits at this point until the gate opens.
+  StreamGate block(void* stream) const {
+    StreamGate gate;
+    on_device(0, [&] {
+      REQUIRE(driver.function<decltype(cuLaunchHostFunc)>("cuLaunchHostFunc")(
+                  static_cast<CUstream>(stream), &StreamGate::wait_on_latch, gate.latch_for_vendor()) == CUDA_SUCCESS);
+    });
+    return gate;
+  }
+  int host_registrations() const { return driver.function<int()>("hal_fake_cuda_host_registrations")(); }
+  int host_unregistrations() const { return driver.function<int()>("hal_fake_cuda_host_unregistrations")(); }
+};
+
+struct CudaInteropFixture : FakeDriverFixture {
+  CudaFramework framework;
+};
+
 bool sysfs_has(const std::string& pci_bus_id) {
   return std::filesystem::exists("/sys/bus/pci/devices/" + pci_bus_id);
 }
@@ -150,6 +221,11 @@ bool sysfs_has(const std::string& pci_bus_id) {
 // The shared cases run on the fake driver, and on a real GPU with
 // HAL_TEST_CUDA_DRIVER=system (scripts/gpu-check.sh).
 using GpuSemanticsFixture = FakeDriverFixture;
+using GpuInteropFixture = CudaInteropFixture;
+
+TEST_SUITE("cuda interop") {
+#include "gpu_interop_cases.inc"
+}
 
 TEST_SUITE("cuda semantics") {
 #include "gpu_semantics_cases.inc"

@@ -49,6 +49,8 @@ set(HAL_CUDA_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=
 set(HAL_CUDA_FAKE_A100S "HAL_FAKE_CUDA_DEVICES=2;HAL_FAKE_CUDA_MEMORY=1G,512M;HAL_FAKE_CUDA_NAME=NVIDIA A100-SXM4-80GB,NVIDIA A100-SXM4-40GB")
 hal_add_suite_test(cuda_fake_driver_tests hal_cuda_tests "cuda semantics,fake driver,shims"
   "${HAL_CUDA_TEST_ENVIRONMENT};${HAL_CUDA_FAKE_A100S}")
+hal_add_suite_test(cuda_fake_interop_tests hal_cuda_tests "cuda interop"
+  "${HAL_CUDA_TEST_ENVIRONMENT};${HAL_CUDA_FAKE_A100S}")
 hal_add_suite_test(cuda_fake_attention_tests hal_cuda_tests "gpu attention"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1")
 hal_add_suite_test(cuda_fake_no_uuid_v2_tests hal_cuda_tests "driver without uuid v2"

@@ -75,10 +75,16 @@ inline const Capability& capability(const DeviceInfo& info, std::string_view key
 // so a failing test never leaves a stream stuck.
 class StreamGate {
  public:
+  StreamGate() = default;
+  StreamGate(StreamGate&&) = default;
   ~StreamGate() { open(); }
   void block(const Stream& stream) {
     stream.enqueue_host_callback([latch = latch_](const Status&) { latch->wait(); });
   }
+  // For a vendor's host function on a native stream (cuLaunchHostFunc,
+  // hipStreamAddCallback): pass wait_on_latch with latch_for_vendor().
+  void* latch_for_vendor() { return latch_.get(); }
+  static void wait_on_latch(void* latch) { static_cast<std::latch*>(latch)->wait(); }
   void open() {
     if (!opened_) latch_->count_down();
     opened_ = true;

@@ -59,6 +59,63 @@ struct Rocm5RuntimeFixture : FakeRuntimeFixture {
   Rocm5RuntimeFixture() : FakeRuntimeFixture(HAL_FAKE_HIP_ROCM5_RUNTIME_PATH) {}
 };
 
+// What a framework does through the HIP runtime hal loaded: its own
+// allocations and streams on the device it sets current, and the fake's
+// counters of host registrations.
+class HipFramework {
+ public:
+  static constexpr hal::dlpack::DLDeviceType dlpack_type = hal::dlpack::kDLROCM;
+  HipFramework() : library_(dlopen(HAL_FAKE_HIP_RUNTIME_PATH, RTLD_NOW | RTLD_LOCAL)) {
+    REQUIRE_MESSAGE(library_ != nullptr, dlerror());
+  }
+  HipFramework(const HipFramework&) = delete;
+  ~HipFramework() { dlclose(library_); }
+
+  template <typename Function, typename... Arguments>
+  int call(const char* name, Arguments... arguments) const {
+    void* address = dlsym(library_, name);
+    REQUIRE_MESSAGE(address != nullptr, name);
+    return reinterpret_cast<Function*>(address)(arguments...);
+  }
+
+  void* alloc_device(int ordinal, std::size_t bytes) const {
+    REQUIRE(call<int(int)>("hipSetDevice", ordinal) == 0);
+    void* memory = nullptr;
+    REQUIRE(call<int(void**, std::size_t)>("hipMalloc", &memory, bytes) == 0);
+    return memory;
+  }
+  void free_device(int, void* memory) const { CHECK(call<int(void*)>("hipFree", memory) == 0); }
+  void* alloc_pinned(std::size_t bytes) const {
+    void* memory = nullptr;
+    REQUIRE(call<int(void**, std::size_t, unsigned)>("hipHostMalloc", &memory, bytes, 0u) == 0);
+    return memory;
+  }
+  void free_pinned(void* memory) const { CHECK(call<int(void*)>("hipHostFree", memory) == 0); }
+  void* create_stream() const {
+    void* stream = nullptr;
+    REQUIRE(call<int(void**, unsigned)>("hipStreamCreateWithFlags", &stream, 1u) == 0);
+    return stream;
+  }
+  void destroy_stream(void* stream) const { CHECK(call<int(void*)>("hipStreamDestroy", stream) == 0); }
+  // The framework's stream waits at this point until the gate opens.
+  StreamGate block(void* stream) const {
+    StreamGate gate;
+    using Callback = void (*)(void*, int, void*);
+    const Callback wait = [](void*, int, void* latch) { StreamGate::wait_on_latch(latch); };
+    REQUIRE(call<int(void*, Callback, void*, unsigned)>("hipStreamAddCallback", stream, wait, gate.latch_for_vendor(), 0u) == 0);
+    return gate;
+  }
+  int host_registrations() const { return call<int()>("hal_fake_hip_host_registrations"); }
+  int host_unregistrations() const { return call<int()>("hal_fake_hip_host_unregistrations"); }
+
+ private:
+  void* library_;
+};
+
+struct RocmInteropFixture : FakeRuntimeFixture {
+  HipFramework framework;
+};
+
 const hal::BackendReport& rocm_report(const hal::Runtime& runtime) {
   const hal::BackendReport* report = runtime.find_backend("rocm");
   REQUIRE(report != nullptr);
@@ -68,6 +125,11 @@ const hal::BackendReport& rocm_report(const hal::Runtime& runtime) {
 }  // namespace
 
 using GpuSemanticsFixture = FakeRuntimeFixture;
+using GpuInteropFixture = RocmInteropFixture;
+
+TEST_SUITE("rocm interop") {
+#include "gpu_interop_cases.inc"
+}
 
 TEST_SUITE("fake runtime") {
 #include "gpu_semantics_cases.inc"

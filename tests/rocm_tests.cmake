@@ -47,6 +47,8 @@ set(HAL_ROCM_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=
 set(HAL_ROCM_FAKE_MI200S "HAL_FAKE_HIP_DEVICES=2;HAL_FAKE_HIP_MEMORY=1G,512M;HAL_FAKE_HIP_NAME=AMD Instinct MI210,AMD Instinct MI100;HAL_FAKE_HIP_ARCH=gfx90a:sramecc+:xnack-,gfx908:sramecc+:xnack-;HAL_FAKE_HIP_UUID=0123456789abcdef0011223344556677,fedcba98765432100011223344556677")
 hal_add_suite_test(rocm_fake_runtime_tests hal_rocm_tests "fake runtime"
   "${HAL_ROCM_TEST_ENVIRONMENT};${HAL_ROCM_FAKE_MI200S}")
+hal_add_suite_test(rocm_fake_interop_tests hal_rocm_tests "rocm interop"
+  "${HAL_ROCM_TEST_ENVIRONMENT};${HAL_ROCM_FAKE_MI200S}")
 hal_add_suite_test(rocm_fake_attention_tests hal_rocm_tests "gpu attention"
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=1")
 hal_add_suite_test(rocm_fake_foreign_architecture_tests hal_rocm_tests "foreign architecture"

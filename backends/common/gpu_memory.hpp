@@ -17,6 +17,14 @@
 //   static Result memset(const Context&, std::uintptr_t, std::uint8_t / std::uint16_t / std::uint32_t value,
 //                        std::size_t count, native stream)      one 8-, 16- or 32-bit memset
 // A native stream of nullptr asks for the synchronous call.
+// For imported memory (hal_interop_v1.buffer_import), also:
+//   static bool can_query_pointers(const Context&), can_register_host(const Context&)
+//   static Result query_pointer(const Context&, std::uintptr_t address, PointerFacts&)
+//   static Result register_host(const Context&, void*, std::size_t), unregister_host(const Context&, void*)
+//   static Result host_device_pointer(const Context&, void* host, std::uintptr_t& device_address)
+//   static Result synchronize_device(const Context&)
+//   static int ordinal(const Context&, std::uint32_t device)   the vendor's ordinal of hal's device
+//   static const char* query_function, register_function      for messages
 #pragma once
 
 #include <cstdint>
@@ -28,6 +36,7 @@
 
 #include "current_device.hpp"
 #include "hal/backend_abi.h"
+#include "imported_memory.hpp"
 #include "last_error.hpp"
 #include "memory_plans.hpp"
 
@@ -134,6 +143,7 @@ struct GpuMemory {
     const Context& context = *buffer->context;
     const CurrentDevice scope = context.current_device(buffer->device);
     if (!scope) return scope.status();
+    if (buffer->imported.active) return release_imported(context, *buffer);
     // The vendors' free calls wait for work on the device that may still use the memory.
     if (hal_status status = context.check(Ops::release(context, *buffer), "freeing a " +
                                                                               std::string(memory_kind_name(buffer->kind)) +
@@ -141,6 +151,70 @@ struct GpuMemory {
                                                                               context.device_id(buffer->device));
         status != HAL_OK)
       return status;
+    return succeed();
+  }
+
+  // Wraps memory the plugin did not allocate, after checking with the
+  // driver that it is what the caller says it is.
+  static hal_status buffer_import(hal_backend_context* backend, std::uint32_t device,
+                                  const hal_external_memory_v1* memory, Buffer** out) {
+    if (backend == nullptr || memory == nullptr || out == nullptr)
+      return fail(HAL_ERROR_INVALID_ARGUMENT, "buffer_import needs a context, the memory and out");
+    const Context& context = backend->*Ops::context_member;
+    if (hal_status status = context.check_device(device); status != HAL_OK) return status;
+    const hal_memory_kind kind = memory->kind;
+    if (kind != HAL_MEMORY_DEVICE && kind != HAL_MEMORY_HOST_PINNED && kind != HAL_MEMORY_MANAGED)
+      return fail(HAL_ERROR_INVALID_ARGUMENT,
+                  "memory kind " + std::to_string(static_cast<int>(kind)) + " is not device, host_pinned or managed");
+    const auto address = reinterpret_cast<std::uintptr_t>(memory->address);
+    if (address == 0 && memory->size != 0)
+      return fail(HAL_ERROR_INVALID_ARGUMENT, "imported memory of " + std::to_string(memory->size) +
+                                                  " bytes has a NULL address");
+    const bool register_host = (memory->flags & HAL_EXTERNAL_MEMORY_REGISTER_HOST) != 0;
+    if (register_host && kind != HAL_MEMORY_HOST_PINNED)
+      return fail(HAL_ERROR_INVALID_ARGUMENT, "only host_pinned memory can be registered for the device");
+    const CurrentDevice scope = context.current_device(device);
+    if (!scope) return scope.status();
+
+    auto buffer = std::make_unique<Buffer>();
+    buffer->context = &context;
+    buffer->device = device;
+    buffer->kind = kind;
+    buffer->size = memory->size;
+    buffer->imported.active = true;
+    buffer->address = address_from<decltype(buffer->address)>(address);
+    if (kind != HAL_MEMORY_DEVICE) buffer->host_address = memory->address;
+    if (memory->size != 0) {
+      if (register_host) {
+        if (!Ops::can_register_host(context))
+          return fail(HAL_ERROR_UNSUPPORTED, std::string("the driver lacks ") + Ops::register_function +
+                                                 ", so host memory cannot be registered; import pinned memory instead");
+        if (hal_status status = context.check(Ops::register_host(context, memory->address, memory->size),
+                                              "registering " + std::to_string(memory->size) + " bytes of host memory at " +
+                                                  describe_pointer(address) + " with " + context.device_id(device));
+            status != HAL_OK)
+          return status;
+        buffer->imported.registered = memory->address;
+      }
+      if (hal_status status = check_imported(context, device, kind, address, memory->size); status != HAL_OK) {
+        if (buffer->imported.registered != nullptr) (void)Ops::unregister_host(context, buffer->imported.registered);
+        return status;
+      }
+      if (kind == HAL_MEMORY_HOST_PINNED) {
+        std::uintptr_t device_address = 0;
+        if (hal_status status = context.check(Ops::host_device_pointer(context, memory->address, device_address),
+                                              "finding the device address of host memory at " + describe_pointer(address));
+            status != HAL_OK) {
+          if (buffer->imported.registered != nullptr) (void)Ops::unregister_host(context, buffer->imported.registered);
+          return status;
+        }
+        buffer->address = address_from<decltype(buffer->address)>(device_address);
+      }
+    }
+    // Set last: a failed import never calls the owner's release.
+    buffer->imported.release = memory->release;
+    buffer->imported.release_user_data = memory->release_user_data;
+    *out = buffer.release();
     return succeed();
   }
 
@@ -209,6 +283,43 @@ struct GpuMemory {
   }
 
  private:
+  // The driver's word on the memory against what the import says it is.
+  static hal_status check_imported(const Context& context, std::uint32_t device, hal_memory_kind kind,
+                                   std::uintptr_t address, std::uint64_t size) {
+    if (!Ops::can_query_pointers(context)) return HAL_OK;  // an old driver cannot tell: the caller's word stands
+    PointerFacts facts;
+    if (hal_status status = context.check(Ops::query_pointer(context, address, facts),
+                                          std::string(Ops::query_function) + " on " + describe_pointer(address));
+        status != HAL_OK)
+      return status;
+    auto device_name = [&](int ordinal) {
+      for (std::uint32_t index = 0; index < context.devices.size(); ++index)
+        if (Ops::ordinal(context, index) == ordinal) return context.device_id(index);
+      return "the device of ordinal " + std::to_string(ordinal) + " (not one hal lists)";
+    };
+    const std::string mismatch =
+        imported_memory_mismatch(facts, kind, Ops::ordinal(context, device), address, size, device_name);
+    if (!mismatch.empty()) return fail(HAL_ERROR_INVALID_ARGUMENT, mismatch);
+    return HAL_OK;
+  }
+
+  // Undoes a registration, then tells the owner once the device no longer
+  // uses the memory (the vendors' own frees wait for the device too).
+  static hal_status release_imported(const Context& context, Buffer& buffer) {
+    hal_status status = HAL_OK;
+    if (buffer.imported.registered != nullptr)
+      status = context.check(Ops::unregister_host(context, buffer.imported.registered),
+                             "unregistering imported host memory of " + context.device_id(buffer.device));
+    if (buffer.imported.release != nullptr) {
+      const hal_status synchronized = context.check(Ops::synchronize_device(context),
+                                                    "waiting for " + context.device_id(buffer.device) +
+                                                        " before releasing imported memory");
+      if (status == HAL_OK) status = synchronized;
+      buffer.imported.release(buffer.imported.release_user_data);  // exactly once, even after an error
+    }
+    return status == HAL_OK ? succeed() : status;
+  }
+
   template <typename NativeStream>
   static Result memset(const Context& context, const MemsetPiece& piece, NativeStream native_stream) {
     const auto address = static_cast<std::uintptr_t>(piece.address);

@@ -15,6 +15,7 @@
 //       create_event / destroy_event / record_event / query_event / synchronize_event,
 //       elapsed_milliseconds(const Context&, float*, start, end)
 //   static hal_status collectives_status(const hal_stream*); static void forget_collectives(const hal_stream*)
+//   static native stream wrapped_null_stream()     what a wrapped NULL (legacy default) stream becomes
 #pragma once
 
 #include <atomic>
@@ -37,6 +38,7 @@ struct GpuStream {
   const Context* context = nullptr;
   std::uint32_t device = 0;
   NativeStream handle = nullptr;
+  bool owned = true;  // false for a wrapped stream that other code owns: never destroyed here
 };
 
 template <typename Context, typename NativeEvent>
@@ -128,10 +130,36 @@ struct GpuStreams {
     std::unique_ptr<Stream> owned(stream);
     const Context& context = *stream->context;
     Ops::forget_collectives(stream);
+    if (!stream->owned) return succeed();  // its owner destroys it, and waits for it when it wants to
     const CurrentDevice scope = context.current_device(stream->device);
     if (!scope) return scope.status();
     // The vendor finishes work already enqueued before it releases the stream.
     return Ops::finish(context, Ops::destroy_stream(context, stream->handle), "destroying " + stream_name(stream));
+  }
+
+  // hal_interop_v1: a native stream as a hal_stream, and the native handles.
+  static hal_status stream_wrap(hal_backend_context* backend, std::uint32_t device, void* native, std::int32_t owned,
+                                Stream** out) {
+    if (backend == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "stream_wrap needs a context and out");
+    const Context& context = backend->*Ops::context_member;
+    if (hal_status status = context.check_device(device); status != HAL_OK) return status;
+    auto stream = std::make_unique<Stream>();
+    stream->context = &context;
+    stream->device = device;
+    stream->handle = native != nullptr ? static_cast<decltype(stream->handle)>(native) : Ops::wrapped_null_stream();
+    stream->owned = owned != 0;
+    *out = stream.release();
+    return succeed();
+  }
+  static hal_status stream_native_handle(Stream* stream, void** out) {
+    if (stream == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "stream_native_handle needs out");
+    *out = static_cast<void*>(stream->handle);
+    return succeed();
+  }
+  static hal_status event_native_handle(Event* event, void** out) {
+    if (event == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "event_native_handle needs out");
+    *out = static_cast<void*>(event->handle);
+    return succeed();
   }
 
   static hal_status stream_synchronize(Stream* stream) {

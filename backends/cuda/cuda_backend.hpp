@@ -21,6 +21,7 @@
 #include "fused_attention.hpp"
 #include "gpu_attention.hpp"
 #include "gpu_streams.hpp"
+#include "imported_memory.hpp"
 #include "hal/backend_abi.h"
 #include "kernel_functions.hpp"
 #include "last_error.hpp"
@@ -147,6 +148,7 @@ struct hal_buffer {
   void* host_base = nullptr;  // pinned host allocations: what cuMemFreeHost takes
   void* host_address = nullptr;
   std::uint64_t size = 0;
+  hal::backend::ImportedMemory imported;  // memory other code allocated: never freed here
 };
 
 struct hal_stream : hal::backend::GpuStream<hal::cuda::Context, CUstream> {};

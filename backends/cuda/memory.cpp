@@ -36,6 +36,53 @@ struct MemoryOps {
     where.device_base = static_cast<std::uintptr_t>(buffer.base);
     return result;
   }
+  // Imported memory.
+  static constexpr const char* query_function = "cuPointerGetAttributes";
+  static constexpr const char* register_function = "cuMemHostRegister";
+  static bool can_query_pointers(const Context& context) { return context.api().cuPointerGetAttributes != nullptr; }
+  static bool can_register_host(const Context& context) {
+    return context.api().cuMemHostRegister != nullptr && context.api().cuMemHostUnregister != nullptr;
+  }
+  static CUresult query_pointer(const Context& context, std::uintptr_t address, backend::PointerFacts& facts) {
+    unsigned int memory_type = 0;
+    int ordinal = -1;
+    std::uint64_t managed = 0;  // a bool the driver writes into the first byte
+    CUdeviceptr start = 0;
+    std::size_t size = 0;
+    CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                        CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                        CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void* data[] = {&memory_type, &ordinal, &managed, &start, &size};
+    // Memory the driver does not know is not an error here: every attribute reads as zero.
+    const CUresult result = context.api().cuPointerGetAttributes(5, attributes, data, address);
+    if (result != CUDA_SUCCESS) return result;
+    using Memory = backend::PointerFacts::Memory;
+    facts.memory = (managed & 0xff) != 0               ? Memory::managed
+                   : memory_type == CU_MEMORYTYPE_DEVICE ? Memory::device
+                   : memory_type == CU_MEMORYTYPE_HOST   ? Memory::host
+                                                         : Memory::unknown;
+    facts.ordinal = ordinal;
+    facts.range_start = static_cast<std::uintptr_t>(start);
+    facts.range_size = size;
+    return CUDA_SUCCESS;
+  }
+  static CUresult register_host(const Context& context, void* address, std::size_t size) {
+    return context.api().cuMemHostRegister(address, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+  }
+  static CUresult unregister_host(const Context& context, void* address) {
+    return context.api().cuMemHostUnregister(address);
+  }
+  static CUresult host_device_pointer(const Context& context, void* host, std::uintptr_t& device_address) {
+    CUdeviceptr address = 0;
+    const CUresult result = context.api().cuMemHostGetDevicePointer(&address, host, 0);
+    device_address = static_cast<std::uintptr_t>(address);
+    return result;
+  }
+  static CUresult synchronize_device(const Context& context) {
+    return context.api().cuCtxSynchronize != nullptr ? context.api().cuCtxSynchronize() : CUDA_ERROR_NOT_SUPPORTED;
+  }
+  static int ordinal(const Context& context, std::uint32_t device) { return context.devices[device]->handle; }
+
   static CUresult release(const Context& context, const hal_buffer& buffer) {
     return buffer.kind == HAL_MEMORY_HOST_PINNED ? context.api().cuMemFreeHost(buffer.host_base)
                                                  : context.api().cuMemFree(buffer.base);
@@ -78,5 +125,6 @@ struct MemoryOps {
 }  // namespace
 
 void fill_memory_entry_points(hal_backend_v1& table) { backend::GpuMemory<MemoryOps>::fill_table(table); }
+void fill_memory_interop(hal_interop_v1& table) { table.buffer_import = backend::GpuMemory<MemoryOps>::buffer_import; }
 
 }  // namespace hal::cuda

@@ -49,10 +49,18 @@ struct StreamOps {
   }
   static hal_status collectives_status(const hal_stream* stream) { return collectives_stream_status(stream); }
   static void forget_collectives(const hal_stream* stream) { forget_collectives_stream(stream); }
+  // The legacy default stream by name, so that work on it is not taken for synchronous calls.
+  static CUstream wrapped_null_stream() { return CU_STREAM_LEGACY; }
 };
 
 }  // namespace
 
 void fill_stream_entry_points(hal_backend_v1& table) { backend::GpuStreams<StreamOps>::fill(table); }
+void fill_stream_interop(hal_interop_v1& table) {
+  using Streams = backend::GpuStreams<StreamOps>;
+  table.stream_wrap = Streams::stream_wrap;
+  table.stream_native_handle = Streams::stream_native_handle;
+  table.event_native_handle = Streams::event_native_handle;
+}
 
 }  // namespace hal::cuda

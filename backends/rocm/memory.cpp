@@ -16,6 +16,60 @@ struct MemoryOps {
   static constexpr auto context_member = &hal_backend_context::rocm;
   static constexpr const char* managed_memory_attribute = "hipDeviceAttributeManagedMemory";
 
+  // Imported memory.
+  static constexpr const char* query_function = "hipPointerGetAttributes";
+  static constexpr const char* register_function = "hipHostRegister";
+  static bool can_query_pointers(const Context& context) { return context.api().hipPointerGetAttributes != nullptr; }
+  static bool can_register_host(const Context& context) {
+    return context.api().hipHostRegister != nullptr && context.api().hipHostUnregister != nullptr;
+  }
+  static hipError_t query_pointer(const Context& context, std::uintptr_t address, backend::PointerFacts& facts) {
+    hipPointerAttribute_t attributes{};
+    const hipError_t error = context.api().hipPointerGetAttributes(&attributes, reinterpret_cast<void*>(address));
+    using Memory = backend::PointerFacts::Memory;
+    // ROCm 5 answers memory it does not know with an error; ROCm 6 with "unregistered".
+    if (error == hipErrorInvalidValue) {
+      facts.memory = Memory::unknown;
+      return hipSuccess;
+    }
+    if (error != hipSuccess) return error;
+    // ROCm 6 renumbered hipMemoryType (0 unregistered, 1 host, 2 device, 3 managed);
+    // ROCm 5 had 0 host, 1 device and flagged managed memory separately.
+    const bool rocm6 = context.runtime_version >= 60000000;
+    const int type = static_cast<int>(attributes.memoryType);
+    const int host = rocm6 ? 1 : 0, device = rocm6 ? 2 : 1, managed = rocm6 ? 3 : -1;
+    facts.memory = attributes.isManaged != 0 || type == managed ? Memory::managed
+                   : type == device                             ? Memory::device
+                   : type == host                               ? Memory::host
+                                                                : Memory::unknown;
+    facts.ordinal = attributes.device;
+    hipDeviceptr_t start = nullptr;
+    std::size_t size = 0;
+    if (facts.memory == Memory::device && context.api().hipMemGetAddressRange != nullptr &&
+        context.api().hipMemGetAddressRange(&start, &size, reinterpret_cast<hipDeviceptr_t>(address)) == hipSuccess) {
+      facts.range_start = reinterpret_cast<std::uintptr_t>(start);
+      facts.range_size = size;
+    }
+    return hipSuccess;
+  }
+  static hipError_t register_host(const Context& context, void* address, std::size_t size) {
+    return context.api().hipHostRegister(address, size, hipHostRegisterPortable | hipHostRegisterMapped);
+  }
+  static hipError_t unregister_host(const Context& context, void* address) {
+    return context.api().hipHostUnregister(address);
+  }
+  static hipError_t host_device_pointer(const Context& context, void* host, std::uintptr_t& device_address) {
+    void* address = nullptr;
+    const hipError_t error = context.api().hipHostGetDevicePointer(&address, host, 0);
+    device_address = reinterpret_cast<std::uintptr_t>(address);
+    return error;
+  }
+  static hipError_t synchronize_device(const Context& context) {
+    return context.api().hipDeviceSynchronize != nullptr ? context.api().hipDeviceSynchronize()
+                                                         : hipErrorNotSupported;
+  }
+  static int ordinal(const Context& context, std::uint32_t device) { return context.devices[device]->ordinal; }
+
   static hipError_t allocate(const Context& context, hal_buffer& buffer, hal_memory_kind kind, std::size_t bytes,
                              backend::VendorAllocation& where) {
     const auto& api = context.api();
@@ -91,5 +145,6 @@ struct MemoryOps {
 }  // namespace
 
 void fill_memory_entry_points(hal_backend_v1& table) { backend::GpuMemory<MemoryOps>::fill_table(table); }
+void fill_memory_interop(hal_interop_v1& table) { table.buffer_import = backend::GpuMemory<MemoryOps>::buffer_import; }
 
 }  // namespace hal::rocm

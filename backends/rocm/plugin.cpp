@@ -64,6 +64,8 @@ hal_backend_v1 make_table() {
   fill_gpu_entry_points(table);
   table.attention = &attention_table;
   table.collectives = &collectives_table.v1;
+  static const hal_interop_v1 interop_table = make_interop_table();
+  table.interop = &interop_table;
   return table;
 }
 

@@ -14,6 +14,7 @@
 #include "device_description.hpp"
 #include "gpu_attention.hpp"
 #include "gpu_streams.hpp"
+#include "imported_memory.hpp"
 #include "hal/backend_abi.h"
 #include "hip_runtime.hpp"
 #include "kernel_functions.hpp"
@@ -104,6 +105,7 @@ struct hal_buffer {
   void* address = nullptr;       // device address, base rounded up to the requested alignment
   void* host_address = nullptr;  // pinned host and managed allocations
   std::uint64_t size = 0;
+  hal::backend::ImportedMemory imported;  // memory other code allocated: never freed here
 };
 
 struct hal_stream : hal::backend::GpuStream<hal::rocm::Context, hipStream_t> {};

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -117,6 +118,9 @@ struct Driver {
   std::map<std::uintptr_t, Allocation> allocations;  // by start address
   std::set<Stream*> streams;
   int module_loads = 0;  // cuModuleLoadData calls, for the test hook
+  // Host memory page-locked with cuMemHostRegister: start -> {size, device}.
+  std::map<std::uintptr_t, std::pair<std::size_t, int>> registered;
+  int registrations = 0, unregistrations = 0, context_synchronizes = 0;  // for the test hooks
 };
 
 Driver& driver() {
@@ -247,6 +251,24 @@ struct Event {
 struct CUstream_st : Stream {
   using Stream::Stream;
 };
+
+// CU_STREAM_LEGACY names the current context's legacy default stream, a
+// real stream here (created on first use, never destroyed); other handles
+// are themselves. nullptr keeps meaning "no stream" for the callers that
+// treat it so.
+CUstream resolve_stream(CUstream stream) {
+  if (stream != CU_STREAM_LEGACY) return stream;
+  CUctx_st* context = current_context;
+  if (context == nullptr) return nullptr;
+  static std::map<CUctx_st*, CUstream_st*> legacy;  // guarded by driver().mutex
+  std::lock_guard lock(driver().mutex);
+  CUstream_st*& found = legacy[context];
+  if (found == nullptr) {
+    found = new CUstream_st(context);
+    driver().streams.insert(found);
+  }
+  return found;
+}
 struct CUevent_st : Event {};
 
 namespace {
@@ -275,14 +297,32 @@ bool valid_device(CUdevice device) {
   return driver().initialized && device >= 0 && static_cast<std::size_t>(device) < driver().devices.size();
 }
 
-// True when [address, address + size) lies inside one allocation.
+// The allocation or registered host range holding address, if any: {start, size, device, kind}.
+struct Range {
+  std::uintptr_t start = 0;
+  std::size_t size = 0;
+  int device = 0;
+  Allocation::Kind kind = Allocation::Kind::device;
+};
+std::optional<Range> range_holding(std::uintptr_t address) {  // with driver().mutex held
+  const auto& allocations = driver().allocations;
+  if (auto after = allocations.upper_bound(address); after != allocations.begin()) {
+    const auto& [start, allocation] = *std::prev(after);
+    if (address >= start && address < start + allocation.size) return Range{start, allocation.size, allocation.device, allocation.kind};
+  }
+  const auto& registered = driver().registered;
+  if (auto after = registered.upper_bound(address); after != registered.begin()) {
+    const auto& [start, entry] = *std::prev(after);
+    if (address >= start && address < start + entry.first) return Range{start, entry.first, entry.second, Allocation::Kind::host};
+  }
+  return std::nullopt;
+}
+
+// True when [address, address + size) lies inside one allocation or registered range.
 bool known_range(CUdeviceptr address, std::size_t size) {
   std::lock_guard lock(driver().mutex);
-  auto& allocations = driver().allocations;
-  auto after = allocations.upper_bound(static_cast<std::uintptr_t>(address));
-  if (after == allocations.begin()) return false;
-  const auto& [start, allocation] = *std::prev(after);
-  return address >= start && address + size <= start + allocation.size;
+  const std::optional<Range> range = range_holding(static_cast<std::uintptr_t>(address));
+  return range && address + size <= range->start + range->size;
 }
 
 void* pointer(CUdeviceptr address) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)); }
@@ -334,6 +374,7 @@ CUresult check_copy(CUdeviceptr device_side, std::size_t size) {
 // enqueued operation fail when it runs, as device faults surface later.
 CUresult submit(const char* function, CUstream stream, Operation operation) {
   const CUresult fault = injected_fault(function);
+  stream = resolve_stream(stream);
   if (stream == nullptr) {
     CUctx_st* context = nullptr;
     if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
@@ -632,6 +673,7 @@ FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
 
 FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  stream = resolve_stream(stream);
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   stream->wait_idle();
   return sticky_error(stream->context);
@@ -639,6 +681,7 @@ FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
 
 FAKE_EXPORT CUresult cuStreamQuery(CUstream stream) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  stream = resolve_stream(stream);
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult result = sticky_error(stream->context); result != CUDA_SUCCESS) return result;
   return stream->is_idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -646,6 +689,7 @@ FAKE_EXPORT CUresult cuStreamQuery(CUstream stream) {
 
 FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  stream = resolve_stream(stream);
   if (stream == nullptr || event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   std::uint64_t target;
   {
@@ -663,6 +707,7 @@ FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned 
 
 FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream stream, CUhostFn function, void* data) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  stream = resolve_stream(stream);
   if (stream == nullptr || function == nullptr) return CUDA_ERROR_INVALID_VALUE;
   stream->enqueue([function, data] {
     function(data);
@@ -698,6 +743,7 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
 // and synchronizes then return the context's error.
 FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  stream = resolve_stream(stream);
   if (event == nullptr || stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   std::uint64_t target;
   {
@@ -814,6 +860,85 @@ FAKE_EXPORT int hal_fake_cuda_module_loads() {
   return driver().module_loads;
 }
 
+// ---- pointer attributes, host registration, context synchronize -----------
+
+FAKE_EXPORT CUresult cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes, void** data,
+                                            CUdeviceptr address) {
+  if (!driver().initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (count == 0 || attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(driver().mutex);
+  // Memory the driver does not know reads as zeros, without an error, as the real one does.
+  const std::optional<Range> range = range_holding(static_cast<std::uintptr_t>(address));
+  for (unsigned int i = 0; i < count; ++i) {
+    switch (attributes[i]) {
+      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *static_cast<unsigned int*>(data[i]) =
+            !range                                 ? 0u
+            : range->kind == Allocation::Kind::host ? static_cast<unsigned int>(CU_MEMORYTYPE_HOST)
+                                                    : static_cast<unsigned int>(CU_MEMORYTYPE_DEVICE);
+        break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data[i]) = range ? range->device : -2; break;
+      case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *static_cast<bool*>(data[i]) = range && range->kind == Allocation::Kind::managed;
+        break;
+      case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data[i]) = range ? range->start : 0; break;
+      case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data[i]) = range ? range->size : 0; break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data[i]) = range ? address : 0; break;
+      default: return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemHostRegister_v2(void* host, std::size_t size, unsigned int) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  if (host == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(driver().mutex);
+  const auto start = reinterpret_cast<std::uintptr_t>(host);
+  if (range_holding(start) || range_holding(start + size - 1)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  driver().registered[start] = {size, context->device};
+  ++driver().registrations;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemHostUnregister(void* host) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  std::lock_guard lock(driver().mutex);
+  if (driver().registered.erase(reinterpret_cast<std::uintptr_t>(host)) == 0) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  ++driver().unregistrations;
+  return CUDA_SUCCESS;
+}
+
+// Waits for every stream of the current context.
+FAKE_EXPORT CUresult cuCtxSynchronize() {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  std::vector<Stream*> streams;
+  {
+    std::lock_guard lock(driver().mutex);
+    ++driver().context_synchronizes;
+    for (Stream* stream : driver().streams)
+      if (stream->context == context) streams.push_back(stream);
+  }
+  for (Stream* stream : streams) stream->wait_idle();
+  return sticky_error(context);
+}
+
+FAKE_EXPORT int hal_fake_cuda_host_registrations() {
+  std::lock_guard lock(driver().mutex);
+  return driver().registrations;
+}
+FAKE_EXPORT int hal_fake_cuda_host_unregistrations() {
+  std::lock_guard lock(driver().mutex);
+  return driver().unregistrations;
+}
+FAKE_EXPORT int hal_fake_cuda_context_synchronizes() {
+  std::lock_guard lock(driver().mutex);
+  return driver().context_synchronizes;
+}
+
 // ---- cuGetProcAddress ------------------------------------------------------
 
 namespace {
@@ -854,6 +979,10 @@ const std::vector<ProcEntry>& proc_table() {
       entry("cuMemHostAlloc", cuMemHostAlloc, 2020),
       entry("cuMemFreeHost", cuMemFreeHost, 2000),
       entry("cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2, 3020),
+      entry("cuPointerGetAttributes", cuPointerGetAttributes, 7000),
+      entry("cuMemHostRegister", cuMemHostRegister_v2, 6050),
+      entry("cuMemHostUnregister", cuMemHostUnregister, 4000),
+      entry("cuCtxSynchronize", cuCtxSynchronize, 2000),
       entry("cuMemAllocManaged", cuMemAllocManaged, 6000),
       entry("cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020),
       entry("cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020),

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -66,12 +67,17 @@ struct Allocation {
   int device;
   std::size_t size;
   Kind kind;
+  bool registered = false;  // host memory page-locked by hipHostRegister, not allocated here
 };
+
+class FakeStream;
 
 struct State {
   std::mutex mutex;
   std::vector<FakeDevice> devices;
   std::map<std::uintptr_t, Allocation> allocations;  // by start address
+  std::set<FakeStream*> streams;                      // for hipDeviceSynchronize
+  int registrations = 0, unregistrations = 0, device_synchronizes = 0;  // for the test hooks
 };
 
 State& state() {
@@ -155,7 +161,8 @@ hipError_t release(void* pointer, bool host) {
   State& fake = state();
   std::lock_guard lock(fake.mutex);
   const auto found = fake.allocations.find(reinterpret_cast<std::uintptr_t>(pointer));
-  if (found == fake.allocations.end() || (found->second.kind == Kind::host) != host) return hipErrorInvalidValue;
+  if (found == fake.allocations.end() || (found->second.kind == Kind::host) != host || found->second.registered)
+    return hipErrorInvalidValue;
   if (found->second.kind != Kind::host) fake.devices[static_cast<std::size_t>(found->second.device)].used -= found->second.size;
   fake.allocations.erase(found);
   std::free(pointer);
@@ -460,11 +467,20 @@ FAKE_EXPORT hipError_t hipMemsetD32Async(hipDeviceptr_t destination, int value, 
 FAKE_EXPORT hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int) {
   if (stream == nullptr) return hipErrorInvalidValue;
   if (hipError_t error = injected("hipStreamCreateWithFlags"); error != hipSuccess) return error;
-  *stream = reinterpret_cast<hipStream_t>(new FakeStream());
+  auto* created = new FakeStream();
+  {
+    std::lock_guard lock(state().mutex);
+    state().streams.insert(created);
+  }
+  *stream = reinterpret_cast<hipStream_t>(created);
   return hipSuccess;
 }
 FAKE_EXPORT hipError_t hipStreamDestroy(hipStream_t stream) {
   if (stream == nullptr) return hipErrorInvalidHandle;
+  {
+    std::lock_guard lock(state().mutex);
+    state().streams.erase(as_stream(stream));
+  }
   delete as_stream(stream);
   return hipSuccess;
 }
@@ -593,3 +609,98 @@ FAKE_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t, unsigned int, unsign
 
 // hipModuleLoadData calls so far, failed ones included.
 FAKE_EXPORT int hal_fake_hip_module_loads() { return module_loads.load(); }
+
+// ---- pointer attributes, host registration, device synchronize ------------
+
+// hipMemoryType as the flavour's ROCm numbers it: ROCm 6 renumbered it.
+#ifdef FAKE_HIP_ROCM5
+constexpr int memory_type_host = 0, memory_type_device = 1, memory_type_managed = 1;
+#else
+constexpr int memory_type_host = 1, memory_type_device = 2, memory_type_managed = 3;
+#endif
+
+FAKE_EXPORT hipError_t hipPointerGetAttributes(hipPointerAttribute_t* attributes, const void* pointer) {
+  if (attributes == nullptr) return hipErrorInvalidValue;
+  std::lock_guard lock(state().mutex);
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  auto found = state().allocations.upper_bound(address);
+  const bool known = found != state().allocations.begin() && address < std::prev(found)->first + std::prev(found)->second.size;
+  *attributes = {};
+  if (!known) {
+#ifdef FAKE_HIP_ROCM5
+    return hipErrorInvalidValue;  // ROCm 5: memory it does not know is an error
+#else
+    return hipSuccess;  // ROCm 6: "unregistered" (0)
+#endif
+  }
+  const Allocation& allocation = std::prev(found)->second;
+  const int type = allocation.kind == Kind::host      ? memory_type_host
+                   : allocation.kind == Kind::managed ? memory_type_managed
+                                                      : memory_type_device;
+  attributes->memoryType = static_cast<hipMemoryType>(type);
+  attributes->device = allocation.device;
+  attributes->devicePointer = const_cast<void*>(pointer);
+  attributes->hostPointer = allocation.kind == Kind::device ? nullptr : const_cast<void*>(pointer);
+  attributes->isManaged = allocation.kind == Kind::managed ? 1 : 0;
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipMemGetAddressRange(hipDeviceptr_t* base, std::size_t* size, hipDeviceptr_t pointer) {
+  std::lock_guard lock(state().mutex);
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  auto found = state().allocations.upper_bound(address);
+  if (found == state().allocations.begin() || address >= std::prev(found)->first + std::prev(found)->second.size)
+    return hipErrorNotFound;
+  --found;
+  if (base != nullptr) *base = reinterpret_cast<hipDeviceptr_t>(found->first);
+  if (size != nullptr) *size = found->second.size;
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipHostRegister(void* host, std::size_t size, unsigned int) {
+  if (host == nullptr || size == 0) return hipErrorInvalidValue;
+  std::lock_guard lock(state().mutex);
+  const auto start = reinterpret_cast<std::uintptr_t>(host);
+  auto after = state().allocations.lower_bound(start);
+  if ((after != state().allocations.end() && after->first < start + size) ||
+      (after != state().allocations.begin() && std::prev(after)->first + std::prev(after)->second.size > start))
+    return hipErrorHostMemoryAlreadyRegistered;
+  state().allocations[start] = {current_device, size, Kind::host, true};
+  ++state().registrations;
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipHostUnregister(void* host) {
+  std::lock_guard lock(state().mutex);
+  const auto found = state().allocations.find(reinterpret_cast<std::uintptr_t>(host));
+  if (found == state().allocations.end() || !found->second.registered) return hipErrorHostMemoryNotRegistered;
+  state().allocations.erase(found);
+  ++state().unregistrations;
+  return hipSuccess;
+}
+
+FAKE_EXPORT hipError_t hipDeviceSynchronize() {
+  std::vector<FakeStream*> streams;
+  {
+    std::lock_guard lock(state().mutex);
+    ++state().device_synchronizes;
+    streams.assign(state().streams.begin(), state().streams.end());
+  }
+  hipError_t first = hipSuccess;
+  for (FakeStream* stream : streams)
+    if (hipError_t error = stream->synchronize(); first == hipSuccess) first = error;
+  return first;
+}
+
+FAKE_EXPORT int hal_fake_hip_host_registrations() {
+  std::lock_guard lock(state().mutex);
+  return state().registrations;
+}
+FAKE_EXPORT int hal_fake_hip_host_unregistrations() {
+  std::lock_guard lock(state().mutex);
+  return state().unregistrations;
+}
+FAKE_EXPORT int hal_fake_hip_device_synchronizes() {
+  std::lock_guard lock(state().mutex);
+  return state().device_synchronizes;
+}
