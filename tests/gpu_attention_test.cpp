@@ -235,7 +235,10 @@ TEST_SUITE("gpu attention") {
   TEST_CASE("supports() gives each implementation's reasons in the plugin's words") {
     ScopedEnvironment environment = fake_environment();
     Plugin plugin;
-    CHECK(plugin.attention().struct_size == sizeof(hal_attention_v1));
+    // hal_attention_v2: the caller-workspace entry follows v1.
+    CHECK(plugin.attention().struct_size == sizeof(hal_attention_v2));
+    const bool has_run = reinterpret_cast<const hal_attention_v2&>(plugin.attention()).run != nullptr;
+    CHECK(has_run);
     const hal_attention_params_v1 params = abi_params();
     const std::string flash = plugin.supports(HAL_ATTENTION_FLASH, params);
     CHECK(contains(flash, kernels_error));
@@ -284,6 +287,9 @@ TEST_SUITE("gpu attention") {
     CHECK(bytes == 0);
     CHECK(contains(plugin.last_error(), kernels_error));
     CHECK(attention.forward(nullptr, HAL_ATTENTION_MATH, &params, {}, {}, {}, {}, {}) == HAL_ERROR_INVALID_ARGUMENT);
+    const auto& v2 = reinterpret_cast<const hal_attention_v2&>(attention);
+    const hal_tensor_ref_v1 none[9] = {};
+    CHECK(v2.run(nullptr, HAL_ATTENTION_MATH, &params, 0, none, 5, {}, 0) == HAL_ERROR_INVALID_ARGUMENT);
 
     // A real stream and buffers: the ineligible implementation refuses before touching them.
     const hal_backend_v1& table = plugin.table();
@@ -302,6 +308,12 @@ TEST_SUITE("gpu attention") {
       CHECK(contains(plugin.last_error(), "attention backward cannot run these params"));
     }
     CHECK(contains(plugin.last_error(), "not available ("));
+    // The caller-workspace entry checks the same, and the tensor count.
+    const hal_tensor_ref_v1 five[] = {tensor, tensor, tensor, tensor, {}};
+    CHECK(v2.run(stream, HAL_ATTENTION_MATH, &params, 0, five, 3, tensor, 1 << 20) == HAL_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(plugin.last_error(), "attention forward takes 5 tensors, not 3"));
+    CHECK(v2.run(stream, HAL_ATTENTION_MATH, &params, 0, five, 5, tensor, 1 << 20) == HAL_ERROR_UNSUPPORTED);
+    CHECK(contains(plugin.last_error(), "attention forward cannot run these params"));
     CHECK(table.stream_synchronize(stream) == HAL_OK);
     CHECK(table.buffer_free(buffer) == HAL_OK);
     CHECK(table.stream_destroy(stream) == HAL_OK);

@@ -267,6 +267,29 @@ TEST_CASE_FIXTURE(HostDeviceFixture, "attention runs on imported memory, at byte
   CHECK(comparison.ok());
 }
 
+TEST_CASE_FIXTURE(HostDeviceFixture, "the workspace size is the chosen implementation's; the host takes none from the caller") {
+  hal::AttentionParams params;
+  params.heads_q = 2;
+  params.seq_q = 64;
+  params.head_dim_qk = 32;
+  hal::AttentionOptions math_only;
+  math_only.implementations = {hal::AttentionImplementation::math};
+  const hal::AttentionDecision decision = hal::explain_attention(device, params, false, math_only);
+  REQUIRE(decision.found);
+  const std::uint64_t bytes = hal::attention_workspace_size(device, params, false, math_only);
+  CHECK(bytes == decision.candidates.back().workspace_bytes);
+  CHECK(bytes >= 64 * 64 * sizeof(float));  // the math path holds the scores
+
+  const auto extents = hal::conformance::AttentionExtents::of(params);
+  hal::Buffer tensors = device.allocate((extents.q + extents.k + extents.v + extents.o) * sizeof(float));
+  math_only.workspace = {device.allocate(bytes), 0};
+  const hal::Stream stream = device.create_stream();
+  check_error([&] {
+    hal::attention_forward(stream, params, {tensors, 0}, {tensors, extents.q * 4}, {tensors, (extents.q + extents.k) * 4},
+                           {tensors, (extents.q + extents.k + extents.v) * 4}, {}, math_only);
+  }, StatusCode::unsupported, {"host backend's attention takes no caller workspace"});
+}
+
 TEST_CASE("an all_reduce runs on imported memory of two ranks") {
   const std::string directory =
       (std::filesystem::temp_directory_path() / ("hal-interop-" + std::to_string(getpid()))).string();

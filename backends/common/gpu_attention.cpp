@@ -158,11 +158,20 @@ hal_kernel_launch row_launch(const char* kernel, std::int64_t rows) {
   return {kernel, {static_cast<std::uint32_t>(rows), 1, 1}, {row_threads, 1, 1}, 0};
 }
 
-// Runs work(address) with `bytes` of device scratch (address 0 when none),
-// freed stream-ordered after it on every path; a failed work's error wins
-// over a failed release.
+// Runs work(address) with `bytes` of device scratch (address 0 when none):
+// the caller's when it gave some, else allocated here and freed
+// stream-ordered after it on every path; a failed work's error wins over a
+// failed release.
 template <typename Work>
-hal_status with_workspace(GpuPlatform& platform, hal_stream* stream, std::uint64_t bytes, Work&& work) {
+hal_status with_workspace(GpuPlatform& platform, hal_stream* stream, std::uint64_t bytes,
+                          const AttentionAddresses& tensors, Work&& work) {
+  if (tensors.workspace != 0) {
+    if (tensors.workspace_bytes < bytes)
+      return fail(HAL_ERROR_INVALID_ARGUMENT, "the caller's attention workspace holds " +
+                                                  std::to_string(tensors.workspace_bytes) + " bytes; this call needs " +
+                                                  std::to_string(bytes) + " (ask workspace_size)");
+    return work(tensors.workspace);
+  }
   std::uint64_t address = 0;
   if (bytes != 0)
     if (hal_status status = platform.allocate_workspace(stream, bytes, &address); status != HAL_OK) return status;
@@ -256,7 +265,7 @@ hal_status GpuAttention::run_flash(hal_stream* stream, const hal_attention_param
   if (plan.launch_count == 0 || plan.launch_count > HAL_KERNEL_PLAN_MAX_LAUNCHES)
     return fail(HAL_ERROR_UNSUPPORTED, std::string(platform_->backend_name()) + " flash attention: " +
                                            (plan.why_not[0] != '\0' ? plan.why_not : "the plan has no launches"));
-  return with_workspace(*platform_, stream, plan.workspace_bytes, [&](std::uint64_t workspace) {
+  return with_workspace(*platform_, stream, plan.workspace_bytes, tensors, [&](std::uint64_t workspace) {
     args.workspace = workspace;
     for (std::uint32_t i = 0; i < plan.launch_count; ++i)
       if (hal_status status = platform_->launch(stream, plan.launches[i], &args, sizeof(args)); status != HAL_OK)
@@ -271,7 +280,7 @@ hal_status GpuAttention::run_math(hal_stream* stream, const hal_attention_params
   if (!backward) args.grad_o.address = 0;  // the kernels tell forward from backward by it
   const hal_math_attention_layout layout = hal_math_attention_layout_of(&args, backward ? 1 : 0);
   const std::uint64_t bytes = static_cast<std::uint64_t>(layout.total) * sizeof(float);
-  return with_workspace(*platform_, stream, bytes, [&](std::uint64_t workspace) {
+  return with_workspace(*platform_, stream, bytes, tensors, [&](std::uint64_t workspace) {
     args.workspace = workspace;
     return run_math_steps(stream, params, args, layout, backward);
   });
@@ -439,12 +448,15 @@ hal_status workspace_size(GpuAttention* engine, std::uint32_t device, hal_attent
 
 hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implementation implementation,
                const hal_attention_params_v1* params, bool backward, const hal_tensor_ref_v1* tensors,
-               std::size_t tensor_count) {
+               std::size_t tensor_count, const hal_tensor_ref_v1& workspace, std::uint64_t workspace_bytes) {
   const char* what = backward ? "attention backward" : "attention forward";
   if (stream == nullptr || engine == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + " needs a stream");
   GpuPlatform& platform = engine->platform();
   const std::uint32_t device = platform.stream_device(stream);
   if (hal_status status = check_call(engine, device, params, what); status != HAL_OK) return status;
+  if (tensors == nullptr || tensor_count != (backward ? 9u : 5u))
+    return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + " takes " + (backward ? "9" : "5") + " tensors, not " +
+                                                std::to_string(tensor_count));
   try {
     if (const std::string reasons = engine->supports(device, implementation, *params, backward); !reasons.empty())
       return fail(HAL_ERROR_UNSUPPORTED, std::string(platform.backend_name()) + " " +
@@ -474,6 +486,11 @@ hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implement
       }
       if (is_lse && !backward && params->return_lse == 0) continue;
       if (hal_status status = platform.device_address(stream, tensors[i], slots[i]); status != HAL_OK) return status;
+    }
+    if (workspace.buffer != nullptr) {
+      if (hal_status status = platform.device_address(stream, workspace, &addresses.workspace); status != HAL_OK)
+        return status;
+      addresses.workspace_bytes = workspace_bytes;
     }
     return backward ? engine->backward(stream, implementation, *params, addresses)
                     : engine->forward(stream, implementation, *params, addresses);

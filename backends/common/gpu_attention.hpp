@@ -119,7 +119,10 @@ struct GpuAttentionTable {
                              const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
                              hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 grad_o, hal_tensor_ref_v1 lse,
                              hal_tensor_ref_v1 grad_q, hal_tensor_ref_v1 grad_k, hal_tensor_ref_v1 grad_v);
-  static constexpr hal_attention_v1 table{sizeof(hal_attention_v1), supports, workspace_size, forward, backward};
+  static hal_status run(hal_stream* stream, hal_attention_implementation implementation,
+                        const hal_attention_params_v1* params, std::int32_t backward, const hal_tensor_ref_v1* tensors,
+                        std::uint32_t tensor_count, hal_tensor_ref_v1 workspace, std::uint64_t workspace_bytes);
+  static constexpr hal_attention_v2 table{{sizeof(hal_attention_v2), supports, workspace_size, forward, backward}, run};
 };
 
 // The non-template parts of the table entries.
@@ -131,7 +134,7 @@ hal_status workspace_size(GpuAttention* engine, std::uint32_t device, hal_attent
 // tensors in ABI order: q, k, v, o, lse (forward) or q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v.
 hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implementation implementation,
                const hal_attention_params_v1* params, bool backward, const hal_tensor_ref_v1* tensors,
-               std::size_t tensor_count);
+               std::size_t tensor_count, const hal_tensor_ref_v1& workspace = {}, std::uint64_t workspace_bytes = 0);
 }  // namespace gpu_attention_entry
 
 template <GpuAttention* (*C)(hal_backend_context*), GpuAttention* (*S)(hal_stream*)>
@@ -172,6 +175,15 @@ hal_status GpuAttentionTable<C, S>::backward(hal_stream* stream, hal_attention_i
   const hal_tensor_ref_v1 tensors[] = {q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v};
   return gpu_attention_entry::run(stream == nullptr ? nullptr : S(stream), stream, implementation, params, true,
                                   tensors, 9);
+}
+
+template <GpuAttention* (*C)(hal_backend_context*), GpuAttention* (*S)(hal_stream*)>
+hal_status GpuAttentionTable<C, S>::run(hal_stream* stream, hal_attention_implementation implementation,
+                                        const hal_attention_params_v1* params, std::int32_t backward,
+                                        const hal_tensor_ref_v1* tensors, std::uint32_t tensor_count,
+                                        hal_tensor_ref_v1 workspace, std::uint64_t workspace_bytes) {
+  return gpu_attention_entry::run(stream == nullptr ? nullptr : S(stream), stream, implementation, params,
+                                  backward != 0, tensors, tensor_count, workspace, workspace_bytes);
 }
 
 }  // namespace hal::backend

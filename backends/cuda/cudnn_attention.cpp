@@ -161,7 +161,7 @@ class CudnnAttention final : public backend::FusedAttention {
     std::unordered_map<std::int64_t, void*> pack = {
         {q_id, address(tensors.q)}, {k_id, address(tensors.k)}, {v_id, address(tensors.v)}, {o_id, address(tensors.o)}};
     if (params.return_lse) pack[lse_id] = address(tensors.lse);
-    return execute(stream, params, false, pack);
+    return execute(stream, params, false, pack, tensors);
   }
 
   hal_status backward(hal_stream* stream, const hal_attention_params_v1& params,
@@ -170,7 +170,7 @@ class CudnnAttention final : public backend::FusedAttention {
         {q_id, address(tensors.q)},           {k_id, address(tensors.k)},           {v_id, address(tensors.v)},
         {o_id, address(tensors.o)},           {lse_id, address(tensors.lse)},       {grad_o_id, address(tensors.grad_o)},
         {grad_q_id, address(tensors.grad_q)}, {grad_k_id, address(tensors.grad_k)}, {grad_v_id, address(tensors.grad_v)}};
-    return execute(stream, params, true, pack);
+    return execute(stream, params, true, pack, tensors);
   }
 
  private:
@@ -339,7 +339,7 @@ class CudnnAttention final : public backend::FusedAttention {
   }
 
   hal_status execute(hal_stream* stream, const hal_attention_params_v1& params, bool backward,
-                     std::unordered_map<std::int64_t, void*>& pack) {
+                     std::unordered_map<std::int64_t, void*>& pack, const backend::AttentionAddresses& tensors) {
     if (stream == nullptr || stream->context != &context_)
       return fail(HAL_ERROR_INVALID_ARGUMENT, "the stream is null or belongs to another CUDA backend");
     for (const auto& [id, pointer] : pack)
@@ -358,8 +358,16 @@ class CudnnAttention final : public backend::FusedAttention {
         return fail(HAL_ERROR_INTERNAL, std::string("cudnnSetStream failed: ") + fe::detail::get_error_string(status),
                     status);
       Workspace workspace(context_, stream->handle);
-      if (hal_status status = workspace.allocate(plan.workspace_bytes); status != HAL_OK) return status;
-      const fe::error_t result = plan.graph->execute(handle, pack, workspace.pointer());
+      void* scratch = address(tensors.workspace);  // the caller's, when it gave one
+      if (scratch != nullptr && tensors.workspace_bytes < static_cast<std::uint64_t>(plan.workspace_bytes))
+        return fail(HAL_ERROR_INVALID_ARGUMENT, "the caller's attention workspace holds " +
+                                                    std::to_string(tensors.workspace_bytes) + " bytes; cuDNN's plan needs " +
+                                                    std::to_string(plan.workspace_bytes) + " (ask workspace_size)");
+      if (scratch == nullptr) {
+        if (hal_status status = workspace.allocate(plan.workspace_bytes); status != HAL_OK) return status;
+        scratch = workspace.pointer();
+      }
+      const fe::error_t result = plan.graph->execute(handle, pack, scratch);
       if (hal_status status = workspace.release(); status != HAL_OK) return status;
       if (result.is_bad())
         return fail(HAL_ERROR_INTERNAL, "cuDNN's fused attention " + std::string(backward ? "backward" : "forward") +

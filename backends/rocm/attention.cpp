@@ -120,6 +120,6 @@ void create_attention(Context& context) {
   context.attention = std::make_unique<backend::GpuAttention>(std::make_unique<RocmPlatform>(context));
 }
 
-const hal_attention_v1 attention_table = backend::GpuAttentionTable<attention_of_context, attention_of_stream>::table;
+const hal_attention_v2 attention_table = backend::GpuAttentionTable<attention_of_context, attention_of_stream>::table;
 
 }  // namespace hal::rocm

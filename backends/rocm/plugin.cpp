@@ -62,7 +62,7 @@ hal_backend_v1 make_table() {
   hal_backend_v1 table =
       backend::gpu_table<&hal_backend_context::rocm, fill_device_info>("rocm", HAL_VERSION_STRING, initialize);
   fill_gpu_entry_points(table);
-  table.attention = &attention_table;
+  table.attention = &attention_table.v1;
   table.collectives = &collectives_table.v1;
   static const hal_interop_v1 interop_table = make_interop_table();
   table.interop = &interop_table;

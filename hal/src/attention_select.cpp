@@ -277,6 +277,42 @@ const detail::StreamState& stream_state(const Stream& stream) {
   return *detail::Access::state(stream);
 }
 
+// Runs the chosen implementation on the checked tensors (forward's 5 or
+// backward's 9, in the ABI's order), in the caller's workspace when given.
+void enqueue(const detail::StreamState& stream, const AttentionDecision& decision,
+             const hal_attention_params_v1& resolved, bool backward, const hal_tensor_ref_v1* tensors,
+             const AttentionOptions& options) {
+  const Device& device = stream.device;
+  const detail::LoadedBackend& backend = *detail::Access::backend(device);
+  const std::string what = "enqueueing " + std::string(to_string(decision.chosen)) + " attention " +
+                           (backward ? "backward" : "forward") + " on " + device.id();
+  const auto& workspace_state = detail::Access::state(options.workspace.buffer);
+  if (!workspace_state) {
+    const hal_attention_v1& table = *backend.attention();
+    const auto t = tensors;
+    backend.check(backward ? table.backward(stream.handle, detail::to_abi(decision.chosen), &resolved, t[0], t[1], t[2],
+                                            t[3], t[4], t[5], t[6], t[7], t[8])
+                           : table.forward(stream.handle, detail::to_abi(decision.chosen), &resolved, t[0], t[1], t[2],
+                                           t[3], t[4]),
+                  what);
+    return;
+  }
+  const auto& workspace = detail::usable_state(workspace_state, "attention workspace");
+  if (!(workspace.device == device))
+    throw Error(StatusCode::invalid_argument, "the attention workspace is a " + workspace.describe() +
+                                                  ", but the stream runs on " + device.id());
+  workspace.check_range(options.workspace.offset, 0, "attention workspace");
+  const hal_attention_v2* table = backend.attention_v2();
+  if (table == nullptr)
+    throw Error(StatusCode::unsupported, "the " + device.backend_name() +
+                                             " backend's attention takes no caller workspace (its plugin has no "
+                                             "hal_attention_v2); leave AttentionOptions::workspace empty");
+  backend.check(table->run(stream.handle, detail::to_abi(decision.chosen), &resolved, backward ? 1 : 0, tensors,
+                           backward ? 9u : 5u, workspace.ref(options.workspace.offset),
+                           workspace.size - options.workspace.offset),
+                what);
+}
+
 }  // namespace
 
 std::string AttentionDecision::to_string() const {
@@ -305,6 +341,17 @@ AttentionDecision explain_attention(const Device& device, const AttentionParams&
   return decide(device, resolved, backward, resolve_order(device, options, *detail::Access::backend(device)->config));
 }
 
+std::uint64_t attention_workspace_size(const Device& device, const AttentionParams& params, bool backward,
+                                       const AttentionOptions& options) {
+  const AttentionDecision decision = explain_attention(device, params, backward, options);
+  if (!decision.found)
+    throw Error(StatusCode::unsupported, "no attention implementation is eligible for " + params.describe() + " on " +
+                                             device.id() + ":\n" + decision.to_string());
+  for (const auto& candidate : decision.candidates)
+    if (candidate.implementation == decision.chosen) return candidate.workspace_bytes;
+  return 0;
+}
+
 AttentionDecision attention_forward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
                                     const TensorRef& k, const TensorRef& v, const TensorRef& o,
                                     const TensorRef& lse, const AttentionOptions& options) {
@@ -318,11 +365,8 @@ AttentionDecision attention_forward(const Stream& stream, const AttentionParams&
   hal_tensor_ref_v1 lse_ref{nullptr, 0};
   if (params.return_lse) lse_ref = checked_tensor(device, lse, resolved, AttentionTensor::lse, DType::f32);
   const AttentionDecision decision = decide_for_call(device, params, resolved, false, options);
-  const detail::LoadedBackend& backend = *detail::Access::backend(device);
-  backend.check(backend.attention()->forward(detail::Access::state(stream)->handle,
-                                             detail::to_abi(decision.chosen), &resolved,
-                                             q_ref, k_ref, v_ref, o_ref, lse_ref),
-                "enqueueing " + std::string(to_string(decision.chosen)) + " attention forward on " + device.id());
+  const hal_tensor_ref_v1 refs[] = {q_ref, k_ref, v_ref, o_ref, lse_ref};
+  enqueue(stream_state(stream), decision, resolved, false, refs, options);
   return decision;
 }
 
@@ -345,12 +389,7 @@ AttentionDecision attention_backward(const Stream& stream, const AttentionParams
       checked_tensor(device, grad_k, resolved, AttentionTensor::grad_k, params.dtype),
       checked_tensor(device, grad_v, resolved, AttentionTensor::grad_v, params.dtype)};
   const AttentionDecision decision = decide_for_call(device, params, resolved, true, options);
-  const detail::LoadedBackend& backend = *detail::Access::backend(device);
-  backend.check(backend.attention()->backward(detail::Access::state(stream)->handle,
-                                              detail::to_abi(decision.chosen), &resolved,
-                                              refs[0], refs[1], refs[2], refs[3], refs[4], refs[5], refs[6], refs[7],
-                                              refs[8]),
-                "enqueueing " + std::string(to_string(decision.chosen)) + " attention backward on " + device.id());
+  enqueue(stream_state(stream), decision, resolved, true, refs, options);
   return decision;
 }
 

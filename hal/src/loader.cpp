@@ -36,6 +36,12 @@ const hal_attention_v1* LoadedBackend::attention() const {
   return table->attention;
 }
 
+const hal_attention_v2* LoadedBackend::attention_v2() const {
+  const hal_attention_v1* v1 = attention();
+  if (v1 == nullptr || v1->struct_size < sizeof(hal_attention_v2)) return nullptr;
+  return reinterpret_cast<const hal_attention_v2*>(v1);
+}
+
 const hal_interop_v1* LoadedBackend::interop() const {
   if (!table_has(table, offsetof(hal_backend_v1, interop), sizeof(table->interop))) return nullptr;
   const hal_interop_v1* interop = table->interop;

@@ -171,7 +171,10 @@ bool covered(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("the math attention path matches an f64 reference in the SIMT emulator") {
+// Every covered shape through the engine's math path; with caller_workspace
+// the engine gets the scratch from the call (hal_attention_v2) and must
+// allocate none of its own.
+void check_math_path(bool caller_workspace) {
   int cases = 0;
   for (const flash_cases::Shape& shape : flash_cases::shapes()) {
     if (!covered(shape.name)) continue;
@@ -197,6 +200,17 @@ TEST_CASE("the math attention path matches an f64 reference in the SIMT emulator
       if (engine.workspace_size(0, HAL_ATTENTION_MATH, params, backward, &expected_workspace) != HAL_OK)
         return "workspace_size failed";
       platform.largest_workspace = 0;
+      std::vector<float> scratch;  // the caller's, NaN-filled like the platform's
+      if (caller_workspace) {
+        scratch.assign(expected_workspace / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
+        tensors.workspace = reinterpret_cast<std::uint64_t>(scratch.data());
+        tensors.workspace_bytes = expected_workspace - 4;  // one float short: refused by name
+        if (expected_workspace >= 4 && (backward ? engine.backward(stream, HAL_ATTENTION_MATH, params, tensors)
+                                                 : engine.forward(stream, HAL_ATTENTION_MATH, params, tensors)) !=
+                                           HAL_ERROR_INVALID_ARGUMENT)
+          return "a workspace one float short was not refused";
+        tensors.workspace_bytes = expected_workspace;
+      }
       const hal_status status = backward ? engine.backward(stream, HAL_ATTENTION_MATH, params, tensors)
                                          : engine.forward(stream, HAL_ATTENTION_MATH, params, tensors);
       if (status != HAL_OK) {
@@ -205,7 +219,9 @@ TEST_CASE("the math attention path matches an f64 reference in the SIMT emulator
         backend::read_last_error(&error);
         return error.message != nullptr ? error.message : "failed";
       }
-      if (platform.largest_workspace != expected_workspace) return "workspace_size differs from the allocation";
+      if (!caller_workspace && platform.largest_workspace != expected_workspace)
+        return "workspace_size differs from the allocation";
+      if (caller_workspace && !platform.workspaces.empty()) return "the engine allocated beside the caller's workspace";
       *first_kernel = "math";
       return "";
     };
@@ -216,12 +232,18 @@ TEST_CASE("the math attention path matches an f64 reference in the SIMT emulator
     REQUIRE(result.error.empty());
     CHECK(result.masked_rows_wrong == 0);
     CHECK(result.passed());
-    // Every workspace was released, and the backward ran its five GEMMs.
-    CHECK(platform.frees == 2);
+    // Every workspace was released (none was taken with the caller's), and the backward ran its five GEMMs.
+    CHECK(platform.frees == (caller_workspace ? 0 : 2));
     CHECK(platform.gemm_count == 2 + 5);
     if (platform.emulate_gemm)
       CHECK(std::count(platform.launched.begin(), platform.launched.end(), "hal_gemm_f32_strided_batched") == 7);
     MESSAGE(summary);
   }
   CHECK(cases == 6);  // the names above still exist
+}
+
+TEST_CASE("the math attention path matches an f64 reference in the SIMT emulator") { check_math_path(false); }
+
+TEST_CASE("in the caller's workspace the math path allocates nothing and still matches the reference") {
+  check_math_path(true);
 }

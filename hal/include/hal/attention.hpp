@@ -92,12 +92,23 @@ struct AttentionDecision {
 struct AttentionOptions {
   // Per-call order; outranks every other source.
   std::vector<AttentionImplementation> implementations;
+  // The caller's device scratch, from workspace.offset to the end of its
+  // buffer, at least attention_workspace_size() bytes: the call then
+  // allocates nothing (framework allocators, CUDA graph capture). Empty
+  // buffer: the backend allocates its own. GPU backends take it; the host
+  // backend's scratch is host memory of its own (unsupported there).
+  TensorRef workspace = {};
 };
 
 // Which implementation would run, and why each other did not. Reads the
 // order sources and capability layers; never runs anything.
 AttentionDecision explain_attention(const Device& device, const AttentionParams& params, bool backward = false,
                                     const AttentionOptions& options = {});
+
+// Scratch bytes the implementation explain_attention() chooses needs for one
+// call; throws unsupported when nothing is eligible.
+std::uint64_t attention_workspace_size(const Device& device, const AttentionParams& params, bool backward = false,
+                                       const AttentionOptions& options = {});
 
 // Enqueue on the stream; returns the decision that was used. Throws
 // unsupported when nothing is eligible (listing each candidate's first

@@ -217,6 +217,20 @@ typedef struct hal_attention_v1 {
                          hal_tensor_ref_v1 grad_v);
 } hal_attention_v1;
 
+/* Appended to hal_attention_v1: a backend whose attention table has
+ * v1.struct_size >= sizeof(hal_attention_v2) takes the caller's scratch, so
+ * a call allocates nothing (framework allocators, CUDA graph capture).
+ * tensors are forward's or backward's, in their order (5 or 9). workspace
+ * with a NULL buffer: the backend allocates its own, as forward/backward do;
+ * otherwise workspace_bytes from workspace.offset must be at least what
+ * workspace_size() said, or HAL_ERROR_INVALID_ARGUMENT. */
+typedef struct hal_attention_v2 {
+  hal_attention_v1 v1;
+  hal_status (*run)(hal_stream* stream, hal_attention_implementation implementation,
+                    const hal_attention_params_v1* params, int32_t backward, const hal_tensor_ref_v1* tensors,
+                    uint32_t tensor_count, hal_tensor_ref_v1 workspace, uint64_t workspace_bytes);
+} hal_attention_v2;
+
 /* ---- collectives ---------------------------------------------------------
  * A communicator joins `world_size` processes (one device each) that met
  * through a key-value store. libhal owns the store and hands the backend
@@ -463,6 +477,7 @@ HAL_ABI_PIN_SIZE(hal_device_info_v1, 120);
 HAL_ABI_PIN_SIZE(hal_attention_params_v1, 360);
 HAL_ABI_PIN_SIZE(hal_tensor_ref_v1, 16);
 HAL_ABI_PIN_SIZE(hal_attention_v1, 40);
+HAL_ABI_PIN_SIZE(hal_attention_v2, 48);
 HAL_ABI_PIN_SIZE(hal_backend_v1, 256);
 HAL_ABI_PIN_SIZE(hal_store_v1, 32);
 HAL_ABI_PIN_SIZE(hal_communicator_config_v1, 64);
