@@ -290,7 +290,12 @@ def attention_backward(grad_out: Any, q: Any, k: Any, v: Any, out: Any, lse: Any
                               window_left=window_left, window_right=window_right, return_lse=True, o=ot, grad_o=got,
                               grad_q=gqt, grad_k=gkt, grad_v=gvt)
     _check_lse(lt, params)
-    if qt.size and kt.size:
+    if not (qt.size and kt.size):  # nothing attends: the gradients are zero
+        if qt.size and not kt.size:
+            raise InvalidArgumentError("attention_backward: seq_kv is 0: no key to attend to")
+        for g in (gqt, gkt, gvt):
+            _hal._zero(g)
+    else:
         _hal._attention_backward(stream if stream is not None else default_stream(device), params, qt, kt, vt, ot, got,
                                  lt, gqt, gkt, gvt, _implementations(implementations), stream is None)
     return tuple(grads)

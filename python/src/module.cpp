@@ -445,6 +445,9 @@ NB_MODULE(_hal, m) {
         return tensor;
       }, "device"_a, "shape"_a, "dtype"_a);
   m.def("_copy_tensor", &copy_of, "tensor"_a);
+  m.def("_zero", [](const hal::Tensor& tensor) {
+        if (const std::uint64_t span = tensor.span_bytes(); span != 0) tensor.buffer.fill(tensor.byte_offset, span, 0);
+      }, "tensor"_a, "Sets every byte the tensor spans to 0.");
   m.def("dtype_name", [](const std::string& text) { return std::string(hal::to_string(dtype_from(text))); }, "text"_a,
         "hal's name for a dtype spelling: 'float32' -> 'f32'; raises hal.InvalidArgumentError for an unknown one.");
 

@@ -142,3 +142,12 @@ def test_bad_attention_inputs():
         hal.attention_forward(q, q, q, layout="sbhd")
     with pytest.raises(hal.InvalidArgumentError, match="implementation 'cudnn'"):
         hal.attention_forward(q, q, q, implementations=["cudnn"])
+
+
+def test_backward_with_no_queries_gives_zero_key_gradients(rng):
+    q = np.zeros((1, 2, 0, 8), np.float32)
+    k, v = (rng.standard_normal((1, 2, 5, 8)).astype(np.float32) for _ in range(2))
+    out, lse = hal.attention_forward(q, k, v, return_lse=True)
+    grad_q, grad_k, grad_v = (np.from_dlpack(g) for g in hal.attention_backward(np.zeros_like(q), q, k, v, out, lse))
+    assert grad_q.shape == q.shape and grad_k.shape == k.shape and grad_v.shape == v.shape
+    assert not grad_k.any() and not grad_v.any()
