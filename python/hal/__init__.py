@@ -12,27 +12,29 @@ import threading as _threading
 from typing import Any, Optional, Sequence, Tuple
 
 from . import _hal
-from ._hal import (  # noqa: F401  (re-exported)
+from ._errors import (  # noqa: F401  (re-exported)
     AbortedError,
+    DeviceLostError,
+    Error,
+    InternalError,
+    InvalidArgumentError,
+    NotPresentError,
+    OutOfMemoryError,
+    TimeoutError,
+    UnsupportedError,
+)
+from ._hal import (  # noqa: F401  (re-exported)
     AttentionCandidate,
     AttentionDecision,
     AttentionParams,
     BackendReport,
     Device,
     DeviceInfo,
-    DeviceLostError,
-    Error,
     Event,
-    InternalError,
-    InvalidArgumentError,
-    NotPresentError,
-    OutOfMemoryError,
     Runtime,
     StatusCode,
     Stream,
     Tensor,
-    TimeoutError,
-    UnsupportedError,
     dtype_name,
     known_backend_names,
 )

@@ -24,62 +24,38 @@ namespace {
 
 // ---------------------------------------------------------------- errors
 
-struct ErrorClass {
-  hal::StatusCode code;
-  const char* name;
-  PyObject* builtin;  // a builtin exception it also derives from, or nullptr
-  const char* doc;
-  PyObject* type = nullptr;
-};
-
+// The exception classes live in Python (hal/_errors.py, so type checkers see
+// them); hal/__init__.py hands them over with _register_errors at import.
 PyObject* error_base = nullptr;
-std::array<ErrorClass, 8> error_classes{{
-    {hal::StatusCode::invalid_argument, "InvalidArgumentError", nullptr, "The caller passed a bad value (also a ValueError)."},
-    {hal::StatusCode::unsupported, "UnsupportedError", nullptr,
-     "A valid request this backend or device cannot do (also a NotImplementedError)."},
-    {hal::StatusCode::not_present, "NotPresentError", nullptr, "A vendor library or device is missing."},
-    {hal::StatusCode::out_of_memory, "OutOfMemoryError", nullptr, "The device ran out of memory (also a MemoryError)."},
-    {hal::StatusCode::timeout, "TimeoutError", nullptr, "An operation timed out (also the builtin TimeoutError)."},
-    {hal::StatusCode::device_lost, "DeviceLostError", nullptr, "The device was lost; recreate the Runtime."},
-    {hal::StatusCode::aborted, "AbortedError", nullptr, "The operation was aborted (a communicator was aborted, ...)."},
-    {hal::StatusCode::internal, "InternalError", nullptr, "A bug in hal or a backend; please report it."},
-}};
+std::vector<std::pair<hal::StatusCode, PyObject*>> error_classes;
 
 PyObject* error_class_for(hal::StatusCode code) {
-  for (const auto& entry : error_classes)
-    if (entry.code == code) return entry.type;
-  return error_base;
+  for (const auto& [known, type] : error_classes)
+    if (known == code) return type;
+  return error_base != nullptr ? error_base : PyExc_RuntimeError;
 }
 
 void set_python_error(const hal::Error& error) {
   PyObject* type = error_class_for(error.code());
   nb::object instance = nb::steal(PyObject_CallFunction(type, "s", error.status().message().c_str()));
   if (!instance.is_valid()) return;  // the call set its own error
-  instance.attr("code") = nb::cast(error.code());
-  instance.attr("message") = nb::str(error.status().message().c_str());
-  instance.attr("native_code") = nb::int_(error.status().native_code());
+  if (type != PyExc_RuntimeError) {
+    instance.attr("code") = nb::cast(error.code());
+    instance.attr("message") = nb::str(error.status().message().c_str());
+    instance.attr("native_code") = nb::int_(error.status().native_code());
+  }
   PyErr_SetObject(type, instance.ptr());
 }
 
 void register_errors(nb::module_& m) {
-  error_base = PyErr_NewExceptionWithDoc(
-      "hal.Error",
-      "Every failing hal call raises a subclass of hal.Error. Attributes: code (hal.StatusCode), message "
-      "(hal's message: what went wrong and what to do next), native_code (the vendor's code, or 0).",
-      PyExc_Exception, nullptr);
-  m.attr("Error") = nb::handle(error_base);
-  error_classes[0].builtin = PyExc_ValueError;
-  error_classes[1].builtin = PyExc_NotImplementedError;
-  error_classes[3].builtin = PyExc_MemoryError;
-  error_classes[4].builtin = PyExc_TimeoutError;
-  for (auto& entry : error_classes) {
-    const std::string qualified = std::string("hal.") + entry.name;
-    nb::object bases = entry.builtin != nullptr ? nb::object(nb::make_tuple(nb::handle(error_base), nb::handle(entry.builtin)))
-                                                : nb::object(nb::make_tuple(nb::handle(error_base)));
-    entry.type = PyErr_NewExceptionWithDoc(qualified.c_str(), entry.doc, bases.ptr(), nullptr);
-    if (entry.type == nullptr) throw nb::python_error();
-    m.attr(entry.name) = nb::handle(entry.type);
-  }
+  m.def("_register_errors", [](nb::handle base, nb::dict classes) {
+        Py_INCREF(base.ptr());
+        error_base = base.ptr();
+        for (auto [code, type] : classes) {
+          Py_INCREF(type.ptr());
+          error_classes.emplace_back(nb::cast<hal::StatusCode>(code), type.ptr());
+        }
+      }, "base"_a, "classes"_a, "Sets the exception classes hal.Error and its subclasses by StatusCode (hal/_errors.py).");
   nb::register_exception_translator([](const std::exception_ptr& pointer, void*) {
     try {
       std::rethrow_exception(pointer);

@@ -118,3 +118,22 @@ def test_stubs_are_shipped():
     assert stub.is_file() and (package / "py.typed").is_file()
     text = stub.read_text()
     assert "class Tensor" in text and "def __dlpack__" in text and "class AttentionParams" in text
+
+
+def test_the_extension_links_no_vendor_library():
+    import glob
+    import pathlib
+    import shutil
+    import subprocess
+
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf is not installed")
+    package = pathlib.Path(hal.__file__).parent
+    (extension,) = glob.glob(str(package / "_hal*.so"))
+    for library in (extension, str(package / "lib" / "libhal.so")):
+        dynamic = subprocess.run(["readelf", "-d", library], check=True, capture_output=True, text=True).stdout
+        needed = [line.split("[")[1].rstrip("]") for line in dynamic.splitlines() if "(NEEDED)" in line]
+        assert needed, library
+        vendor = [n for n in needed if any(v in n for v in ("cuda", "cudnn", "cublas", "nccl", "amdhip", "rocm", "hip"))]
+        assert not vendor, f"{library} links {vendor}"
+    assert "libhal.so.0" in subprocess.run(["readelf", "-d", extension], capture_output=True, text=True).stdout
