@@ -48,7 +48,6 @@ class FallbackWarning(UserWarning):
 
 
 _warned: set = set()
-_warned_lock = threading.Lock()
 
 
 def _strict() -> bool:
@@ -135,13 +134,22 @@ def _needs_torch_for_errors(query, key, value, enable_gqa) -> bool:
     return False
 
 
-def _warn(reason: str) -> None:
-    with _warned_lock:
-        if reason in _warned:
-            return
-        _warned.add(reason)
+@torch.compiler.assume_constant_result
+def _warn(reason: str) -> bool:
+    """Warns once per reason. Under torch.compile it runs when the graph is traced (a constant to the graph)."""
+    # No lock: a rare second warning from a race is harmless.
+    if reason in _warned:
+        return False
+    _warned.add(reason)
     warnings.warn(f"hal.torch.scaled_dot_product_attention runs torch's SDPA instead of hal's: {reason}",
                   FallbackWarning, stacklevel=3)
+    return True
+
+
+@torch.compiler.assume_constant_result
+def _refuse(message: str) -> bool:
+    """Raises hal.UnsupportedError; under torch.compile when the graph is traced."""
+    raise hal.UnsupportedError(message)
 
 
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None,
@@ -162,8 +170,7 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     reasons = fallback_reasons(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if reasons:
         if _strict():
-            raise hal.UnsupportedError("hal.torch.scaled_dot_product_attention (HAL_ATTN_STRICT=1): " +
-                                       "; ".join(reasons))
+            _refuse("hal.torch.scaled_dot_product_attention (HAL_ATTN_STRICT=1): " + "; ".join(reasons))
         for reason in reasons:
             _warn(reason)
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,

@@ -223,3 +223,28 @@ def test_routing_reaches_hal_also_inside_torch_modules():
         unrouted, _ = layer(x, x, x, need_weights=False)
     assert "hal::sdpa_forward" not in {event.name for event in profile.events()}
     assert relative_error(routed, unrouted) <= 1e-5
+
+
+def test_torch_compile_fullgraph_of_a_fallback_warns_at_trace_time():
+    q, k, v = (t.detach() for t in inputs(1, 2, 2, 6, 6, 64))
+    mask = torch.ones(6, 6, dtype=torch.bool).tril()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: ht.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                             fullgraph=True, backend="aot_eager")
+    with pytest.warns(ht.FallbackWarning, match="attn_mask"):
+        out = compiled(q, k, v)
+    assert relative_error(out, reference(q, k, v, attn_mask=mask)) <= 1e-5
+
+
+def test_strict_mode_under_torch_compile_names_the_reason(monkeypatch):
+    monkeypatch.setenv("HAL_ATTN_STRICT", "1")
+    q = torch.randn(1, 2, 6, 64)
+    mask = torch.ones(6, 6, dtype=torch.bool)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q: ht.scaled_dot_product_attention(q, q, q, attn_mask=mask), fullgraph=True,
+                             backend="aot_eager")
+    with pytest.raises(Exception) as caught:
+        compiled(q)
+    # torch._dynamo wraps what is raised while tracing (InternalTorchDynamoError); hal's error is its context.
+    error = caught.value if isinstance(caught.value, hal.UnsupportedError) else caught.value.__context__
+    assert isinstance(error, hal.UnsupportedError) and "HAL_ATTN_STRICT=1): attn_mask" in str(error)
