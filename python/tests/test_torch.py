@@ -248,3 +248,17 @@ def test_strict_mode_under_torch_compile_names_the_reason(monkeypatch):
     # torch._dynamo wraps what is raised while tracing (InternalTorchDynamoError); hal's error is its context.
     error = caught.value if isinstance(caught.value, hal.UnsupportedError) else caught.value.__context__
     assert isinstance(error, hal.UnsupportedError) and "HAL_ATTN_STRICT=1): attn_mask" in str(error)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_torch_tensors_through_dlpack_without_copy(dtype):
+    a = torch.arange(24).to(dtype).reshape(2, 3, 4).transpose(1, 2)
+    t = hal.from_dlpack(a)
+    assert t.dtype == {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
+    assert t.shape == tuple(a.shape) and t.strides == a.stride() and t.data_ptr == a.data_ptr()
+    back = torch.from_dlpack(t)
+    assert back.data_ptr() == a.data_ptr() and back.stride() == a.stride()
+    back[0, 0, 0] = 100
+    assert a[0, 0, 0].item() == 100
+    with pytest.raises(BufferError, match="require"):
+        hal.from_dlpack(a.clone().requires_grad_())  # torch's own refusal: detach first
