@@ -199,9 +199,9 @@ def explain_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Op
     AttentionDecision::to_string(). q, k, v may be DLPack tensors or anything
     with .shape, .strides (in elements) and .dtype (then pass device=).
     """
-    if all(hasattr(t, "__dlpack__") or isinstance(t, Tensor) for t in (q, k, v)) and device is None:
+    if all(hasattr(t, "__dlpack__") or isinstance(t, Tensor) for t in (q, k, v)):
         q, k, v = (_as_tensor(t, n, runtime) for t, n in ((q, "q"), (k, "k"), (v, "v")))
-        device = q.device
+        device = q.device if device is None else device
     if device is None:
         device = globals()["runtime"]().device("host:0") if runtime is None else runtime.device("host:0")
     params = attention_params(q, k, v, causal=causal, scale=scale, layout=layout, alignment=alignment,

@@ -106,16 +106,22 @@ def fallback_reasons(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         reasons.append("inputs that are not 4-D (hal takes (B, H, L, E); torch also takes other batch shapes)")
     if reasons:
         return reasons
-    if seq_kv_is_zero(key) and query.shape[2] != 0:
+    if key.shape[2] == 0 and query.shape[2] != 0:
         return ["a key sequence of length 0"]
-    reasons.extend(_hal_refusals(str(query.device), _DTYPES[query.dtype], query.shape[1], key.shape[1],
-                                 max(query.shape[2], 1), max(key.shape[2], 1), query.shape[3], value.shape[3],
-                                 bool(is_causal), scale))
+    # Under torch.compile this is decided while tracing: int() specializes the head counts and dims (static in
+    # practice), and the sequence lengths are left out so that dynamic ones stay dynamic (hal's implementations
+    # do not depend on them; should one refuse a length, the operator raises hal's error at run time).
+    compiling = torch.compiler.is_compiling()
+    seq_q = 1 if compiling else max(int(query.shape[2]), 1)
+    seq_kv = 1 if compiling else max(int(key.shape[2]), 1)
+    reasons.extend(_hal_refusals(str(query.device), _DTYPES[query.dtype], int(query.shape[1]), int(key.shape[1]),
+                                 seq_q, seq_kv, int(query.shape[3]), int(value.shape[3]), bool(is_causal),
+                                 None if scale is None else float(scale)))
     return reasons
-
-
-def seq_kv_is_zero(key: torch.Tensor) -> bool:
-    return key.shape[2] == 0
+    heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v = sizes
+    reasons.extend(_hal_refusals(str(query.device), _DTYPES[query.dtype], heads_q, heads_kv, max(seq_q, 1),
+                                 max(seq_kv, 1), head_dim, head_dim_v, bool(is_causal), scale))
+    return reasons
 
 
 def _needs_torch_for_errors(query, key, value, enable_gqa) -> bool:

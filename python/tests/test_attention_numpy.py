@@ -151,3 +151,9 @@ def test_backward_with_no_queries_gives_zero_key_gradients(rng):
     grad_q, grad_k, grad_v = (np.from_dlpack(g) for g in hal.attention_backward(np.zeros_like(q), q, k, v, out, lse))
     assert grad_q.shape == q.shape and grad_k.shape == k.shape and grad_v.shape == v.shape
     assert not grad_k.any() and not grad_v.any()
+
+
+def test_explain_attention_on_another_device_argument_still_reads_numpy_shapes():
+    q = np.zeros((1, 4, 16, 64), np.float32)[:, :, ::2]  # strided: numpy's byte strides must not leak through
+    decision = hal.explain_attention(q, q, q, device=hal.runtime().device("host:0"))
+    assert decision.found

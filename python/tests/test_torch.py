@@ -262,3 +262,15 @@ def test_torch_tensors_through_dlpack_without_copy(dtype):
     assert a[0, 0, 0].item() == 100
     with pytest.raises(BufferError, match="require"):
         hal.from_dlpack(a.clone().requires_grad_())  # torch's own refusal: detach first
+
+
+def test_torch_compile_with_changing_batch_and_sequence_lengths():
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: ht.scaled_dot_product_attention(q, k, v, is_causal=True),
+                             fullgraph=True, backend="aot_eager")
+    for b, s in ((1, 7), (2, 13), (3, 21)):  # the second shape recompiles with dynamic batch and length
+        q, k, v = (t.detach() for t in inputs(b, 2, 2, s, s, 64, seed=s))
+        with torch.profiler.profile() as profile:
+            out = compiled(q, k, v)
+        assert "hal::sdpa_forward" in {event.name for event in profile.events()}
+        assert relative_error(out, reference(q, k, v, is_causal=True)) <= 1e-5
