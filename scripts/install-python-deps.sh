@@ -18,7 +18,11 @@ torch_requirement=torch==2.15.0
 
 if [ ! -x "$venv/bin/python" ]; then
   echo "install-python-deps: creating $venv"
-  "$python" -m venv "$venv"
+  if ! "$python" -m venv "$venv"; then
+    echo "install-python-deps: '$python -m venv' failed; on Debian install python3-venv (and python3-dev, whose" \
+         "headers the extension's build needs), or set PYTHON to another interpreter" >&2
+    exit 1
+  fi
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 
