@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds hal and runs every test: the unit and tool tests, the unit tests again
 # under AddressSanitizer + UndefinedBehaviorSanitizer, and a consumer built
-# against the installed tree.
+# against the installed tree, and the Python package (python/) with its tests.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc)"
@@ -24,4 +24,7 @@ cmake -S "$root/examples/consumer" -B "$install_dir/consumer" -DCMAKE_PREFIX_PAT
 cmake --build "$install_dir/consumer" >/dev/null
 "$install_dir/consumer/hal_consumer"
 "$install_dir/moved/bin/halinfo" --require 0 >/dev/null
+
+echo "== Python package: wheel, a fresh venv, pytest (scripts/test-python.sh)"
+"$root/scripts/test-python.sh"
 echo "all tests passed"

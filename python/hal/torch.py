@@ -1,0 +1,291 @@
+"""hal.torch: hal's attention as a PyTorch operator.
+
+``hal.torch.scaled_dot_product_attention`` has the signature and semantics of
+``torch.nn.functional.scaled_dot_product_attention`` (inputs (B, H, L, E),
+``is_causal`` aligned top-left as torch does, ``enable_gqa``). It runs hal's
+attention through the custom operators ``hal::sdpa_forward`` and
+``hal::sdpa_backward`` (``torch.library``; the log-sum-exp of the forward pass
+is saved for the backward one), with fake implementations so that
+``torch.compile(fullgraph=True)`` traces it. Outputs are allocated by torch;
+hal reads and writes torch's memory through DLPack, without copies (strided
+views are passed with their strides).
+
+What hal cannot do runs torch's own SDPA instead, with one warning
+(``hal.torch.FallbackWarning``) per distinct reason: an ``attn_mask``,
+``dropout_p > 0``, a dtype other than float32/float16/bfloat16, inputs that
+are not 4-D, a device hal has not loaded, or a problem every hal
+implementation refuses (its reasons are in the warning). With
+``HAL_ATTN_STRICT=1`` these raise ``hal.UnsupportedError`` instead.
+
+``with hal.torch.use_hal_attention():`` makes
+``torch.nn.functional.scaled_dot_product_attention`` this function within
+the scope.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import warnings
+from typing import Iterator, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+import hal
+
+__all__ = ["FallbackWarning", "scaled_dot_product_attention", "use_hal_attention", "fallback_reasons"]
+
+# torch's own function, whatever use_hal_attention() puts in its place.
+_torch_sdpa = F.scaled_dot_product_attention
+
+_DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+class FallbackWarning(UserWarning):
+    """hal.torch ran torch's own SDPA because hal cannot do what was asked (the message says why)."""
+
+
+_warned: set = set()
+
+
+def _strict() -> bool:
+    return os.environ.get("HAL_ATTN_STRICT", "") == "1"
+
+
+def _hal_device(device: torch.device) -> Optional[hal.Device]:
+    runtime = hal.runtime()
+    try:
+        if device.type == "cpu":
+            return runtime.find_dlpack_device(1, 0)
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            # torch.version.hip: a ROCm build names its devices "cuda" too.
+            return runtime.find_dlpack_device(10 if torch.version.hip else 2, index)
+    except hal.NotPresentError:
+        return None
+    return None
+
+
+@torch.compiler.assume_constant_result
+def _hal_refusals(device: str, dtype: str, heads_q: int, heads_kv: int, seq_q: int, seq_kv: int, head_dim: int,
+                  head_dim_v: int, is_causal: bool, scale: Optional[float]) -> Tuple[str, ...]:
+    """Why no hal implementation can run this problem (empty: one can). Constant for torch.compile."""
+    hal_device = _hal_device(torch.device(device))
+    if hal_device is None:
+        return (f"device {device} is not one hal has loaded ({', '.join(d.id for d in hal.runtime().devices)})",)
+    params = hal.AttentionParams()
+    params.batch, params.heads_q, params.heads_kv = 1, heads_q, heads_kv
+    params.seq_q, params.seq_kv, params.head_dim_qk, params.head_dim_v = seq_q, seq_kv, head_dim, head_dim_v
+    params.dtype, params.layout, params.causal = dtype, "bhsd", is_causal
+    params.softmax_scale = scale
+    params.return_lse = True
+    reasons = []
+    for backward in (False, True):
+        decision = hal._hal._explain_attention(hal_device, params, backward)
+        if not decision.found:
+            firsts = [f"{c.implementation}: {c.reasons[0]}" for c in decision.candidates if c.in_order and c.reasons]
+            reasons.append(f"hal cannot run {params.describe()} {'backward' if backward else 'forward'} "
+                           f"({'; '.join(firsts)})")
+    return tuple(reasons)
+
+
+def fallback_reasons(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None,
+                     dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+                     enable_gqa: bool = False) -> List[str]:
+    """Why scaled_dot_product_attention would run torch's SDPA for these arguments (empty: hal runs it)."""
+    reasons = []
+    if attn_mask is not None:
+        reasons.append("attn_mask is given (hal takes is_causal and sliding windows, not a mask tensor)")
+    if dropout_p > 0.0:
+        reasons.append("dropout_p > 0 (hal's attention has no dropout)")
+    if query.dtype not in _DTYPES:
+        reasons.append(f"dtype {query.dtype} (hal's attention takes float32, float16 and bfloat16)")
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        reasons.append("inputs that are not 4-D (hal takes (B, H, L, E); torch also takes other batch shapes)")
+    if reasons:
+        return reasons
+    if key.shape[2] == 0 and query.shape[2] != 0:
+        return ["a key sequence of length 0"]
+    # Under torch.compile this is decided while tracing: int() specializes the head counts and dims (static in
+    # practice), and the sequence lengths are left out so that dynamic ones stay dynamic (hal's implementations
+    # do not depend on them; should one refuse a length, the operator raises hal's error at run time).
+    compiling = torch.compiler.is_compiling()
+    seq_q = 1 if compiling else max(int(query.shape[2]), 1)
+    seq_kv = 1 if compiling else max(int(key.shape[2]), 1)
+    reasons.extend(_hal_refusals(str(query.device), _DTYPES[query.dtype], int(query.shape[1]), int(key.shape[1]),
+                                 seq_q, seq_kv, int(query.shape[3]), int(value.shape[3]), bool(is_causal),
+                                 None if scale is None else float(scale)))
+    return reasons
+    heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v = sizes
+    reasons.extend(_hal_refusals(str(query.device), _DTYPES[query.dtype], heads_q, heads_kv, max(seq_q, 1),
+                                 max(seq_kv, 1), head_dim, head_dim_v, bool(is_causal), scale))
+    return reasons
+
+
+def _needs_torch_for_errors(query, key, value, enable_gqa) -> bool:
+    """Shapes torch refuses: let torch raise its own error (no hal call, no warning)."""
+    if query.dim() != 4 or key.dim() != 4 or value.dim() != 4:
+        return False
+    if query.dtype != key.dtype or query.dtype != value.dtype or query.device != key.device or query.device != value.device:
+        return True
+    hq, hkv = query.shape[1], key.shape[1]
+    if value.shape[1] != hkv or query.shape[0] != key.shape[0] or key.shape[0] != value.shape[0]:
+        return True
+    if key.shape[2] != value.shape[2] or query.shape[3] != key.shape[3]:
+        return True
+    if hq != hkv and (not enable_gqa or hkv == 0 or hq % hkv != 0):
+        return True
+    return False
+
+
+@torch.compiler.assume_constant_result
+def _warn(reason: str) -> bool:
+    """Warns once per reason. Under torch.compile it runs when the graph is traced (a constant to the graph)."""
+    # No lock: a rare second warning from a race is harmless.
+    if reason in _warned:
+        return False
+    _warned.add(reason)
+    warnings.warn(f"hal.torch.scaled_dot_product_attention runs torch's SDPA instead of hal's: {reason}",
+                  FallbackWarning, stacklevel=3)
+    return True
+
+
+@torch.compiler.assume_constant_result
+def _refuse(message: str) -> bool:
+    """Raises hal.UnsupportedError; under torch.compile when the graph is traced."""
+    raise hal.UnsupportedError(message)
+
+
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
+                                 enable_gqa: bool = False) -> torch.Tensor:
+    """torch.nn.functional.scaled_dot_product_attention through hal.
+
+    query (B, Hq, L, E), key (B, Hkv, S, E), value (B, Hkv, S, Ev); Hkv < Hq
+    (dividing it) with enable_gqa=True. is_causal masks key j > query i
+    (top-left, as torch). scale defaults to 1/sqrt(E). Differentiable in all
+    three inputs. Returns (B, Hq, L, Ev), allocated by torch. What hal cannot do
+    runs torch's SDPA with a FallbackWarning (HAL_ATTN_STRICT=1: raises
+    hal.UnsupportedError); see fallback_reasons().
+    """
+    if _needs_torch_for_errors(query, key, value, enable_gqa):
+        return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                           scale=scale, enable_gqa=enable_gqa)
+    reasons = fallback_reasons(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if reasons:
+        if _strict():
+            _refuse("hal.torch.scaled_dot_product_attention (HAL_ATTN_STRICT=1): " + "; ".join(reasons))
+        for reason in reasons:
+            _warn(reason)
+        return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                           scale=scale, enable_gqa=enable_gqa)
+    out, _ = torch.ops.hal.sdpa_forward(query, key, value, bool(is_causal), scale)
+    return out
+
+
+# ------------------------------------------------------------------ the operators
+
+
+def _for_hal(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor as hal can take it: detached; a copy only for broadcast (stride 0) axes, which hal refuses."""
+    tensor = tensor.detach()
+    if any(stride == 0 and size > 1 for stride, size in zip(tensor.stride(), tensor.shape)):
+        tensor = tensor.contiguous()
+    return tensor
+
+
+def _stream_for(tensor: torch.Tensor, device: hal.Device):
+    """torch's current stream for GPU tensors (hal's work runs in its order); None (hal's own, synchronized) on the CPU."""
+    if tensor.device.type == "cuda":
+        return device.wrap_native_stream(torch.cuda.current_stream(tensor.device).cuda_stream)
+    return None
+
+
+@torch.library.custom_op("hal::sdpa_forward", mutates_args=())
+def _sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
+                  scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+    batch, heads_q, seq_q, _ = query.shape
+    out = query.new_empty((batch, heads_q, seq_q, value.shape[3]))
+    lse = torch.empty((batch, heads_q, seq_q), dtype=torch.float32, device=query.device)
+    if out.numel() == 0:
+        return out, lse
+    device = _hal_device(query.device)
+    q, k, v = _for_hal(query), _for_hal(key), _for_hal(value)
+    stream = _stream_for(query, device)
+    hal.attention_forward(q, k, v, causal=is_causal, scale=scale, layout="bhsd", return_lse=True, out=out, lse=lse,
+                          stream=stream)
+    return out, lse
+
+
+@_sdpa_forward.register_fake
+def _sdpa_forward_fake(query, key, value, is_causal, scale):
+    batch, heads_q, seq_q, _ = query.shape
+    return (query.new_empty((batch, heads_q, seq_q, value.shape[3])),
+            query.new_empty((batch, heads_q, seq_q), dtype=torch.float32))
+
+
+@torch.library.custom_op("hal::sdpa_backward", mutates_args=())
+def _sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                   out: torch.Tensor, lse: torch.Tensor, is_causal: bool,
+                   scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_q, grad_k, grad_v = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (query, key, value))
+    if query.numel() == 0 or key.numel() == 0:
+        grad_q.zero_(), grad_k.zero_(), grad_v.zero_()
+        return grad_q, grad_k, grad_v
+    device = _hal_device(query.device)
+    tensors = [_for_hal(t) for t in (grad_out, query, key, value, out)]
+    hal.attention_backward(*tensors, lse.detach().contiguous(), causal=is_causal, scale=scale, layout="bhsd",
+                           grad_q=grad_q, grad_k=grad_k, grad_v=grad_v, stream=_stream_for(query, device))
+    return grad_q, grad_k, grad_v
+
+
+@_sdpa_backward.register_fake
+def _sdpa_backward_fake(grad_out, query, key, value, out, lse, is_causal, scale):
+    return (torch.empty_like(query, memory_format=torch.contiguous_format),
+            torch.empty_like(key, memory_format=torch.contiguous_format),
+            torch.empty_like(value, memory_format=torch.contiguous_format))
+
+
+def _setup_context(ctx, inputs, output):
+    query, key, value, is_causal, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(query, key, value, out, lse)
+    ctx.is_causal, ctx.scale = is_causal, scale
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, grad_out, grad_lse):
+    query, key, value, out, lse = ctx.saved_tensors
+    grad_q, grad_k, grad_v = torch.ops.hal.sdpa_backward(grad_out, query, key, value, out, lse, ctx.is_causal,
+                                                         ctx.scale)
+    return grad_q, grad_k, grad_v, None, None
+
+
+_sdpa_forward.register_autograd(_backward, setup_context=_setup_context)
+
+
+# ------------------------------------------------------------------ routing
+
+_route_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def use_hal_attention() -> Iterator[None]:
+    """Within the scope, torch.nn.functional.scaled_dot_product_attention is hal.torch's.
+
+    Code that looks the function up at call time (F.scaled_dot_product_attention,
+    as torch.nn.MultiheadAttention and most models do) runs hal's attention;
+    a name imported before the scope (from torch.nn.functional import
+    scaled_dot_product_attention) keeps torch's. Nests; restores what was there.
+    Process-wide while active (all threads see it).
+    """
+    with _route_lock:
+        previous = F.scaled_dot_product_attention
+        F.scaled_dot_product_attention = scaled_dot_product_attention
+    try:
+        yield
+    finally:
+        with _route_lock:
+            F.scaled_dot_product_attention = previous

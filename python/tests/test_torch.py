@@ -1,0 +1,276 @@
+"""hal.torch: the SDPA operator against torch's math SDPA, autograd, opcheck, torch.compile, fallback, routing."""
+import os
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import hal  # noqa: E402
+import hal.torch as ht  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+# Relative to the largest reference value; hal computes in the input dtype
+# with f32 accumulation, the reference is torch's math SDPA in float64.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+GRAD_TOLERANCE = {torch.float32: 1e-5, torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
+
+
+def relative_error(actual, expected):
+    expected = expected.double()
+    return ((actual.double() - expected).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
+
+
+def reference(q, k, v, **kwargs):
+    """torch's math SDPA in float64 (forward and, through autograd, backward)."""
+    with sdpa_kernel(SDPBackend.MATH):
+        return ht._torch_sdpa(q.double(), k.double(), v.double(), **kwargs)
+
+
+def inputs(b, hq, hkv, sq, skv, d, dtype=torch.float32, dv=None, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    dv = d if dv is None else dv
+    make = lambda *shape: torch.randn(*shape, generator=generator).to(dtype).requires_grad_()  # noqa: E731
+    return make(b, hq, sq, d), make(b, hkv, skv, d), make(b, hkv, skv, dv)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch):
+    monkeypatch.delenv("HAL_ATTN_STRICT", raising=False)
+    ht._warned.clear()
+    yield
+    ht._warned.clear()
+
+
+def check(q, k, v, dtype, **kwargs):
+    out = ht.scaled_dot_product_attention(q, k, v, **kwargs)
+    expected = reference(q, k, v, **kwargs)
+    assert out.dtype == q.dtype and out.shape == expected.shape
+    assert relative_error(out, expected) <= TOLERANCE[dtype]
+    grad = torch.randn(out.shape, generator=torch.Generator().manual_seed(7)).to(dtype)
+    actual_grads = torch.autograd.grad(out, (q, k, v), grad)
+    expected_grads = torch.autograd.grad(expected, (q, k, v), grad.double())
+    for name, actual, wanted in zip("qkv", actual_grads, expected_grads):
+        assert actual.dtype == dtype and actual.shape == wanted.shape, name
+        assert relative_error(actual, wanted) <= GRAD_TOLERANCE[dtype], f"grad {name}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("d", [64, 80, 128])
+def test_forward_and_backward_match_torch(dtype, d):
+    q, k, v = inputs(2, 4, 4, 37, 37, d, dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ht.FallbackWarning)  # hal runs it, no fallback
+        check(q, k, v, dtype, is_causal=True)
+
+
+@pytest.mark.parametrize("hq, hkv", [(8, 2), (6, 1)])
+def test_gqa(hq, hkv):
+    q, k, v = inputs(1, hq, hkv, 19, 19, 64)
+    check(q, k, v, torch.float32, is_causal=True, enable_gqa=True)
+
+
+def test_causal_is_top_left_with_different_lengths():
+    q, k, v = inputs(1, 2, 2, 7, 23, 64)
+    check(q, k, v, torch.float32, is_causal=True)
+    q, k, v = inputs(1, 2, 2, 23, 7, 64)
+    check(q, k, v, torch.float32, is_causal=True)
+
+
+def test_scale_and_odd_lengths():
+    q, k, v = inputs(3, 2, 2, 1, 61, 64)
+    check(q, k, v, torch.float32, scale=0.37)
+    q, k, v = inputs(1, 3, 3, 129, 3, 80)
+    check(q, k, v, torch.float32, scale=2.0, is_causal=False)
+
+
+def test_different_value_head_dim():
+    q, k, v = inputs(1, 2, 2, 9, 11, 64, dv=32)
+    check(q, k, v, torch.float32)
+
+
+def test_non_contiguous_inputs_without_copy():
+    generator = torch.Generator().manual_seed(3)
+    # (B, S, H, E) memory viewed as (B, H, S, E), as attention after a projection does.
+    q, k, v = (torch.randn(2, 21, 4, 64, generator=generator).transpose(1, 2).requires_grad_() for _ in range(3))
+    assert not q.is_contiguous()
+    check(q, k, v, torch.float32, is_causal=True)
+
+
+def test_batch_zero():
+    q, k, v = inputs(0, 2, 2, 5, 5, 64)
+    out = ht.scaled_dot_product_attention(q, k, v)
+    assert out.shape == (0, 2, 5, 64)
+    out.sum().backward()
+    assert q.grad.shape == q.shape
+
+
+def test_outputs_are_torch_tensors_written_in_place_by_hal():
+    q, k, v = inputs(1, 2, 2, 8, 8, 64)
+    out, lse = torch.ops.hal.sdpa_forward(q.detach(), k.detach(), v.detach(), False, None)
+    assert isinstance(out, torch.Tensor) and lse.dtype == torch.float32 and lse.shape == (1, 2, 8)
+    scores = (q.double() @ k.double().transpose(-1, -2)) / 8.0
+    assert relative_error(lse, torch.logsumexp(scores, dim=-1)) <= 1e-6
+
+
+def test_opcheck():
+    q, k, v = inputs(2, 4, 2, 17, 17, 64)
+    torch.library.opcheck(torch.ops.hal.sdpa_forward.default, (q, k, v, True, None))
+    torch.library.opcheck(torch.ops.hal.sdpa_forward.default, (q, k, v, False, 0.5))
+    out, lse = torch.ops.hal.sdpa_forward(q.detach(), k.detach(), v.detach(), True, None)
+    grad = torch.randn_like(out)
+    torch.library.opcheck(torch.ops.hal.sdpa_backward.default,
+                          (grad, q.detach(), k.detach(), v.detach(), out, lse, True, None))
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = torch.nn.Linear(64, 3 * 64)
+        self.out = torch.nn.Linear(64, 64)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, 2, 32).permute(2, 0, 3, 1, 4)
+        y = ht.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, s, 64))
+
+
+def test_torch_compile_fullgraph():
+    model = Block()
+    x = torch.randn(2, 13, 64, generator=torch.Generator().manual_seed(5), requires_grad=True)
+    eager = model(x)
+    (eager_grad,) = torch.autograd.grad(eager.sum(), x)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True)
+    result = compiled(x)
+    (compiled_grad,) = torch.autograd.grad(result.sum(), x)
+    assert relative_error(result, eager) <= 1e-5
+    assert relative_error(compiled_grad, eager_grad) <= 1e-5
+    # And against torch's own attention in the same model.
+    torch_model_out = model.out(reference(*model.qkv(x).view(2, 13, 3, 2, 32).permute(2, 0, 3, 1, 4),
+                                          is_causal=True).float().transpose(1, 2).reshape(2, 13, 64))
+    assert relative_error(result, torch_model_out) <= 1e-5
+
+
+def test_attn_mask_and_dropout_fall_back_with_one_warning_per_reason():
+    q, k, v = inputs(1, 2, 2, 6, 6, 64)
+    mask = torch.rand(6, 6, generator=torch.Generator().manual_seed(1)) > 0.3
+    mask[:, 0] = True
+    with pytest.warns(ht.FallbackWarning, match="attn_mask") as record:
+        out = ht.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert len(record) == 1
+    assert relative_error(out, reference(q, k, v, attn_mask=mask)) <= 1e-5
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        ht.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert not [w for w in again if issubclass(w.category, ht.FallbackWarning)], "warned twice for one reason"
+    with pytest.warns(ht.FallbackWarning, match="dropout_p"):
+        out = ht.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert out.shape == q.shape
+
+
+def test_unsupported_dtype_falls_back():
+    q, k, v = (t.detach().double() for t in inputs(1, 2, 2, 5, 5, 64))
+    with pytest.warns(ht.FallbackWarning, match="torch.float64"):
+        out = ht.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert relative_error(out, reference(q, k, v, is_causal=True)) <= 1e-12
+    assert ht.fallback_reasons(q, k, v) == ["dtype torch.float64 (hal's attention takes float32, float16 and bfloat16)"]
+
+
+def test_strict_mode_raises(monkeypatch):
+    monkeypatch.setenv("HAL_ATTN_STRICT", "1")
+    q, k, v = inputs(1, 2, 2, 6, 6, 64)
+    with pytest.raises(hal.UnsupportedError, match="attn_mask"):
+        ht.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(6, 6, dtype=torch.bool))
+    # What hal can do still runs under strict mode.
+    check(q, k, v, torch.float32, is_causal=True)
+
+
+def test_torch_errors_stay_torchs():
+    q, k, v = inputs(1, 4, 2, 6, 6, 64)
+    with pytest.raises(RuntimeError):
+        ht.scaled_dot_product_attention(q, k, v)  # heads differ without enable_gqa: torch refuses
+
+
+def test_use_hal_attention_routes_functional_sdpa():
+    original = F.scaled_dot_product_attention
+    q, k, v = inputs(1, 2, 2, 6, 6, 64)
+    with ht.use_hal_attention():
+        assert F.scaled_dot_product_attention is ht.scaled_dot_product_attention
+        with ht.use_hal_attention():  # nests
+            routed = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        assert F.scaled_dot_product_attention is ht.scaled_dot_product_attention
+    assert F.scaled_dot_product_attention is original
+    assert relative_error(routed, reference(q, k, v, is_causal=True)) <= 1e-5
+    with pytest.raises(KeyError), ht.use_hal_attention():
+        raise KeyError("restored on errors too")
+    assert F.scaled_dot_product_attention is original
+
+
+def test_routing_reaches_hal_also_inside_torch_modules():
+    q, k, v = inputs(1, 2, 2, 6, 6, 64)
+    layer = torch.nn.MultiheadAttention(64, 2, batch_first=True)  # calls F.scaled_dot_product_attention
+    x = torch.randn(1, 6, 64, requires_grad=True)
+    with ht.use_hal_attention():
+        with pytest.warns(ht.FallbackWarning):
+            F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(6, 6, dtype=torch.bool))
+        with torch.profiler.profile() as profile:
+            routed, _ = layer(x, x, x, need_weights=False)
+    assert "hal::sdpa_forward" in {event.name for event in profile.events()}
+    with torch.profiler.profile() as profile:
+        unrouted, _ = layer(x, x, x, need_weights=False)
+    assert "hal::sdpa_forward" not in {event.name for event in profile.events()}
+    assert relative_error(routed, unrouted) <= 1e-5
+
+
+def test_torch_compile_fullgraph_of_a_fallback_warns_at_trace_time():
+    q, k, v = (t.detach() for t in inputs(1, 2, 2, 6, 6, 64))
+    mask = torch.ones(6, 6, dtype=torch.bool).tril()
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: ht.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                             fullgraph=True, backend="aot_eager")
+    with pytest.warns(ht.FallbackWarning, match="attn_mask"):
+        out = compiled(q, k, v)
+    assert relative_error(out, reference(q, k, v, attn_mask=mask)) <= 1e-5
+
+
+def test_strict_mode_under_torch_compile_names_the_reason(monkeypatch):
+    monkeypatch.setenv("HAL_ATTN_STRICT", "1")
+    q = torch.randn(1, 2, 6, 64)
+    mask = torch.ones(6, 6, dtype=torch.bool)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q: ht.scaled_dot_product_attention(q, q, q, attn_mask=mask), fullgraph=True,
+                             backend="aot_eager")
+    with pytest.raises(Exception) as caught:
+        compiled(q)
+    # torch._dynamo wraps what is raised while tracing (InternalTorchDynamoError); hal's error is its context.
+    error = caught.value if isinstance(caught.value, hal.UnsupportedError) else caught.value.__context__
+    assert isinstance(error, hal.UnsupportedError) and "HAL_ATTN_STRICT=1): attn_mask" in str(error)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_torch_tensors_through_dlpack_without_copy(dtype):
+    a = torch.arange(24).to(dtype).reshape(2, 3, 4).transpose(1, 2)
+    t = hal.from_dlpack(a)
+    assert t.dtype == {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
+    assert t.shape == tuple(a.shape) and t.strides == a.stride() and t.data_ptr == a.data_ptr()
+    back = torch.from_dlpack(t)
+    assert back.data_ptr() == a.data_ptr() and back.stride() == a.stride()
+    back[0, 0, 0] = 100
+    assert a[0, 0, 0].item() == 100
+    with pytest.raises(BufferError, match="require"):
+        hal.from_dlpack(a.clone().requires_grad_())  # torch's own refusal: detach first
+
+
+def test_torch_compile_with_changing_batch_and_sequence_lengths():
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda q, k, v: ht.scaled_dot_product_attention(q, k, v, is_causal=True),
+                             fullgraph=True, backend="aot_eager")
+    for b, s in ((1, 7), (2, 13), (3, 21)):  # the second shape recompiles with dynamic batch and length
+        q, k, v = (t.detach() for t in inputs(b, 2, 2, s, s, 64, seed=s))
+        with torch.profiler.profile() as profile:
+            out = compiled(q, k, v)
+        assert "hal::sdpa_forward" in {event.name for event in profile.events()}
+        assert relative_error(out, reference(q, k, v, is_causal=True)) <= 1e-5

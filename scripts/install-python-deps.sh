@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the Python test environment .venv-python/ at the
+# repository root: the build tools of the hal wheel (nanobind,
+# scikit-build-core), numpy, pytest and torch. Does nothing when the
+# environment is complete. PyPI has only the CUDA build of torch (no "+cpu"
+# wheel; those live on download.pytorch.org), so the first run downloads
+# torch with its nvidia-* packages (~5 GB installed, a few minutes); later
+# runs reuse the venv. HAL_PYTHON_NO_TORCH=1 leaves torch out (its tests then skip).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${HAL_PYTHON_VENV:-$root/.venv-python}"
+python="${PYTHON:-python3}"
+
+# Pinned so CI is reproducible; bump together with docs/python.md.
+build_requirements=(nanobind==3.1.0 scikit-build-core==1.1.2)
+test_requirements=(numpy==2.4.* pytest==9.2.*)
+torch_requirement=torch==2.15.0
+
+if [ ! -x "$venv/bin/python" ]; then
+  echo "install-python-deps: creating $venv"
+  if ! "$python" -m venv "$venv"; then
+    echo "install-python-deps: '$python -m venv' failed; on Debian install python3-venv (and python3-dev, whose" \
+         "headers the extension's build needs), or set PYTHON to another interpreter" >&2
+    exit 1
+  fi
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+
+missing=()
+for requirement in "${build_requirements[@]}" "${test_requirements[@]}"; do
+  name="${requirement%%=*}"
+  if ! "$venv/bin/python" -m pip show "$name" >/dev/null 2>&1; then missing+=("$requirement"); fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-python-deps: installing ${missing[*]}"
+  "${pip[@]}" install "${missing[@]}"
+fi
+
+if [ "${HAL_PYTHON_NO_TORCH:-0}" != 1 ] && ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
+  echo "install-python-deps: installing $torch_requirement (PyPI's CUDA build, several GB; once per venv)"
+  start=$(date +%s)
+  "${pip[@]}" install "$torch_requirement"
+  echo "install-python-deps: torch installed in $(( $(date +%s) - start )) s"
+fi
+echo "install-python-deps: $venv ready ($("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])'))"
