@@ -120,11 +120,7 @@ struct GpuMemory {
     const CurrentDevice scope = context.current_device(device);
     if (!scope) return scope.status();
 
-    auto buffer = std::make_unique<Buffer>();
-    buffer->context = &context;
-    buffer->device = device;
-    buffer->kind = kind;
-    buffer->size = size;
+    auto buffer = new_buffer(context, device, kind, size);
     VendorAllocation where;
     const Result result = Ops::allocate(context, *buffer, kind, static_cast<std::size_t>(plan->bytes), where);
     if (result != Ops::success)
@@ -176,11 +172,7 @@ struct GpuMemory {
     const CurrentDevice scope = context.current_device(device);
     if (!scope) return scope.status();
 
-    auto buffer = std::make_unique<Buffer>();
-    buffer->context = &context;
-    buffer->device = device;
-    buffer->kind = kind;
-    buffer->size = memory->size;
+    auto buffer = new_buffer(context, device, kind, memory->size);
     buffer->imported.active = true;
     buffer->address = address_from<decltype(buffer->address)>(address);
     if (kind != HAL_MEMORY_DEVICE) buffer->host_address = memory->address;
@@ -283,6 +275,16 @@ struct GpuMemory {
   }
 
  private:
+  static std::unique_ptr<Buffer> new_buffer(const Context& context, std::uint32_t device, hal_memory_kind kind,
+                                            std::uint64_t size) {
+    auto buffer = std::make_unique<Buffer>();
+    buffer->context = &context;
+    buffer->device = device;
+    buffer->kind = kind;
+    buffer->size = size;
+    return buffer;
+  }
+
   // The driver's word on the memory against what the import says it is.
   static hal_status check_imported(const Context& context, std::uint32_t device, hal_memory_kind kind,
                                    std::uintptr_t address, std::uint64_t size) {

@@ -92,30 +92,33 @@ Stream Device::wrap_native_stream(const NativeStream& stream) const {
   return detail::Access::stream(std::make_shared<detail::StreamState>(*this, handle));
 }
 
-void* Stream::native_handle() const {
-  if (!state_) throw Error(StatusCode::invalid_argument, "Stream::native_handle: the stream is empty");
-  const Device& device = state_->device;
-  const hal_interop_v1& interop = interop_of(device, "Stream::native_handle");
-  if (interop.stream_native_handle == nullptr)
-    throw Error(StatusCode::unsupported, "Stream::native_handle: the " + device.backend_name() +
-                                             " backend's streams are hal's own threads; there is no native stream");
+namespace {
+
+// The vendor handle behind a stream or event, through the interop table.
+template <typename State>
+void* native_handle_of(const std::shared_ptr<State>& state, const char* operation, const char* what,
+                       hal_status (*hal_interop_v1::*entry)(decltype(State::handle), void**)) {
+  if (!state) throw Error(StatusCode::invalid_argument, std::string(operation) + ": the " + what + " is empty");
+  const Device& device = state->device;
+  const hal_interop_v1& interop = interop_of(device, operation);
+  if (interop.*entry == nullptr)
+    throw Error(StatusCode::unsupported, std::string(operation) + ": the " + device.backend_name() + " backend's " +
+                                             what + "s are hal's own; there is no native " + what);
   void* native = nullptr;
-  detail::Access::backend(device)->check(interop.stream_native_handle(state_->handle, &native),
-                                         [&] { return "reading the native handle of a stream of " + device.id(); });
+  detail::Access::backend(device)->check((interop.*entry)(state->handle, &native), [&] {
+    return std::string("reading the native handle of a ") + what + " of " + device.id();
+  });
   return native;
 }
 
+}  // namespace
+
+void* Stream::native_handle() const {
+  return native_handle_of(state_, "Stream::native_handle", "stream", &hal_interop_v1::stream_native_handle);
+}
+
 void* Event::native_handle() const {
-  if (!state_) throw Error(StatusCode::invalid_argument, "Event::native_handle: the event is empty");
-  const Device& device = state_->device;
-  const hal_interop_v1& interop = interop_of(device, "Event::native_handle");
-  if (interop.event_native_handle == nullptr)
-    throw Error(StatusCode::unsupported, "Event::native_handle: the " + device.backend_name() +
-                                             " backend's events are hal's own; there is no native event");
-  void* native = nullptr;
-  detail::Access::backend(device)->check(interop.event_native_handle(state_->handle, &native),
-                                         [&] { return "reading the native handle of an event of " + device.id(); });
-  return native;
+  return native_handle_of(state_, "Event::native_handle", "event", &hal_interop_v1::event_native_handle);
 }
 
 NativeDevice native_device(const Device& device) {
