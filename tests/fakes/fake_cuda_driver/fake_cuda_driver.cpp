@@ -128,7 +128,9 @@ Driver& driver() {
   return instance;
 }
 
-thread_local CUctx_st* current_context = nullptr;
+// initial-exec: kept in the static TLS block, which a dlclose never frees
+// (LeakSanitizer faults scanning a freed dynamic TLS block of a reloaded fake).
+thread_local CUctx_st* current_context __attribute__((tls_model("initial-exec"))) = nullptr;
 
 void fill_uuid(CUuuid& uuid, const std::string& hex, int index) {
   if (hex.size() == 32) {
