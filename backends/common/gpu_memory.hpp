@@ -24,6 +24,7 @@
 //   static Result host_device_pointer(const Context&, void* host, std::uintptr_t& device_address)
 //   static Result synchronize_device(const Context&)
 //   static int ordinal(const Context&, std::uint32_t device)   the vendor's ordinal of hal's device
+//   static constexpr std::int32_t dlpack_device_type           HAL_DLPACK_CUDA, HAL_DLPACK_ROCM
 //   static const char* query_function, register_function      for messages
 #pragma once
 
@@ -150,6 +151,17 @@ struct GpuMemory {
     return succeed();
   }
 
+  // How frameworks name the device: DLPack's type and the vendor's ordinal,
+  // which an import's pointer facts are checked against too.
+  static hal_status native_device(hal_backend_context* backend, std::uint32_t device, hal_native_device_v1* out) {
+    if (backend == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "native_device needs out");
+    const Context& context = backend->*Ops::context_member;
+    if (hal_status status = context.check_device(device); status != HAL_OK) return status;
+    out->dlpack_device_type = Ops::dlpack_device_type;
+    out->ordinal = Ops::ordinal(context, device);
+    return succeed();
+  }
+
   // Wraps memory the plugin did not allocate, after checking with the
   // driver that it is what the caller says it is.
   static hal_status buffer_import(hal_backend_context* backend, std::uint32_t device,
@@ -188,18 +200,19 @@ struct GpuMemory {
           return status;
         buffer->imported.registered = memory->address;
       }
-      if (hal_status status = check_imported(context, device, kind, address, memory->size); status != HAL_OK) {
+      // A refused import leaves the memory as it found it.
+      auto refuse = [&](hal_status status) {
         if (buffer->imported.registered != nullptr) (void)Ops::unregister_host(context, buffer->imported.registered);
         return status;
-      }
+      };
+      if (hal_status status = check_imported(context, device, kind, address, memory->size); status != HAL_OK)
+        return refuse(status);
       if (kind == HAL_MEMORY_HOST_PINNED) {
         std::uintptr_t device_address = 0;
         if (hal_status status = context.check(Ops::host_device_pointer(context, memory->address, device_address),
                                               "finding the device address of host memory at " + describe_pointer(address));
-            status != HAL_OK) {
-          if (buffer->imported.registered != nullptr) (void)Ops::unregister_host(context, buffer->imported.registered);
-          return status;
-        }
+            status != HAL_OK)
+          return refuse(status);
         buffer->address = address_from<decltype(buffer->address)>(device_address);
       }
     }

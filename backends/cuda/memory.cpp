@@ -37,6 +37,8 @@ struct MemoryOps {
     return result;
   }
   // Imported memory.
+  // A PPU in CUDA-compatible mode too: to a framework it is a CUDA device.
+  static constexpr std::int32_t dlpack_device_type = HAL_DLPACK_CUDA;
   static constexpr const char* query_function = "cuPointerGetAttributes";
   static constexpr const char* register_function = "cuMemHostRegister";
   static bool can_query_pointers(const Context& context) { return context.api().cuPointerGetAttributes != nullptr; }
@@ -125,6 +127,9 @@ struct MemoryOps {
 }  // namespace
 
 void fill_memory_entry_points(hal_backend_v1& table) { backend::GpuMemory<MemoryOps>::fill_table(table); }
-void fill_memory_interop(hal_interop_v1& table) { table.buffer_import = backend::GpuMemory<MemoryOps>::buffer_import; }
+void fill_memory_interop(hal_interop_v1& table) {
+  table.native_device = backend::GpuMemory<MemoryOps>::native_device;
+  table.buffer_import = backend::GpuMemory<MemoryOps>::buffer_import;
+}
 
 }  // namespace hal::cuda

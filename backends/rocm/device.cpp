@@ -243,14 +243,4 @@ void fill_device_info(const Context& context, std::uint32_t index, hal_device_in
   device.description.describe(info);
 }
 
-// A framework names a ROCm device by its HIP ordinal.
-hal_status native_device(hal_backend_context* backend, std::uint32_t device, hal_native_device_v1* out) {
-  if (backend == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "native_device needs out");
-  const Context& context = backend->rocm;
-  if (hal_status status = context.check_device(device); status != HAL_OK) return status;
-  out->dlpack_device_type = HAL_DLPACK_ROCM;
-  out->ordinal = context.devices[device]->ordinal;
-  return succeed();
-}
-
 }  // namespace hal::rocm

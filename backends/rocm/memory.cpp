@@ -17,6 +17,7 @@ struct MemoryOps {
   static constexpr const char* managed_memory_attribute = "hipDeviceAttributeManagedMemory";
 
   // Imported memory.
+  static constexpr std::int32_t dlpack_device_type = HAL_DLPACK_ROCM;
   static constexpr const char* query_function = "hipPointerGetAttributes";
   static constexpr const char* register_function = "hipHostRegister";
   static bool can_query_pointers(const Context& context) { return context.api().hipPointerGetAttributes != nullptr; }
@@ -145,6 +146,9 @@ struct MemoryOps {
 }  // namespace
 
 void fill_memory_entry_points(hal_backend_v1& table) { backend::GpuMemory<MemoryOps>::fill_table(table); }
-void fill_memory_interop(hal_interop_v1& table) { table.buffer_import = backend::GpuMemory<MemoryOps>::buffer_import; }
+void fill_memory_interop(hal_interop_v1& table) {
+  table.native_device = backend::GpuMemory<MemoryOps>::native_device;
+  table.buffer_import = backend::GpuMemory<MemoryOps>::buffer_import;
+}
 
 }  // namespace hal::rocm

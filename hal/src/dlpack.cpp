@@ -1,7 +1,10 @@
 // DLPack: tensors in and out of hal without a copy.
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "hal/interop.hpp"
 
@@ -25,18 +28,32 @@ std::string name_of(const DLDevice& device) {
   return "{" + type() + ", " + std::to_string(device.device_id) + "}";
 }
 
-// The device type a backend reports for the device a DLPack device lives on,
-// and the memory kind the DLPack type stands for.
-bool backend_type_and_kind(DLDeviceType type, DLDeviceType& backend_type, MemoryKind& kind) {
-  switch (type) {
-    case kDLCPU: backend_type = kDLCPU, kind = MemoryKind::device; return true;
-    case kDLCUDA: backend_type = kDLCUDA, kind = MemoryKind::device; return true;
-    case kDLCUDAHost: backend_type = kDLCUDA, kind = MemoryKind::host_pinned; return true;
-    case kDLCUDAManaged: backend_type = kDLCUDA, kind = MemoryKind::managed; return true;
-    case kDLROCM: backend_type = kDLROCM, kind = MemoryKind::device; return true;
-    case kDLROCMHost: backend_type = kDLROCM, kind = MemoryKind::host_pinned; return true;
-    default: return false;
-  }
+// A DLPack device type: the type the backend reports for its device, and
+// the kind of that device's memory it stands for. Read both ways: import
+// and export.
+struct DevicePlace {
+  DLDeviceType dlpack;
+  DLDeviceType backend;
+  MemoryKind kind;
+};
+constexpr DevicePlace device_places[] = {
+    {kDLCPU, kDLCPU, MemoryKind::device},           {kDLCUDA, kDLCUDA, MemoryKind::device},
+    {kDLCUDAHost, kDLCUDA, MemoryKind::host_pinned}, {kDLCUDAManaged, kDLCUDA, MemoryKind::managed},
+    {kDLROCM, kDLROCM, MemoryKind::device},          {kDLROCMHost, kDLROCM, MemoryKind::host_pinned},
+};
+
+const DevicePlace* place_of(DLDeviceType type) {
+  for (const DevicePlace& place : device_places)
+    if (place.dlpack == type) return &place;
+  return nullptr;
+}
+
+// The DLPack type of `kind` memory on a device the backend reports as
+// `backend` (host memory of every kind is kDLCPU).
+DLDeviceType dlpack_type_of(DLDeviceType backend, MemoryKind kind) {
+  for (const DevicePlace& place : device_places)
+    if (place.backend == backend && place.kind == kind) return place.dlpack;
+  return backend;
 }
 
 std::optional<NativeDevice> native_name(const Device& device) {
@@ -74,17 +91,14 @@ Tensor import_tensor(const Runtime& runtime, const DLTensor& source, std::functi
   const std::uint64_t span = tensor.span_bytes();  // throws when it overflows
   if (source.data == nullptr && elements != 0)
     invalid("the data pointer is NULL for a tensor of " + std::to_string(elements) + " elements");
-  const Device device = find_device(runtime, source.device);
-  DLDeviceType backend_type;
-  MemoryKind kind;
-  backend_type_and_kind(source.device.device_type, backend_type, kind);
+  const Device device = find_device(runtime, source.device);  // throws for a type with no place
   std::uint64_t bytes = 0;
   if (elements != 0 && __builtin_add_overflow(source.byte_offset, span, &bytes))
     invalid("byte_offset " + std::to_string(source.byte_offset) + " plus the tensor's span overflows 64 bits");
   ExternalMemory memory;
   memory.address = source.data;
   memory.size = bytes;
-  memory.kind = kind;
+  memory.kind = place_of(source.device.device_type)->kind;
   memory.release = std::move(deleter);
   tensor.buffer = device.import_memory(memory);
   tensor.byte_offset = elements != 0 ? source.byte_offset : 0;
@@ -122,11 +136,8 @@ Managed* export_tensor(const Tensor& tensor) {
                                                   " bytes into a buffer of " + std::to_string(tensor.buffer.size()));
   const Device device = tensor.buffer.device();
   const NativeDevice native = native_device(device);
-  DLDevice dl_device{native.type, native.ordinal};
   const MemoryKind kind = tensor.buffer.kind();
-  if (native.type == kDLCUDA && kind == MemoryKind::host_pinned) dl_device.device_type = kDLCUDAHost;
-  if (native.type == kDLCUDA && kind == MemoryKind::managed) dl_device.device_type = kDLCUDAManaged;
-  if (native.type == kDLROCM && kind == MemoryKind::host_pinned) dl_device.device_type = kDLROCMHost;
+  const DLDevice dl_device{dlpack_type_of(native.type, kind), native.ordinal};
   void* data = kind == MemoryKind::host_pinned ? tensor.buffer.host_address() : tensor.buffer.device_address();
 
   auto exported = std::make_unique<Exported<Managed>>();
@@ -216,9 +227,8 @@ std::uint64_t Tensor::span_bytes() const {
 }
 
 Device find_device(const Runtime& runtime, const DLDevice& device) {
-  DLDeviceType backend_type;
-  MemoryKind kind;
-  if (!backend_type_and_kind(device.device_type, backend_type, kind))
+  const DevicePlace* place = place_of(device.device_type);
+  if (place == nullptr)
     throw Error(StatusCode::unsupported, "DLPack device " + name_of(device) +
                                              " is of a type hal has no backend for; hal takes kDLCPU, kDLCUDA, "
                                              "kDLCUDAHost, kDLCUDAManaged, kDLROCM and kDLROCMHost");
@@ -228,7 +238,7 @@ Device find_device(const Runtime& runtime, const DLDevice& device) {
     if (!native) continue;
     const DLDevice name{native->type, native->ordinal};
     loaded += (loaded.empty() ? "" : ", ") + candidate.id() + " " + name_of(name);
-    if (native->type == backend_type && (backend_type == kDLCPU || native->ordinal == device.device_id))
+    if (native->type == place->backend && (place->backend == kDLCPU || native->ordinal == device.device_id))
       return candidate;
   }
   throw Error(StatusCode::not_present, "DLPack device " + name_of(device) + " is not a device hal has loaded (hal has " +

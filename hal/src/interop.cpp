@@ -2,7 +2,7 @@
 // DLPack tensors, over each backend's optional interop sub-table.
 #include "hal/interop.hpp"
 
-#include <limits>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
