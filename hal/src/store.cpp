@@ -205,6 +205,13 @@ std::pair<std::string, std::size_t> first_of_bracket(std::string_view list, std:
   return {std::string(first), close + 1};
 }
 
+// torchrun (torch.distributed.elastic) tells its workers that they share the
+// agent's store at MASTER_ADDR:MASTER_PORT.
+bool agent_store_in_use() {
+  const auto value = environment("TORCHELASTIC_USE_AGENT_STORE");
+  return value && (*value == "True" || *value == "true" || *value == "1");
+}
+
 // A port for the TcpStore that every rank of a job derives alike.
 std::uint16_t derived_port(std::uint64_t job, std::uint64_t step) {
   return static_cast<std::uint16_t>(20000 + (job % 1000) * 20 + step % 20);
@@ -332,6 +339,16 @@ Store::FromEnvironment Store::from_environment(std::chrono::milliseconds connect
         port_origin = "port from PMIX_NAMESPACE";
       }
     }
+  }
+  if (const auto store_port = environment("HAL_STORE_PORT")) {
+    port = store_port;
+    port_origin = "HAL_STORE_PORT";
+  } else if (launcher == "torchrun" && port && agent_store_in_use()) {
+    // torchrun's agent already serves its own store on MASTER_PORT (the
+    // workers are its clients), so hal's rank 0 cannot listen there.
+    const auto agent_port = parse_integer("MASTER_PORT", *port, 1, 65534);
+    port = std::to_string(agent_port + 1);
+    port_origin = "MASTER_PORT+1: torchrun's agent store serves MASTER_PORT; HAL_STORE_PORT chooses another";
   }
   if (!address || !port)
     throw Error(StatusCode::invalid_argument,

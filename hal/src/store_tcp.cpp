@@ -126,7 +126,8 @@ struct TcpStore::Server {
     if (listener.get() < 0)
       throw Error(StatusCode::invalid_argument, "TcpStore: rank 0 cannot listen on " + host + ":" +
                                                     std::to_string(requested_port) + ": " + last_error +
-                                                    "; pick a free MASTER_PORT on an address of this host");
+                                                    "; pick a free port on an address of this host (MASTER_PORT, or HAL_STORE_PORT to leave "
+                                                    "MASTER_PORT to another store)");
     sockaddr_storage bound{};
     socklen_t length = sizeof(bound);
     ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &length);

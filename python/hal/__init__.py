@@ -2,7 +2,7 @@
 
 A thin layer over the C++ API (the ``hal._hal`` extension): runtimes, backends
 and devices, streams and events, tensors exchanged through DLPack without a
-copy, and scaled dot-product attention. ``hal.torch`` integrates the attention
+copy, scaled dot-product attention and collectives (hal.Communicator). ``hal.torch`` integrates the attention
 with PyTorch. See docs/python.md.
 """
 
@@ -33,6 +33,8 @@ from ._hal import (  # noqa: F401  (re-exported)
     Event,
     Runtime,
     StatusCode,
+    LaunchEnvironment,
+    Store,
     Stream,
     Tensor,
     dtype_name,
@@ -40,12 +42,15 @@ from ._hal import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
-    "AbortedError", "AttentionCandidate", "AttentionDecision", "AttentionParams", "BackendReport", "Device",
-    "DeviceInfo", "DeviceLostError", "Error", "Event", "InternalError", "InvalidArgumentError", "NotPresentError",
-    "OutOfMemoryError", "Runtime", "StatusCode", "Stream", "Tensor", "TimeoutError", "UnsupportedError",
+    "AbortedError", "AttentionCandidate", "AttentionDecision", "AttentionParams", "BackendReport", "Communicator",
+    "Device", "DeviceInfo", "DeviceLostError", "Error", "Event", "InternalError", "InvalidArgumentError",
+    "LaunchEnvironment", "NotPresentError", "OutOfMemoryError", "Runtime", "StatusCode", "Store", "Stream", "Tensor",
+    "TimeoutError", "UnsupportedError",
     "attention_backward", "attention_forward", "attention_params", "default_stream", "dtype_name", "empty",
     "explain_attention", "from_dlpack", "known_backend_names", "runtime",
 ]
+
+from ._collectives import Communicator  # noqa: E402  (after the names it uses)
 
 __version__ = "0.1.0"
 

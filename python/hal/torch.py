@@ -35,7 +35,8 @@ import torch.nn.functional as F
 
 import hal
 
-__all__ = ["FallbackWarning", "scaled_dot_product_attention", "use_hal_attention", "fallback_reasons"]
+__all__ = ["Explanation", "FallbackWarning", "explain", "fallback_reasons", "route_attention",
+           "scaled_dot_product_attention", "use_hal_attention"]
 
 # torch's own function, whatever use_hal_attention() puts in its place.
 _torch_sdpa = F.scaled_dot_product_attention
@@ -54,18 +55,65 @@ def _strict() -> bool:
     return os.environ.get("HAL_ATTN_STRICT", "") == "1"
 
 
+def _uuid_digits(text: str) -> str:
+    """The 32 hex digits of a device UUID however it is spelt ('GPU-1a2b...', '1a2b3c4d-...', upper or lower)."""
+    text = text.lower()
+    for prefix in ("gpu-", "mig-"):
+        text = text[len(prefix):] if text.startswith(prefix) else text
+    return "".join(c for c in text if c in "0123456789abcdef")
+
+
+def _pci_triple(text: str) -> Optional[Tuple[int, int, int]]:
+    """(domain, bus, device) of a PCI bus id 'dddd:bb:dd.f' or 'bb:dd.f'; None when it is not one."""
+    try:
+        parts = text.strip().lower().split(":")
+        domain = int(parts[0], 16) if len(parts) == 3 else 0
+        bus, device = parts[-2], parts[-1].split(".")[0]
+        return domain, int(bus, 16), int(device, 16)
+    except (ValueError, IndexError):
+        return None
+
+
+def _same_physical_device(candidates, uuid: str, pci: Optional[Tuple[int, int, int]]):
+    """The hal device among candidates that is the physical device torch names: by UUID, else by PCI bus id (never
+    by index alone: the two may count devices in different orders)."""
+    wanted = _uuid_digits(uuid) if uuid else ""
+    if wanted:
+        for device in candidates:
+            if device.info.uuid and _uuid_digits(device.info.uuid) == wanted:
+                return device
+    if pci is not None:
+        for device in candidates:
+            if _pci_triple(device.info.pci_bus_id) == pci:
+                return device
+    return None
+
+
 def _hal_device(device: torch.device) -> Optional[hal.Device]:
     runtime = hal.runtime()
-    try:
-        if device.type == "cpu":
+    if device.type == "cpu":
+        try:
             return runtime.find_dlpack_device(1, 0)
-        if device.type == "cuda":
-            index = device.index if device.index is not None else torch.cuda.current_device()
-            # torch.version.hip: a ROCm build names its devices "cuda" too.
-            return runtime.find_dlpack_device(10 if torch.version.hip else 2, index)
-    except hal.NotPresentError:
-        return None
+        except hal.NotPresentError:
+            return None
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index not in _cuda_devices:
+            _cuda_devices[index] = _find_cuda_device(runtime, index)
+        return _cuda_devices[index]
     return None
+
+
+_cuda_devices: dict = {}  # torch's CUDA index -> the hal device (or None), found once per index
+
+
+def _find_cuda_device(runtime, index: int) -> Optional[hal.Device]:
+    properties = torch.cuda.get_device_properties(index)
+    pci = tuple(getattr(properties, name, None) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
+    # torch.version.hip: a ROCm build names its devices "cuda" too.
+    backends = ("rocm",) if torch.version.hip else ("cuda", "ppu")
+    candidates = [d for d in runtime.devices if d.backend in backends]
+    return _same_physical_device(candidates, str(getattr(properties, "uuid", "")), pci if None not in pci else None)
 
 
 @torch.compiler.assume_constant_result
@@ -118,10 +166,36 @@ def fallback_reasons(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                                  seq_q, seq_kv, int(query.shape[3]), int(value.shape[3]), bool(is_causal),
                                  None if scale is None else float(scale)))
     return reasons
-    heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v = sizes
-    reasons.extend(_hal_refusals(str(query.device), _DTYPES[query.dtype], heads_q, heads_kv, max(seq_q, 1),
-                                 max(seq_kv, 1), head_dim, head_dim_v, bool(is_causal), scale))
-    return reasons
+
+
+class Explanation:
+    """What scaled_dot_product_attention does with some arguments: ``runs`` is 'hal' or 'torch'; ``reasons`` why
+    torch's SDPA would run (empty for hal); ``forward`` and ``backward`` hal's AttentionDecision for each pass (which
+    implementation and why each other is not chosen), None when hal does not run. str() is a report to read."""
+
+    def __init__(self, runs: str, reasons: List[str], forward=None, backward=None):
+        self.runs, self.reasons, self.forward, self.backward = runs, reasons, forward, backward
+
+    def __repr__(self) -> str:
+        chosen = "" if self.forward is None else f" ({self.forward.chosen} forward, {self.backward.chosen} backward)"
+        return f"<hal.torch.Explanation runs {self.runs}{chosen}>"
+
+    def __str__(self) -> str:
+        if self.runs == "torch":
+            return "torch's SDPA runs: " + "; ".join(self.reasons)
+        return f"hal runs it.\nforward:\n{self.forward}\nbackward:\n{self.backward}"
+
+
+def explain(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None, dropout_p: float = 0.0,
+            is_causal: bool = False, scale: Optional[float] = None, enable_gqa: bool = False) -> Explanation:
+    """What scaled_dot_product_attention would run for these arguments, and why; runs nothing."""
+    reasons = fallback_reasons(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if reasons:
+        return Explanation("torch", reasons)
+    device = _hal_device(query.device)
+    decisions = [hal.explain_attention(query.detach(), key.detach(), value.detach(), causal=is_causal, scale=scale,
+                                       backward=backward, device=device) for backward in (False, True)]
+    return Explanation("hal", [], *decisions)
 
 
 def _needs_torch_for_errors(query, key, value, enable_gqa) -> bool:
@@ -269,6 +343,13 @@ _sdpa_forward.register_autograd(_backward, setup_context=_setup_context)
 # ------------------------------------------------------------------ routing
 
 _route_lock = threading.Lock()
+
+
+def route_attention(enabled: bool = True) -> None:
+    """From now on (until route_attention(False)), torch.nn.functional.scaled_dot_product_attention is hal.torch's
+    (enabled) or torch's own; process-wide. use_hal_attention() is the scoped form."""
+    with _route_lock:
+        F.scaled_dot_product_attention = scaled_dot_product_attention if enabled else _torch_sdpa
 
 
 @contextlib.contextmanager

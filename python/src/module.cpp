@@ -11,11 +11,14 @@
 #include <nanobind/stl/vector.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <hal/hal.hpp>
+
+#include "bindings.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -506,6 +509,22 @@ NB_MODULE(_hal, m) {
       }, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a = nb::none(), "implementations"_a = nb::none(),
       "synchronize"_a = true);
 
+  // The C++ side of the Python path's overhead (python -m hal.bench): the
+  // same call and synchronization as _attention_forward, `calls` times in a
+  // loop, without Python in between; returns the mean seconds per call.
+  m.def("_time_attention_forward", [](const hal::Stream& stream, const hal::AttentionParams& params,
+                                      const hal::Tensor& q, const hal::Tensor& k, const hal::Tensor& v,
+                                      const hal::Tensor& o, std::optional<hal::Tensor> lse, int calls) {
+        if (calls < 1) throw hal::Error(hal::StatusCode::invalid_argument, "calls is " + std::to_string(calls) + "; it must be >= 1");
+        nb::gil_scoped_release release;
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) {
+          hal::attention_forward(stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o), tensor_ref(lse));
+          stream.synchronize();
+        }
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+      }, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a = nb::none(), "calls"_a);
+
   m.def("_attention_backward", [](const hal::Stream& stream, const hal::AttentionParams& params, const hal::Tensor& q,
                                   const hal::Tensor& k, const hal::Tensor& v, const hal::Tensor& o,
                                   const hal::Tensor& grad_o, const hal::Tensor& lse, const hal::Tensor& grad_q,
@@ -519,4 +538,7 @@ NB_MODULE(_hal, m) {
         return decision;
       }, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "grad_o"_a, "lse"_a, "grad_q"_a, "grad_k"_a, "grad_v"_a,
       "implementations"_a = nb::none(), "synchronize"_a = true);
+
+  // -------------------------------------------------------------- collectives
+  hal::python::bind_collectives(m);
 }

@@ -274,3 +274,55 @@ def test_torch_compile_with_changing_batch_and_sequence_lengths():
             out = compiled(q, k, v)
         assert "hal::sdpa_forward" in {event.name for event in profile.events()}
         assert relative_error(out, reference(q, k, v, is_causal=True)) <= 1e-5
+
+
+def test_torch_export_keeps_the_hal_operator():
+    model = Block()
+    x = torch.randn(2, 13, 64, generator=torch.Generator().manual_seed(6))
+    exported = torch.export.export(model, (x,))
+    targets = {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
+    assert "hal.sdpa_forward.default" in targets, targets
+    assert relative_error(exported.module()(x), model(x)) <= 1e-6
+
+
+def test_explain_says_what_runs_and_why():
+    q, k, v = inputs(1, 4, 2, 9, 9, 64)
+    explanation = ht.explain(q, k, v, is_causal=True, enable_gqa=True)
+    assert explanation.runs == "hal" and explanation.reasons == []
+    assert explanation.forward.found and explanation.backward.found
+    assert explanation.forward.chosen in ("fused", "flash", "math")
+    assert explanation.forward.chosen in str(explanation)  # the decision tables are in the report
+    masked = ht.explain(q, k, v, attn_mask=torch.ones(9, 9, dtype=torch.bool))
+    assert masked.runs == "torch" and masked.forward is None
+    assert "attn_mask is given" in str(masked)
+
+
+def test_route_attention_is_the_unscoped_switch():
+    original = F.scaled_dot_product_attention
+    try:
+        ht.route_attention()
+        assert F.scaled_dot_product_attention is ht.scaled_dot_product_attention
+        ht.route_attention(False)
+        assert F.scaled_dot_product_attention is ht._torch_sdpa
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+def test_cuda_tensors_map_to_the_same_physical_device_not_the_same_index():
+    class Info:
+        def __init__(self, uuid, pci):
+            self.uuid, self.pci_bus_id = uuid, pci
+
+    class Fake:
+        def __init__(self, name, uuid, pci):
+            self.id, self.info = name, Info(uuid, pci)
+
+    # hal counts in PCI order; torch (CUDA_DEVICE_ORDER=FASTEST_FIRST) may not.
+    devices = [Fake("cuda:0", "GPU-00000000-1111-2222-3333-444444444444", "0000:1B:00.0"),
+               Fake("cuda:1", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", "0000:3b:00.0")]
+    by_uuid = ht._same_physical_device(devices, "AAAAAAAA-BBBB-CCCC-DDDD-EEEEEEEEEEEE", None)
+    assert by_uuid.id == "cuda:1"
+    assert ht._same_physical_device(devices, "", (0, 0x1B, 0)).id == "cuda:0"
+    assert ht._same_physical_device(devices, "ffffffff-0000-0000-0000-000000000000", (0, 0x3B, 0)).id == "cuda:1"
+    assert ht._same_physical_device(devices, "ffffffff-0000-0000-0000-000000000000", (1, 0x3B, 0)) is None
+    assert ht._pci_triple("3b:00.0") == (0, 0x3B, 0) and ht._pci_triple("not a bus id") is None

@@ -142,6 +142,41 @@ TEST_CASE("Store::from_environment: torchrun variables win over OpenMPI's") {
   std::filesystem::remove_all(directory);
 }
 
+TEST_CASE("Store::from_environment: under torchrun's agent store hal meets one port up, or on HAL_STORE_PORT") {
+  // A world of one: rank 0 hosts the TcpStore and connects to itself.
+  const auto free_port = [] {
+    hal::TcpStoreOptions options;
+    options.is_server = true;
+    return hal::TcpStore(options).port();  // closed again at once
+  };
+  const std::string agent_port = std::to_string(free_port() - 1);
+  {
+    ScopedEnvironment environment{{"RANK", "0"},        {"WORLD_SIZE", "1"},         {"HAL_STORE_DIR", std::nullopt},
+                                  {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", agent_port},
+                                  {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"HAL_STORE_PORT", std::nullopt}};
+    const auto found = hal::Store::from_environment(5s);
+    auto* tcp = dynamic_cast<hal::TcpStore*>(found.store.get());
+    REQUIRE(tcp != nullptr);
+    CHECK(tcp->port() == std::stoi(agent_port) + 1);
+    CHECK(contains(found.source, "torchrun's agent store serves MASTER_PORT"));
+  }
+  const std::uint16_t chosen = free_port();
+  {
+    ScopedEnvironment environment{{"RANK", "0"},        {"WORLD_SIZE", "1"},         {"HAL_STORE_DIR", std::nullopt},
+                                  {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", agent_port},
+                                  {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"HAL_STORE_PORT", std::to_string(chosen)}};
+    const auto found = hal::Store::from_environment(5s);
+    CHECK(dynamic_cast<hal::TcpStore&>(*found.store).port() == chosen);
+    CHECK(contains(found.source, "HAL_STORE_PORT"));
+  }
+  {
+    ScopedEnvironment environment{{"RANK", "0"},        {"WORLD_SIZE", "1"},         {"HAL_STORE_DIR", std::nullopt},
+                                  {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", agent_port},
+                                  {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"HAL_STORE_PORT", "70000"}};
+    CHECK_THROWS_WITH_AS(hal::Store::from_environment(5s), doctest::Contains("HAL_STORE_PORT='70000'"), hal::Error);
+  }
+}
+
 TEST_CASE("Communicator: bad arguments fail on the calling rank before anything is sent") {
   ScopedEnvironment environment{{"HAL_BACKEND_PATH", HAL_PLUGIN_DIR}, {"HAL_BACKENDS", "host"}};
   const hal::Runtime runtime = hal::Runtime::create();

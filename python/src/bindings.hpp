@@ -1,0 +1,12 @@
+// The parts of the hal._hal extension, each binding one area of the C++ API.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace hal::python {
+
+// hal::Store, Store::from_environment and hal::Communicator on hal.Tensor
+// (python/src/collectives.cpp); hal/_collectives.py is the Python face.
+void bind_collectives(nanobind::module_& m);
+
+}  // namespace hal::python

@@ -1,0 +1,241 @@
+// Collectives for Python: the rendezvous store, the launcher's environment
+// and a Communicator whose operations take hal.Tensor (so any DLPack tensor,
+// see hal/_collectives.py). Element counts come from the tensors and are
+// checked here against each operation's rule, so a mismatch is an error that
+// names both shapes rather than a short read.
+#include "bindings.hpp"
+
+#include <nanobind/stl/chrono.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <hal/collectives.hpp>
+#include <hal/hal.hpp>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace hal::python {
+namespace {
+
+std::chrono::milliseconds milliseconds_of(double seconds, const char* name) {
+  if (!(seconds > 0) || seconds > 1e9)
+    throw Error(StatusCode::invalid_argument,
+                std::string(name) + " is " + std::to_string(seconds) + " s; it must be a positive number of seconds");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
+}
+
+std::string shape_text(const Tensor& tensor) {
+  std::string text = "(";
+  for (std::size_t i = 0; i < tensor.shape.size(); ++i) text += (i ? ", " : "") + std::to_string(tensor.shape[i]);
+  return text + (tensor.shape.size() == 1 ? ",)" : ")");
+}
+
+// Collectives move whole buffers: the tensor's elements must be one dense
+// run in row-major order (extents of 1 may have any stride).
+BufferView dense_view(const Tensor& tensor, std::string_view operation, std::string_view role) {
+  const std::vector<std::int64_t> strides = tensor.effective_strides();
+  std::int64_t expected = 1;
+  for (std::size_t axis = tensor.shape.size(); axis-- > 0;) {
+    if (tensor.shape[axis] != 1 && strides[axis] != expected)
+      throw Error(StatusCode::invalid_argument,
+                  std::string(operation) + ": " + std::string(role) + " of shape " + shape_text(tensor) +
+                      " is not contiguous (stride " + std::to_string(strides[axis]) + " on axis " +
+                      std::to_string(axis) + ", expected " + std::to_string(expected) +
+                      "); collectives need contiguous tensors (torch: .contiguous())");
+    expected *= tensor.shape[axis];
+  }
+  return BufferView(tensor.buffer, tensor.byte_offset);
+}
+
+struct Operands {
+  std::string_view operation;
+  const Communicator& communicator;
+
+  void check_placement(const Tensor& tensor, std::string_view role) const {
+    const Device device = communicator.device();
+    if (!(tensor.buffer.device() == device))
+      throw Error(StatusCode::invalid_argument, std::string(operation) + ": " + std::string(role) + " is on " +
+                                                    tensor.buffer.device().id() + " but the communicator's device is " +
+                                                    device.id());
+    if (tensor.read_only && role != "tensor" && role != "send")
+      throw Error(StatusCode::invalid_argument,
+                  std::string(operation) + ": " + std::string(role) + " is read-only (its producer said so)");
+  }
+  void check_same_dtype(const Tensor& send, const Tensor& recv) const {
+    if (send.dtype != recv.dtype)
+      throw Error(StatusCode::invalid_argument, std::string(operation) + ": send is " + std::string(to_string(send.dtype)) +
+                                                    " but recv is " + std::string(to_string(recv.dtype)) +
+                                                    "; both must have one dtype");
+  }
+  // recv holds `factor` times send's elements (or send factor times recv's when inverted).
+  void check_counts(const Tensor& send, const Tensor& recv, std::uint64_t send_factor, std::uint64_t recv_factor,
+                    const char* rule) const {
+    if (send.element_count() * send_factor != recv.element_count() * recv_factor)
+      throw Error(StatusCode::invalid_argument, std::string(operation) + ": send has shape " + shape_text(send) +
+                                                    " and recv " + shape_text(recv) + "; " + rule + " (world size " +
+                                                    std::to_string(communicator.world_size()) + ")");
+  }
+};
+
+ReduceOp reduce_op_of(const std::string& name) { return parse_reduce_op(name); }
+
+// One entry for every operation with a send and a receive tensor; `root` is
+// the root rank (broadcast, reduce, gather, scatter), ignored otherwise.
+void run_collective(const Communicator& communicator, const std::string& operation, const Tensor& send,
+                    const Tensor& recv, int root, const std::string& op, const Stream& stream, bool synchronize,
+                    std::optional<double> timeout_seconds) {
+  const Operands operands{operation, communicator};
+  operands.check_placement(send, "send");
+  operands.check_placement(recv, "recv");
+  operands.check_same_dtype(send, recv);
+  const auto world = static_cast<std::uint64_t>(communicator.world_size());
+  const bool is_root = communicator.rank() == root;
+  OperationOptions options;
+  if (timeout_seconds) options.timeout = milliseconds_of(*timeout_seconds, "timeout");
+  const BufferView send_view = dense_view(send, operation, "send");
+  const BufferView recv_view = dense_view(recv, operation, "recv");
+  const DType type = send.dtype;
+  nb::gil_scoped_release release;
+  if (operation == "all_reduce") {
+    operands.check_counts(send, recv, 1, 1, "all_reduce needs as many elements in recv as in send");
+    communicator.all_reduce(send_view, recv_view, send.element_count(), type, reduce_op_of(op), stream, options);
+  } else if (operation == "broadcast") {
+    operands.check_counts(send, recv, 1, 1, "broadcast needs as many elements in recv as in send");
+    communicator.broadcast(send_view, recv_view, send.element_count(), type, root, stream, options);
+  } else if (operation == "reduce") {
+    operands.check_counts(send, recv, 1, 1, "reduce needs as many elements in recv as in send");
+    communicator.reduce(send_view, recv_view, send.element_count(), type, reduce_op_of(op), root, stream, options);
+  } else if (operation == "all_gather") {
+    operands.check_counts(send, recv, world, 1, "all_gather's recv holds world size times send's elements");
+    communicator.all_gather(send_view, recv_view, send.element_count(), type, stream, options);
+  } else if (operation == "reduce_scatter") {
+    operands.check_counts(send, recv, 1, world, "reduce_scatter's send holds world size times recv's elements");
+    communicator.reduce_scatter(send_view, recv_view, recv.element_count(), type, reduce_op_of(op), stream, options);
+  } else if (operation == "all_to_all") {
+    operands.check_counts(send, recv, 1, 1, "all_to_all needs as many elements in recv as in send");
+    if (send.element_count() % world != 0)
+      throw Error(StatusCode::invalid_argument, "all_to_all: send's " + std::to_string(send.element_count()) +
+                                                    " elements do not split into " + std::to_string(world) +
+                                                    " equal blocks, one per rank");
+    communicator.all_to_all(send_view, recv_view, send.element_count() / world, type, stream, options);
+  } else if (operation == "gather") {
+    if (is_root) operands.check_counts(send, recv, world, 1, "gather's recv on the root holds world size times send's elements");
+    communicator.gather(send_view, recv_view, send.element_count(), type, root, stream, options);
+  } else if (operation == "scatter") {
+    if (is_root) operands.check_counts(send, recv, 1, world, "scatter's send on the root holds world size times recv's elements");
+    communicator.scatter(send_view, recv_view, recv.element_count(), type, root, stream, options);
+  } else {
+    throw Error(StatusCode::invalid_argument,
+                "collective '" + operation +
+                    "' is not one of all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter");
+  }
+  if (synchronize) stream.synchronize();
+}
+
+void run_point_to_point(const Communicator& communicator, const std::string& operation, const Tensor& tensor,
+                        int peer, const Stream& stream, bool synchronize, std::optional<double> timeout_seconds) {
+  const Operands operands{operation, communicator};
+  operands.check_placement(tensor, operation == "recv" ? "recv" : "tensor");
+  OperationOptions options;
+  if (timeout_seconds) options.timeout = milliseconds_of(*timeout_seconds, "timeout");
+  const BufferView view = dense_view(tensor, operation, "tensor");
+  nb::gil_scoped_release release;
+  if (operation == "send")
+    communicator.send(view, tensor.element_count(), tensor.dtype, peer, stream, options);
+  else if (operation == "recv")
+    communicator.recv(view, tensor.element_count(), tensor.dtype, peer, stream, options);
+  else
+    throw Error(StatusCode::invalid_argument, "point-to-point operation '" + operation + "' is not send or recv");
+  if (synchronize) stream.synchronize();
+}
+
+}  // namespace
+
+void bind_collectives(nb::module_& m) {
+  nb::class_<Store>(m, "Store",
+                    "A key-value store the ranks of a job share to find each other (hal::Store); values are bytes.")
+      .def("set", [](Store& s, const std::string& key, nb::bytes value) {
+            s.set(key, std::string_view(value.c_str(), value.size()));
+          }, "key"_a, "value"_a)
+      .def("get", [](Store& s, const std::string& key, double timeout) {
+            std::string value;
+            {
+              nb::gil_scoped_release release;
+              value = s.get(key, milliseconds_of(timeout, "timeout"));
+            }
+            return nb::bytes(value.data(), value.size());
+          }, "key"_a, "timeout"_a = 300.0, "Waits up to timeout seconds for another rank to set the key.")
+      .def("add", &Store::add, "key"_a, "delta"_a, "Atomically adds delta to the integer at key; returns the new value.");
+
+  nb::class_<Store::FromEnvironment>(m, "LaunchEnvironment",
+                                     "What Store.from_environment read: the ranks and the store to meet on.")
+      .def_ro("store", &Store::FromEnvironment::store)
+      .def_ro("rank", &Store::FromEnvironment::rank)
+      .def_ro("world_size", &Store::FromEnvironment::world_size)
+      .def_ro("local_rank", &Store::FromEnvironment::local_rank)
+      .def_ro("source", &Store::FromEnvironment::source, "Which variables were used, e.g. 'RANK/WORLD_SIZE, TcpStore ...'.")
+      .def("__repr__", [](const Store::FromEnvironment& e) {
+        return "<hal.LaunchEnvironment rank " + std::to_string(e.rank) + " of " + std::to_string(e.world_size) +
+               " (local " + std::to_string(e.local_rank) + "): " + e.source + ">";
+      });
+  m.def("_launch_environment", [](double connect_timeout) {
+        const auto timeout = milliseconds_of(connect_timeout, "connect_timeout");
+        nb::gil_scoped_release release;  // rank 0 waits for the others to connect
+        return Store::from_environment(timeout);
+      }, "connect_timeout"_a = 60.0,
+      "Reads the launcher's variables (torchrun, halrun, mpirun, srun; see docs/collectives.md) and connects to the "
+      "job's store.");
+
+  nb::class_<Communicator>(m, "_Communicator", "hal::Communicator; use hal.Communicator.")
+      .def_static("create", [](const Device& device, int rank, int world_size, std::shared_ptr<Store> store,
+                               double timeout, const std::string& engine, std::optional<bool> check) {
+            CommunicatorOptions options;
+            options.timeout = milliseconds_of(timeout, "timeout");
+            options.engine = engine;
+            options.check = check;
+            nb::gil_scoped_release release;  // waits for every rank
+            return Communicator::create(device, rank, world_size, std::move(store), options);
+          }, "device"_a, "rank"_a, "world_size"_a, "store"_a, "timeout"_a = 300.0, "engine"_a = "",
+          "check"_a = nb::none())
+      .def_prop_ro("valid", &Communicator::valid)
+      .def_prop_ro("rank", &Communicator::rank)
+      .def_prop_ro("world_size", &Communicator::world_size)
+      .def_prop_ro("device", &Communicator::device)
+      .def_prop_ro("description", &Communicator::description)
+      .def("split", [](const Communicator& c, int color, int key) {
+            nb::gil_scoped_release release;
+            return c.split(color, key);
+          }, "color"_a, "key"_a)
+      .def("abort", &Communicator::abort)
+      .def("destroy", &Communicator::destroy)
+      .def("async_error", [](const Communicator& c) { return c.async_error().message(); },
+           "The first error of an operation that ran on a stream ('' when none).")
+      .def("barrier", [](const Communicator& c, const Stream& stream, bool synchronize) {
+            nb::gil_scoped_release release;
+            c.barrier(stream);
+            if (synchronize) stream.synchronize();
+          }, "stream"_a, "synchronize"_a = true)
+      .def("run", &run_collective, "operation"_a, "send"_a, "recv"_a, "root"_a, "op"_a, "stream"_a,
+           "synchronize"_a = true, "timeout"_a = nb::none())
+      .def("run_point_to_point", &run_point_to_point, "operation"_a, "tensor"_a, "peer"_a, "stream"_a,
+           "synchronize"_a = true, "timeout"_a = nb::none())
+      .def("group_start", &Communicator::group_start)
+      .def("group_end", [](const Communicator& c) {
+            nb::gil_scoped_release release;
+            c.group_end();
+          })
+      .def("group_cancel", &Communicator::group_cancel);
+}
+
+}  // namespace hal::python

@@ -1,0 +1,48 @@
+"""python -m hal.bench attention at a small shape: it runs, its figures are measurements, and bad flags are refused."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+
+def bench(*args):
+    return subprocess.run([sys.executable, "-m", "hal.bench", "attention", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_attention_benchmark_reports_both_engines_and_the_overhead():
+    result = bench("--seq", "24", "40", "--heads", "4", "--kv-heads", "2", "--head-dim", "64", "--repeats", "2",
+                   "--overhead-calls", "300", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [row["seq"] for row in report["rows"]] == [24, 40]
+    for row in report["rows"]:
+        for name in ("torch", "hal"):
+            assert row[f"{name}_forward_ms"] > 0 and row[f"{name}_fwd_bwd_ms"] > 0
+        assert row["hal_vs_torch_forward"] == pytest.approx(row["torch_forward_ms"] / row["hal_forward_ms"])
+    overhead = report["overhead"]
+    # The torch path does everything the C++ loop does and more.
+    assert 0 < overhead["cpp_us"] < overhead["hal_torch_us"]
+    assert overhead["overhead_us"] == pytest.approx(overhead["hal_torch_us"] - overhead["cpp_us"])
+
+
+def test_table_output():
+    result = bench("--seq", "16", "--heads", "2", "--kv-heads", "1", "--head-dim", "64", "--repeats", "1",
+                   "--no-backward", "--overhead-calls", "20")
+    assert result.returncode == 0, result.stderr
+    assert "ratio = torch time / hal time" in result.stdout
+    assert "overhead of the Python path" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--kv-heads", "3"], "--kv-heads 3 does not divide --heads 32"),
+    (["--seq", "0"], "every length must be >= 1"),
+    (["--repeats", "0"], "--repeats is 0"),
+])
+def test_bad_flags_are_refused(args, message):
+    result = bench(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
