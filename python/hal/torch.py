@@ -25,6 +25,7 @@ the scope.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import warnings
@@ -120,6 +121,12 @@ def _find_cuda_device(runtime, index: int) -> Optional[hal.Device]:
 def _hal_refusals(device: str, dtype: str, heads_q: int, heads_kv: int, seq_q: int, seq_kv: int, head_dim: int,
                   head_dim_v: int, is_causal: bool, scale: Optional[float]) -> Tuple[str, ...]:
     """Why no hal implementation can run this problem (empty: one can). Constant for torch.compile."""
+    return _hal_refusals_of(device, dtype, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v, is_causal, scale)
+
+
+@functools.lru_cache(maxsize=512)  # asked once per problem, not per call
+def _hal_refusals_of(device: str, dtype: str, heads_q: int, heads_kv: int, seq_q: int, seq_kv: int, head_dim: int,
+                     head_dim_v: int, is_causal: bool, scale: Optional[float]) -> Tuple[str, ...]:
     hal_device = _hal_device(torch.device(device))
     if hal_device is None:
         return (f"device {device} is not one hal has loaded ({', '.join(d.id for d in hal.runtime().devices)})",)
@@ -270,11 +277,36 @@ def _for_hal(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def _stream_for(tensor: torch.Tensor, device: hal.Device):
-    """torch's current stream for GPU tensors (hal's work runs in its order); None (hal's own, synchronized) on the CPU."""
+class _Geometry:
+    """What hal.attention_params reads of a tensor (shape, strides in elements, hal dtype)."""
+
+    def __init__(self, shape, strides, dtype):
+        self.shape, self.strides, self.dtype, self.ndim = shape, strides, dtype, len(shape)
+
+
+@functools.lru_cache(maxsize=512)
+def _params(dtype: str, geometries: Tuple, is_causal: bool, scale: Optional[float]):
+    """hal.AttentionParams for tensors of these (shape, strides), in the order q, k, v, o[, grad_o, grad_q, grad_k,
+    grad_v]; made once per distinct geometry, so the per-call path does not rebuild and recheck them."""
+    named = dict(zip(("q", "k", "v", "o", "grad_o", "grad_q", "grad_k", "grad_v"),
+                     (_Geometry(shape, strides, dtype) for shape, strides in geometries)))
+    return hal.attention_params(**named, causal=is_causal, scale=scale, layout="bhsd", return_lse=True)
+
+
+def _borrowed(tensors) -> Tuple[list, Tuple]:
+    """The (address, shape, strides) of each tensor for hal's borrowed-tensor calls, and their geometry. hal does
+    not own borrowed memory: the caller keeps every tensor referenced until the call has returned."""
+    geometry = tuple((tuple(t.shape), t.stride()) for t in tensors)
+    return [(t.data_ptr(), shape, strides) for t, (shape, strides) in zip(tensors, geometry)], geometry
+
+
+def _run_on(device: hal.Device, tensor: torch.Tensor):
+    """(stream, synchronize): torch's current stream, wrapped, for GPU tensors (hal's work joins its order, torch
+    waits as usual, and torch's allocator reuses a freed operand's memory only for work ordered after hal's); hal's
+    default stream, waited for, on the CPU."""
     if tensor.device.type == "cuda":
-        return device.wrap_native_stream(torch.cuda.current_stream(tensor.device).cuda_stream)
-    return None
+        return device.wrap_native_stream(torch.cuda.current_stream(tensor.device).cuda_stream), False
+    return hal.default_stream(device), True
 
 
 @torch.library.custom_op("hal::sdpa_forward", mutates_args=())
@@ -286,10 +318,13 @@ def _sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, i
     if out.numel() == 0:
         return out, lse
     device = _hal_device(query.device)
-    q, k, v = _for_hal(query), _for_hal(key), _for_hal(value)
-    stream = _stream_for(query, device)
-    hal.attention_forward(q, k, v, causal=is_causal, scale=scale, layout="bhsd", return_lse=True, out=out, lse=lse,
-                          stream=stream)
+    operands = (_for_hal(query), _for_hal(key), _for_hal(value), out)  # referenced until hal has returned
+    tensors, geometry = _borrowed(operands)
+    params = _params(_DTYPES[query.dtype], geometry, is_causal, scale)
+    stream, synchronize = _run_on(device, query)
+    hal._hal._attention_forward_borrowed(hal.runtime(), stream, params, device.dlpack_device,
+                                         tensors + [(lse.data_ptr(), tuple(lse.shape), lse.stride())], synchronize)
+    del operands
     return out, lse
 
 
@@ -309,9 +344,15 @@ def _sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tenso
         grad_q.zero_(), grad_k.zero_(), grad_v.zero_()
         return grad_q, grad_k, grad_v
     device = _hal_device(query.device)
-    tensors = [_for_hal(t) for t in (grad_out, query, key, value, out)]
-    hal.attention_backward(*tensors, lse.detach().contiguous(), causal=is_causal, scale=scale, layout="bhsd",
-                           grad_q=grad_q, grad_k=grad_k, grad_v=grad_v, stream=_stream_for(query, device))
+    lse = lse.detach().contiguous()
+    # Referenced until hal has returned (contiguous copies included).
+    operands = [_for_hal(t) for t in (query, key, value, out, grad_out)] + [grad_q, grad_k, grad_v]
+    tensors, geometry = _borrowed(operands)
+    params = _params(_DTYPES[query.dtype], geometry, is_causal, scale)
+    stream, synchronize = _run_on(device, query)
+    hal._hal._attention_backward_borrowed(hal.runtime(), stream, params, device.dlpack_device,
+                                          tensors + [(lse.data_ptr(), tuple(lse.shape), lse.stride())], synchronize)
+    del operands
     return grad_q, grad_k, grad_v
 
 
