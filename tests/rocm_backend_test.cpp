@@ -380,6 +380,41 @@ TEST_SUITE("foreign architecture") {
   }
 }
 
+// An RDNA GPU (gfx1030, 32-wide wavefronts) whose code object loads
+// (HAL_FAKE_HIP_CODE_OBJECTS=1): the fake finds kernels by their symbols in
+// the bundle entry for gfx1030 and records launches without running them.
+TEST_SUITE("rdna code object") {
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "flash attention launches only kernels the HIP image has, whatever the wavefront width") {
+    if (!built_with_kernels) return;
+    REQUIRE(device(0).supports("kernels"));
+    void* fake = dlopen(HAL_FAKE_HIP_RUNTIME_PATH, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    REQUIRE(fake != nullptr);
+    const auto launched = reinterpret_cast<int (*)(char*, int)>(dlsym(fake, "hal_fake_hip_launched_kernels"));
+    REQUIRE(static_cast<bool>(launched));
+    for (const hal::DType dtype : {hal::DType::f16, hal::DType::bf16, hal::DType::f32}) {
+      CAPTURE(hal::to_string(dtype));
+      hal::AttentionParams params;
+      params.batch = 1, params.heads_q = params.heads_kv = 2, params.seq_q = params.seq_kv = 32;
+      params.head_dim_qk = params.head_dim_v = 64;
+      params.dtype = dtype;
+      const std::uint64_t bytes = 2 * 32 * 64 * hal::size_in_bytes(dtype);
+      const hal::Buffer q = device(0).allocate(bytes), o = device(0).allocate(bytes);
+      hal::AttentionOptions options;
+      options.implementations = {hal::AttentionImplementation::flash};
+      const hal::Stream stream = device(0).create_stream();
+      const int before = launched(nullptr, 0);
+      const hal::AttentionDecision decision = hal::attention_forward(stream, params, {q, 0}, {q, 0}, {q, 0}, {o, 0}, {}, options);
+      stream.synchronize();
+      CHECK(decision.chosen == hal::AttentionImplementation::flash);
+      char names[4096];
+      REQUIRE(launched(names, sizeof(names)) == before + 1);
+      const std::string all = names, last = all.substr(all.rfind(',') + 1);
+      CHECK(last == "hal_flash_attention_forward_d64");  // never the CUDA image's _mma_ kernels
+    }
+    dlclose(fake);
+  }
+}
+
 TEST_SUITE("rocm5 runtime") {
   TEST_CASE_FIXTURE(Rocm5RuntimeFixture, "a ROCm 5 runtime works through its own exports") {
     const hal::DeviceInfo& info = device(0).info();

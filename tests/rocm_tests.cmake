@@ -53,6 +53,8 @@ hal_add_suite_test(rocm_fake_attention_tests hal_rocm_tests "gpu attention"
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=1")
 hal_add_suite_test(rocm_fake_foreign_architecture_tests hal_rocm_tests "foreign architecture"
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_ARCH=gfx942:sramecc+:xnack+;HAL_FAKE_HIP_NAME=AMD Instinct MI300X;HAL_FAKE_HIP_MANAGED=1")
+hal_add_suite_test(rocm_fake_rdna_tests hal_rocm_tests "rdna code object"
+  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_ARCH=gfx1030;HAL_FAKE_HIP_NAME=AMD Radeon RX 6900 XT;HAL_FAKE_HIP_CODE_OBJECTS=1")
 hal_add_suite_test(rocm_fake_rocm5_tests hal_rocm_tests "rocm5 runtime" "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_MANAGED=0")
 hal_add_suite_test(rocm_fake_no_device_tests hal_rocm_tests "no device"
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=0")

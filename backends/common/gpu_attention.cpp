@@ -130,7 +130,8 @@ hal_kernel_plan flash_plan(const GpuPlatform& platform, std::uint32_t device, co
   hal_kernel_plan plan{};
   const hal_attention_kernel_args args = kernel_args(params, present);
   const GpuDeviceLimits limits = platform.limits(device);
-  hal_flash_attention_plan(&args, backward ? 1 : 0, limits.max_shared_bytes_per_block, limits.warp_size, &plan);
+  hal_flash_attention_plan(&args, backward ? 1 : 0, limits.max_shared_bytes_per_block, limits.warp_size,
+                           limits.flash_paths, &plan);
   return plan;
 }
 
@@ -261,7 +262,8 @@ hal_status GpuAttention::run_flash(hal_stream* stream, const hal_attention_param
   hal_attention_kernel_args args = kernel_args(params, tensors);
   hal_kernel_plan plan{};
   const GpuDeviceLimits limits = platform_->limits(platform_->stream_device(stream));
-  hal_flash_attention_plan(&args, backward ? 1 : 0, limits.max_shared_bytes_per_block, limits.warp_size, &plan);
+  hal_flash_attention_plan(&args, backward ? 1 : 0, limits.max_shared_bytes_per_block, limits.warp_size,
+                           limits.flash_paths, &plan);
   if (plan.launch_count == 0 || plan.launch_count > HAL_KERNEL_PLAN_MAX_LAUNCHES)
     return fail(HAL_ERROR_UNSUPPORTED, std::string(platform_->backend_name()) + " flash attention: " +
                                            (plan.why_not[0] != '\0' ? plan.why_not : "the plan has no launches"));

@@ -21,6 +21,9 @@ namespace hal::backend {
 struct GpuDeviceLimits {
   std::uint32_t max_shared_bytes_per_block = 0;  // the opt-in maximum where the API has one
   std::uint32_t warp_size = 0;
+  // The optional flash kernels (HAL_FLASH_PATH_*) in the platform's kernel
+  // image: what was compiled for it, not what the warp width suggests.
+  std::uint32_t flash_paths = 0;
 };
 
 // Row-major f32 C[m, n] = alpha * op(A)[m, k] * op(B)[k, n] + beta * C,

@@ -43,7 +43,8 @@ class CudaPlatform final : public backend::GpuPlatform {
 
   backend::GpuDeviceLimits limits(std::uint32_t device) const override {
     const CudaDevice& cuda_device = *context_.devices[device];
-    return {cuda_device.max_shared_bytes_optin, cuda_device.warp_size};
+    // The CUDA image is built for sm_80 and newer, which have mma.sync.
+    return {cuda_device.max_shared_bytes_optin, cuda_device.warp_size, HAL_FLASH_PATH_TENSOR_CORES};
   }
 
   std::uint32_t stream_device(hal_stream* stream) const override { return stream->device; }

@@ -59,13 +59,6 @@ typedef struct hal_kernel_plan {
   char why_not[256];
 } hal_kernel_plan;
 
-/* Host functions (attention_plan.cpp): the launches for flash attention,
- * forward or backward, on a device with the given shared-memory limit per
- * block (bytes) and warp/wavefront width. It allows the tensor-core path
- * when warp_size is 32 (the CUDA image is built for sm_80 and newer only). */
-void hal_flash_attention_plan(const hal_attention_kernel_args* args, int32_t backward, uint32_t max_shared_bytes,
-                              uint32_t warp_size, hal_kernel_plan* plan);
-
 /* Optional kernel paths, a bit mask; without them every dtype runs the
  * scalar f32-arithmetic kernels, which every architecture has. */
 enum {
@@ -73,10 +66,12 @@ enum {
   HAL_FLASH_PATH_TENSOR_CORES = 1
 };
 
-/* hal_flash_attention_plan with the optional paths the caller allows. */
-void hal_flash_attention_plan_paths(const hal_attention_kernel_args* args, int32_t backward,
-                                    uint32_t max_shared_bytes, uint32_t warp_size, uint32_t paths,
-                                    hal_kernel_plan* plan);
+/* Host functions (attention_plan.cpp): the launches for flash attention,
+ * forward or backward, on a device with the given shared-memory limit per
+ * block (bytes) and warp/wavefront width, using only the optional paths
+ * (HAL_FLASH_PATH_*) that the caller's kernel image has. */
+void hal_flash_attention_plan(const hal_attention_kernel_args* args, int32_t backward, uint32_t max_shared_bytes,
+                              uint32_t warp_size, uint32_t paths, hal_kernel_plan* plan);
 
 #ifdef __cplusplus
 }

@@ -124,9 +124,9 @@ bool check_arguments(const hal_attention_kernel_args& args, int32_t backward, ui
 
 }  // namespace
 
-extern "C" void hal_flash_attention_plan_paths(const hal_attention_kernel_args* args, int32_t backward,
-                                               uint32_t max_shared_bytes, uint32_t warp_size, uint32_t paths,
-                                               hal_kernel_plan* plan) {
+extern "C" void hal_flash_attention_plan(const hal_attention_kernel_args* args, int32_t backward,
+                                         uint32_t max_shared_bytes, uint32_t warp_size, uint32_t paths,
+                                         hal_kernel_plan* plan) {
   if (plan == nullptr) return;
   if (args == nullptr) {
     fail(plan, "no kernel arguments");
@@ -176,10 +176,4 @@ extern "C" void hal_flash_attention_plan_paths(const hal_attention_kernel_args* 
   const uint64_t delta_bytes =
       (rows * 4u + HAL_FLASH_WORKSPACE_ALIGNMENT - 1) / HAL_FLASH_WORKSPACE_ALIGNMENT * HAL_FLASH_WORKSPACE_ALIGNMENT;
   plan->workspace_bytes = delta_bytes + rows * static_cast<uint64_t>(args->head_dim_qk) * 4u;
-}
-
-extern "C" void hal_flash_attention_plan(const hal_attention_kernel_args* args, int32_t backward,
-                                         uint32_t max_shared_bytes, uint32_t warp_size, hal_kernel_plan* plan) {
-  hal_flash_attention_plan_paths(args, backward, max_shared_bytes, warp_size,
-                                 warp_size == 32 ? uint32_t{HAL_FLASH_PATH_TENSOR_CORES} : 0u, plan);
 }

@@ -30,7 +30,8 @@ class RocmPlatform final : public backend::GpuPlatform {
 
   backend::GpuDeviceLimits limits(std::uint32_t device) const override {
     const RocmDevice& rocm_device = *context_.devices[device];
-    return {rocm_device.max_shared_bytes, rocm_device.warp_size};
+    // The HIP image has no tensor-core kernels, also for RDNA's 32-wide wavefronts.
+    return {rocm_device.max_shared_bytes, rocm_device.warp_size, 0};
   }
 
   std::uint32_t stream_device(hal_stream* stream) const override { return stream->device; }

@@ -50,7 +50,7 @@ std::string run_on_gpu(const hal_attention_kernel_args& args, const std::vector<
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlock, device);
   hal_kernel_plan plan{};
-  hal_flash_attention_plan_paths(&args, backward ? 1 : 0, static_cast<std::uint32_t>(shared_limit), 32, paths, &plan);
+  hal_flash_attention_plan(&args, backward ? 1 : 0, static_cast<std::uint32_t>(shared_limit), 32, paths, &plan);
   if (plan.launch_count == 0) return std::string("no plan: ") + plan.why_not;
   *first_kernel = plan.launches[0].kernel;
 

@@ -53,7 +53,7 @@ constexpr std::uint32_t kAmdSharedBytes = 64 * 1024;
 std::string run_in_emulator(const hal_attention_kernel_args& args, const std::vector<flash_cases::Buffer>&,
                             bool backward, std::uint32_t paths, std::string* first_kernel) {
   hal_kernel_plan plan{};
-  hal_flash_attention_plan_paths(&args, backward ? 1 : 0, kCudaSharedBytes, 32, paths, &plan);
+  hal_flash_attention_plan(&args, backward ? 1 : 0, kCudaSharedBytes, 32, paths, &plan);
   if (plan.launch_count == 0) return std::string("no plan: ") + plan.why_not;
   *first_kernel = plan.launches[0].kernel;
   std::vector<float> workspace(plan.workspace_bytes / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
@@ -114,7 +114,7 @@ TEST_CASE("flash attention plan: launches, workspace and limits") {
   args.scale = 0.125f;
   hal_kernel_plan plan{};
 
-  hal_flash_attention_plan_paths(&args, 0, kCudaSharedBytes, 32, 0, &plan);
+  hal_flash_attention_plan(&args, 0, kCudaSharedBytes, 32, 0, &plan);
   REQUIRE(plan.launch_count == 1);
   CHECK(std::string(plan.launches[0].kernel) == "hal_flash_attention_forward_d128");
   CHECK(plan.launches[0].grid[0] == 4);  // ceil(100 / 32)
@@ -124,22 +124,25 @@ TEST_CASE("flash attention plan: launches, workspace and limits") {
   CHECK(plan.launches[0].shared_bytes == HAL_FLASH_FORWARD_SHARED_BYTES(128));
   CHECK(plan.workspace_bytes == 0);
 
-  // 32-wide warps (NVIDIA, sm_80+ image): f16/bf16 forward on tensor cores.
-  hal_flash_attention_plan(&args, 0, kCudaSharedBytes, 32, &plan);
+  // An image with tensor-core kernels (CUDA, sm_80+): f16/bf16 forward on them.
+  hal_flash_attention_plan(&args, 0, kCudaSharedBytes, 32, HAL_FLASH_PATH_TENSOR_CORES, &plan);
   REQUIRE(plan.launch_count == 1);
   CHECK(std::string(plan.launches[0].kernel) == "hal_flash_attention_forward_mma_bf16_d128");
   CHECK(plan.launches[0].grid[0] == 2);  // ceil(100 / 64)
   CHECK(plan.launches[0].shared_bytes == HAL_FLASH_MMA_SHARED_BYTES(128));
-  // 64-wide wavefronts (AMD): the scalar kernels only.
-  hal_flash_attention_plan(&args, 0, kAmdSharedBytes, 64, &plan);
+  // An image without them (HIP): the scalar kernels, whatever the wavefront width.
+  hal_flash_attention_plan(&args, 0, kAmdSharedBytes, 64, 0, &plan);
+  REQUIRE(plan.launch_count == 1);
+  CHECK(std::string(plan.launches[0].kernel) == "hal_flash_attention_forward_d128");
+  hal_flash_attention_plan(&args, 0, kAmdSharedBytes, 32, 0, &plan);  // RDNA: 32-wide
   REQUIRE(plan.launch_count == 1);
   CHECK(std::string(plan.launches[0].kernel) == "hal_flash_attention_forward_d128");
   args.dtype = HAL_KERNEL_F32;  // f32 has no tensor-core kernel
-  hal_flash_attention_plan(&args, 0, kCudaSharedBytes, 32, &plan);
+  hal_flash_attention_plan(&args, 0, kCudaSharedBytes, 32, HAL_FLASH_PATH_TENSOR_CORES, &plan);
   CHECK(std::string(plan.launches[0].kernel) == "hal_flash_attention_forward_d128");
   args.dtype = HAL_KERNEL_BF16;
 
-  hal_flash_attention_plan(&args, 1, kAmdSharedBytes, 64, &plan);
+  hal_flash_attention_plan(&args, 1, kAmdSharedBytes, 64, 0, &plan);
   REQUIRE(plan.launch_count == 3);
   CHECK(std::string(plan.launches[0].kernel) == "hal_flash_attention_backward_preprocess");
   CHECK(std::string(plan.launches[1].kernel) == "hal_flash_attention_backward_d128");
@@ -151,7 +154,7 @@ TEST_CASE("flash attention plan: launches, workspace and limits") {
 
   SUBCASE("unsupported inputs say why") {
     auto why_not = [&](hal_attention_kernel_args bad, int backward, std::uint32_t shared) {
-      hal_flash_attention_plan(&bad, backward, shared, 32, &plan);
+      hal_flash_attention_plan(&bad, backward, shared, 32, HAL_FLASH_PATH_TENSOR_CORES, &plan);
       CHECK(plan.launch_count == 0);
       return std::string(plan.why_not);
     };

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -307,6 +308,7 @@ FAKE_EXPORT const char* hipGetErrorName(hipError_t error) {
     case hipErrorIllegalAddress: return "hipErrorIllegalAddress";
     case hipErrorLaunchFailure: return "hipErrorLaunchFailure";
     case hipErrorNotSupported: return "hipErrorNotSupported";
+    case hipErrorNotFound: return "hipErrorNotFound";
     default: return "hipErrorUnknown";
   }
 }
@@ -320,6 +322,7 @@ FAKE_EXPORT const char* hipGetErrorString(hipError_t error) {
     case hipErrorIllegalAddress: return "an illegal memory access was encountered";
     case hipErrorLaunchFailure: return "unspecified launch failure";
     case hipErrorNotSupported: return "operation not supported";
+    case hipErrorNotFound: return "named symbol not found";
     default: return "unknown error";
   }
 }
@@ -592,23 +595,110 @@ FAKE_EXPORT hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, 
   return hipSuccess;
 }
 
-// No device code runs here: loading fails as on a device without a matching code object.
+// ---- code objects and launches --------------------------------------------
+// By default loading fails as on a device without a matching code object.
+// With HAL_FAKE_HIP_CODE_OBJECTS=1 a clang offload bundle (what hipcc
+// --genco writes) loads as the runtime loads it: the entry for the current
+// device's architecture (gfx90a for gfx90a:sramecc+:xnack-), else
+// hipErrorNoBinaryForGpu; hipModuleGetFunction finds only kernels whose
+// symbol is in that entry (hipErrorNotFound otherwise). Launches are checked
+// and recorded for the tests, not run: no device code runs here.
+
+struct FakeModule {
+  int device = 0;
+  std::string code;  // the architecture's entry of the bundle
+};
+struct FakeFunction {
+  FakeModule* module;
+  std::string name;
+};
+struct Launch {
+  std::string kernel;
+  unsigned grid[3], block[3], shared_bytes;
+};
+std::mutex launches_mutex;
+std::vector<Launch> launches;
+
+// The bundle entry of an architecture ("gfx90a"), or nullopt when none.
+std::optional<std::string> bundle_entry(const void* image, const std::string& arch) {
+  constexpr char magic[] = "__CLANG_OFFLOAD_BUNDLE__";
+  const auto* bytes = static_cast<const unsigned char*>(image);
+  if (std::memcmp(bytes, magic, sizeof(magic) - 1) != 0) return std::nullopt;
+  auto read64 = [&](std::size_t at) {
+    std::uint64_t value;
+    std::memcpy(&value, bytes + at, sizeof(value));
+    return value;
+  };
+  std::size_t at = sizeof(magic) - 1;
+  const std::uint64_t entries = read64(at);
+  at += 8;
+  for (std::uint64_t i = 0; i < entries && i < 64; ++i) {
+    const std::uint64_t offset = read64(at), size = read64(at + 8), triple_size = read64(at + 16);
+    const std::string triple(reinterpret_cast<const char*>(bytes + at + 24), triple_size);
+    at += 24 + triple_size;
+    const std::size_t dash = triple.rfind('-');
+    if (dash != std::string::npos && triple.substr(dash + 1) == arch)
+      return std::string(reinterpret_cast<const char*>(bytes + offset), size);
+  }
+  return std::nullopt;
+}
+
+bool code_objects_load() { return environment("HAL_FAKE_HIP_CODE_OBJECTS") == "1"; }
+
 FAKE_EXPORT hipError_t hipModuleLoadData(hipModule_t* module, const void* image) {
   ++module_loads;
   if (module == nullptr || image == nullptr) return hipErrorInvalidValue;
-  return hipErrorNoBinaryForGpu;
+  if (!code_objects_load()) return hipErrorNoBinaryForGpu;
+  const std::string arch = state().devices[static_cast<std::size_t>(current_device)].arch;
+  auto code = bundle_entry(image, arch.substr(0, arch.find(':')));
+  if (!code) return hipErrorNoBinaryForGpu;
+  *module = reinterpret_cast<hipModule_t>(new FakeModule{current_device, std::move(*code)});
+  return hipSuccess;
 }
-FAKE_EXPORT hipError_t hipModuleUnload(hipModule_t) { return hipErrorInvalidHandle; }
-FAKE_EXPORT hipError_t hipModuleGetFunction(hipFunction_t*, hipModule_t, const char*) { return hipErrorInvalidHandle; }
-FAKE_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t, unsigned int, unsigned int, unsigned int, unsigned int,
-                                             unsigned int, unsigned int, unsigned int, hipStream_t, void**, void**) {
-  return hipErrorInvalidHandle;
+FAKE_EXPORT hipError_t hipModuleUnload(hipModule_t module) {
+  if (module == nullptr || !code_objects_load()) return hipErrorInvalidHandle;
+  delete reinterpret_cast<FakeModule*>(module);  // its functions are leaked on purpose: handles may outlive it
+  return hipSuccess;
+}
+FAKE_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModule_t module, const char* name) {
+  if (function == nullptr || module == nullptr || name == nullptr) return hipErrorInvalidValue;
+  if (!code_objects_load()) return hipErrorInvalidHandle;
+  auto* loaded = reinterpret_cast<FakeModule*>(module);
+  // A kernel's symbol is a NUL-terminated name in the ELF string table.
+  const std::string symbol = std::string(1, '\0') + name + std::string(1, '\0');
+  if (loaded->code.find(symbol) == std::string::npos) return hipErrorNotFound;
+  *function = reinterpret_cast<hipFunction_t>(new FakeFunction{loaded, name});
+  return hipSuccess;
+}
+FAKE_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t function, unsigned int grid_x, unsigned int grid_y,
+                                             unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+                                             unsigned int block_z, unsigned int shared_bytes, hipStream_t,
+                                             void** parameters, void** extra) {
+  if (function == nullptr || !code_objects_load()) return hipErrorInvalidHandle;
+  if (grid_x == 0 || grid_y == 0 || grid_z == 0 || block_x * block_y * block_z == 0 ||
+      block_x * block_y * block_z > 1024 || (parameters == nullptr && extra == nullptr))
+    return hipErrorInvalidValue;
+  if (shared_bytes > 64 * 1024) return hipErrorInvalidValue;  // the LDS of one workgroup
+  const auto* called = reinterpret_cast<FakeFunction*>(function);
+  std::lock_guard lock(launches_mutex);
+  launches.push_back({called->name, {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes});
+  return hipSuccess;
 }
 
 // ---- test hooks (tests reach them with dlsym on the loaded fake) -------------
 
 // hipModuleLoadData calls so far, failed ones included.
 FAKE_EXPORT int hal_fake_hip_module_loads() { return module_loads.load(); }
+
+// The kernel names launched so far (HAL_FAKE_HIP_CODE_OBJECTS=1), comma-separated
+// in launch order, into buffer; returns the launch count.
+FAKE_EXPORT int hal_fake_hip_launched_kernels(char* buffer, int capacity) {
+  std::lock_guard lock(launches_mutex);
+  std::string names;
+  for (const Launch& launch : launches) names += (names.empty() ? "" : ",") + launch.kernel;
+  if (buffer != nullptr && capacity > 0) std::snprintf(buffer, static_cast<std::size_t>(capacity), "%s", names.c_str());
+  return static_cast<int>(launches.size());
+}
 
 // ---- pointer attributes, host registration, device synchronize ------------
 
