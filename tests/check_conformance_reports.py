@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Runs halconform on the fake backends and the host, then checks the reports
-as an outside consumer would: the JSON against the required fields of schema
-hal.conformance/1 (docs/conformance.md), the JUnit XML and the HTML with
-standard parsers."""
+as an outside consumer would: every JSON report against the published schema
+docs/conformance.schema.json, the JUnit XML and the HTML with standard
+parsers."""
 import html.parser
 import json
 import os
@@ -10,40 +10,35 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
 
-OUTCOMES = {"PASS", "WARN", "FAIL", "UNSUPPORTED", "SKIPPED", "XFAIL", "XPASS", "ERROR", "CRASH", "TIMEOUT"}
-REQUIRED_TOP = {"schema": str, "hal_version": str, "profile": dict, "command_line": list, "started_at": str,
-                "finished_at": str, "duration_seconds": (int, float), "jobs": int, "verdict": str, "exit_code": int,
-                "counts": dict, "backends": list, "devices": list, "results": list, "waivers": dict, "notes": list,
-                "manifest": dict}
-REQUIRED_RESULT = {"case": str, "device": str, "tier": str, "outcome": str, "duration_ms": (int, float),
-                   "probe": bool, "evidence": dict}
-REQUIRED_DEVICE = {"id": str, "backend": str, "name": str, "vendor": str, "uuid": str, "version_axes": dict,
-                   "capabilities": dict}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import json_schema_subset  # noqa: E402
+
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "conformance.schema.json")
+with open(SCHEMA_PATH, encoding="utf-8") as schema_file:
+    SCHEMA = json.load(schema_file)
+OUTCOMES = set(SCHEMA["properties"]["counts"]["required"])
 
 
-def check_fields(value, required, where):
-    for key, kind in required.items():
-        if key not in value:
-            raise AssertionError(f"{where}: missing '{key}'")
-        if not isinstance(value[key], kind):
-            raise AssertionError(f"{where}: '{key}' is {type(value[key]).__name__}")
+def check_validator():
+    """The validator must reject what the schema forbids, or passing proves nothing."""
+    bad = {"schema": "hal.conformance/0", "counts": {"PASS": -1}, "results": [{"case": 3}]}
+    found = "\n".join(json_schema_subset.errors(bad, SCHEMA))
+    for expected in ("'hal.conformance/1'", "$.counts.PASS: -1 < minimum 0", "$.results[0].case: int where string",
+                     "'manifest' is required", "$.counts: 'FAIL' is required"):
+        assert expected in found, (expected, found)
 
 
 def check_json(path):
     with open(path, encoding="utf-8") as file:
         report = json.load(file)
-    check_fields(report, REQUIRED_TOP, path)
-    assert report["schema"] == "hal.conformance/1", report["schema"]
-    assert report["verdict"] in {"pass", "fail", "error", "inconclusive"}
-    assert set(report["counts"]) == OUTCOMES, report["counts"]
+    problems = json_schema_subset.errors(report, SCHEMA)
+    assert not problems, f"{path} does not validate against {SCHEMA_PATH}:\n" + "\n".join(problems[:20])
     assert sum(report["counts"].values()) == len(report["results"])
-    for device in report["devices"]:
-        check_fields(device, REQUIRED_DEVICE, f"{path} device")
+    assert report["unjudged"] == report["counts"]["MEASURED"]
     for result in report["results"]:
-        check_fields(result, REQUIRED_RESULT, f"{path} result {result.get('case')}")
-        assert result["outcome"] in OUTCOMES, result["outcome"]
-        assert isinstance(result["evidence"]["message"], str)
-        assert isinstance(result["evidence"]["measurements"], list)
+        # Every result a case produced carries the run's seed.
+        if result["tier"] not in ("requirement", ""):
+            assert result["seed"] == report["seed"], result
         if result["outcome"] == "UNSUPPORTED":
             assert result["capability"]["source"] in {"declaration", "quirk", "none"}
     manifest = report["manifest"]
@@ -91,6 +86,7 @@ def run(halconform, report_dir, environment, arguments):
 
 
 def main():
+    check_validator()
     halconform, fake_dir, out = sys.argv[1], sys.argv[2], sys.argv[3]
     fakes = {"HAL_BACKEND_PATH": fake_dir, "HAL_BACKENDS": "fake_crash,fake_hang,fake_overclaim,fake_bitflip"}
     code, output = run(halconform, os.path.join(out, "fakes"), fakes, ["--timeout", "2", "--jobs", "4"])
@@ -110,7 +106,23 @@ def main():
     report = check_json(os.path.join(out, "host", "conformance.json"))
     check_junit(os.path.join(out, "host", "conformance.junit.xml"), report)
     check_html(os.path.join(out, "host", "conformance.html"), want_chart=True)
-    print("reports valid: JSON schema fields, JUnit XML, HTML with bandwidth chart")
+
+    # The new outcomes and cases in reports too: ERROR (a timer reading 0),
+    # MEASURED (no floor), the memory test's failure on stuck bits.
+    faults = {"HAL_BACKEND_PATH": fake_dir, "HAL_BACKENDS": "host,fake_zerotime,fake_badmemory"}
+    code, output = run(halconform, os.path.join(out, "faults"), faults,
+                       ["--level", "quick", "--tier", "performance,stress", "--seed", "42", "--filter",
+                        "*bandwidth_fill", "--filter", "stress.memory.memtest"])
+    assert code == 1, output
+    report = check_json(os.path.join(out, "faults", "conformance.json"))
+    outcomes = {(r["device"], r["case"]): r["outcome"] for r in report["results"]}
+    assert outcomes[("host:0", "performance.memory.bandwidth_fill")] == "MEASURED", outcomes
+    assert outcomes[("fake_zerotime:0", "performance.memory.bandwidth_fill")] == "ERROR", outcomes
+    assert outcomes[("fake_badmemory:0", "stress.memory.memtest")] == "FAIL", outcomes
+    assert outcomes[("host:0", "stress.memory.memtest")] == "PASS", outcomes
+    check_junit(os.path.join(out, "faults", "conformance.junit.xml"), report)
+    check_html(os.path.join(out, "faults", "conformance.html"), want_chart=True)
+    print("reports valid against docs/conformance.schema.json; JUnit XML, HTML with bandwidth chart")
 
 
 if __name__ == "__main__":

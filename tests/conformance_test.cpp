@@ -395,6 +395,7 @@ TEST_CASE("every built-in api, identity and numerics case passes in-process on t
   conf::CaseSettings settings;
   settings.quick = true;
   settings.stress_seconds = 0.2;
+  settings.memtest_max_bytes = 16u << 20;  // the memory test's patterns over a few chunks, not 90% of the host
   for (const auto& test_case : conf::builtin_registry().cases()) {
     if (test_case.tier == conf::Tier::performance) continue;  // timing under sanitizers says nothing
     // The runner reports these UNSUPPORTED without running them (attention.fused on the host).
@@ -541,4 +542,21 @@ TEST_CASE("the runtime reads probe verdicts from the configured probes.cache_dir
   const hal::EffectiveCapability effective = hal::effective_capability(device, "memory.managed");
   CHECK(effective.decided_by == "probe");
   CHECK(effective.layers.back().source.find((cache_dir / "probes.json").string()) != std::string::npos);
+}
+
+TEST_CASE("stable_hash is FNV-1a 64, so a seed derived from a name is the same everywhere") {
+  CHECK(conf::stable_hash("") == 0xcbf29ce484222325ull);
+  CHECK(conf::stable_hash("a") == 0xaf63dc4c8601ec8cull);
+  CHECK(conf::stable_hash("foobar") == 0x85944171f73967e8ull);
+}
+
+TEST_CASE("MEASURED is evidence but no pass: the run passes, a requirement on it stays MEASURED") {
+  CHECK(conf::parse_outcome("MEASURED") == conf::Outcome::measured);
+  CHECK(conf::is_evidence(conf::Outcome::measured));
+  CHECK_FALSE(conf::is_failure(conf::Outcome::measured));
+  conf::CaseResult measured;
+  measured.case_id = "performance.memory.bandwidth_fill";
+  measured.device_id = "host:0";
+  measured.outcome = conf::Outcome::measured;
+  CHECK(conf::roll_up({measured}) == conf::Verdict::pass);
 }

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,9 +47,12 @@ fs::path fresh_directory() {
 Run halconform(const std::string& arguments, const std::string& environment = "HAL_BACKENDS=host") {
   Run run;
   run.directory = fresh_directory();
+  // A subcommand (calibrate) must come first, before the options added here.
+  const bool subcommand = arguments.rfind("calibrate", 0) == 0;
   const std::string command = "env HAL_PROBE_CACHE=" + (run.directory / "probes.json").string() + " " + environment +
-                              " " + HALCONFORM_PATH + " --report-dir " + (run.directory / "report").string() + " " +
-                              arguments + " 2>&1";
+                              " " + HALCONFORM_PATH + (subcommand ? " calibrate" : "") + " --report-dir " +
+                              (run.directory / "report").string() + " " +
+                              (subcommand ? arguments.substr(9) : arguments) + " 2>&1";
   const hal::testing::CommandResult result = hal::testing::run_command(command);
   run.output = result.output;
   run.exit_code = result.exit_code;
@@ -259,4 +264,193 @@ TEST_CASE("the flash attention probe is cached and cited by attention selection 
   CHECK(layers[1]["source"].get<std::string>().find((run.directory / "probes.json").string()) != std::string::npos);
   // Fused was never probed: its layers end with the declaration.
   CHECK(device["candidates"][0]["capability"]["decided_by"] == "declared");
+}
+
+// ---- checks that can fail ---------------------------------------------------
+
+std::string fake(const std::string& mode) {
+  return std::string("HAL_BACKEND_PATH=") + HAL_FAKE_BACKEND_DIR + " HAL_BACKENDS=fake_" + mode;
+}
+
+const nlohmann::json& result_of(const Run& run, const std::string& case_id, const std::string& device) {
+  for (const auto& result : run.report["results"])
+    if (result["case"] == case_id && result["device"] == device) return result;
+  FAIL("no result for " << case_id << " on " << device);
+  static const nlohmann::json none;
+  return none;
+}
+
+std::string message_of(const Run& run, const std::string& case_id, const std::string& device) {
+  return result_of(run, case_id, device)["evidence"]["message"];
+}
+
+TEST_CASE("a timer that reads zero is an ERROR naming it in every timed case, not a pass") {
+  const Run run = halconform("--tier api,performance --filter api.event.timing --filter '*bandwidth_fill' "
+                             "--filter '*flash.forward_rate' --filter '*bandwidth_host_to_device'",
+                             fake("zerotime"));
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 2);
+  for (const char* id : {"api.event.timing", "performance.memory.bandwidth_fill",
+                         "performance.memory.bandwidth_host_to_device", "performance.attention.flash.forward_rate"}) {
+    CAPTURE(id);
+    CHECK(run.outcome(id, "fake_zerotime:0") == "ERROR");
+    CHECK(message_of(run, id, "fake_zerotime:0").find("the timer read 0") != std::string::npos);
+  }
+}
+
+TEST_CASE("stream cases run on a backend that does not declare streams, and fail what it breaks") {
+  const Run run = halconform("--filter 'api.stream.*'", fake("nostreams"));
+  CAPTURE(run.output);
+  CHECK(run.outcome("api.stream.in_order", "fake_nostreams:0") == "PASS");
+  CHECK(run.outcome("api.stream.host_callback", "fake_nostreams:0") == "FAIL");
+  CHECK(message_of(run, "api.stream.host_callback", "fake_nostreams:0").find("ran 0 times") != std::string::npos);
+  CHECK(run.exit_code == 1);
+}
+
+TEST_CASE("performance cases check their output: attention and all_reduce that compute nothing fail") {
+  const Run run = halconform("--tier performance --filter '*flash.forward_rate' --filter '*all_reduce_bus_bandwidth'",
+                             fake("lazy"));
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 1);
+  CHECK(run.outcome("performance.attention.flash.forward_rate", "fake_lazy:0") == "FAIL");
+  CHECK(message_of(run, "performance.attention.flash.forward_rate", "fake_lazy:0").find("wrong result") !=
+        std::string::npos);
+  CHECK(run.outcome("performance.collectives.all_reduce_bus_bandwidth", "fake_lazy:0") == "FAIL");
+  CHECK(message_of(run, "performance.collectives.all_reduce_bus_bandwidth", "fake_lazy:0").find("wrong sum") !=
+        std::string::npos);
+}
+
+TEST_CASE("without a floor a measurement is MEASURED, meets no requirement and shows beside the verdict") {
+  const fs::path profile = fresh_directory() / "floorless.toml";
+  std::ofstream(profile) << "name = \"floorless\"\ntiers = [\"performance\"]\ncases = [\"*bandwidth_fill\"]\n"
+                            "[[requirement]]\nname = \"fill\"\nany_of = [\"*bandwidth_fill\"]\n";
+  const Run run = halconform("--seed 7 --profile " + profile.string());
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 0);
+  CHECK(run.outcome("performance.memory.bandwidth_fill", "host:0") == "MEASURED");
+  CHECK(run.outcome("requirement.fill", "host:0") == "MEASURED");
+  CHECK(run.report["unjudged"] == 2);
+  CHECK(run.output.find("pass (2 measured, not judged)") != std::string::npos);
+  const auto& result = result_of(run, "performance.memory.bandwidth_fill", "host:0");
+  CHECK(result["seed"] == 7);
+  CHECK(run.report["seed"] == 7);
+  bool mean = false, spread = false;
+  for (const auto& m : result["evidence"]["measurements"]) {
+    mean |= m["name"] == "bandwidth" && m["threshold"] == "bandwidth.fill.min_gbps" && m["value"].get<double>() > 0;
+    spread |= m["name"] == "bandwidth_runs" && m["value"] == 3;
+  }
+  CHECK(mean);
+  CHECK(spread);
+  CHECK(halconform("--seed -3").output.find("--seed '-3' is not a whole number") != std::string::npos);
+}
+
+// ---- the memory test ----------------------------------------------------------
+
+// The failing byte offsets a memtest result lists.
+std::vector<std::uint64_t> failing_offsets(const std::string& message) {
+  std::vector<std::uint64_t> offsets;
+  const auto start = message.find("failing byte offsets: ");
+  if (start == std::string::npos) return offsets;
+  std::stringstream list(message.substr(start + 22, message.find('\n', start) - start - 22));
+  for (std::string item; std::getline(list, item, ',');) offsets.push_back(std::stoull(item, nullptr, 16));
+  return offsets;
+}
+
+TEST_CASE("the memory test passes on host:0 and catches stuck bits at exactly the faulty offsets") {
+  const Run host = halconform("--level quick --filter stress.memory.memtest");
+  CAPTURE(host.output);
+  CHECK(host.exit_code == 0);
+  CHECK(host.outcome("stress.memory.memtest", "host:0") == "PASS");
+
+  const Run bad = halconform("--level quick --filter stress.memory.memtest", fake("badmemory"));
+  CAPTURE(bad.output);
+  CHECK(bad.exit_code == 1);
+  const auto& result = result_of(bad, "stress.memory.memtest", "fake_badmemory:0");
+  CHECK(result["outcome"] == "FAIL");
+  double chunk = 0, tested = 0;
+  for (const auto& m : result["evidence"]["measurements"]) {
+    if (m["name"] == "chunk_bytes") chunk = m["value"];
+    if (m["name"] == "tested_bytes") tested = m["value"];
+  }
+  REQUIRE(chunk > 0);
+  CHECK(tested == 64.0 * (1 << 20));  // the quick level's cap
+  // The fake's stuck bits sit at 0x12345 (bit 3 reads 1) and 0x80006 (bit 6 reads 0) of every buffer.
+  std::vector<std::uint64_t> expected;
+  for (std::uint64_t base = 0; base < static_cast<std::uint64_t>(tested); base += static_cast<std::uint64_t>(chunk))
+    for (const std::uint64_t offset : {0x12345ull, 0x80006ull}) expected.push_back(base + offset);
+  const std::string message = result["evidence"]["message"];
+  CAPTURE(message);
+  CHECK(failing_offsets(message) == expected);
+  CHECK(message.find("bits 0x8 read 1 where 0 was written") != std::string::npos);
+  CHECK(message.find("bits 0x40 read 0 where 1 was written") != std::string::npos);
+  CHECK(message.find("march C-") != std::string::npos);
+  CHECK(message.find("walking ones bit 6") != std::string::npos);  // bit 6 stuck at 0 fails only its own lane
+}
+
+// ---- levels, diff, calibrate --------------------------------------------------
+
+TEST_CASE("levels: --list estimates each case and the budget; bad levels and durations are refused") {
+  const Run listed = halconform("--list --level quick");
+  CAPTURE(listed.output);
+  CHECK(listed.exit_code == 0);
+  CHECK(listed.output.find("est. s") != std::string::npos);
+  CHECK(listed.output.find("(level quick, budget 60 s)") != std::string::npos);
+  CHECK(listed.output.find("stress.memory.memtest") != std::string::npos);
+  const Run bad = halconform("--level fast");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("unknown level 'fast'; levels are quick, standard, extended, burn-in") != std::string::npos);
+  CHECK(halconform("--level quick --duration 60").output.find("--duration is for --level burn-in") !=
+        std::string::npos);
+}
+
+TEST_CASE("diff reports outcome regressions and moved measurements; calibrate writes floors from measurements") {
+  const Run good = halconform("--filter api.memory.copy_roundtrip --filter api.memory.allocate_free");
+  const Run broken = halconform("--filter api.memory.copy_roundtrip --filter api.memory.allocate_free",
+                                fake("bitflip"));
+  REQUIRE(good.report.is_object());
+  REQUIRE(broken.report.is_object());
+  // Same cases on another device id: rename to compare like with like.
+  nlohmann::json after = broken.report;
+  for (auto& result : after["results"]) result["device"] = "host:0";
+  const fs::path directory = fresh_directory();
+  std::ofstream(directory / "before.json") << good.report.dump();
+  std::ofstream(directory / "after.json") << after.dump();
+  const auto diff = hal::testing::run_command(std::string(HALCONFORM_PATH) + " diff " + (directory / "before.json").string() +
+                                              " " + (directory / "after.json").string() + " 2>&1");
+  CAPTURE(diff.output);
+  CHECK(diff.exit_code == 1);
+  CHECK(diff.output.find("REGRESSION api.memory.copy_roundtrip on host:0: PASS -> FAIL") != std::string::npos);
+  const auto same = hal::testing::run_command(std::string(HALCONFORM_PATH) + " diff " + (directory / "before.json").string() +
+                                              " " + (directory / "before.json").string() + " 2>&1");
+  CHECK(same.exit_code == 0);
+  std::ofstream(directory / "other.json") << R"({"schema": "hal.conformance/0", "results": []})";
+  const auto schema = hal::testing::run_command(std::string(HALCONFORM_PATH) + " diff " + (directory / "other.json").string() +
+                                                " " + (directory / "before.json").string() + " 2>&1");
+  CHECK(schema.exit_code == 2);
+  CHECK(schema.output.find("has schema 'hal.conformance/0'; halconform reads hal.conformance/1") != std::string::npos);
+  const auto missing = hal::testing::run_command(std::string(HALCONFORM_PATH) + " diff /nonexistent.json " +
+                                                 (directory / "before.json").string() + " 2>&1");
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("cannot read report /nonexistent.json") != std::string::npos);
+
+  const Run calibrated = halconform("calibrate --fraction 0.5 --filter '*bandwidth_fill'");
+  CAPTURE(calibrated.output);
+  REQUIRE(calibrated.exit_code == 0);
+  double measured = 0;
+  for (const auto& m : result_of(calibrated, "performance.memory.bandwidth_fill", "host:0")["evidence"]["measurements"])
+    if (m["name"] == "bandwidth") measured = m["value"];
+  std::ifstream file(calibrated.directory / "report" / "calibrated.toml");
+  const std::string fragment((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  CAPTURE(fragment);
+  const auto at = fragment.find("\"bandwidth.fill.min_gbps\" = ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(fragment.substr(at + 28)) == doctest::Approx(measured * 0.5).epsilon(0.001));
+  CHECK(fragment.find("backend = \"host\"") != std::string::npos);
+  // The fragment is a profile's thresholds: with it the same case is judged.
+  const fs::path profile = calibrated.directory / "calibrated-profile.toml";
+  std::ofstream(profile) << "name = \"calibrated\"\ntiers = [\"performance\"]\ncases = [\"*bandwidth_fill\"]\n" << fragment;
+  const Run judged = halconform("--profile " + profile.string());
+  CAPTURE(judged.output);
+  CHECK(judged.outcome("performance.memory.bandwidth_fill", "host:0") == "PASS");
+  CHECK(halconform("calibrate --fraction 2").output.find("--fraction '2' is not in (0, 1]") != std::string::npos);
 }

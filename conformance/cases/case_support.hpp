@@ -1,11 +1,14 @@
 // Helpers shared by the built-in cases: reference data and sizes.
 #pragma once
 
+#include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hal/conformance/case.hpp"
@@ -40,6 +43,45 @@ inline std::string byte_count(std::uint64_t bytes) {
   if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
   return std::to_string(bytes) + " B";
 }
+
+std::string with_precision(double value, int digits);
+
+// Times work enqueued on a stream between start() and stop(): by events when
+// the device claims event timing, else by the host clock. A reading that
+// cannot be true ends the case as ERROR naming it: zero or negative, not
+// finite, or an event span longer than the wall-clock span around it.
+class SpanTimer {
+ public:
+  SpanTimer(CaseContext& context, Stream stream);
+  void start();
+  // Synchronizes the stream; returns the seconds the work took.
+  double stop(std::string_view what);
+
+ private:
+  CaseContext& context_;
+  Stream stream_;
+  bool events_;
+  Event start_, end_;
+  std::chrono::steady_clock::time_point wall_start_;
+};
+
+// Ends the case as ERROR unless `seconds` is a positive, finite time.
+void require_plausible_seconds(CaseContext& context, double seconds, std::string_view what);
+
+// Mean and spread of repeated runs of one measurement.
+struct Spread {
+  double mean = 0, stddev = 0, min = 0, max = 0;
+  std::size_t runs = 0;
+  double relative() const { return mean > 0 ? stddev / mean : 0; }
+};
+Spread spread_of(const std::vector<double>& samples);
+
+// Records a higher-is-better measurement (the mean of `runs`, with its
+// spread) and judges it by the profile's floor `key`: FAIL below it, MEASURED
+// (not judged) when the profile sets no floor for this device model, WARN
+// when the runs scatter by more than a quarter of the mean.
+void judge_minimum(CaseContext& context, const std::string& name, const Spread& runs, const std::string& unit,
+                   const std::string& key, const std::string& what);
 
 // Sets (or with nullopt unsets) an environment variable for a scope and puts
 // the old value back, so a case that steers libhal through the environment

@@ -43,8 +43,8 @@ void info_complete(CaseContext& context) {
     for (const auto& field : missing) list += (list.empty() ? "" : ", ") + field;
     context.fail("device info lacks " + list + "; the backend's device_info must fill every field it can know");
   }
-  context.measure({"total_memory", static_cast<double>(info.total_memory), "bytes", {}, {}, ""});
-  context.measure({"compute_units", static_cast<double>(info.compute_units), "", {}, {}, ""});
+  context.measure({"total_memory", static_cast<double>(info.total_memory), "bytes", {}, {}, "", ""});
+  context.measure({"compute_units", static_cast<double>(info.compute_units), "", {}, {}, "", ""});
   if (info.free_memory > info.total_memory)
     context.fail("free_memory " + std::to_string(info.free_memory) + " exceeds total_memory " +
                  std::to_string(info.total_memory));

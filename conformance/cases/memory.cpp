@@ -33,7 +33,7 @@ void allocate_free(CaseContext& context) {
 void copy_roundtrip_with(CaseContext& context, MemoryKind kind) {
   const std::size_t size = (std::size_t{1} << 20) + 3;
   const std::uint64_t offset = 17;
-  const auto reference = reference_bytes(size, 1);
+  const auto reference = reference_bytes(size, context.seed("copy_roundtrip"));
   Buffer source = context.device().allocate(size, kind);
   Buffer destination = context.device().allocate(size + offset, kind);
   source.write(0, reference.data(), size);
@@ -56,7 +56,7 @@ void fill_patterns(CaseContext& context) {
   const FillCase fills[] = {{0xA5, 1, 3, 4001}, {0xBEEF, 2, 64, 2048}, {0xDEADBEEF, 4, 4, 8184}, {0x00, 1, 0, size}};
   Buffer buffer = context.device().allocate(size);
   for (const auto& fill : fills) {
-    auto expected = reference_bytes(size, 2);
+    auto expected = reference_bytes(size, context.seed("fill_patterns"));
     buffer.write(0, expected.data(), size);
     buffer.fill(fill.offset, fill.length, fill.pattern, fill.pattern_size);
     const auto pattern_bytes = reference_fill(fill.length, fill.pattern, fill.pattern_size);
@@ -74,7 +74,7 @@ void host_pinned(CaseContext& context) {
   Buffer pinned = context.device().allocate(1 << 20, MemoryKind::host_pinned);
   void* address = pinned.host_address();
   context.require(address != nullptr, "host-pinned memory has no host address");
-  const auto reference = reference_bytes(1 << 20, 3);
+  const auto reference = reference_bytes(1 << 20, context.seed("host_pinned"));
   std::copy(reference.begin(), reference.end(), static_cast<std::uint8_t*>(address));
   Buffer device_buffer = context.device().allocate(1 << 20);
   device_buffer.copy_from(0, pinned, 0, 1 << 20);
@@ -89,7 +89,7 @@ void managed(CaseContext& context) {
   Buffer buffer = context.device().allocate(size, MemoryKind::managed);
   auto* host = static_cast<std::uint8_t*>(buffer.host_address());
   context.require(host != nullptr, "managed memory has no host address");
-  const auto reference = reference_bytes(size, 4);
+  const auto reference = reference_bytes(size, context.seed("managed"));
   std::copy(reference.begin(), reference.end(), host);
   // The device copies what the host wrote; the host reads what the device wrote.
   Buffer copy = context.device().allocate(size);
@@ -125,7 +125,7 @@ void bounds_checked(CaseContext& context) {
 void copy_random_ranges(CaseContext& context) {
   const std::size_t capacity = context.quick() ? (1u << 20) : (16u << 20);
   const int rounds = context.quick() ? 24 : 64;
-  std::mt19937_64 generator(5);
+  std::mt19937_64 generator(context.seed("memory operations"));
   Buffer first = context.device().allocate(capacity);
   Buffer second = context.device().allocate(capacity);
   std::vector<std::uint8_t> mirror_first(capacity, 0), mirror_second(capacity, 0);
@@ -135,7 +135,7 @@ void copy_random_ranges(CaseContext& context) {
     const std::size_t size = 1 + generator() % (capacity / 2);
     const std::size_t source_offset = generator() % (capacity - size + 1);
     const std::size_t destination_offset = generator() % (capacity - size + 1);
-    const auto data = reference_bytes(size, static_cast<std::uint32_t>(round + 100));
+    const auto data = reference_bytes(size, context.seed("memory round " + std::to_string(round)));
     first.write(source_offset, data.data(), size);
     std::copy(data.begin(), data.end(), mirror_first.begin() + static_cast<std::ptrdiff_t>(source_offset));
     second.copy_from(destination_offset, first, source_offset, size);

@@ -1,5 +1,6 @@
 // Stream and event cases: ordering within a stream, across streams through
-// events, host callbacks, and event timing.
+// events, host callbacks, and event timing. Streams are not optional: these
+// cases run on every device, whatever it declares.
 #include <atomic>
 #include <chrono>
 
@@ -33,7 +34,7 @@ void host_callback(CaseContext& context) {
   constexpr std::size_t size = 256 << 10;
   Stream stream = context.device().create_stream();
   Buffer buffer = context.device().allocate(size);
-  const auto reference = reference_bytes(size, 7);
+  const auto reference = reference_bytes(size, context.seed("host_callback"));
   std::vector<std::uint8_t> landing(size, 0);
   std::vector<std::uint8_t> seen_by_callback;
   std::atomic<int> calls{0};
@@ -101,8 +102,8 @@ void event_timing(CaseContext& context) {
   const double wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wall_start).count();
   const double elapsed = Event::elapsed_milliseconds(start, end);
-  context.measure({"elapsed", elapsed, "ms", wall_ms, {}, "<="});
-  context.require(elapsed >= 0, "elapsed time between ordered events is negative: " + std::to_string(elapsed) + " ms");
+  context.measure({"elapsed", elapsed, "ms", wall_ms, {}, "<=", ""});
+  require_plausible_seconds(context, elapsed / 1000, "4 fills of " + byte_count(size) + " between two events");
   // Timed work cannot take longer than the wall clock around it (plus clock granularity).
   context.require(elapsed <= wall_ms + 1.0, "event timing says " + std::to_string(elapsed) +
                                                 " ms for work the wall clock saw finish in " +
@@ -114,16 +115,16 @@ void event_timing(CaseContext& context) {
 }  // namespace
 
 void register_cases_streams(Registry& registry) {
-  registry.add({"api.stream.in_order", Tier::api, "work on one stream runs in the order it was enqueued", "streams",
+  registry.add({"api.stream.in_order", Tier::api, "work on one stream runs in the order it was enqueued", "",
                 false, 0, in_order});
   registry.add({"api.stream.host_callback", Tier::api,
-                "a host callback runs once, after the work enqueued before it, with an ok status", "streams", false, 0,
+                "a host callback runs once, after the work enqueued before it, with an ok status", "", false, 0,
                 host_callback});
   registry.add({"api.stream.cross_stream_event", Tier::api,
-                "a stream waiting on another stream's event sees that stream's earlier work", "streams", false, 0,
+                "a stream waiting on another stream's event sees that stream's earlier work", "", false, 0,
                 cross_stream_event});
   registry.add({"api.event.query_synchronize", Tier::api,
-                "events report completion correctly before recording and after synchronize", "streams", false, 0,
+                "events report completion correctly before recording and after synchronize", "", false, 0,
                 event_query_synchronize});
   registry.add({"api.event.timing", Tier::api,
                 "elapsed time between two events is non-negative and within the wall-clock time", "events.timing",

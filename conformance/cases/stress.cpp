@@ -14,13 +14,13 @@ void memory_soak(CaseContext& context) {
   Stream first = context.device().create_stream(), second = context.device().create_stream();
   Event handoff = context.device().create_event();
   Buffer a = context.device().allocate(size), b = context.device().allocate(size);
-  std::mt19937_64 generator(11);
+  std::mt19937_64 generator(context.seed("soak operations"));
   std::vector<std::uint8_t> mirror_a(size, 0), mirror_b(size, 0), result(size);
   a.fill(0, size, 0, 1);
   b.fill(0, size, 0, 1);
   long long rounds = 0, operations = 0;
   while (std::chrono::steady_clock::now() < deadline) {
-    const auto data = reference_bytes(size, static_cast<std::uint32_t>(rounds));
+    const auto data = reference_bytes(size, context.seed("soak round " + std::to_string(rounds)));
     for (int step = 0; step < 32; ++step, ++operations) {
       const std::size_t length = 1 + generator() % (size / 4);
       const std::size_t from = generator() % (size - length + 1), to = generator() % (size - length + 1);
@@ -54,8 +54,8 @@ void memory_soak(CaseContext& context) {
     context.require_equal_bytes(result.data(), mirror_b.data(), size, "buffer B after soak round " + std::to_string(rounds));
     ++rounds;
   }
-  context.measure({"rounds", static_cast<double>(rounds), "", {}, {}, ""});
-  context.measure({"operations", static_cast<double>(operations), "", {}, {}, ""});
+  context.measure({"rounds", static_cast<double>(rounds), "", {}, {}, "", ""});
+  context.measure({"operations", static_cast<double>(operations), "", {}, {}, "", ""});
   context.require(rounds > 0, "no soak round completed within " + std::to_string(context.settings().stress_seconds) + " s");
   context.note(std::to_string(operations) + " operations in " + std::to_string(rounds) +
                " verified rounds over " + std::to_string(context.settings().stress_seconds) + " s");
@@ -66,7 +66,7 @@ void memory_soak(CaseContext& context) {
 void register_cases_stress(Registry& registry) {
   registry.add({"stress.memory.soak", Tier::stress,
                 "random copies and fills on two event-ordered streams for the profile's stress time, all verified",
-                "streams", false, 0, memory_soak});
+                "", false, 0, memory_soak, [](const CaseSettings& settings) { return settings.stress_seconds + 1; }});
 }
 
 }  // namespace hal::conformance::cases

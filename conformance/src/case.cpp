@@ -16,6 +16,9 @@ namespace hal::conformance {
 nlohmann::json CaseSettings::to_json() const {
   nlohmann::json value = {{"quick", quick},
                           {"stress_seconds", stress_seconds},
+                          {"seed", seed},
+                          {"memtest_fraction", memtest_fraction},
+                          {"memtest_max_bytes", memtest_max_bytes},
                           {"thresholds", thresholds},
                           {"minimum_versions", minimum_versions}};
   if (!helper.empty()) value["helper"] = helper;
@@ -26,6 +29,9 @@ CaseSettings CaseSettings::from_json(const nlohmann::json& value) {
   CaseSettings settings;
   settings.quick = value.value("quick", true);
   settings.stress_seconds = value.value("stress_seconds", 10.0);
+  settings.seed = value.value("seed", std::uint64_t{1});
+  settings.memtest_fraction = value.value("memtest_fraction", 0.9);
+  settings.memtest_max_bytes = value.value("memtest_max_bytes", std::uint64_t{0});
   settings.thresholds = value.value("thresholds", std::map<std::string, double>{});
   settings.minimum_versions = value.value("minimum_versions", std::map<std::string, std::string>{});
   settings.helper = value.value("helper", std::map<std::string, std::string>{});
@@ -36,6 +42,18 @@ std::optional<double> CaseContext::threshold(std::string_view name) const {
   const auto found = settings_.thresholds.find(std::string(name));
   if (found == settings_.thresholds.end()) return std::nullopt;
   return found->second;
+}
+
+std::uint32_t CaseContext::seed(std::string_view purpose) const {
+  // splitmix64's finalizer: nearby --seed values give unrelated streams.
+  std::uint64_t z = stable_hash(purpose) ^ (settings_.seed * 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<std::uint32_t>(z ^ (z >> 31));
+}
+
+double estimated_seconds(const Case& test_case, const CaseSettings& settings) {
+  return test_case.estimate ? test_case.estimate(settings) : 1.0;
 }
 
 void CaseContext::note(std::string_view text) {
@@ -53,9 +71,19 @@ void CaseContext::skip(std::string_view reason) {
   throw Verdict{Outcome::skipped};
 }
 
+void CaseContext::error(std::string_view message) {
+  note(message);
+  throw Verdict{Outcome::error};
+}
+
 void CaseContext::warn(std::string_view message) {
   note(message);
   warned_ = true;
+}
+
+void CaseContext::not_judged(std::string_view message) {
+  note(message);
+  judged_ = false;
 }
 
 void CaseContext::require(bool condition, std::string_view message) {
@@ -73,7 +101,7 @@ void CaseContext::require_equal_bytes(const void* actual, const void* expected, 
       if (first == size) first = i;
       ++differing;
     }
-  measure({"differing_bytes", static_cast<double>(differing), "bytes", 0.0, 0.0, "=="});
+  measure({"differing_bytes", static_cast<double>(differing), "bytes", 0.0, 0.0, "==", ""});
   std::ostringstream message;
   message << what << ": " << differing << " of " << size << " bytes differ from the host reference; first at offset "
           << first << ": got 0x" << std::hex << static_cast<int>(got[first]) << ", expected 0x"
@@ -137,12 +165,14 @@ CaseResult run_case_body(const Case& test_case, const Device& device, const Case
   result.device_id = device.id();
   result.tier = std::string(to_string(test_case.tier));
   result.probe = test_case.probe;
+  result.seed = settings.seed;
   if (!test_case.capability.empty()) result.capability = resolve_claim(device, test_case.capability);
   CaseContext context(device, settings, case_command);
   const auto started = std::chrono::steady_clock::now();
   try {
     test_case.body(context);
-    result.outcome = context.warned() ? Outcome::warn : Outcome::pass;
+    // Not judged outranks a warning: without a floor the case claims no pass.
+    result.outcome = !context.judged() ? Outcome::measured : context.warned() ? Outcome::warn : Outcome::pass;
   } catch (const CaseContext::Verdict& verdict) {
     result.outcome = verdict.outcome;
   } catch (const Error& error) {

@@ -1,6 +1,7 @@
 // Names, JSON forms and helpers of the result model.
 #include "hal/conformance/model.hpp"
 
+#include <cmath>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -44,7 +45,7 @@ Tier parse_tier(std::string_view text) {
 const std::vector<Outcome>& all_outcomes() {
   static const std::vector<Outcome> outcomes = {Outcome::pass,  Outcome::warn,  Outcome::fail,  Outcome::unsupported,
                                                 Outcome::skipped, Outcome::xfail, Outcome::xpass, Outcome::error,
-                                                Outcome::crash, Outcome::timeout};
+                                                Outcome::crash, Outcome::timeout, Outcome::measured};
   return outcomes;
 }
 
@@ -60,6 +61,7 @@ std::string_view to_string(Outcome outcome) {
     case Outcome::error: return "ERROR";
     case Outcome::crash: return "CRASH";
     case Outcome::timeout: return "TIMEOUT";
+    case Outcome::measured: return "MEASURED";
   }
   return "ERROR";
 }
@@ -77,6 +79,15 @@ bool is_failure(Outcome outcome) {
 
 bool is_evidence(Outcome outcome) {
   return outcome != Outcome::unsupported && outcome != Outcome::skipped && outcome != Outcome::error;
+}
+
+std::uint64_t stable_hash(std::string_view text) {
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
 }
 
 bool glob_match(std::string_view pattern, std::string_view text) {
@@ -106,6 +117,7 @@ json to_json(const CaseResult& result) {
     if (m.expected) entry["expected"] = *m.expected;
     if (m.tolerance) entry["tolerance"] = *m.tolerance;
     if (!m.comparison.empty()) entry["comparison"] = m.comparison;
+    if (!m.threshold.empty()) entry["threshold"] = m.threshold;
     measurements.push_back(entry);
   }
   json series = json::array();
@@ -137,6 +149,7 @@ json to_json(const CaseResult& result) {
                        {"expires", result.waiver->expires},
                        {"expired", result.waiver->expired}};
   if (result.original_outcome) value["original_outcome"] = to_string(*result.original_outcome);
+  if (result.seed) value["seed"] = *result.seed;
   return value;
 }
 
@@ -154,11 +167,14 @@ CaseResult case_result_from_json(const json& value) {
   for (const auto& m : evidence.value("measurements", json::array())) {
     Measurement measurement;
     measurement.name = m.at("name").get<std::string>();
-    measurement.value = m.at("value").get<double>();
+    // JSON has no NaN or infinity: they are written as null (a tensor of NaN
+    // has a NaN error) and read back as NaN.
+    measurement.value = m.at("value").is_null() ? std::nan("") : m.at("value").get<double>();
     measurement.unit = m.value("unit", "");
     if (m.contains("expected")) measurement.expected = m["expected"].get<double>();
     if (m.contains("tolerance")) measurement.tolerance = m["tolerance"].get<double>();
     measurement.comparison = m.value("comparison", "");
+    measurement.threshold = m.value("threshold", "");
     result.evidence.measurements.push_back(std::move(measurement));
   }
   for (const auto& s : evidence.value("series", json::array())) {
@@ -178,6 +194,7 @@ CaseResult case_result_from_json(const json& value) {
   }
   if (value.contains("original_outcome"))
     result.original_outcome = parse_outcome(value["original_outcome"].get<std::string>());
+  if (value.contains("seed")) result.seed = value["seed"].get<std::uint64_t>();
   return result;
 }
 

@@ -55,11 +55,12 @@ const toml::table& table_of(const std::filesystem::path& path, const toml::node&
 }
 
 ThresholdSet parse_threshold_set(const std::filesystem::path& path, const toml::table& table) {
-  check_keys(path, table, {"vendor", "name", "backend", "values", "minimum_versions"}, "[[thresholds]]");
+  check_keys(path, table, {"vendor", "name", "backend", "driver", "values", "minimum_versions"}, "[[thresholds]]");
   ThresholdSet set;
   if (const auto* node = table.get("vendor")) set.vendor = string_of(path, *node, "vendor");
   if (const auto* node = table.get("name")) set.name = string_of(path, *node, "name");
   if (const auto* node = table.get("backend")) set.backend = string_of(path, *node, "backend");
+  if (const auto* node = table.get("driver")) set.driver = string_of(path, *node, "driver");
   if (const auto* node = table.get("values"))
     for (const auto& [key, value] : table_of(path, *node, "values"))
       set.values[std::string(key.str())] = number_of(path, value, std::string(key.str()));
@@ -91,7 +92,11 @@ std::filesystem::path executable_directory() {
 }  // namespace
 
 bool ThresholdSet::matches(const DeviceInfo& info) const {
-  return glob_match(vendor, info.vendor) && glob_match(name, info.name) && glob_match(backend, info.backend);
+  std::string device_driver;  // a device without a driver axis matches only "*"
+  for (const auto& [axis, value] : info.version_axes)
+    if (axis == "driver") device_driver = value;
+  return glob_match(vendor, info.vendor) && glob_match(name, info.name) && glob_match(backend, info.backend) &&
+         glob_match(driver, device_driver);
 }
 
 bool Profile::selects(const Case& test_case) const {

@@ -92,6 +92,11 @@ int exit_code(Verdict verdict) {
   return 2;
 }
 
+std::string unjudged_summary(const RunReport& report) {
+  const std::size_t measured = report.counts().at(Outcome::measured);
+  return measured == 0 ? "" : std::to_string(measured) + " measured, not judged";
+}
+
 std::map<Outcome, std::size_t> RunReport::counts() const {
   std::map<Outcome, std::size_t> counts;
   for (const Outcome outcome : all_outcomes()) counts[outcome] = 0;
@@ -137,7 +142,10 @@ json report_to_json(const RunReport& report) {
           {"finished_at", report.finished_at},
           {"duration_seconds", report.duration_seconds},
           {"jobs", report.jobs},
+          {"seed", report.seed},
+          {"level", report.level},
           {"verdict", to_string(verdict)},
+          {"unjudged", report.counts().at(Outcome::measured)},
           {"exit_code", exit_code(verdict)},
           {"counts", counts},
           {"backends", backends},

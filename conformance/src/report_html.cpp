@@ -147,6 +147,7 @@ std::string report_to_html(const RunReport& report) {
        << ".badge{padding:1px 6px;border-radius:3px;font-weight:600;font-size:12px}"
        << ".o-pass{background:#c8e6c9}.o-warn{background:#fff59d}.o-fail,.o-crash,.o-timeout{background:#ffcdd2}"
        << ".o-unsupported,.o-skipped{background:#e0e0e0}.o-xfail{background:#d1c4e9}.o-xpass{background:#ffe0b2}"
+       << ".o-measured{background:#b3e5fc}"
        << ".o-error{background:#e1bee7}.evidence{border-left:4px solid #c62828;padding-left:1em;margin:1em 0}"
        << "code{font-size:12px}</style></head><body>\n";
   // Verdict first.
@@ -156,6 +157,8 @@ std::string report_to_html(const RunReport& report) {
            : verdict == Verdict::error        ? "HARNESS ERROR"
                                               : "INCONCLUSIVE: no evidence")
        << "</div>";
+  if (const std::string unjudged = unjudged_summary(report); !unjudged.empty())
+    html << " <span class=\"badge o-measured\">" << escape(unjudged) << "</span>";
   html << "<p>profile <b>" << escape(report.profile) << "</b> (" << escape(report.profile_source) << "), "
        << report.devices.size() << " device(s), " << report.results.size() << " results, "
        << number(report.duration_seconds, 1) << " s with " << report.jobs << " job(s); " << escape(report.started_at)

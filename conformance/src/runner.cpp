@@ -92,10 +92,52 @@ std::string running_executable() {
 
 }  // namespace
 
+std::string_view to_string(Level level) {
+  switch (level) {
+    case Level::quick: return "quick";
+    case Level::standard: return "standard";
+    case Level::extended: return "extended";
+    case Level::burn_in: return "burn-in";
+  }
+  return "quick";
+}
+
+Level parse_level(std::string_view text) {
+  for (const Level level : {Level::quick, Level::standard, Level::extended, Level::burn_in})
+    if (to_string(level) == text) return level;
+  throw std::invalid_argument("unknown level '" + std::string(text) + "'; levels are quick, standard, extended, burn-in");
+}
+
+LevelPreset preset_of(Level level, std::optional<double> duration) {
+  using enum Tier;
+  switch (level) {
+    case Level::quick: return {{identity, api, numerics, stress}, true, 5, 64ull << 20, 60};
+    case Level::standard: return {{identity, api, numerics, performance, stress}, true, 30, 1ull << 30, 300};
+    case Level::extended: return {all_tiers(), false, 300, 0, 1800};
+    case Level::burn_in: {
+      const double seconds = duration.value_or(3600);
+      return {all_tiers(), false, seconds, 0, seconds + 1800};
+    }
+  }
+  return {};
+}
+
+void apply_level(CaseSettings& settings, const LevelPreset& preset) {
+  settings.quick = preset.quick;
+  settings.stress_seconds = preset.stress_seconds;
+  settings.memtest_max_bytes = preset.memtest_max_bytes;
+}
+
+double estimated_seconds(const std::vector<PlannedCase>& plan, int jobs) {
+  double total = 0;
+  for (const auto& planned : plan) total += estimated_seconds(*planned.test_case, planned.settings);
+  return total / std::max(1, jobs);
+}
+
 Plan make_plan(const Registry& registry, const Profile& profile, const std::vector<Device>& devices,
                const PlanOptions& options) {
   Plan plan;
-  const std::vector<Tier> tiers = options.tiers ? *options.tiers : profile.tiers;
+  const std::vector<Tier> tiers = options.tiers ? *options.tiers : options.level ? options.level->tiers : profile.tiers;
   const auto in_tiers = [&](const Case& test_case) {
     return std::find(tiers.begin(), tiers.end(), test_case.tier) != tiers.end();
   };
@@ -122,7 +164,9 @@ Plan make_plan(const Registry& registry, const Profile& profile, const std::vect
       if (registry.matching(pattern).empty() && filtered_in(options.filters, pattern)) unimplemented.push_back(pattern);
 
   for (const auto& device : devices) {
-    const CaseSettings settings = profile.settings_for(device.info());
+    CaseSettings settings = profile.settings_for(device.info());
+    settings.seed = options.seed;
+    if (options.level) apply_level(settings, *options.level);
     for (const Case* test_case : selected) {
       if (!test_case->capability.empty()) {
         CapabilityClaim claim = resolve_claim(device, test_case->capability);
@@ -134,6 +178,7 @@ Plan make_plan(const Registry& registry, const Profile& profile, const std::vect
                   (claim.note.empty() ? "" : ": " + claim.note) + ")");
           result.capability = std::move(claim);
           result.probe = test_case->probe;
+          result.seed = settings.seed;
           plan.decided.push_back(std::move(result));
           continue;
         }
@@ -141,6 +186,9 @@ Plan make_plan(const Registry& registry, const Profile& profile, const std::vect
       double timeout = options.timeout_seconds.value_or(
           test_case->timeout_seconds > 0 ? test_case->timeout_seconds : profile.timeout_seconds);
       if (test_case->tier == Tier::stress) timeout += settings.stress_seconds;  // the soak's own time comes on top
+      // A case expected to take long (a memory test of a large device) gets
+      // twice its estimate, so a slow device is not mistaken for a hang.
+      if (!options.timeout_seconds) timeout = std::max(timeout, 2 * estimated_seconds(*test_case, settings));
       plan.to_run.push_back({test_case, device, settings, timeout});
     }
     for (const auto& pattern : unimplemented)
@@ -158,6 +206,7 @@ CaseResult run_case_process(const PlannedCase& planned, const std::vector<std::s
   result.device_id = planned.device.id();
   result.tier = std::string(to_string(planned.test_case->tier));
   result.probe = planned.test_case->probe;
+  result.seed = planned.settings.seed;  // also on a crash, a timeout or a harness error
   if (!planned.test_case->capability.empty())
     result.capability = resolve_claim(planned.device, planned.test_case->capability);
   const auto started = Clock::now();
@@ -373,11 +422,20 @@ std::vector<CaseResult> evaluate_requirements(const Profile& profile, const Regi
         continue;
       }
       std::string seen;
-      bool waived = false, any_evidence = false;
+      bool waived = false, any_evidence = false, failed = false, measured = false;
       for (const CaseResult* r : relevant) {
         seen += (seen.empty() ? "" : ", ") + r->case_id + " " + std::string(to_string(r->outcome));
         waived |= r->outcome == Outcome::xfail;
+        failed |= is_failure(r->outcome) || r->outcome == Outcome::xfail;
+        measured |= r->outcome == Outcome::measured;
         any_evidence |= is_evidence(r->outcome) || r->outcome == Outcome::unsupported;
+      }
+      // Measured without a floor is no pass: the requirement stays unjudged.
+      if (measured && !failed) {
+        evaluated.push_back(decided_result(id, device, "requirement", Outcome::measured,
+                                           what + " not judged: its cases were measured, but the profile sets no "
+                                                  "floor for this device model (" + seen + ")"));
+        continue;
       }
       if (!any_evidence) {
         evaluated.push_back(decided_result(id, device, "requirement", Outcome::skipped,

@@ -5,7 +5,13 @@
  *   FAKE_HANG      stream_synchronize never returns -> TIMEOUT
  *   FAKE_OVERCLAIM declares memory.managed (as the host does) but refuses
  *                  managed allocations              -> FAIL, probe cache "absent"
- *   FAKE_BITFLIP   host->device copies flip one bit -> FAIL (wrong results) */
+ *   FAKE_BITFLIP   host->device copies flip one bit -> FAIL (wrong results)
+ * and the faults a measuring case must not let through:
+ *   FAKE_ZEROTIME  event timing always says 0 ms     -> ERROR (timer cannot be trusted)
+ *   FAKE_NOSTREAMS declares no "streams" and drops host callbacks -> FAIL, not UNSUPPORTED
+ *   FAKE_LAZY      attention forward and all_reduce return success and compute nothing -> FAIL
+ *   FAKE_BADMEMORY reads of device memory see stuck bits at two known offsets
+ *                  of every buffer (stuck_offsets below)  -> memtest FAIL at exactly those */
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,6 +50,88 @@ static hal_status device_info(hal_backend_context* context, uint32_t device, hal
   }
   return HAL_OK;
 }
+
+#if defined(FAKE_NOSTREAMS)
+static hal_capability_v1 capabilities[256];
+
+static hal_status device_info_without_streams(hal_backend_context* context, uint32_t device, hal_device_info_v1* info) {
+  const hal_status status = device_info(context, device, info);
+  if (status != HAL_OK) return status;
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < info->capability_count && kept < 256; ++i)
+    if (strcmp(info->capabilities[i].key, "streams") != 0) capabilities[kept++] = info->capabilities[i];
+  info->capabilities = capabilities;
+  info->capability_count = kept;
+  return HAL_OK;
+}
+
+static hal_status stream_host_callback(hal_stream* stream, hal_host_callback callback, void* user_data) {
+  (void)stream, (void)callback, (void)user_data;
+  return HAL_OK;
+}
+#endif
+
+#if defined(FAKE_ZEROTIME)
+static hal_status event_elapsed_milliseconds(hal_event* start, hal_event* end, double* milliseconds) {
+  const hal_status status = host->event_elapsed_milliseconds(start, end, milliseconds);
+  if (status == HAL_OK) *milliseconds = 0;
+  return status;
+}
+#endif
+
+#if defined(FAKE_LAZY)
+static hal_attention_v2 attention;
+/* Room for the host's collectives table, whatever version it is. */
+static union {
+  hal_collectives_v1 table;
+  unsigned char bytes[512];
+} collectives;
+
+static hal_status attention_forward(hal_stream* stream, hal_attention_implementation implementation,
+                                    const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
+                                    hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 lse) {
+  (void)stream, (void)implementation, (void)params, (void)q, (void)k, (void)v, (void)o, (void)lse;
+  return HAL_OK;
+}
+
+static hal_status attention_run(hal_stream* stream, hal_attention_implementation implementation,
+                                const hal_attention_params_v1* params, int32_t backward, const hal_tensor_ref_v1* tensors,
+                                uint32_t tensor_count, hal_tensor_ref_v1 workspace, uint64_t workspace_bytes) {
+  if (!backward) return HAL_OK;
+  return ((const hal_attention_v2*)host->attention)
+      ->run(stream, implementation, params, backward, tensors, tensor_count, workspace, workspace_bytes);
+}
+
+/* Every all_reduce "succeeds" without touching recv; other operations run. */
+static hal_status enqueue(hal_communicator* communicator, hal_stream* stream, const hal_collective_op_v1* operations,
+                          uint32_t op_count) {
+  for (uint32_t i = 0; i < op_count; ++i)
+    if (operations[i].kind == HAL_COLLECTIVE_ALL_REDUCE) return HAL_OK;
+  return host->collectives->enqueue(communicator, stream, operations, op_count);
+}
+#endif
+
+#if defined(FAKE_BADMEMORY)
+/* Bit 3 of byte 0x12345 reads as 1 and bit 6 of byte 0x80006 as 0. */
+static const uint64_t stuck_offsets[] = {0x12345, 0x80006};
+static const unsigned char stuck_bits[] = {0x08, 0x40};
+static const unsigned char stuck_values[] = {0x08, 0x00};
+
+static hal_status copy_device_to_host(hal_stream* stream, void* destination, hal_buffer* source, uint64_t source_offset,
+                                      uint64_t size) {
+  /* Synchronous after earlier work, so the fault lands in what the caller reads. */
+  if (stream != NULL) host->stream_synchronize(stream);
+  const hal_status status = host->copy_device_to_host(NULL, destination, source, source_offset, size);
+  if (status != HAL_OK) return status;
+  for (size_t i = 0; i < sizeof(stuck_offsets) / sizeof(stuck_offsets[0]); ++i) {
+    const uint64_t at = stuck_offsets[i];
+    if (at < source_offset || at >= source_offset + size) continue;
+    unsigned char* byte = (unsigned char*)destination + (at - source_offset);
+    *byte = (unsigned char)((*byte & ~stuck_bits[i]) | stuck_values[i]);
+  }
+  return HAL_OK;
+}
+#endif
 
 #if defined(FAKE_CRASH)
 static hal_status fill(hal_stream* stream, hal_buffer* destination, uint64_t offset, uint64_t size,
@@ -111,6 +199,26 @@ HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(uint32_t host_max_abi
   table.buffer_allocate = buffer_allocate;
 #elif defined(FAKE_BITFLIP)
   table.copy_host_to_device = copy_host_to_device;
+#elif defined(FAKE_ZEROTIME)
+  table.event_elapsed_milliseconds = event_elapsed_milliseconds;
+#elif defined(FAKE_NOSTREAMS)
+  table.device_info = device_info_without_streams;
+  table.stream_host_callback = stream_host_callback;
+#elif defined(FAKE_LAZY)
+  if (host->attention != NULL) {
+    const size_t size = host->attention->struct_size < sizeof(attention) ? host->attention->struct_size : sizeof(attention);
+    memcpy(&attention, host->attention, size);
+    attention.v1.forward = attention_forward;
+    if (size >= sizeof(hal_attention_v2)) attention.run = attention_run;
+    table.attention = &attention.v1;
+  }
+  if (host->collectives != NULL && host->collectives->struct_size <= sizeof(collectives.bytes)) {
+    memcpy(collectives.bytes, host->collectives, host->collectives->struct_size);
+    collectives.table.enqueue = enqueue;
+    table.collectives = &collectives.table;
+  }
+#elif defined(FAKE_BADMEMORY)
+  table.copy_device_to_host = copy_device_to_host;
 #endif
   return &table;
 }

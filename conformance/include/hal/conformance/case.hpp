@@ -21,6 +21,11 @@ namespace hal::conformance {
 struct CaseSettings {
   bool quick = true;            // smaller sizes and fewer repetitions
   double stress_seconds = 10;   // how long a soak runs
+  std::uint64_t seed = 1;       // --seed: every random input of a case derives from it
+  // The memory test covers this fraction of the device's free memory, at most
+  // memtest_max_bytes (0: no cap; the levels bound it so a quick run is brief).
+  double memtest_fraction = 0.9;
+  std::uint64_t memtest_max_bytes = 0;
   std::map<std::string, double> thresholds;             // "bandwidth.host_to_device.min_gbps" -> 5
   std::map<std::string, std::string> minimum_versions;  // version axis -> minimum version
   // Set only in a helper process that a case started for itself (one rank of
@@ -51,6 +56,9 @@ class CaseContext {
   const CaseSettings& settings() const { return settings_; }
   bool quick() const { return settings_.quick; }
   std::optional<double> threshold(std::string_view name) const;
+  // The seed of one random input of this case: the run's --seed mixed with a
+  // stable hash of `purpose`, so each input differs and all reproduce.
+  std::uint32_t seed(std::string_view purpose) const;
 
   void measure(Measurement measurement) { evidence_.measurements.push_back(std::move(measurement)); }
   void add_series(Series series) { evidence_.series.push_back(std::move(series)); }
@@ -60,8 +68,14 @@ class CaseContext {
   // End the case now with FAIL / SKIPPED (precondition not met).
   [[noreturn]] void fail(std::string_view message);
   [[noreturn]] void skip(std::string_view reason);
+  // End the case now with ERROR: the measurement itself cannot be trusted
+  // (a timer that reads zero, a rate beyond the device's physical limit).
+  [[noreturn]] void error(std::string_view message);
   // The case still completes; the outcome is WARN instead of PASS.
   void warn(std::string_view message);
+  // The case still completes; the outcome is MEASURED instead of PASS: the
+  // profile has no floor to judge its measurement by.
+  void not_judged(std::string_view message);
   // fail(message) unless condition holds.
   void require(bool condition, std::string_view message);
   // Compares bytes; on a mismatch fails naming the first differing offset,
@@ -70,6 +84,7 @@ class CaseContext {
 
   Evidence& evidence() { return evidence_; }
   bool warned() const { return warned_; }
+  bool judged() const { return judged_; }
 
   // Thrown by fail/skip to end the body; caught by the case process.
   struct Verdict {
@@ -82,6 +97,7 @@ class CaseContext {
   std::vector<std::string> case_command_;
   Evidence evidence_;
   bool warned_ = false;
+  bool judged_ = true;
 };
 
 struct Case {
@@ -96,7 +112,13 @@ struct Case {
   // 0: the runner's default (--timeout). Soaks set their own.
   double timeout_seconds = 0;
   std::function<void(CaseContext&)> body;
+  // Seconds the case takes on a typical device at these settings, for --list
+  // and the level's time budget. Empty: about a second.
+  std::function<double(const CaseSettings&)> estimate = {};
 };
+
+// The estimate of a case at these settings (Case::estimate, or one second).
+double estimated_seconds(const Case& test_case, const CaseSettings& settings);
 
 class Registry {
  public:

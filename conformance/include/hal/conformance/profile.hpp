@@ -12,10 +12,11 @@
 
 namespace hal::conformance {
 
-// Thresholds for the devices whose vendor, name and backend match the globs.
+// Thresholds for the devices whose vendor, name, backend and driver version
+// (the "driver" version axis) match the globs.
 // Every matching set applies in file order; a later one overrides a value.
 struct ThresholdSet {
-  std::string vendor = "*", name = "*", backend = "*";
+  std::string vendor = "*", name = "*", backend = "*", driver = "*";
   std::map<std::string, double> values;
   std::map<std::string, std::string> minimum_versions;
   bool matches(const DeviceInfo& info) const;

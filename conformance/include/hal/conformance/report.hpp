@@ -27,6 +27,11 @@ Verdict roll_up(const std::vector<CaseResult>& results);
 // 0 pass; 1 fail or inconclusive; 2 harness error.
 int exit_code(Verdict verdict);
 
+struct RunReport;
+// "3 measured, not judged" when results came out MEASURED (no floor in the
+// profile for the device model), else empty: shown beside the verdict.
+std::string unjudged_summary(const RunReport& report);
+
 struct LibraryFile {
   std::string role;  // "executable", "libhal", "backend host", "loaded"
   std::string path;
@@ -73,6 +78,8 @@ struct RunReport {
   std::string started_at, finished_at;
   double duration_seconds = 0;
   int jobs = 1;
+  std::uint64_t seed = 1;
+  std::string level;  // --level, empty without one
   std::vector<BackendRecord> backends;
   std::vector<DeviceRecord> devices;
   std::vector<CaseResult> results;

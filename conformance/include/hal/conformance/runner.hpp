@@ -29,12 +29,36 @@ struct Plan {
   std::vector<CaseResult> decided;
 };
 
+// Levels, as operators plan maintenance windows: each sets the tiers, the
+// sizes, the soak time and how much memory the memory test covers, and has a
+// time budget the plan's estimate is held against.
+enum class Level { quick, standard, extended, burn_in };
+std::string_view to_string(Level level);
+// Throws std::invalid_argument naming the bad value and the levels.
+Level parse_level(std::string_view text);
+
+struct LevelPreset {
+  std::vector<Tier> tiers;
+  bool quick = true;
+  double stress_seconds = 10;
+  std::uint64_t memtest_max_bytes = 0;  // 0: memtest_fraction of the free memory
+  double budget_seconds = 60;
+};
+// burn-in soaks for `duration` seconds (default one hour); the other levels ignore it.
+LevelPreset preset_of(Level level, std::optional<double> duration = std::nullopt);
+void apply_level(CaseSettings& settings, const LevelPreset& preset);
+
 struct PlanOptions {
   std::optional<std::vector<Tier>> tiers;  // --tier: replaces the profile's tiers
   std::vector<std::string> filters;        // --filter globs; any may match
   bool probes_only = false;                // --probe-only: only probe cases
   std::optional<double> timeout_seconds;   // --timeout: replaces the profile's
+  std::uint64_t seed = 1;                  // --seed: recorded in every result
+  std::optional<LevelPreset> level;        // --level: tiers (unless --tier), sizes, soak, memtest cap
 };
+
+// Seconds the planned cases take by their estimates, run `jobs` at a time.
+double estimated_seconds(const std::vector<PlannedCase>& plan, int jobs);
 
 Plan make_plan(const Registry& registry, const Profile& profile, const std::vector<Device>& devices,
                const PlanOptions& options);
