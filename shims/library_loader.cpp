@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <sstream>
 #include <system_error>
 
 namespace hal::shims {
@@ -158,11 +159,39 @@ std::vector<std::string> toolkit_library_directories() {
   return directories;
 }
 
+namespace {
+
+// A virtual environment is a prefix with pyvenv.cfg; its interpreter is in bin/.
+bool is_virtual_environment(const std::filesystem::path& prefix) {
+  std::error_code error;
+  return !prefix.empty() && std::filesystem::is_regular_file(prefix / "pyvenv.cfg", error);
+}
+
+// Virtual environments in use without VIRTUAL_ENV: the one whose Python is
+// this process (hal imported from Python), and those whose bin/ is on PATH
+// (as container images put /opt/venv/bin there).
+std::vector<std::string> virtual_environments_in_use() {
+  std::vector<std::string> prefixes;
+  std::error_code error;
+  const std::filesystem::path executable = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error && is_virtual_environment(executable.parent_path().parent_path()))
+    prefixes.push_back(executable.parent_path().parent_path().string());
+  std::stringstream path(environment("PATH"));
+  for (std::string entry; std::getline(path, entry, ':');) {
+    const std::filesystem::path prefix = std::filesystem::path(entry).parent_path();
+    if (!entry.empty() && is_virtual_environment(prefix)) prefixes.push_back(prefix.string());
+  }
+  return prefixes;
+}
+
+}  // namespace
+
 std::vector<std::string> python_site_package_directories() {
   std::vector<std::string> prefixes;
   for (const char* variable : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
     if (std::string prefix = environment(variable); !prefix.empty()) prefixes.push_back(prefix);
   }
+  for (const auto& prefix : virtual_environments_in_use()) prefixes.push_back(prefix);
   if (std::string pyenv = environment("PYENV_ROOT"); !pyenv.empty()) {
     for (const auto& version : glob_directories(pyenv + "/versions/*")) prefixes.push_back(version);
   }

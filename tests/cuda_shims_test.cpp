@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 
@@ -88,6 +89,35 @@ TEST_SUITE("shims") {
     const shims::LibraryLoad load = shims::load_library(fake_driver_request());
     CHECK_FALSE(load.loaded());
     CHECK(contains(load.describe_attempts(), "link-time stub"));
+  }
+
+  TEST_CASE("a virtualenv whose bin is on PATH is searched without VIRTUAL_ENV") {
+    TemporaryDirectory directory;
+    const fs::path wheel = directory.path / "lib/python3.11/site-packages/nvidia/fake_driver/lib";
+    fs::create_directories(wheel);
+    fs::create_directories(directory.path / "bin");
+    fs::copy_file(HAL_FAKE_CUDA_DRIVER_PATH, wheel / "libcuda.so.1");
+    const char* path = std::getenv("PATH");
+    const std::string bin = (directory.path / "bin").string();
+    {
+      // Without pyvenv.cfg the directory is not a virtual environment.
+      ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", std::nullopt}, {"VIRTUAL_ENV", std::nullopt},
+                                    {"PATH", bin + ":" + (path != nullptr ? path : "")}};
+      const auto sites = shims::python_site_package_directories();
+      CHECK(std::find(sites.begin(), sites.end(), (directory.path / "lib/python3.11/site-packages").string()) ==
+            sites.end());
+    }
+    std::ofstream(directory.path / "pyvenv.cfg") << "home = /usr/bin\n";
+    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", std::nullopt}, {"VIRTUAL_ENV", std::nullopt},
+                                  {"CONDA_PREFIX", std::nullopt}, {"PATH", bin + ":" + (path != nullptr ? path : "")}};
+    const auto sites = shims::python_site_package_directories();
+    REQUIRE_FALSE(sites.empty());
+    CHECK(sites.front() == (directory.path / "lib/python3.11/site-packages").string());
+    shims::LibraryRequest request = fake_driver_request();
+    request.search_toolkit = false;
+    const shims::LibraryLoad load = shims::load_library(request);
+    REQUIRE_MESSAGE(load.loaded(), load.describe_attempts());
+    CHECK(contains(load.library.path(), "nvidia/fake_driver/lib/libcuda.so.1"));
   }
 
   TEST_CASE("pip wheels under a virtualenv's site-packages are searched before the system") {
