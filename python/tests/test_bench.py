@@ -27,6 +27,7 @@ def test_attention_benchmark_reports_both_engines_and_the_overhead():
     # The torch path does everything the C++ loop does and more.
     assert 0 < overhead["cpp_us"] < overhead["hal_torch_us"]
     assert overhead["overhead_us"] == pytest.approx(overhead["hal_torch_us"] - overhead["cpp_us"])
+    assert overhead["torch_custom_op_floor_us"] > 0
 
 
 def test_table_output():
