@@ -6,6 +6,7 @@ copy bandwidth, the cost of a 1 MiB copy, and scaled_dot_product_attention
 forward times with the flash and cuDNN backends. Each part that fails is
 recorded with its error instead of stopping the rest.
 """
+import os
 import json
 import sys
 import time
@@ -50,7 +51,8 @@ def attention_figures(torch):
     import torch.nn.functional as functional
 
     figures = {}
-    batch, heads, sequence, head_dim = 4, 16, 4096, 128
+    # The shape halbench attn measures in scripts/gpu-check.sh.
+    batch, heads, sequence, head_dim = (int(x) for x in os.environ.get("HAL_GPU_REFERENCE_SHAPE", "2,16,2048,128").split(","))
     for dtype_name in ("bfloat16", "float16"):
         dtype = getattr(torch, dtype_name)
         q, k, v = (torch.randn(batch, heads, sequence, head_dim, device="cuda", dtype=dtype) for _ in range(3))
