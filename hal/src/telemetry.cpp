@@ -298,8 +298,13 @@ struct HealthMonitorState {
       hal_health_event_v1 raw{};
       raw.struct_size = sizeof(raw);
       const hal_status code = table->watch_wait(watch, slice.count(), &raw);
+      const std::string description = raw.description != nullptr ? raw.description : "";
+      if (code == HAL_OK && raw.kind > HAL_HEALTH_EVENT_MEMORY_RETIREMENT)
+        throw Error(StatusCode::internal, "the " + device.backend_name() + " backend sent health event kind " +
+                                              std::to_string(raw.kind) + " (" + description +
+                                              "), newer than this libhal; update libhal");
       if (code == HAL_OK)
-        add(static_cast<HealthEventKind>(raw.kind), raw.code, raw.description != nullptr ? raw.description : "");
+        add(static_cast<HealthEventKind>(raw.kind), raw.code, description);
       else if (code != HAL_ERROR_TIMEOUT)
         Access::backend(device)->check(code, [&] { return "waiting for health events of " + device.id(); });
     } else if (slice.count() > 0) {
