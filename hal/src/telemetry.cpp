@@ -122,7 +122,7 @@ const hal_telemetry_v1& telemetry_of(const Device& device) {
   const hal_telemetry_v1* table = detail::Access::backend(device)->telemetry();
   if (table == nullptr)
     throw Error(StatusCode::unsupported, "the " + device.backend_name() + " backend offers no telemetry for " +
-                                             device.id() + "; update its plugin to one built with telemetry");
+                                             device.id() + ": its plugin has no telemetry sub-table");
   return *table;
 }
 

@@ -180,8 +180,7 @@ std::string health_word(const hal::Device& device) {
   try {
     return word_for(hal::health_problems(hal::telemetry(device)));
   } catch (const hal::Error& error) {
-    return error.code() == hal::StatusCode::unsupported ? "health unknown (no telemetry)"
-                                                        : "health unknown (telemetry failed)";
+    return error.code() == hal::StatusCode::unsupported ? "unknown (no telemetry)" : "unknown (telemetry failed)";
   }
 }
 
