@@ -27,3 +27,13 @@ add_test(NAME interop_host_tests COMMAND hal_interop_tests --test-suite=interop)
 add_test(NAME dlpack_host_tests COMMAND hal_interop_tests --test-suite=dlpack)
 set_tests_properties(interop_host_tests dlpack_host_tests PROPERTIES
   ENVIRONMENT "HAL_BACKENDS=host;HAL_CONFIG=" TIMEOUT 120 LABELS unit)
+
+# Telemetry: the host's sysfs/procfs parsers on fixture trees (tests/data), the
+# API over the host plugin, health rules and the health monitor.
+add_executable(hal_telemetry_tests ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp ${CMAKE_CURRENT_LIST_DIR}/telemetry_test.cpp)
+target_link_libraries(hal_telemetry_tests PRIVATE hal::hal hal_host_telemetry doctest::doctest hal_warnings
+  Threads::Threads)
+target_compile_definitions(hal_telemetry_tests PRIVATE HAL_TEST_DATA_DIR="${CMAKE_CURRENT_LIST_DIR}/data")
+add_dependencies(hal_telemetry_tests hal_backend_host)
+add_test(NAME telemetry_host_tests COMMAND hal_telemetry_tests)
+set_tests_properties(telemetry_host_tests PROPERTIES ENVIRONMENT "HAL_BACKENDS=host;HAL_CONFIG=" TIMEOUT 60 LABELS unit)

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <sys/wait.h>
 
@@ -20,6 +21,20 @@ CommandResult run_halinfo(const std::string& arguments, const std::string& envir
   return hal::testing::run_command(environment + " " + HALINFO_PATH + " " + arguments + " 2>/dev/null");
 }
 
+// With stderr, for usage errors.
+CommandResult run_halinfo_with_errors(const std::string& arguments) {
+  return hal::testing::run_command(std::string(HALINFO_PATH) + " " + arguments + " 2>&1");
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
+}
+
+const std::string fixture_root = std::string("HAL_HOST_TELEMETRY_ROOT=") + HAL_TEST_DATA_DIR + "/host_telemetry";
+
 nlohmann::json parse(const CommandResult& result) {
   REQUIRE(result.exit_code == 0);
   return nlohmann::json::parse(result.output);
@@ -29,7 +44,7 @@ nlohmann::json parse(const CommandResult& result) {
 
 TEST_CASE("halinfo --json describes the host backend and device field by field") {
   const nlohmann::json document = parse(run_halinfo("--json"));
-  CHECK(document["schema"] == "hal.info/1");
+  CHECK(document["schema"] == "hal.info/2");
   CHECK(document["hal_version"].is_string());
   REQUIRE(document["backends"].is_array());
   const auto host = std::find_if(document["backends"].begin(), document["backends"].end(),
@@ -111,4 +126,102 @@ TEST_CASE("halinfo topo places each device") {
   REQUIRE_FALSE(document["devices"].empty());
   CHECK(document["devices"][0]["id"] == "host:0");
   CHECK_FALSE(document["devices"][0]["local_cpus"].get<std::string>().empty());
+}
+
+TEST_CASE("halinfo --json gives each device a telemetry object: every field a value or a reason") {
+  const nlohmann::json document = parse(run_halinfo("--json --device host:0"));
+  const nlohmann::json& telemetry = document["devices"][0]["telemetry"];
+  CHECK(telemetry["source"] == "sysfs /");
+  CHECK(telemetry["health"].is_string());
+  CHECK(telemetry["problems"].is_array());
+  std::size_t fields = 0;
+  for (const char* group : {"temperature", "power", "clocks", "utilization", "clock_events", "ecc", "retired_pages",
+                            "row_remapping", "pcie", "interconnect"}) {
+    CAPTURE(group);
+    REQUIRE(telemetry[group].is_object());
+    for (const auto& [name, field] : telemetry[group].items()) {
+      CAPTURE(name);
+      ++fields;
+      if (field.contains("value")) {
+        CHECK_FALSE(field.contains("reason"));
+      } else {
+        CHECK(field["reason"].is_string());
+        CHECK(field["reason"] != "not reported by this backend");  // the host fills every field
+        CHECK(field["detail"].is_string());
+      }
+    }
+  }
+  CHECK(fields == 38);
+  CHECK(telemetry["pcie"]["width"]["reason"] == "not supported");
+}
+
+TEST_CASE("halinfo health shows what is wrong first and exits 1 on a critical problem") {
+  const CommandResult result = run_halinfo("health --device host:0", fixture_root);
+  CHECK(result.exit_code == 1);
+  const std::vector<std::string> lines = lines_of(result.output);
+  REQUIRE(lines.size() > 4);
+  CHECK(lines[0].starts_with("host:0  1 uncorrected ECC error since the driver loaded  ("));
+  CHECK(lines[1] == "  problems");
+  CHECK(lines[2].find("critical  1 uncorrected ECC error") != std::string::npos);
+  CHECK(result.output.find("temperature.core_celsius            54.0 C") != std::string::npos);
+  CHECK(result.output.find("temperature.hotspot_celsius         not supported: CPUs have no separate hotspot sensor") !=
+        std::string::npos);
+  // The default summary says the same in one word per device.
+  CHECK(run_halinfo("", fixture_root).output.find("; health: 1 uncorrected ECC error since the driver loaded") !=
+        std::string::npos);
+}
+
+TEST_CASE("halinfo watch prints one row per device per interval as a table, CSV or JSON lines") {
+  const CommandResult csv = run_halinfo("watch --device host:0 --interval 0.05 --count 3 --csv", fixture_root);
+  REQUIRE(csv.exit_code == 0);
+  const std::vector<std::string> rows = lines_of(csv.output);
+  REQUIRE(rows.size() == 4);
+  CHECK(rows[0].starts_with("time,device,temp_c,"));
+  for (std::size_t row = 1; row < rows.size(); ++row) {
+    CAPTURE(rows[row]);
+    CHECK(rows[row].find(",host:0,54.0,") != std::string::npos);
+  }
+  const CommandResult json = run_halinfo("watch --device host:0 --interval 0.05 --count 2 --json", fixture_root);
+  REQUIRE(json.exit_code == 0);
+  const std::vector<std::string> objects = lines_of(json.output);
+  REQUIRE(objects.size() == 2);
+  for (const std::string& line : objects) {
+    const nlohmann::json object = nlohmann::json::parse(line);
+    CHECK(object["device"] == "host:0");
+    CHECK(object["temperature.core_celsius"] == 54.0);
+    CHECK(object["temperature.hotspot_celsius"].is_null());
+    CHECK(object["time"].get<std::string>().ends_with("Z"));
+  }
+  const CommandResult table = run_halinfo("watch --device host:0 --interval 0.05 --count 1", fixture_root);
+  CHECK(lines_of(table.output).size() == 2);
+}
+
+TEST_CASE("halinfo rejects bad watch values, naming them and what is allowed") {
+  const CommandResult zero = run_halinfo_with_errors("watch --interval 0");
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.output.find("--interval takes seconds from 0.01 to 86400 (e.g. 1 or 0.5), not '0'") != std::string::npos);
+  const CommandResult count = run_halinfo_with_errors("watch --count -3");
+  CHECK(count.exit_code == 2);
+  CHECK(count.output.find("--count takes a whole number of intervals (1 or more), not '-3'") != std::string::npos);
+  CHECK(run_halinfo_with_errors("--csv").output.find("--csv goes with the watch command") != std::string::npos);
+  CHECK(run_halinfo_with_errors("watch --csv --json").exit_code == 2);
+}
+
+TEST_CASE("the default summary gives an unavailable backend one short reason; -v lists every path") {
+  const CommandResult summary = run_halinfo("");
+  const CommandResult verbose = run_halinfo("-v");
+  REQUIRE(summary.exit_code == 0);
+  CHECK(summary.output.find(". Tried: ") == std::string::npos);
+  CHECK(summary.output.find("initializing the backend failed") == std::string::npos);
+  // Every backend that is not loaded: its first sentence in the summary, all of it with -v.
+  const nlohmann::json document = parse(run_halinfo("--json"));
+  for (const auto& backend : document["backends"]) {
+    if (backend["state"] == "loaded") continue;
+    const std::string reason = backend["reason"];
+    CAPTURE(reason);
+    const std::string prefix = "initializing the backend failed in the " + backend["name"].get<std::string>() + " backend: ";
+    const std::string shown = reason.starts_with(prefix) ? reason.substr(prefix.size()) : reason;
+    CHECK(summary.output.find(shown.substr(0, shown.find(". "))) != std::string::npos);
+    CHECK(verbose.output.find(reason) != std::string::npos);
+  }
 }

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -126,7 +127,11 @@ struct hal_stream {
 
 namespace hal::host {
 class ThreadPool;
+class HostTelemetry;
+struct TelemetryBaseline;
 extern const hal_attention_v1 attention_table;
+// telemetry.cpp: sysfs and procfs under telemetry_root (telemetry_sources.hpp).
+extern const hal_telemetry_v1 telemetry_table;
 }  // namespace hal::host
 
 struct hal_backend_context {
@@ -140,4 +145,10 @@ struct hal_backend_context {
   // communicator until shutdown, which finalizes MPI when hal started it.
   std::mutex mpi_session_mutex;
   std::shared_ptr<void> mpi_session;
+  // Telemetry: the sensors are found on the first snapshot, so start-up
+  // scans nothing; the baselines hold each device's counters for its rates.
+  std::filesystem::path telemetry_root = "/";
+  std::mutex telemetry_mutex;
+  std::unique_ptr<hal::host::HostTelemetry> telemetry;
+  std::vector<hal::host::TelemetryBaseline> telemetry_baselines;
 };

@@ -6,6 +6,7 @@
 #include "attention/thread_pool.hpp"
 #include "collectives.hpp"
 #include "host_backend.hpp"
+#include "telemetry_sources.hpp"
 
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
@@ -61,9 +62,15 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     auto context = std::make_unique<hal_backend_context>();
     context->host.log = init->log;
     context->host.log_user_data = init->log_user_data;
-    for (std::uint32_t i = 0; i < init->option_count; ++i)
-      context->host.log_message(HAL_LOG_WARNING, std::string("unknown option '") + init->options[i].key +
-                                                     "' for the host backend is ignored; it takes none");
+    std::string telemetry_root_option;
+    for (std::uint32_t i = 0; i < init->option_count; ++i) {
+      if (std::strcmp(init->options[i].key, "telemetry_root") == 0)
+        telemetry_root_option = init->options[i].value;
+      else
+        context->host.log_message(HAL_LOG_WARNING, std::string("unknown option '") + init->options[i].key +
+                                                       "' for the host backend is ignored; it takes telemetry_root");
+    }
+    context->telemetry_root = choose_telemetry_root(telemetry_root_option);
     context->host.devices = discover_devices();
     context->host.multiple_numa_nodes = context->host.devices.size() > 1;
     *out = context.release();
@@ -283,6 +290,7 @@ hal_backend_v1 make_table() {
   table.attention = &attention_table;
   table.collectives = collectives();
   table.interop = &interop_table;
+  table.telemetry = &telemetry_table;
   return table;
 }
 
@@ -292,6 +300,7 @@ const hal_backend_v1 host_table = make_table();
 
 }  // namespace hal::host
 
+// Defined here, where HostTelemetry and TelemetryBaseline are complete.
 hal_backend_context::hal_backend_context() = default;
 hal_backend_context::~hal_backend_context() = default;
 

@@ -9,6 +9,7 @@
 #include "hal/device.hpp"
 #include "hal/dtype.hpp"
 #include "hal/status.hpp"
+#include "hal/telemetry.hpp"
 
 namespace hal::detail {
 
@@ -41,6 +42,27 @@ static_assert(same_code(MaskAlignment::top_left, HAL_MASK_TOP_LEFT) &&
 static_assert(same_code(ReduceOp::sum, HAL_REDUCE_SUM) && same_code(ReduceOp::prod, HAL_REDUCE_PROD) &&
               same_code(ReduceOp::min, HAL_REDUCE_MIN) && same_code(ReduceOp::max, HAL_REDUCE_MAX) &&
               same_code(ReduceOp::avg, HAL_REDUCE_AVG));
+
+static_assert(same_code(Unavailable::not_reported, HAL_TELEMETRY_NOT_REPORTED) &&
+              same_code(Unavailable::not_supported, HAL_TELEMETRY_NOT_SUPPORTED) &&
+              same_code(Unavailable::needs_root, HAL_TELEMETRY_NEEDS_ROOT) &&
+              same_code(Unavailable::library_missing, HAL_TELEMETRY_LIBRARY_MISSING) &&
+              same_code(Unavailable::mig_mode, HAL_TELEMETRY_MIG_MODE) &&
+              same_code(Unavailable::read_failed, HAL_TELEMETRY_READ_FAILED) &&
+              same_code(Unavailable::needs_interval, HAL_TELEMETRY_NEEDS_INTERVAL));
+static_assert(same_code(ClockEventReason::idle, HAL_CLOCK_EVENT_IDLE) &&
+              same_code(ClockEventReason::power_cap, HAL_CLOCK_EVENT_POWER_CAP) &&
+              same_code(ClockEventReason::hardware_slowdown, HAL_CLOCK_EVENT_HARDWARE_SLOWDOWN) &&
+              same_code(ClockEventReason::software_thermal, HAL_CLOCK_EVENT_SOFTWARE_THERMAL) &&
+              same_code(ClockEventReason::hardware_thermal, HAL_CLOCK_EVENT_HARDWARE_THERMAL) &&
+              same_code(ClockEventReason::power_brake, HAL_CLOCK_EVENT_POWER_BRAKE) &&
+              same_code(ClockEventReason::sync_boost, HAL_CLOCK_EVENT_SYNC_BOOST) &&
+              same_code(ClockEventReason::other, HAL_CLOCK_EVENT_OTHER));
+static_assert(same_code(HealthEventKind::xid, HAL_HEALTH_EVENT_XID) &&
+              same_code(HealthEventKind::uncorrected_ecc, HAL_HEALTH_EVENT_UNCORRECTED_ECC) &&
+              same_code(HealthEventKind::thermal, HAL_HEALTH_EVENT_THERMAL) &&
+              same_code(HealthEventKind::power_brake, HAL_HEALTH_EVENT_POWER_BRAKE) &&
+              same_code(HealthEventKind::memory_retirement, HAL_HEALTH_EVENT_MEMORY_RETIREMENT));
 
 inline hal_status to_abi(StatusCode code) { return static_cast<hal_status>(code); }
 inline hal_dtype to_abi(DType dtype) { return static_cast<hal_dtype>(dtype); }

@@ -64,6 +64,7 @@ struct LoadedBackend {
   const hal_attention_v2* attention_v2() const;  // the caller-workspace entry, when the plugin has it
   const hal_collectives_v1* collectives() const;
   const hal_interop_v1* interop() const;
+  const hal_telemetry_v1* telemetry() const;
 };
 
 // The API objects' private state, for libhal's own code (the public headers

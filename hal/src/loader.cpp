@@ -49,6 +49,14 @@ const hal_interop_v1* LoadedBackend::interop() const {
   return interop;
 }
 
+const hal_telemetry_v1* LoadedBackend::telemetry() const {
+  if (!table_has(table, offsetof(hal_backend_v1, telemetry), sizeof(table->telemetry))) return nullptr;
+  const hal_telemetry_v1* telemetry = table->telemetry;
+  if (telemetry == nullptr || telemetry->struct_size < sizeof(hal_telemetry_v1) || telemetry->snapshot == nullptr)
+    return nullptr;
+  return telemetry;
+}
+
 const hal_collectives_v1* LoadedBackend::collectives() const {
   if (!table_has(table, offsetof(hal_backend_v1, collectives), sizeof(table->collectives))) return nullptr;
   const hal_collectives_v1* collectives = table->collectives;

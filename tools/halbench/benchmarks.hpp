@@ -11,5 +11,6 @@ int run_mem(std::span<const std::string_view> arguments);
 int run_dispatch(std::span<const std::string_view> arguments);
 int run_attn(std::span<const std::string_view> arguments);
 int run_coll(std::span<const std::string_view> arguments);
+int run_telemetry(std::span<const std::string_view> arguments);
 
 }  // namespace halbench

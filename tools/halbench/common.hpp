@@ -2,10 +2,12 @@
 // timing, statistics and table / JSON output.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -90,6 +92,38 @@ double seconds_between(Clock::time_point start, Clock::time_point end);
 // Nearest-rank percentile (0..100) of samples; samples must not be empty.
 double percentile(std::vector<double> samples, double percent);
 double median(std::vector<double> samples);
+
+// Latency of one operation, timed call by call (dispatch, telemetry).
+// Untimed round trips first, so that thread start-up and first-use costs
+// do not land in the tail percentiles.
+inline constexpr std::uint64_t warm_up_round_trips = 100;
+
+struct LatencyResult {
+  std::string name;
+  std::string description;
+  std::uint64_t iterations = 0;
+  double p50_us = 0, p99_us = 0, min_us = 0, mean_us = 0;
+};
+
+// Times each call of round_trip on its own and summarises the distribution.
+template <typename RoundTrip>
+LatencyResult measure_latency(std::string name, std::string description, std::uint64_t iterations,
+                              RoundTrip round_trip) {
+  for (std::uint64_t i = 0; i < warm_up_round_trips; ++i) round_trip();
+  std::vector<double> microseconds;
+  microseconds.reserve(iterations);
+  for (std::uint64_t i = 0; i < iterations; ++i) {
+    const Clock::time_point start = Clock::now();
+    round_trip();
+    microseconds.push_back(seconds_between(start, Clock::now()) * 1e6);
+  }
+  LatencyResult result{std::move(name), std::move(description), iterations};
+  result.p50_us = percentile(microseconds, 50);
+  result.p99_us = percentile(microseconds, 99);
+  result.min_us = *std::min_element(microseconds.begin(), microseconds.end());
+  result.mean_us = std::accumulate(microseconds.begin(), microseconds.end(), 0.0) / static_cast<double>(iterations);
+  return result;
+}
 
 // Keeps the compiler from dropping work whose result nobody reads (a memcpy
 // into a buffer that is never read again may legally be removed).

@@ -13,43 +13,12 @@ namespace {
 
 constexpr std::uint64_t default_iterations = 10000;
 constexpr std::uint64_t throughput_repeats = 5;
-// Untimed round trips first, so that thread start-up and first-use costs
-// do not land in the tail percentiles.
-constexpr std::uint64_t warm_up_round_trips = 100;
-
-struct LatencyResult {
-  std::string name;
-  std::string description;
-  std::uint64_t iterations = 0;
-  double p50_us = 0, p99_us = 0, min_us = 0, mean_us = 0;
-};
-
 struct ThroughputResult {
   std::string name;
   std::string description;
   std::uint64_t iterations = 0;
   double ops_per_second = 0;  // median over throughput_repeats batches
 };
-
-// Times each call of round_trip on its own and summarises the distribution.
-template <typename RoundTrip>
-LatencyResult measure_latency(std::string name, std::string description, std::uint64_t iterations,
-                              RoundTrip round_trip) {
-  for (std::uint64_t i = 0; i < warm_up_round_trips; ++i) round_trip();
-  std::vector<double> microseconds;
-  microseconds.reserve(iterations);
-  for (std::uint64_t i = 0; i < iterations; ++i) {
-    const Clock::time_point start = Clock::now();
-    round_trip();
-    microseconds.push_back(seconds_between(start, Clock::now()) * 1e6);
-  }
-  LatencyResult result{std::move(name), std::move(description), iterations};
-  result.p50_us = percentile(microseconds, 50);
-  result.p99_us = percentile(microseconds, 99);
-  result.min_us = *std::min_element(microseconds.begin(), microseconds.end());
-  result.mean_us = std::accumulate(microseconds.begin(), microseconds.end(), 0.0) / static_cast<double>(iterations);
-  return result;
-}
 
 ThroughputResult measure_callback_throughput(const hal::Stream& stream, std::uint64_t iterations) {
   auto batch = [&] {

@@ -25,6 +25,7 @@ constexpr std::array subcommands{
     Subcommand{"dispatch", "latency and throughput of empty stream operations and events", halbench::run_dispatch},
     Subcommand{"attn", "attention forward/backward TFLOP/s per implementation, against the FMA peak", halbench::run_attn},
     Subcommand{"coll", "collectives in nccl-tests columns, beside raw Gloo (run under halrun)", halbench::run_coll},
+    Subcommand{"telemetry", "the cost of one telemetry snapshot (hal::telemetry)", halbench::run_telemetry},
 };
 
 void print_usage(std::FILE* out) {

@@ -1,6 +1,7 @@
 #include "info_json.hpp"
 
 #include "hal/collectives.hpp"
+#include "telemetry_view.hpp"
 
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
@@ -62,7 +63,8 @@ nlohmann::json device_to_json(const hal::Device& device) {
           {"versions", versions},
           {"capabilities", capabilities},
           {"hazards", hazards},
-          {"collectives", collectives}};
+          {"collectives", collectives},
+          {"telemetry", telemetry_to_json(device)}};
 }
 
 nlohmann::json info_document(const hal::Runtime& runtime, const std::vector<hal::Device>& devices) {
@@ -71,7 +73,7 @@ nlohmann::json info_document(const hal::Runtime& runtime, const std::vector<hal:
   nlohmann::json device_list = nlohmann::json::array();
   for (const auto& device : devices) device_list.push_back(device_to_json(device));
   const auto& source = runtime.config().source;
-  return {{"schema", "hal.info/1"},
+  return {{"schema", "hal.info/2"},
           {"hal_version", HAL_VERSION_STRING},
           {"config_file", source ? nlohmann::json(source->string()) : nlohmann::json(nullptr)},
           {"search_directories", runtime.search_directories()},

@@ -1,4 +1,4 @@
-// halinfo's JSON document (schema hal.info/1, see docs/halinfo.md).
+// halinfo's JSON document (schema hal.info/2, see docs/halinfo.md).
 #pragma once
 
 #include <nlohmann/json.hpp>

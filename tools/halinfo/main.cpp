@@ -1,5 +1,6 @@
 // halinfo: what backends and devices this machine has, and what they can do.
 #include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <iostream>
 #include <optional>
@@ -9,6 +10,7 @@
 #include "hal/hal.hpp"
 #include "attention_view.hpp"
 #include "info_json.hpp"
+#include "telemetry_view.hpp"
 #include "text_report.hpp"
 
 namespace {
@@ -23,7 +25,11 @@ constexpr const char* usage_text = R"(usage: halinfo [COMMAND] [OPTIONS]
 Shows the backends hal found, their state, and the devices they offer.
 
 Commands:
-  (none)            a short summary of backends and devices
+  (none)            a short summary of backends and devices, one health word each
+  health            each device's telemetry: what is wrong first, then every reading,
+                    then what is not available and why (exit 1 on a critical problem)
+  watch             one row per device per interval (--interval SECONDS, default 1;
+                    --count N, default until interrupted; --csv, or --json for JSON lines)
   topo              the device / NUMA node / CPU affinity view (hwloc)
   attention         which attention implementation each device would run, and why
                     not the others (--shape, --dtype, --causal, --alignment,
@@ -31,7 +37,8 @@ Commands:
 
 Options:
   -v, --verbose     everything: paths tried, version axes, capabilities
-  --json            one JSON document (schema hal.info/1, docs/halinfo.md)
+  --json            one JSON document (schema hal.info/2, docs/halinfo.md); with watch,
+                    one JSON object per line
   --device ID       only this device: backend:index (host:0), UUID or PCI bus id
   --require N       exit 1 when fewer than N accelerator (non-CPU) devices are present
   -h, --help        this text
@@ -39,7 +46,8 @@ Options:
 
 Environment: HAL_BACKENDS (host,cuda or !rocm), HAL_BACKEND_PATH, HAL_BACKENDS_FORCE,
 HAL_CONFIG, HAL_LOG_LEVEL; see docs/config.md.
-Exit status: 0 ok, 1 --require not met, 2 bad usage, 3 hal could not start.
+Exit status: 0 ok, 1 --require not met or (health) a critical problem, 2 bad usage,
+3 hal could not start.
 )";
 
 struct Options {
@@ -49,6 +57,9 @@ struct Options {
   std::optional<std::string> device;
   std::optional<long> require;
   halinfo::AttentionQuery attention;
+  bool csv = false;
+  std::optional<std::string> interval, count;
+  halinfo::WatchOptions watch;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -83,7 +94,14 @@ Options parse_arguments(int argc, char** argv) {
       if (text.empty() || *end != '\0' || count < 0)
         usage_error("--require takes a whole number of devices (0 or more), not '" + text + "'");
       options.require = count;
-    } else if ((argument == "topo" || argument == "attention") && options.command.empty()) {
+    } else if (argument == "--csv") {
+      options.csv = true;
+    } else if (argument == "--interval") {
+      options.interval = value_of(i, "--interval");
+    } else if (argument == "--count") {
+      options.count = value_of(i, "--count");
+    } else if ((argument == "topo" || argument == "attention" || argument == "health" || argument == "watch") &&
+               options.command.empty()) {
       options.command = argument;
     } else if (argument == "--shape") {
       options.attention.shape = value_of(i, "--shape");
@@ -101,6 +119,30 @@ Options parse_arguments(int argc, char** argv) {
       usage_error("unknown argument '" + argument + "'");
     }
   }
+  if (options.command != "watch") {
+    if (options.csv || options.interval || options.count)
+      usage_error(std::string(options.csv ? "--csv" : options.interval ? "--interval" : "--count") +
+                  " goes with the watch command: halinfo watch --interval 1 --count 10 --csv");
+    return options;
+  }
+  if (options.csv && options.json) usage_error("watch takes --csv or --json, not both");
+  options.watch.format = options.csv    ? halinfo::WatchFormat::csv
+                         : options.json ? halinfo::WatchFormat::json_lines
+                                        : halinfo::WatchFormat::table;
+  if (options.interval) {
+    char* end = nullptr;
+    const double seconds = std::strtod(options.interval->c_str(), &end);
+    if (options.interval->empty() || *end != '\0' || !std::isfinite(seconds) || seconds < 0.01 || seconds > 86400)
+      usage_error("--interval takes seconds from 0.01 to 86400 (e.g. 1 or 0.5), not '" + *options.interval + "'");
+    options.watch.interval = std::chrono::milliseconds(std::lround(seconds * 1000));
+  }
+  if (options.count) {
+    char* end = nullptr;
+    const long rows = std::strtol(options.count->c_str(), &end, 10);
+    if (options.count->empty() || *end != '\0' || rows < 1)
+      usage_error("--count takes a whole number of intervals (1 or more), not '" + *options.count + "'");
+    options.watch.count = rows;
+  }
   return options;
 }
 
@@ -113,7 +155,18 @@ int main(int argc, char** argv) {
     std::vector<hal::Device> devices = runtime.devices();
     if (options.device) devices = {runtime.device(*options.device)};
 
-    if (options.command == "attention") {
+    if (options.command == "health") {
+      if (options.json)
+        for (const hal::Device& device : devices)
+          std::cout << nlohmann::json{{"id", device.id()}, {"telemetry", halinfo::telemetry_to_json(device)}}.dump()
+                    << "\n";
+      else if (halinfo::print_health(devices, std::cout))
+        return exit_requirement_failed;
+      return exit_ok;
+    } else if (options.command == "watch") {
+      halinfo::run_watch(devices, options.watch, std::cout);
+      return exit_ok;
+    } else if (options.command == "attention") {
       halinfo::print_attention(devices, options.attention, options.json, std::cout);
     } else if (options.command == "topo") {
       halinfo::print_topology(runtime, devices, options.json, std::cout);

@@ -1,6 +1,7 @@
 #include "text_report.hpp"
 
 #include "hal/collectives.hpp"
+#include "telemetry_view.hpp"
 
 #include <cstdio>
 #include <iomanip>
@@ -26,6 +27,16 @@ std::string pad(const std::string& text, std::size_t width) {
   return text.size() >= width ? text + " " : text + std::string(width - text.size(), ' ');
 }
 
+// The reason in one sentence: what is missing and what to do. The rest
+// (every path tried or searched) is for -v and --json.
+std::string short_reason(const hal::BackendReport& report) {
+  std::string reason = report.reason;
+  const std::string prefix = "initializing the backend failed in the " + report.name + " backend: ";
+  if (reason.rfind(prefix, 0) == 0) reason.erase(0, prefix.size());
+  const auto sentence_end = reason.find(". ");
+  return sentence_end == std::string::npos ? reason : reason.substr(0, sentence_end);
+}
+
 void print_backends(const hal::Runtime& runtime, bool verbose, std::ostream& out) {
   out << "Backends\n";
   for (const auto& report : runtime.backends()) {
@@ -35,7 +46,7 @@ void print_backends(const hal::Runtime& runtime, bool verbose, std::ostream& out
           << (report.device_count == 1 ? " device" : " devices");
       if (verbose) out << ", ABI " << report.abi_version << ", " << report.path;
     } else {
-      out << report.reason;
+      out << (verbose ? report.reason : short_reason(report));
     }
     out << "\n";
     if (verbose)
@@ -88,7 +99,7 @@ void print_summary(const hal::Runtime& runtime, const std::vector<hal::Device>& 
     out << "  " << pad(device.id(), 8) << pad(std::string(hal::to_string(info.type)), 5) << info.name << ", "
         << format_bytes(info.total_memory) << ", " << info.compute_units << " compute units";
     if (info.numa_node >= 0) out << ", NUMA node " << info.numa_node;
-    out << "\n";
+    out << "; health: " << health_word(device) << "\n";
     for (const auto& hazard : hal::environment_hazards(device)) out << "          HAZARD " << hazard.message << "\n";
     if (verbose) print_device_details(device, out);
   }

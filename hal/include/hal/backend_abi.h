@@ -401,6 +401,93 @@ typedef struct hal_interop_v1 {
   hal_status (*event_native_handle)(hal_event* event, void** out);
 } hal_interop_v1;
 
+/* ---- telemetry: device health readings ------------------------------------ */
+
+/* Why a reading has no value. Zero is "not reported", so a field a backend
+ * never touches can never read as a made-up zero. */
+typedef enum hal_telemetry_availability {
+  HAL_TELEMETRY_NOT_REPORTED = 0,    /* the backend does not report this field */
+  HAL_TELEMETRY_AVAILABLE = 1,
+  HAL_TELEMETRY_NOT_SUPPORTED = 2,   /* this device/SKU/driver/machine has no such reading */
+  HAL_TELEMETRY_NEEDS_ROOT = 3,
+  HAL_TELEMETRY_LIBRARY_MISSING = 4, /* the vendor management library could not be opened */
+  HAL_TELEMETRY_MIG_MODE = 5,        /* not readable while the GPU is partitioned */
+  HAL_TELEMETRY_READ_FAILED = 6,     /* the source exists; reading it failed */
+  HAL_TELEMETRY_NEEDS_INTERVAL = 7   /* a rate: too little time since the previous reading */
+} hal_telemetry_availability;
+
+/* One field. Counts, MHz, masks and flags (0/1) use integer; temperatures
+ * (Celsius), watts, joules and percents use real. detail: why there is no
+ * value (a path, the vendor's error), or NULL; owned by the backend, valid
+ * until the next telemetry call on the same thread. */
+typedef struct hal_telemetry_reading_v1 {
+  uint32_t availability;   /* hal_telemetry_availability */
+  uint32_t reserved;
+  uint64_t integer;
+  double real;
+  const char* detail;
+} hal_telemetry_reading_v1;
+
+/* Clock-event (throttle) reasons, one set for every vendor. */
+#define HAL_CLOCK_EVENT_IDLE (1u << 0)
+#define HAL_CLOCK_EVENT_POWER_CAP (1u << 1)
+#define HAL_CLOCK_EVENT_HARDWARE_SLOWDOWN (1u << 2)
+#define HAL_CLOCK_EVENT_SOFTWARE_THERMAL (1u << 3)
+#define HAL_CLOCK_EVENT_HARDWARE_THERMAL (1u << 4)
+#define HAL_CLOCK_EVENT_POWER_BRAKE (1u << 5)
+#define HAL_CLOCK_EVENT_SYNC_BOOST (1u << 6)
+#define HAL_CLOCK_EVENT_OTHER (1u << 7)
+
+/* libhal zeroes the snapshot and sets struct_size; the backend fills the
+ * fields it knows (leaving NOT_REPORTED elsewhere). Append-only. */
+typedef struct hal_telemetry_snapshot_v1 {
+  size_t struct_size;
+  const char* source;   /* "nvml 12.550.54", "sysfs /"; owned like detail */
+  hal_telemetry_reading_v1 core_temperature, hotspot_temperature, memory_temperature;
+  hal_telemetry_reading_v1 slowdown_temperature, shutdown_temperature;
+  hal_telemetry_reading_v1 power_draw, power_limit, energy;
+  hal_telemetry_reading_v1 compute_clock, compute_clock_max, memory_clock, memory_clock_max;
+  hal_telemetry_reading_v1 compute_utilization, memory_utilization, steal;
+  hal_telemetry_reading_v1 clock_event_reasons, clock_event_vendor_mask; /* HAL_CLOCK_EVENT_*; vendor bits */
+  hal_telemetry_reading_v1 ecc_enabled, ecc_corrected_volatile, ecc_uncorrected_volatile;
+  hal_telemetry_reading_v1 ecc_corrected_aggregate, ecc_uncorrected_aggregate;
+  hal_telemetry_reading_v1 retired_single_bit, retired_double_bit, retirement_pending, retirement_pending_pages;
+  hal_telemetry_reading_v1 remap_corrected, remap_uncorrected, remap_pending, remap_failed;
+  hal_telemetry_reading_v1 pcie_generation, pcie_generation_max, pcie_width, pcie_width_max, pcie_replay_count;
+  hal_telemetry_reading_v1 links_active, links_total, link_errors;
+} hal_telemetry_snapshot_v1;
+
+typedef enum hal_health_event_kind {
+  HAL_HEALTH_EVENT_XID = 0,               /* code: the event number */
+  HAL_HEALTH_EVENT_UNCORRECTED_ECC = 1,   /* code: how many more errors */
+  HAL_HEALTH_EVENT_THERMAL = 2,
+  HAL_HEALTH_EVENT_POWER_BRAKE = 3,
+  HAL_HEALTH_EVENT_MEMORY_RETIREMENT = 4
+} hal_health_event_kind;
+
+typedef struct hal_health_event_v1 {
+  size_t struct_size;
+  uint32_t kind;            /* hal_health_event_kind */
+  uint32_t reserved;
+  int64_t code;
+  const char* description;  /* owned like a reading's detail */
+} hal_health_event_v1;
+
+/* A registration with the vendor's event API for one device. */
+typedef struct hal_health_watch hal_health_watch;
+
+typedef struct hal_telemetry_v1 {
+  size_t struct_size;
+  hal_status (*snapshot)(hal_backend_context* context, uint32_t device, hal_telemetry_snapshot_v1* out);
+  /* The vendor's event stream; all three NULL where there is none (libhal
+   * then finds events by comparing snapshots alone). */
+  hal_status (*watch_create)(hal_backend_context* context, uint32_t device, hal_health_watch** out);
+  /* HAL_OK with *out filled, or HAL_ERROR_TIMEOUT (no message) when no
+   * event came within timeout_ms (0: do not wait). */
+  hal_status (*watch_wait)(hal_health_watch* watch, int64_t timeout_ms, hal_health_event_v1* out);
+  void (*watch_destroy)(hal_health_watch* watch);
+} hal_telemetry_v1;
+
 /* Copies and fills take a stream; stream == NULL means a synchronous
  * operation that returns when the bytes are in place. Offsets and sizes have
  * already been checked by libhal against the buffer sizes. */
@@ -457,6 +544,8 @@ typedef struct hal_backend_v1 {
   const struct hal_collectives_v1* collectives;
   /* Appended: a plugin whose struct_size ends before it offers no interop. */
   const struct hal_interop_v1* interop;
+  /* Appended: a plugin whose struct_size ends before it offers no telemetry. */
+  const struct hal_telemetry_v1* telemetry;
 } hal_backend_v1;
 
 typedef const hal_backend_v1* (*hal_backend_query_fn)(uint32_t host_max_abi_version);
@@ -478,7 +567,7 @@ HAL_ABI_PIN_SIZE(hal_attention_params_v1, 360);
 HAL_ABI_PIN_SIZE(hal_tensor_ref_v1, 16);
 HAL_ABI_PIN_SIZE(hal_attention_v1, 40);
 HAL_ABI_PIN_SIZE(hal_attention_v2, 48);
-HAL_ABI_PIN_SIZE(hal_backend_v1, 256);
+HAL_ABI_PIN_SIZE(hal_backend_v1, 264);
 HAL_ABI_PIN_SIZE(hal_store_v1, 32);
 HAL_ABI_PIN_SIZE(hal_communicator_config_v1, 64);
 HAL_ABI_PIN_SIZE(hal_collective_op_v1, 80);
@@ -488,6 +577,10 @@ HAL_ABI_PIN_SIZE(hal_collectives_v2, 64);
 HAL_ABI_PIN_SIZE(hal_native_device_v1, 16);
 HAL_ABI_PIN_SIZE(hal_external_memory_v1, 48);
 HAL_ABI_PIN_SIZE(hal_interop_v1, 48);
+HAL_ABI_PIN_SIZE(hal_telemetry_reading_v1, 32);
+HAL_ABI_PIN_SIZE(hal_telemetry_snapshot_v1, 1232);
+HAL_ABI_PIN_SIZE(hal_health_event_v1, 32);
+HAL_ABI_PIN_SIZE(hal_telemetry_v1, 40);
 #undef HAL_ABI_PIN_SIZE
 #endif
 

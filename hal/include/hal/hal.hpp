@@ -12,4 +12,5 @@
 #include "hal/runtime.hpp"
 #include "hal/status.hpp"
 #include "hal/stream.hpp"
+#include "hal/telemetry.hpp"
 #include "hal/topology.hpp"
