@@ -309,6 +309,18 @@ def _run_on(device: hal.Device, tensor: torch.Tensor):
     return hal.default_stream(device), True
 
 
+def _run_borrowed(entry, query: torch.Tensor, operands, lse: torch.Tensor, is_causal: bool,
+                  scale: Optional[float]) -> None:
+    """Runs one of hal's borrowed-tensor entry points on the operands (in its order) and the f32 lse, on query's
+    hal device. The caller keeps operands and lse referenced until this returns."""
+    device = _hal_device(query.device)
+    tensors, geometry = _borrowed(operands)
+    params = _params(_DTYPES[query.dtype], geometry, is_causal, scale)
+    stream, synchronize = _run_on(device, query)
+    entry(hal.runtime(), stream, params, device.dlpack_device,
+          tensors + [(lse.data_ptr(), tuple(lse.shape), lse.stride())], synchronize)
+
+
 @torch.library.custom_op("hal::sdpa_forward", mutates_args=())
 def _sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
                   scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -317,14 +329,8 @@ def _sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, i
     lse = torch.empty((batch, heads_q, seq_q), dtype=torch.float32, device=query.device)
     if out.numel() == 0:
         return out, lse
-    device = _hal_device(query.device)
     operands = (_for_hal(query), _for_hal(key), _for_hal(value), out)  # referenced until hal has returned
-    tensors, geometry = _borrowed(operands)
-    params = _params(_DTYPES[query.dtype], geometry, is_causal, scale)
-    stream, synchronize = _run_on(device, query)
-    hal._hal._attention_forward_borrowed(hal.runtime(), stream, params, device.dlpack_device,
-                                         tensors + [(lse.data_ptr(), tuple(lse.shape), lse.stride())], synchronize)
-    del operands
+    _run_borrowed(hal._hal._attention_forward_borrowed, query, operands, lse, is_causal, scale)
     return out, lse
 
 
@@ -343,16 +349,9 @@ def _sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tenso
     if query.numel() == 0 or key.numel() == 0:
         grad_q.zero_(), grad_k.zero_(), grad_v.zero_()
         return grad_q, grad_k, grad_v
-    device = _hal_device(query.device)
-    lse = lse.detach().contiguous()
     # Referenced until hal has returned (contiguous copies included).
     operands = [_for_hal(t) for t in (query, key, value, out, grad_out)] + [grad_q, grad_k, grad_v]
-    tensors, geometry = _borrowed(operands)
-    params = _params(_DTYPES[query.dtype], geometry, is_causal, scale)
-    stream, synchronize = _run_on(device, query)
-    hal._hal._attention_backward_borrowed(hal.runtime(), stream, params, device.dlpack_device,
-                                          tensors + [(lse.data_ptr(), tuple(lse.shape), lse.stride())], synchronize)
-    del operands
+    _run_borrowed(hal._hal._attention_backward_borrowed, query, operands, lse.detach().contiguous(), is_causal, scale)
     return grad_q, grad_k, grad_v
 
 
