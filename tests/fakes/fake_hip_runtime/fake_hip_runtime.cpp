@@ -604,13 +604,13 @@ FAKE_EXPORT hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, 
 // symbol is in that entry (hipErrorNotFound otherwise). Launches are checked
 // and recorded for the tests, not run: no device code runs here.
 
+struct FakeFunction {
+  std::string name;
+};
 struct FakeModule {
   int device = 0;
-  std::string code;  // the architecture's entry of the bundle
-};
-struct FakeFunction {
-  FakeModule* module;
-  std::string name;
+  std::string code;                   // the architecture's entry of the bundle
+  std::deque<FakeFunction> functions;  // owned by the module, as the runtime's are; a deque keeps their addresses
 };
 struct Launch {
   std::string kernel;
@@ -657,7 +657,7 @@ FAKE_EXPORT hipError_t hipModuleLoadData(hipModule_t* module, const void* image)
 }
 FAKE_EXPORT hipError_t hipModuleUnload(hipModule_t module) {
   if (module == nullptr || !code_objects_load()) return hipErrorInvalidHandle;
-  delete reinterpret_cast<FakeModule*>(module);  // its functions are leaked on purpose: handles may outlive it
+  delete reinterpret_cast<FakeModule*>(module);  // and its functions: their handles are invalid from now on
   return hipSuccess;
 }
 FAKE_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModule_t module, const char* name) {
@@ -667,7 +667,8 @@ FAKE_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModule_t
   // A kernel's symbol is a NUL-terminated name in the ELF string table.
   const std::string symbol = std::string(1, '\0') + name + std::string(1, '\0');
   if (loaded->code.find(symbol) == std::string::npos) return hipErrorNotFound;
-  *function = reinterpret_cast<hipFunction_t>(new FakeFunction{loaded, name});
+  std::lock_guard lock(state().mutex);
+  *function = reinterpret_cast<hipFunction_t>(&loaded->functions.emplace_back(FakeFunction{name}));
   return hipSuccess;
 }
 FAKE_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t function, unsigned int grid_x, unsigned int grid_y,
