@@ -652,7 +652,7 @@ FAKE_EXPORT hipError_t hipModuleLoadData(hipModule_t* module, const void* image)
   const std::string arch = state().devices[static_cast<std::size_t>(current_device)].arch;
   auto code = bundle_entry(image, arch.substr(0, arch.find(':')));
   if (!code) return hipErrorNoBinaryForGpu;
-  *module = reinterpret_cast<hipModule_t>(new FakeModule{current_device, std::move(*code)});
+  *module = reinterpret_cast<hipModule_t>(new FakeModule{current_device, std::move(*code), {}});
   return hipSuccess;
 }
 FAKE_EXPORT hipError_t hipModuleUnload(hipModule_t module) {
