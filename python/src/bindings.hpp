@@ -3,7 +3,14 @@
 
 #include <nanobind/nanobind.h>
 
+#include <string>
+
+#include <hal/interop.hpp>
+
 namespace hal::python {
+
+// A tensor's shape as Python writes a tuple: "(2, 3)", "(4,)", "()".
+std::string shape_text(const Tensor& tensor);
 
 // hal::Store, Store::from_environment and hal::Communicator on hal.Tensor
 // (python/src/collectives.cpp); hal/_collectives.py is the Python face.

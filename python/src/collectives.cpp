@@ -35,12 +35,6 @@ std::chrono::milliseconds milliseconds_of(double seconds, const char* name) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
 }
 
-std::string shape_text(const Tensor& tensor) {
-  std::string text = "(";
-  for (std::size_t i = 0; i < tensor.shape.size(); ++i) text += (i ? ", " : "") + std::to_string(tensor.shape[i]);
-  return text + (tensor.shape.size() == 1 ? ",)" : ")");
-}
-
 // Collectives move whole buffers: the tensor's elements must be one dense
 // run in row-major order (extents of 1 may have any stride).
 BufferView dense_view(const Tensor& tensor, std::string_view operation, std::string_view role) {
@@ -88,8 +82,6 @@ struct Operands {
   }
 };
 
-ReduceOp reduce_op_of(const std::string& name) { return parse_reduce_op(name); }
-
 // One entry for every operation with a send and a receive tensor; `root` is
 // the root rank (broadcast, reduce, gather, scatter), ignored otherwise.
 void run_collective(const Communicator& communicator, const std::string& operation, const Tensor& send,
@@ -109,19 +101,19 @@ void run_collective(const Communicator& communicator, const std::string& operati
   nb::gil_scoped_release release;
   if (operation == "all_reduce") {
     operands.check_counts(send, recv, 1, 1, "all_reduce needs as many elements in recv as in send");
-    communicator.all_reduce(send_view, recv_view, send.element_count(), type, reduce_op_of(op), stream, options);
+    communicator.all_reduce(send_view, recv_view, send.element_count(), type, parse_reduce_op(op), stream, options);
   } else if (operation == "broadcast") {
     operands.check_counts(send, recv, 1, 1, "broadcast needs as many elements in recv as in send");
     communicator.broadcast(send_view, recv_view, send.element_count(), type, root, stream, options);
   } else if (operation == "reduce") {
     operands.check_counts(send, recv, 1, 1, "reduce needs as many elements in recv as in send");
-    communicator.reduce(send_view, recv_view, send.element_count(), type, reduce_op_of(op), root, stream, options);
+    communicator.reduce(send_view, recv_view, send.element_count(), type, parse_reduce_op(op), root, stream, options);
   } else if (operation == "all_gather") {
     operands.check_counts(send, recv, world, 1, "all_gather's recv holds world size times send's elements");
     communicator.all_gather(send_view, recv_view, send.element_count(), type, stream, options);
   } else if (operation == "reduce_scatter") {
     operands.check_counts(send, recv, 1, world, "reduce_scatter's send holds world size times recv's elements");
-    communicator.reduce_scatter(send_view, recv_view, recv.element_count(), type, reduce_op_of(op), stream, options);
+    communicator.reduce_scatter(send_view, recv_view, recv.element_count(), type, parse_reduce_op(op), stream, options);
   } else if (operation == "all_to_all") {
     operands.check_counts(send, recv, 1, 1, "all_to_all needs as many elements in recv as in send");
     if (send.element_count() % world != 0)
@@ -161,6 +153,12 @@ void run_point_to_point(const Communicator& communicator, const std::string& ope
 }
 
 }  // namespace
+
+std::string shape_text(const Tensor& tensor) {
+  std::string text = "(";
+  for (std::size_t i = 0; i < tensor.shape.size(); ++i) text += (i ? ", " : "") + std::to_string(tensor.shape[i]);
+  return text + (tensor.shape.size() == 1 ? ",)" : ")");
+}
 
 void bind_collectives(nb::module_& m) {
   nb::class_<Store>(m, "Store",

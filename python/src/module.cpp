@@ -236,11 +236,9 @@ hal::Tensor tensor_from_capsule(const hal::Runtime& runtime, nb::handle capsule)
 }
 
 std::string tensor_repr(const hal::Tensor& tensor) {
-  std::string shape;
-  for (std::size_t i = 0; i < tensor.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(tensor.shape[i]);
-  if (tensor.shape.size() == 1) shape += ",";
   std::string device = tensor.buffer.valid() ? tensor.buffer.device().id() : "freed";
-  return "<hal.Tensor shape=(" + shape + ") dtype=" + std::string(hal::to_string(tensor.dtype)) + " device=" + device + ">";
+  return "<hal.Tensor shape=" + hal::python::shape_text(tensor) + " dtype=" + std::string(hal::to_string(tensor.dtype)) +
+         " device=" + device + ">";
 }
 
 std::vector<std::string> implementation_names(const std::vector<hal::AttentionImplementation>& implementations) {
