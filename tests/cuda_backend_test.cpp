@@ -318,9 +318,7 @@ TEST_SUITE("fake driver") {
     CHECK(fake.module_loads() == loads_before + expected_loads);
     // The refusal carries the driver's reason, as before the first use.
     if (HAL_TEST_CUDA_KERNELS_BUILT) {
-      std::string reasons;
-      for (const hal::AttentionCandidate& candidate : first.candidates)
-        for (const std::string& reason : candidate.reasons) reasons += reason + "\n";
+      const std::string reasons = hal::testing::candidate_reasons(first);
       CHECK(contains(reasons, "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU"));
     }
     CHECK(fake.primary_context_retains(1) == 0);  // device 1 was never used
@@ -446,9 +444,7 @@ TEST_SUITE("fake driver") {
     params.seq_q = 16;
     const hal::AttentionDecision decision = hal::explain_attention(device(0), params);
     CHECK_FALSE(decision.found);
-    std::string reasons;
-    for (const hal::AttentionCandidate& candidate : decision.candidates)
-      for (const std::string& reason : candidate.reasons) reasons += reason + "\n";
+    const std::string reasons = hal::testing::candidate_reasons(decision);
 #if HAL_TEST_CUDA_KERNELS_BUILT
     // Declared from what could load; the fake loads no image, as a device
     // without a matching architecture, and supports() says so before any launch.

@@ -65,6 +65,16 @@ inline std::vector<std::uint8_t> read_all(const Buffer& buffer) {
   return bytes;
 }
 
+// Every candidate's reasons, one per line; only `implementation`'s when given.
+inline std::string candidate_reasons(const AttentionDecision& decision,
+                                     std::optional<AttentionImplementation> implementation = std::nullopt) {
+  std::string reasons;
+  for (const AttentionCandidate& candidate : decision.candidates)
+    if (!implementation || candidate.implementation == *implementation)
+      for (const std::string& reason : candidate.reasons) reasons += reason + "\n";
+  return reasons;
+}
+
 inline const Capability& capability(const DeviceInfo& info, std::string_view key) {
   const Capability* found = info.find_capability(key);
   REQUIRE_MESSAGE(found != nullptr, "no capability " << key);

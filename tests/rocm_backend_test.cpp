@@ -188,10 +188,7 @@ TEST_SUITE("fake runtime") {
     params.seq_q = 16;
     const hal::AttentionDecision decision = hal::explain_attention(device(0), params);
     CHECK_FALSE(decision.found);
-    std::string flash;
-    for (const hal::AttentionCandidate& candidate : decision.candidates)
-      if (candidate.implementation == hal::AttentionImplementation::flash)
-        for (const std::string& reason : candidate.reasons) flash += reason + "\n";
+    const std::string flash = hal::testing::candidate_reasons(decision, hal::AttentionImplementation::flash);
     if (built_with_kernels) {
       CHECK(device(0).supports("kernels"));
       CHECK(contains(kernels.note, "first use"));
