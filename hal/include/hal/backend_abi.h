@@ -481,6 +481,8 @@ typedef struct hal_telemetry_v1 {
   hal_status (*snapshot)(hal_backend_context* context, uint32_t device, hal_telemetry_snapshot_v1* out);
   /* The vendor's event stream; all three NULL where there is none (libhal
    * then finds events by comparing snapshots alone). */
+  /* HAL_OK with *out NULL: this device has no event stream (its library is
+   * missing or has no event API); snapshots alone are compared. */
   hal_status (*watch_create)(hal_backend_context* context, uint32_t device, hal_health_watch** out);
   /* HAL_OK with *out filled, or HAL_ERROR_TIMEOUT (no message) when no
    * event came within timeout_ms (0: do not wait). */
