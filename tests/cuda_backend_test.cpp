@@ -21,6 +21,7 @@
 #include <cudnn_version.h>
 #include <nccl.h>
 
+#include "command_output.hpp"
 #include "core_test_support.hpp"
 #include "hal/capabilities.hpp"
 #include "hal/hal.hpp"
@@ -732,3 +733,173 @@ TEST_SUITE("cudnn quirks") {
   }
 }
 #endif
+
+// Telemetry through the fake NVML (tests/fakes/fake_nvml), whose devices are
+// listed in the reverse of the fake driver's order: hal must match them by
+// PCI bus id. The fake reads its values on every call, so a test changes one
+// with the environment between two snapshots.
+TEST_SUITE("nvml telemetry") {
+  struct NvmlFixture {
+    ScopedEnvironment nvml{{"HAL_NVML", HAL_FAKE_NVML_PATH},
+                           {"HAL_FAKE_NVML_PCI_BUS_IDS", "00000000:E2:00.0,00000000:E1:00.0"},
+                           {"HAL_FAKE_NVML_TEMPERATURE", "72,41"}};
+    FakeDriverFixture driver;
+    hal::TelemetrySnapshot read(int index = 0) const { return hal::telemetry(driver.device(index)); }
+  };
+
+  std::string reason_of(const hal::Reading<double>& reading) { return reading.reason_text(); }
+
+  TEST_CASE("NVML devices are matched to CUDA devices by PCI bus id, not by index") {
+    const NvmlFixture fixture;
+    const hal::TelemetrySnapshot first = fixture.read(0);  // PCI e1: NVML's index 1
+    const hal::TelemetrySnapshot second = fixture.read(1);
+    CHECK(first.source == "nvml 550.54.15");
+    CHECK(first.temperature.core_celsius.value() == 41.0);
+    CHECK(second.temperature.core_celsius.value() == 72.0);
+    CHECK(first.temperature.slowdown_limit_celsius.value() == 90.0);
+    CHECK(first.temperature.shutdown_limit_celsius.value() == 95.0);
+    CHECK(first.temperature.memory_celsius.value() == 50.0);  // a field value (NVML_FI_DEV_MEMORY_TEMP)
+    CHECK(first.temperature.hotspot_celsius.reason() == hal::Unavailable::not_supported);
+    CHECK(first.power.draw_watts.value() == doctest::Approx(250.0));
+    CHECK(first.power.limit_watts.value() == doctest::Approx(400.0));
+    CHECK(first.power.energy_joules.value() == doctest::Approx(123456.789));
+    CHECK(first.clocks.compute_mhz.value() == 1410);
+    CHECK(first.clocks.compute_max_mhz.value() == 1980);
+    CHECK(first.clocks.memory_max_mhz.value() == 1593);
+    CHECK(first.utilization.compute_percent.value() == 30.0);
+    CHECK(first.utilization.memory_percent.value() == 20.0);
+    CHECK(first.utilization.steal_percent.reason() == hal::Unavailable::not_supported);
+    CHECK(first.clock_events.reasons.value() == static_cast<std::uint64_t>(hal::ClockEventReason::idle));
+    CHECK(first.ecc.enabled.value());
+    CHECK(first.ecc.uncorrected_volatile.value() == 0);
+    CHECK(first.retired_pages.double_bit.value() == 0);
+    CHECK_FALSE(first.retired_pages.pending.value());
+    CHECK(first.retired_pages.pending_pages.reason() == hal::Unavailable::not_supported);
+    CHECK_FALSE(first.row_remapping.failed.value());
+    CHECK(first.pcie.generation.value() == 4);
+    CHECK(first.pcie.width_max.value() == 16);
+    CHECK(first.pcie.replay_count.value() == 0);
+    // No NVLink on this fake GPU: not supported, in NVML's words.
+    CHECK(first.interconnect.links_total.reason() == hal::Unavailable::not_supported);
+    CHECK(contains(first.interconnect.links_total.detail(), "nvmlDeviceGetNvLinkState: Not Supported"));
+    CHECK(hal::health_problems(first).empty());
+  }
+
+  TEST_CASE("a field the GPU lacks is not supported, one that needs root says so, an error is a read failure") {
+    const NvmlFixture fixture;
+    ScopedEnvironment values{{"HAL_FAKE_NVML_POWER_MW", "unsupported"},
+                             {"HAL_FAKE_NVML_ENERGY_MJ", "denied"},
+                             {"HAL_FAKE_NVML_PCIE_REPLAY", "error"}};
+    const hal::TelemetrySnapshot snapshot = fixture.read(0);
+    CHECK(snapshot.power.draw_watts.reason() == hal::Unavailable::not_supported);
+    CHECK(contains(reason_of(snapshot.power.draw_watts), "nvmlDeviceGetPowerUsage: Not Supported (3)"));
+    CHECK(snapshot.power.energy_joules.reason() == hal::Unavailable::needs_root);
+    CHECK(snapshot.pcie.replay_count.reason() == hal::Unavailable::read_failed);
+    CHECK(contains(snapshot.pcie.replay_count.detail(), "Unknown Error (999)"));
+    CHECK(snapshot.power.limit_watts.value() == doctest::Approx(400.0));  // the others still read
+  }
+
+  TEST_CASE("clock events map to hal's set, keep NVML's mask, and hardware slowdown is a critical problem") {
+    const NvmlFixture fixture;
+    // hardware slowdown 0x8, hardware thermal 0x40, power brake 0x80, display clock setting 0x100
+    ScopedEnvironment values{{"HAL_FAKE_NVML_CLOCK_EVENTS", "0x1c8"}};
+    const hal::TelemetrySnapshot snapshot = fixture.read(0);
+    CHECK(snapshot.clock_events.vendor_mask.value() == 0x1c8);
+    CHECK(hal::describe_clock_event_reasons(snapshot.clock_events.reasons.value()) ==
+          "hardware_slowdown,hardware_thermal,power_brake,other");
+    const auto problems = hal::health_problems(snapshot);
+    REQUIRE_FALSE(problems.empty());
+    CHECK(problems.front().severity == hal::Severity::critical);
+  }
+
+  TEST_CASE("in MIG mode utilization is not readable, and says so") {
+    const NvmlFixture fixture;
+    ScopedEnvironment values{{"HAL_FAKE_NVML_MIG", "0,1"}};  // NVML's index 1 is cuda:0
+    const hal::TelemetrySnapshot snapshot = fixture.read(0);
+    CHECK(snapshot.utilization.compute_percent.reason() == hal::Unavailable::mig_mode);
+    CHECK(fixture.read(1).utilization.compute_percent.value() == 30.0);
+  }
+
+  TEST_CASE("NVLink: links counted until NVML says there are no more, errors summed over the active ones") {
+    const NvmlFixture fixture;
+    ScopedEnvironment values{
+        {"HAL_FAKE_NVML_NVLINKS", "18"}, {"HAL_FAKE_NVML_NVLINKS_ACTIVE", "16"}, {"HAL_FAKE_NVML_NVLINK_ERRORS", "2"}};
+    const hal::TelemetrySnapshot snapshot = fixture.read(0);
+    CHECK(snapshot.interconnect.links_total.value() == 18);
+    CHECK(snapshot.interconnect.links_active.value() == 16);
+    CHECK(snapshot.interconnect.error_count.value() == 16 * 4 * 2);  // replay, recovery, CRC flit, CRC data
+  }
+
+  TEST_CASE("health monitor: an XID from NVML's event API, then rising uncorrected ECC errors and a pending remap") {
+    const NvmlFixture fixture;
+    ScopedEnvironment quiet{{"HAL_FAKE_NVML_XID", std::nullopt}};
+    hal::HealthMonitor monitor(fixture.driver.device(0), std::chrono::milliseconds(10));
+    CHECK_FALSE(monitor.wait(std::chrono::milliseconds(30)).has_value());
+    {
+      ScopedEnvironment xid{{"HAL_FAKE_NVML_XID", "0:13,1:79"}};  // NVML's device 1 is cuda:0
+      const std::optional<hal::HealthEvent> event = monitor.wait(std::chrono::seconds(5));
+      REQUIRE(event.has_value());
+      CHECK(event->kind == hal::HealthEventKind::xid);
+      CHECK(event->code == 79);
+      CHECK(event->device_id == "cuda:0");
+      CHECK(event->description == "XID 79");
+      CHECK_FALSE(monitor.wait(std::chrono::milliseconds(50)).has_value());  // device 1's XID 13 is not ours
+    }
+    ScopedEnvironment worse{{"HAL_FAKE_NVML_ECC_UNCORRECTED_VOLATILE", "0,3"}, {"HAL_FAKE_NVML_REMAP_PENDING", "0,1"}};
+    std::vector<hal::HealthEventKind> kinds;
+    for (int attempt = 0; attempt < 2; ++attempt)
+      if (auto event = monitor.wait(std::chrono::seconds(5))) {
+        kinds.push_back(event->kind);
+        if (event->kind == hal::HealthEventKind::uncorrected_ecc) CHECK(event->code == 3);
+      }
+    CHECK(kinds == std::vector{hal::HealthEventKind::uncorrected_ecc, hal::HealthEventKind::memory_retirement});
+  }
+
+#ifdef HALINFO_PATH
+  TEST_CASE("halinfo health and watch show the GPU's NVML readings, worst first") {
+    const NvmlFixture fixture;  // its environment is the child's
+    ScopedEnvironment values{{"HAL_FAKE_NVML_RETIRED_DOUBLE_BIT", "0,2"}, {"HAL_FAKE_NVML_ECC_UNCORRECTED_VOLATILE", "0,2"},
+                             {"HAL_FAKE_NVML_CLOCK_EVENTS", "0x1,0x40"}};
+    const hal::testing::CommandResult health =
+        hal::testing::run_command(std::string(HALINFO_PATH) + " health --device cuda:0 2>&1");
+    CHECK(health.exit_code == 1);  // a critical problem
+    CHECK(contains(health.output, "cuda:0  2 uncorrected ECC errors since the driver loaded"));
+    CHECK(contains(health.output, "from nvml 550.54.15"));
+    CHECK(contains(health.output, "temperature.core_celsius"));
+    CHECK(contains(health.output, "41.0 C"));
+    const hal::testing::CommandResult watch =
+        hal::testing::run_command(std::string(HALINFO_PATH) + " watch --device cuda:1 --count 1 --csv 2>&1");
+    CHECK(watch.exit_code == 0);
+    CHECK(contains(watch.output, ",cuda:1,72.0,"));
+  }
+#endif
+
+  TEST_CASE("without NVML every field says the library is missing, naming where it looked") {
+    ScopedEnvironment missing{{"HAL_NVML", "/nonexistent/libnvidia-ml.so.1"}};
+    const FakeDriverFixture fixture;
+    const hal::TelemetrySnapshot snapshot = hal::telemetry(fixture.device(0));
+    CHECK(snapshot.temperature.core_celsius.reason() == hal::Unavailable::library_missing);
+    CHECK(snapshot.ecc.uncorrected_aggregate.reason() == hal::Unavailable::library_missing);
+    CHECK(contains(snapshot.temperature.core_celsius.detail(), "/nonexistent/libnvidia-ml.so.1"));
+    CHECK(contains(snapshot.source, "NVML (libnvidia-ml.so.1) was not found"));
+    hal::HealthMonitor monitor(fixture.device(0));  // no event stream: snapshots only, and no crash
+    CHECK_FALSE(monitor.wait(std::chrono::milliseconds(20)).has_value());
+  }
+
+  TEST_CASE("NVML that fails to initialize, and a GPU NVML does not list, are read failures with the reason") {
+    {
+      ScopedEnvironment failing{{"HAL_NVML", HAL_FAKE_NVML_PATH}, {"HAL_FAKE_NVML_INIT", "fail"}};
+      const FakeDriverFixture fixture;
+      const hal::TelemetrySnapshot snapshot = hal::telemetry(fixture.device(0));
+      CHECK(snapshot.power.draw_watts.reason() == hal::Unavailable::read_failed);
+      CHECK(contains(snapshot.power.draw_watts.detail(), "nvmlInit failed: Driver Not Loaded (9)"));
+    }
+    ScopedEnvironment one{{"HAL_NVML", HAL_FAKE_NVML_PATH}, {"HAL_FAKE_NVML_PCI_BUS_IDS", "00000000:E2:00.0"}};
+    const FakeDriverFixture fixture;
+    const hal::TelemetrySnapshot snapshot = hal::telemetry(fixture.device(0));
+    CHECK(snapshot.clocks.compute_mhz.reason() == hal::Unavailable::read_failed);
+    CHECK(contains(snapshot.clocks.compute_mhz.detail(), "lists no device at PCI 0000:e1:00.0"));
+    CHECK(contains(snapshot.clocks.compute_mhz.detail(), "it lists 0000:e2:00.0"));
+    CHECK(hal::telemetry(fixture.device(1)).clocks.compute_mhz.value() == 1410);
+  }
+}

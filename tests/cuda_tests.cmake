@@ -23,6 +23,20 @@ target_compile_definitions(fake_cuda_driver_no_uuid_v2 PRIVATE HAL_FAKE_CUDA_NO_
 target_include_directories(fake_cuda_driver_no_uuid_v2 SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
 target_link_libraries(fake_cuda_driver_no_uuid_v2 PRIVATE hal_warnings Threads::Threads)
 
+# NVML and the PPU SDK's HGML, one source built with either prefix, each
+# under its real soname alone in its directory.
+set(HAL_FAKE_NVML_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_nvml)
+add_library(fake_nvml SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_nvml/fake_nvml.cpp)
+set_target_properties(fake_nvml PROPERTIES OUTPUT_NAME nvidia-ml PREFIX lib SUFFIX .so.1
+  LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_NVML_DIR}/nvml CXX_VISIBILITY_PRESET hidden)
+add_library(fake_hgml SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_nvml/fake_nvml.cpp)
+set_target_properties(fake_hgml PROPERTIES OUTPUT_NAME hgml PREFIX lib SUFFIX .so
+  LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_NVML_DIR}/hgml CXX_VISIBILITY_PRESET hidden)
+target_compile_definitions(fake_hgml PRIVATE FAKE_NVML_HGML=1)
+foreach(fake fake_nvml fake_hgml)
+  target_link_libraries(${fake} PRIVATE hal_warnings Threads::Threads)
+endforeach()
+
 add_executable(hal_cuda_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_backend_test.cpp
@@ -35,10 +49,11 @@ target_compile_definitions(hal_cuda_tests PRIVATE
   HAL_FAKE_CUDA_DRIVER_DIR="${HAL_FAKE_CUDA_DRIVER_DIR}"
   HAL_FAKE_NCCL_PATH="$<TARGET_FILE:fake_nccl>"
   HAL_FAKE_NCCL_LEGACY_PATH="$<TARGET_FILE:fake_nccl_legacy>"
+  HAL_FAKE_NVML_PATH="$<TARGET_FILE:fake_nvml>"
   HAL_TEST_CUDA_KERNELS_BUILT=$<BOOL:${HAL_CUDA_KERNELS}>
   HAL_TEST_BACKEND_CUDA=1
   HAL_TEST_GPU_PLUGIN_PATH="$<TARGET_FILE:hal_backend_cuda>")
-add_dependencies(hal_cuda_tests fake_cuda_driver fake_cuda_driver_no_uuid_v2 fake_nccl fake_nccl_legacy hal_backend_cuda hal_backend_host hal_data)
+add_dependencies(hal_cuda_tests fake_cuda_driver fake_cuda_driver_no_uuid_v2 fake_nccl fake_nccl_legacy fake_nvml hal_backend_cuda hal_backend_host hal_data)
 if(TARGET halinfo)
   target_compile_definitions(hal_cuda_tests PRIVATE HALINFO_PATH="$<TARGET_FILE:halinfo>")
   add_dependencies(hal_cuda_tests halinfo)
@@ -53,6 +68,8 @@ hal_add_suite_test(cuda_fake_interop_tests hal_cuda_tests "cuda interop"
   "${HAL_CUDA_TEST_ENVIRONMENT};${HAL_CUDA_FAKE_A100S}")
 hal_add_suite_test(cuda_fake_attention_tests hal_cuda_tests "gpu attention"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1")
+hal_add_suite_test(cuda_fake_nvml_telemetry_tests hal_cuda_tests "nvml telemetry"
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2")
 hal_add_suite_test(cuda_fake_no_uuid_v2_tests hal_cuda_tests "driver without uuid v2"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_TEST_FAKE_CUDA_DRIVER=$<TARGET_FILE:fake_cuda_driver_no_uuid_v2>")
 hal_add_suite_test(cuda_fake_ppu_tests hal_cuda_tests "ppu identity" "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=ppu")

@@ -379,6 +379,32 @@ TEST_SUITE("ppu fixture") {
   }
 #endif
 
+  TEST_CASE("telemetry comes from the SDK's HGML; what this HGML lacks is not supported, never a crash") {
+    const Fixture fixture;
+    const auto environment = fixture.environment();
+    {
+      const hal::Runtime runtime = hal::Runtime::create(default_options());
+      const hal::TelemetrySnapshot snapshot = hal::telemetry(runtime.device("ppu:0"));
+      CHECK(snapshot.temperature.core_celsius.reason() == hal::Unavailable::library_missing);
+      CHECK(contains(snapshot.temperature.core_celsius.detail(), (fixture.root / "sdk/lib64").string()));
+    }
+    fs::copy_file(HAL_FAKE_HGML_PATH, fixture.root / "sdk/lib64/libhgml.so");
+    ScopedEnvironment hgml{{"HAL_FAKE_NVML_PCI_BUS_IDS", "00000000:E1:00.0"},
+                           {"HAL_FAKE_NVML_TEMPERATURE", "63"},
+                           {"HAL_FAKE_NVML_CLOCK_EVENTS", "0x20"}};
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::TelemetrySnapshot snapshot = hal::telemetry(runtime.device("ppu:0"));
+    CHECK(snapshot.source == "hgml 550.54.15");
+    CHECK(snapshot.temperature.core_celsius.value() == 63.0);
+    // Only the old clock-event name is exported here; it is the fallback.
+    CHECK(snapshot.clock_events.reasons.value() == static_cast<std::uint64_t>(hal::ClockEventReason::software_thermal));
+    CHECK(snapshot.row_remapping.pending.reason() == hal::Unavailable::not_supported);
+    CHECK(contains(snapshot.row_remapping.pending.detail(), "hgmlDeviceGetRemappedRows is not in"));
+    CHECK(snapshot.temperature.memory_celsius.reason() == hal::Unavailable::not_supported);
+    hal::HealthMonitor monitor(runtime.device("ppu:0"), std::chrono::milliseconds(10));  // no event API in this HGML
+    CHECK_FALSE(monitor.wait(std::chrono::milliseconds(30)).has_value());
+  }
+
   TEST_CASE("attention explain on the PPU excludes fused citing the quirk and never picks it") {
     const Fixture fixture;
     const auto environment = fixture.environment();

@@ -21,6 +21,7 @@
 #include "fused_attention.hpp"
 #include "gpu_attention.hpp"
 #include "gpu_streams.hpp"
+#include "gpu_telemetry.hpp"
 #include "imported_memory.hpp"
 #include "hal/backend_abi.h"
 #include "kernel_functions.hpp"
@@ -77,6 +78,10 @@ struct Profile {
   std::string blas;  // a cuBLAS-compatible library's path; empty: HAL_CUBLAS, then the usual search
   // When set, that library is not looked for and this is the reason.
   std::string dnn_absent, collectives_absent, blas_absent;
+  // The NVML-family management library telemetry reads, opened on the
+  // first snapshot, and its exported names' prefix ("nvml", "hgml").
+  shims::LibraryRequest telemetry;
+  std::string telemetry_prefix = "nvml";
   // Sets the device's vendor and NUMA node and adds its version axes and
   // identity capabilities (model, what its compute capability means). Runs
   // once the driver's identity, PCI bus id and attributes are read.
@@ -99,6 +104,7 @@ struct Context {
   std::unique_ptr<backend::GpuAttention> attention;
   int driver_version = 0;
   std::vector<std::unique_ptr<CudaDevice>> devices;
+  std::unique_ptr<backend::LazyTelemetry> telemetry;  // profile.telemetry, opened when first read
   // Collectives on `nccl`; last, so it goes before what it uses.
   std::unique_ptr<backend::NcclCollectives> collectives;
 
@@ -132,6 +138,10 @@ std::string format_cuda_version(int version);
 // Opens context.profile's driver and optional libraries and lists the
 // devices (plugin.cpp). HAL_ERROR_NOT_PRESENT when the driver is missing.
 hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init);
+// telemetry.cpp: snapshots and health events through profile.telemetry.
+std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile);
+extern const hal_telemetry_v1 telemetry_table;
+
 using InitializeFunction = hal_status (*)(const hal_backend_init_v1*, hal_backend_context**);
 // The table of a plugin built on this core: its name and initialize differ,
 // everything else (work entry points, optional sub-tables) is shared.

@@ -6,6 +6,7 @@
 #include "backend_options.hpp"
 #include "cuda_backend.hpp"
 #include "gpu_plugin.hpp"
+#include "nvml.hpp"
 
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
@@ -54,6 +55,7 @@ Profile nvidia_profile(const std::map<std::string, std::string>& options) {
   profile.dnn = shims::Cudnn::nvidia_request(option("cudnn"));
   profile.collectives = shims::Nccl::nvidia_request(option("nccl"));
   profile.blas = option("cublas");
+  profile.telemetry = shims::Nvml::nvidia_request(option("nvml"));
   profile.identify = identify_nvidia_device;
   return profile;
 }
@@ -62,8 +64,8 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
   return backend::guarded_initialize(init, out, "cuda", [&] {
     auto backend = std::make_unique<hal_backend_context>();
     // Each option is a path to one vendor library.
-    const auto options = backend::read_backend_options(*init, "cuda", {"driver", "cudnn", "nccl", "cublas"},
-                                                       "driver, cudnn, nccl and cublas (paths to those libraries)");
+    const auto options = backend::read_backend_options(*init, "cuda", {"driver", "cudnn", "nccl", "cublas", "nvml"},
+                                                       "driver, cudnn, nccl, cublas and nvml (paths to those libraries)");
     backend->cuda.profile = nvidia_profile(options);
     if (hal_status status = open_context(*backend, *init); status != HAL_OK) return status;
     *out = backend.release();

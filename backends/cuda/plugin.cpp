@@ -56,6 +56,7 @@ hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1&
   context.fused_attention = make_cudnn_attention(context);
   create_attention(context);  // before discovery: it declares the devices' attention capabilities
   create_collectives(backend);
+  context.telemetry = make_telemetry(context.profile);
   return discover_devices(context);
 }
 
@@ -67,6 +68,7 @@ hal_backend_v1 make_table(const char* name, InitializeFunction initialize) {
   table.collectives = &collectives_table.v1;
   static const hal_interop_v1 interop_table = make_interop_table();
   table.interop = &interop_table;
+  table.telemetry = &telemetry_table;
   return table;
 }
 

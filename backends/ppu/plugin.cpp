@@ -9,6 +9,7 @@
 #include "cuda_backend.hpp"
 #include "discovery.hpp"
 #include "gpu_plugin.hpp"
+#include "nvml.hpp"
 
 namespace hal::ppu {
 namespace {
@@ -100,6 +101,9 @@ cuda::Profile ppu_profile(const Software& software) {
     profile.collectives.display_name = "ACCL-P (" + software.collectives.root + ")";
     profile.collectives.configured_path = software.collectives_library.path;
   }
+  // HGML: NVML's API with an hgml prefix, from the SDK (HAL_HGML overrides).
+  profile.telemetry = shims::Nvml::hgml_request({}, software.sdk.root);
+  profile.telemetry_prefix = "hgml";
   profile.identify = [software](const cuda::Context& context, cuda::CudaDevice& device) {
     identify_ppu(software, context, device);
   };

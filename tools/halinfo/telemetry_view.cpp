@@ -1,5 +1,7 @@
 #include "telemetry_view.hpp"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <ctime>
 #include <functional>
@@ -136,8 +138,18 @@ std::string pad(const std::string& text, std::size_t width) {
   return text.size() >= width ? text + " " : text + std::string(width - text.size(), ' ');
 }
 
-std::string word_for(const std::vector<hal::HealthProblem>& problems) {
-  return problems.empty() ? "ok" : problems.front().message;
+// "ok", the first problem, or, when nothing could be read, why not: a device
+// with no readings is not known to be healthy.
+std::string word_for(const hal::TelemetrySnapshot& snapshot) {
+  const std::vector<hal::HealthProblem> problems = hal::health_problems(snapshot);
+  if (!problems.empty()) return problems.front().message;
+  std::string first_reason;
+  for (const Field& entry : fields()) {
+    const FieldValue value = entry.read(snapshot);
+    if (value.available) return "ok";
+    if (first_reason.empty()) first_reason = value.reason;
+  }
+  return "unknown (" + first_reason + ")";
 }
 
 std::string utc_time(std::chrono::system_clock::time_point time) {
@@ -172,13 +184,13 @@ nlohmann::json telemetry_to_json(const hal::Device& device) {
   for (const hal::HealthProblem& problem : hal::health_problems(snapshot))
     problems.push_back({{"severity", std::string(hal::to_string(problem.severity))}, {"message", problem.message}});
   document["problems"] = problems;
-  document["health"] = word_for(hal::health_problems(snapshot));
+  document["health"] = word_for(snapshot);
   return document;
 }
 
 std::string health_word(const hal::Device& device) {
   try {
-    return word_for(hal::health_problems(hal::telemetry(device)));
+    return word_for(hal::telemetry(device));
   } catch (const hal::Error& error) {
     return error.code() == hal::StatusCode::unsupported ? "unknown (no telemetry)" : "unknown (telemetry failed)";
   }
@@ -217,18 +229,32 @@ bool print_health(const std::vector<hal::Device>& devices, std::ostream& out) {
     const std::vector<hal::HealthProblem> problems = hal::health_problems(snapshot);
     std::ostringstream readings, missing;
     std::size_t shown = 0;
+    // Fields that share a reason (a missing library: all of them) are listed once under it.
+    std::vector<std::pair<std::string, std::vector<std::string>>> missing_by_reason;
     for (const Field& entry : fields()) {
       const FieldValue value = entry.read(snapshot);
       const std::string name = std::string(entry.group) + "." + entry.name;
       if (value.available) {
         readings << "    " << pad(name, 36) << value.text << "\n";
         ++shown;
-      } else {
-        missing << "    " << pad(name, 36) << value.reason << (value.detail.empty() ? "" : ": " + value.detail)
-                << "\n";
+        continue;
       }
+      const std::string why = value.reason + (value.detail.empty() ? "" : ": " + value.detail);
+      auto same = std::find_if(missing_by_reason.begin(), missing_by_reason.end(),
+                               [&](const auto& group) { return group.first == why; });
+      if (same == missing_by_reason.end()) same = missing_by_reason.insert(missing_by_reason.end(), {why, {}});
+      same->second.push_back(name);
     }
-    out << device.id() << "  " << word_for(problems) << "  (" << device.info().name << "; " << shown << " of "
+    for (const auto& [why, names] : missing_by_reason) {
+      if (names.size() == 1) {
+        missing << "    " << pad(names.front(), 36) << why << "\n";
+        continue;
+      }
+      std::string listed;
+      for (const std::string& name : names) listed += (listed.empty() ? "" : ", ") + name;
+      missing << "    " << names.size() << " fields: " << why << "\n      " << listed << "\n";
+    }
+    out << device.id() << "  " << word_for(snapshot) << "  (" << device.info().name << "; " << shown << " of "
         << fields().size() << " readings, from " << snapshot.source << ")\n";
     if (!problems.empty()) {
       out << "  problems\n";
@@ -293,7 +319,7 @@ void run_watch(const std::vector<hal::Device>& devices, const WatchOptions& opti
         failure = error.what();
       }
       const std::string time = utc_time(snapshot ? snapshot->taken : std::chrono::system_clock::now());
-      const std::string health = snapshot ? word_for(hal::health_problems(*snapshot)) : "health unknown";
+      const std::string health = snapshot ? word_for(*snapshot) : "health unknown";
       if (options.format == WatchFormat::json_lines) {
         nlohmann::json line = {{"time", time}, {"device", device.id()}};
         for (const Column& column : columns) {

@@ -1,0 +1,190 @@
+// NVIDIA's management library (NVML) and the T-Head PPU SDK's HGML, whose
+// API follows NVML's with an `hgml` prefix: one table, the prefix chosen when
+// the library is loaded. Only what hal's telemetry reads is declared.
+//
+// The types are declared here, not taken from nvml.h: the CUDA toolkit does
+// not ship it, HGML has its own header, and these layouts have not changed
+// since NVML 11 (nvmlPciInfo_t v3, nvmlEventData_t, nvmlFieldValue_t).
+// nvml.h's unversioned names are macros for _v2/_v3 symbols, so those are
+// resolved first; deprecated names are the fallbacks older drivers export.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "vendor_library.hpp"
+
+namespace hal::shims {
+
+using NvmlReturn = int;  // nvmlReturn_t
+struct NvmlDeviceTag;
+using NvmlDevice = NvmlDeviceTag*;
+struct NvmlEventSetTag;
+using NvmlEventSet = NvmlEventSetTag*;
+
+// nvmlReturn_t values the callers act on.
+constexpr NvmlReturn nvml_success = 0;
+constexpr NvmlReturn nvml_invalid_argument = 2;
+constexpr NvmlReturn nvml_not_supported = 3;
+constexpr NvmlReturn nvml_no_permission = 4;
+constexpr NvmlReturn nvml_not_found = 6;
+constexpr NvmlReturn nvml_insufficient_size = 7;
+constexpr NvmlReturn nvml_timeout = 10;
+constexpr NvmlReturn nvml_function_not_found = 13;
+
+// Sensor, threshold, clock and counter selectors (nvml.h enum values).
+constexpr int nvml_temperature_gpu = 0;
+constexpr int nvml_threshold_shutdown = 0;
+constexpr int nvml_threshold_slowdown = 1;
+constexpr int nvml_clock_sm = 1;
+constexpr int nvml_clock_memory = 2;
+constexpr int nvml_error_corrected = 0;
+constexpr int nvml_error_uncorrected = 1;
+constexpr int nvml_counter_volatile = 0;
+constexpr int nvml_counter_aggregate = 1;
+constexpr int nvml_retired_multiple_single_bit = 0;
+constexpr int nvml_retired_double_bit = 1;
+constexpr int nvml_nvlink_error_replay = 0;
+constexpr int nvml_nvlink_error_recovery = 1;
+constexpr int nvml_nvlink_error_crc_flit = 2;
+constexpr int nvml_nvlink_error_crc_data = 3;
+constexpr unsigned nvml_nvlink_max_links = 18;  // NVML_NVLINK_MAX_LINKS
+constexpr unsigned nvml_field_memory_temperature = 82;  // NVML_FI_DEV_MEMORY_TEMP
+
+// nvmlClocksEventReason* bits.
+constexpr std::uint64_t nvml_clock_event_idle = 0x1;
+constexpr std::uint64_t nvml_clock_event_applications_clocks = 0x2;
+constexpr std::uint64_t nvml_clock_event_power_cap = 0x4;
+constexpr std::uint64_t nvml_clock_event_hardware_slowdown = 0x8;
+constexpr std::uint64_t nvml_clock_event_sync_boost = 0x10;
+constexpr std::uint64_t nvml_clock_event_software_thermal = 0x20;
+constexpr std::uint64_t nvml_clock_event_hardware_thermal = 0x40;
+constexpr std::uint64_t nvml_clock_event_power_brake = 0x80;
+constexpr std::uint64_t nvml_clock_event_display_clock = 0x100;
+
+// nvmlEventType* bits.
+constexpr std::uint64_t nvml_event_single_bit_ecc = 0x1;
+constexpr std::uint64_t nvml_event_double_bit_ecc = 0x2;
+constexpr std::uint64_t nvml_event_xid_critical = 0x8;
+
+// nvmlPciInfo_t (the v3 layout; v2's is the same).
+struct NvmlPciInfo {
+  char bus_id_legacy[16];
+  unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+  char bus_id[32];  // "00000000:3B:00.0"
+};
+static_assert(sizeof(NvmlPciInfo) == 68, "nvmlPciInfo_t is 68 bytes");
+
+struct NvmlUtilization {
+  unsigned gpu, memory;
+};
+
+// nvmlEventData_t; older drivers write only the first three fields.
+struct NvmlEventData {
+  NvmlDevice device;
+  unsigned long long type;
+  unsigned long long data;  // the XID for nvmlEventTypeXidCriticalError
+  unsigned gpu_instance, compute_instance;
+};
+static_assert(sizeof(NvmlEventData) == 32, "nvmlEventData_t is 32 bytes");
+
+// nvmlFieldValue_t.
+struct NvmlFieldValue {
+  unsigned field_id, scope_id;
+  long long timestamp, latency_us;
+  int value_type;  // nvmlValueType_t: 0 double, 1 uint, 2 ulong, 3 ull, 4 sll, 5 int, 6 ushort
+  NvmlReturn result;
+  union {
+    double real;
+    unsigned unsigned_int;
+    unsigned long unsigned_long;
+    unsigned long long unsigned_long_long;
+    long long signed_long_long;
+    int signed_int;
+    unsigned short unsigned_short;
+  } value;
+};
+static_assert(sizeof(NvmlFieldValue) == 40, "nvmlFieldValue_t is 40 bytes");
+
+struct NvmlApi {
+  NvmlReturn (*Init)() = nullptr;
+  NvmlReturn (*Shutdown)() = nullptr;
+  const char* (*ErrorString)(NvmlReturn result) = nullptr;
+  NvmlReturn (*DeviceGetCount)(unsigned* count) = nullptr;
+  NvmlReturn (*DeviceGetHandleByIndex)(unsigned index, NvmlDevice* device) = nullptr;
+  NvmlReturn (*DeviceGetPciInfo)(NvmlDevice device, NvmlPciInfo* info) = nullptr;
+  // Optional: a missing one makes its fields "not supported", never a failure.
+  NvmlReturn (*SystemGetDriverVersion)(char* version, unsigned length) = nullptr;
+  NvmlReturn (*DeviceGetUUID)(NvmlDevice device, char* uuid, unsigned length) = nullptr;
+  NvmlReturn (*DeviceGetMigMode)(NvmlDevice device, unsigned* current, unsigned* pending) = nullptr;
+  NvmlReturn (*DeviceGetTemperature)(NvmlDevice device, int sensor, unsigned* celsius) = nullptr;
+  NvmlReturn (*DeviceGetTemperatureThreshold)(NvmlDevice device, int threshold, unsigned* celsius) = nullptr;
+  NvmlReturn (*DeviceGetFieldValues)(NvmlDevice device, int count, NvmlFieldValue* values) = nullptr;
+  NvmlReturn (*DeviceGetPowerUsage)(NvmlDevice device, unsigned* milliwatts) = nullptr;
+  NvmlReturn (*DeviceGetEnforcedPowerLimit)(NvmlDevice device, unsigned* milliwatts) = nullptr;
+  NvmlReturn (*DeviceGetTotalEnergyConsumption)(NvmlDevice device, unsigned long long* millijoules) = nullptr;
+  NvmlReturn (*DeviceGetClockInfo)(NvmlDevice device, int clock, unsigned* mhz) = nullptr;
+  NvmlReturn (*DeviceGetMaxClockInfo)(NvmlDevice device, int clock, unsigned* mhz) = nullptr;
+  NvmlReturn (*DeviceGetUtilizationRates)(NvmlDevice device, NvmlUtilization* utilization) = nullptr;
+  NvmlReturn (*DeviceGetCurrentClocksEventReasons)(NvmlDevice device, unsigned long long* reasons) = nullptr;
+  NvmlReturn (*DeviceGetEccMode)(NvmlDevice device, unsigned* current, unsigned* pending) = nullptr;
+  NvmlReturn (*DeviceGetTotalEccErrors)(NvmlDevice device, int error_type, int counter_type,
+                                        unsigned long long* count) = nullptr;
+  NvmlReturn (*DeviceGetRetiredPages)(NvmlDevice device, int cause, unsigned* count,
+                                      unsigned long long* addresses) = nullptr;
+  NvmlReturn (*DeviceGetRetiredPagesPendingStatus)(NvmlDevice device, unsigned* pending) = nullptr;
+  NvmlReturn (*DeviceGetRemappedRows)(NvmlDevice device, unsigned* corrected, unsigned* uncorrected,
+                                      unsigned* pending, unsigned* failed) = nullptr;
+  NvmlReturn (*DeviceGetCurrPcieLinkGeneration)(NvmlDevice device, unsigned* generation) = nullptr;
+  NvmlReturn (*DeviceGetMaxPcieLinkGeneration)(NvmlDevice device, unsigned* generation) = nullptr;
+  NvmlReturn (*DeviceGetCurrPcieLinkWidth)(NvmlDevice device, unsigned* width) = nullptr;
+  NvmlReturn (*DeviceGetMaxPcieLinkWidth)(NvmlDevice device, unsigned* width) = nullptr;
+  NvmlReturn (*DeviceGetPcieReplayCounter)(NvmlDevice device, unsigned* count) = nullptr;
+  NvmlReturn (*DeviceGetNvLinkState)(NvmlDevice device, unsigned link, unsigned* active) = nullptr;
+  NvmlReturn (*DeviceGetNvLinkErrorCounter)(NvmlDevice device, unsigned link, int counter,
+                                            unsigned long long* count) = nullptr;
+  NvmlReturn (*EventSetCreate)(NvmlEventSet* set) = nullptr;
+  NvmlReturn (*DeviceRegisterEvents)(NvmlDevice device, unsigned long long types, NvmlEventSet set) = nullptr;
+  NvmlReturn (*DeviceGetSupportedEventTypes)(NvmlDevice device, unsigned long long* types) = nullptr;
+  NvmlReturn (*EventSetWait)(NvmlEventSet set, NvmlEventData* data, unsigned timeout_ms) = nullptr;
+  NvmlReturn (*EventSetFree)(NvmlEventSet set) = nullptr;
+};
+
+// A loaded and initialized NVML-family library; shut down when destroyed.
+class Nvml {
+ public:
+  struct LoadResult {
+    std::unique_ptr<Nvml> library;
+    std::string message;          // why not, when library is null
+    bool library_missing = true;  // false: found, but unusable or its init failed
+  };
+  // prefix: "nvml" or "hgml", the start of every exported name.
+  static LoadResult load(const LibraryRequest& request, const std::string& prefix);
+  static LibraryRequest nvidia_request(const std::string& configured_path);
+  // The PPU SDK's HGML: its lib directories under sdk_root, then the system.
+  static LibraryRequest hgml_request(const std::string& configured_path, const std::string& sdk_root);
+
+  Nvml(const Nvml&) = delete;
+  Nvml& operator=(const Nvml&) = delete;
+  ~Nvml();
+
+  const NvmlApi& api() const { return api_; }
+  const std::string& path() const { return library_.path(); }
+  const std::string& prefix() const { return prefix_; }
+  // "nvml 550.54.15", or "nvml" when the driver version is not readable.
+  std::string describe() const;
+  // "NVML_ERROR_NOT_SUPPORTED"-style text from the library, with the code.
+  std::string error_text(NvmlReturn result) const;
+  // "hgmlDeviceGetRemappedRows": how messages name a function.
+  std::string function_name(const std::string& suffix) const { return prefix_ + suffix; }
+
+ private:
+  Nvml() = default;
+  SharedLibrary library_;
+  NvmlApi api_;
+  std::string prefix_;
+};
+
+}  // namespace hal::shims
