@@ -6,7 +6,7 @@
 # every other test unless HAL_BACKEND_PATH names it.
 set(HAL_FAKE_BACKEND_DIR ${CMAKE_CURRENT_BINARY_DIR}/fake_backends)
 set(HAL_FAKE_BACKENDS "")
-foreach(mode crash hang overclaim bitflip zerotime nostreams lazy badmemory)
+foreach(mode crash hang overclaim bitflip zerotime nostreams lazy badmemory eccrise throttle)
   string(TOUPPER ${mode} upper_mode)
   add_library(hal_backend_fake_${mode} MODULE fakes/fake_backend.c)
   target_include_directories(hal_backend_fake_${mode} PRIVATE ${PROJECT_SOURCE_DIR}/hal/include)

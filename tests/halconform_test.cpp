@@ -387,6 +387,48 @@ TEST_CASE("the memory test passes on host:0 and catches stuck bits at exactly th
   CHECK(message.find("walking ones bit 6") != std::string::npos);  // bit 6 stuck at 0 fails only its own lane
 }
 
+// ---- health: the gate around every case, the stress cases' watch -------------
+
+TEST_CASE("the health gate fails any case under which uncorrected ECC errors rose, naming the change") {
+  const Run run = halconform("--filter api.memory.copy_roundtrip --filter identity.device.info_complete", fake("eccrise"));
+  CAPTURE(run.output);
+  CHECK(run.exit_code == 1);
+  for (const char* id : {"api.memory.copy_roundtrip", "identity.device.info_complete"}) {
+    CHECK(run.outcome(id, "fake_eccrise:0") == "FAIL");
+    CHECK(message_of(run, id, "fake_eccrise:0").find("health gate: 1 more uncorrected ECC error while the case ran") !=
+          std::string::npos);
+  }
+  CHECK(halconform("--filter api.memory.copy_roundtrip").outcome("api.memory.copy_roundtrip", "host:0") == "PASS");
+}
+
+TEST_CASE("the compute and memory soaks run on host:0, watched by telemetry, and fail a device held down by heat") {
+  const fs::path profile = fresh_directory() / "short_soaks.toml";
+  std::ofstream(profile) << "name = \"short soaks\"\ntiers = [\"stress\"]\n"
+                            "cases = [\"stress.compute.*\", \"stress.memory.soak\"]\nstress_seconds = 1.5\n";
+  const Run host = halconform("--profile " + profile.string());
+  CAPTURE(host.output);
+  CHECK(host.exit_code == 0);
+  for (const char* id : {"stress.compute.attention", "stress.memory.soak"}) {
+    CHECK(host.outcome(id, "host:0") == "PASS");
+    CHECK(message_of(host, id, "host:0").find("telemetry watched in") != std::string::npos);
+  }
+  const auto& compute = result_of(host, "stress.compute.attention", "host:0");
+  double runs = 0, samples = 0;
+  for (const auto& m : compute["evidence"]["measurements"]) {
+    if (m["name"] == "runs") runs = m["value"];
+    if (m["name"] == "telemetry samples") samples = m["value"];
+  }
+  CHECK(runs >= 1);
+  CHECK(samples >= 2);
+
+  const Run hot = halconform("--profile " + profile.string() + " --filter 'stress.compute.*'", fake("throttle"));
+  CAPTURE(hot.output);
+  CHECK(hot.exit_code == 1);
+  CHECK(hot.outcome("stress.compute.attention", "fake_throttle:0") == "FAIL");
+  CHECK(message_of(hot, "stress.compute.attention", "fake_throttle:0")
+            .find("under load: clocks held down by hardware_thermal") != std::string::npos);
+}
+
 // ---- levels, diff, calibrate --------------------------------------------------
 
 TEST_CASE("levels: --list estimates each case and the budget; bad levels and durations are refused") {

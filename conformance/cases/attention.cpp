@@ -15,6 +15,7 @@
 #include "case_support.hpp"
 #include "hal/capabilities.hpp"
 #include "hal/conformance/attention_reference.hpp"
+#include "hal/conformance/health.hpp"
 
 namespace hal::conformance::cases {
 namespace {
@@ -439,9 +440,9 @@ void explain_and_strict(CaseContext& context) {
 // The reference of O for one query head of a problem (batch 0), against the
 // whole problem's O: checking a sampled head costs a fraction of the full
 // reference and still fails a kernel that skips or garbles its work.
-void check_sampled_head(CaseContext& context, const AttentionParams& params, std::int64_t head,
-                        const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v,
-                        const std::vector<double>& o) {
+void check_sampled_head(CaseContext& context, const std::string& what, const AttentionParams& params,
+                        std::int64_t head, const std::vector<double>& q, const std::vector<double>& k,
+                        const std::vector<double>& v, const std::vector<double>& o) {
   const AttentionParams r = params.resolved();
   const std::int64_t kv_head = head / (r.heads_q / r.heads_kv);
   auto slice = [](const std::vector<double>& tensor, std::int64_t index, std::int64_t seq, std::int64_t dim) {
@@ -459,7 +460,7 @@ void check_sampled_head(CaseContext& context, const AttentionParams& params, std
   const std::string tensor = "O of query head " + std::to_string(head);
   context.measure({"sampled " + tensor + " error/allowed", comparison.worst_ratio, "", 1.0, {}, "<=", ""});
   if (!comparison.ok())
-    context.fail("the timed flash forward computed a wrong result: " + comparison.describe(tensor, tolerance));
+    context.fail(what + " computed a wrong result: " + comparison.describe(tensor, tolerance));
 }
 
 void flash_forward_rate(CaseContext& context) {
@@ -513,10 +514,78 @@ void flash_forward_rate(CaseContext& context) {
   }
   const std::vector<double> o_values = o.download();
   for (const std::int64_t head : {std::int64_t{0}, r.heads_q - 1})
-    check_sampled_head(context, params, head, q_values, k_values, v_values, o_values);
+    check_sampled_head(context, "the timed flash forward", params, head, q_values, k_values, v_values, o_values);
   judge_minimum(context, "flash_forward_rate", spread_of(runs), "TFLOP/s", "attention.flash.forward.min_tflops",
                 "flash attention forward of " + params.describe() + " (" + std::to_string(repetitions) +
                     " per run)");
+}
+
+// ---- stress -----------------------------------------------------------------
+
+// Attention forward (two GEMMs and a softmax per head, by the implementation
+// the runtime picks) for the profile's stress time with telemetry watched.
+// The first result is checked against the reference on two heads; every
+// later one must equal it bit for bit, so a result that drifts as the device
+// heats up fails.
+void compute_soak(CaseContext& context) {
+  const Device& device = context.device();
+  const bool gpu = device.info().type != DeviceType::cpu;
+  AttentionParams params;
+  params.batch = 1;
+  params.heads_q = params.heads_kv = gpu ? 16 : 4;
+  params.seq_q = params.seq_kv = gpu ? (context.quick() ? 1024 : 2048) : 256;
+  params.head_dim_qk = gpu ? 128 : 64;
+  params.dtype = DType::bf16;
+  if (!ineligible_because(device, params, Implementation::flash, false).empty() &&
+      !ineligible_because(device, params, Implementation::math, false).empty())
+    params.dtype = DType::f32;
+  const AttentionParams r = params.resolved();
+  DeviceTensor q(device, params.dtype, *r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
+  DeviceTensor k(device, params.dtype, *r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
+  DeviceTensor v(device, params.dtype, *r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
+  DeviceTensor o(device, params.dtype, *r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
+  std::mt19937 generator(context.seed("compute soak"));
+  const std::vector<double> q_values = random_values(q.elements(), params.dtype, generator);
+  const std::vector<double> k_values = random_values(k.elements(), params.dtype, generator);
+  const std::vector<double> v_values = random_values(v.elements(), params.dtype, generator);
+  q.upload(q_values);
+  k.upload(k_values);
+  v.upload(v_values);
+  const Stream stream = device.create_stream();
+  const Buffer& output = o.ref().buffer;
+  std::vector<std::uint8_t> first(output.size()), latest(output.size());
+  const AttentionDecision decision = attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref());
+  stream.synchronize();
+  output.read(0, first.data(), first.size());
+  const std::vector<double> o_values = o.download();
+  for (const std::int64_t head : {std::int64_t{0}, r.heads_q - 1})
+    check_sampled_head(context, "the first run", params, head, q_values, k_values, v_values, o_values);
+
+  StressWatch watch(context, std::chrono::milliseconds(250));
+  const auto started = std::chrono::steady_clock::now();
+  const auto deadline = started + std::chrono::duration<double>(context.settings().stress_seconds);
+  long long iterations = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    output.fill(0, output.size(), 0xFF, 1);  // NaN: a run that writes nothing cannot match
+    attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref());
+    stream.synchronize();
+    output.read(0, latest.data(), latest.size());
+    context.require_equal_bytes(latest.data(), first.data(), first.size(),
+                                "O of run " + std::to_string(iterations + 2) + " against the first run");
+    ++iterations;
+    watch.poll();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double flop = 4.0 * static_cast<double>(r.batch * r.heads_q) * static_cast<double>(r.seq_q) *
+                      static_cast<double>(r.seq_kv) * static_cast<double>(r.head_dim_qk);
+  context.measure({"runs", static_cast<double>(iterations), "", {}, {}, "", ""});
+  context.measure({"rate", iterations > 0 ? flop * static_cast<double>(iterations) / seconds / 1e12 : 0.0, "TFLOP/s",
+                   {}, {}, "", ""});
+  context.require(iterations > 0, "no run completed within " + std::to_string(context.settings().stress_seconds) +
+                                      " s");
+  context.note(std::to_string(iterations + 1) + " " + std::string(to_string(decision.chosen)) + " forwards of " +
+               params.describe() + " in " + with_precision(seconds, 3) + " s, each identical to the first");
+  watch.finish();
 }
 
 // ---- the FP32 GEMM corner case ---------------------------------------------
@@ -644,6 +713,11 @@ void register_cases_attention(Registry& registry) {
                 "explain_attention lists every candidate with its reasons and chooses the first eligible one; a "
                 "fallback runs, and HAL_ATTN_STRICT=1 refuses it",
                 "", false, 0, explain_and_strict});
+  registry.add({"stress.compute.attention", Tier::stress,
+                "attention forward (two GEMMs and a softmax per head) for the profile's stress time, every result "
+                "identical to the first, which matches the reference; telemetry watched: fails on clocks held down "
+                "by heat, power brake or hardware slowdown and on critical health events",
+                "", false, 0, compute_soak, [](const CaseSettings& settings) { return settings.stress_seconds + 2; }});
   registry.add({"performance.attention.flash.forward_rate", Tier::performance,
                 "flash attention forward TFLOP/s (bf16, GQA 16/4 heads, head dim 128, seq 512 quick / 1024 full) "
                 "against the profile minimum: the mean of repeated timed runs, each run's timing checked and the last "

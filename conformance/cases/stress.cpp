@@ -1,9 +1,11 @@
 // Stress tier (opt-in): a time-bounded soak of random copies and fills on two
 // streams ordered by events, checked against a host mirror at the end of every
-// round.
+// round, with telemetry watched (health.hpp). The compute soak is with the
+// attention cases (attention.cpp).
 #include <chrono>
 
 #include "case_support.hpp"
+#include "hal/conformance/health.hpp"
 
 namespace hal::conformance::cases {
 namespace {
@@ -19,6 +21,7 @@ void memory_soak(CaseContext& context) {
   a.fill(0, size, 0, 1);
   b.fill(0, size, 0, 1);
   long long rounds = 0, operations = 0;
+  StressWatch watch(context, std::chrono::milliseconds(250));
   while (std::chrono::steady_clock::now() < deadline) {
     const auto data = reference_bytes(size, context.seed("soak round " + std::to_string(rounds)));
     for (int step = 0; step < 32; ++step, ++operations) {
@@ -53,12 +56,14 @@ void memory_soak(CaseContext& context) {
     b.read(0, result.data(), size);
     context.require_equal_bytes(result.data(), mirror_b.data(), size, "buffer B after soak round " + std::to_string(rounds));
     ++rounds;
+    watch.poll();
   }
   context.measure({"rounds", static_cast<double>(rounds), "", {}, {}, "", ""});
   context.measure({"operations", static_cast<double>(operations), "", {}, {}, "", ""});
   context.require(rounds > 0, "no soak round completed within " + std::to_string(context.settings().stress_seconds) + " s");
   context.note(std::to_string(operations) + " operations in " + std::to_string(rounds) +
                " verified rounds over " + std::to_string(context.settings().stress_seconds) + " s");
+  watch.finish();
 }
 
 }  // namespace

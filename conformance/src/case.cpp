@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hal/capabilities.hpp"
+#include "hal/conformance/health.hpp"
 #include "hal/status.hpp"
 
 namespace hal::conformance {
@@ -168,6 +169,7 @@ CaseResult run_case_body(const Case& test_case, const Device& device, const Case
   result.seed = settings.seed;
   if (!test_case.capability.empty()) result.capability = resolve_claim(device, test_case.capability);
   CaseContext context(device, settings, case_command);
+  const HealthGate gate(device);
   const auto started = std::chrono::steady_clock::now();
   try {
     test_case.body(context);
@@ -188,6 +190,13 @@ CaseResult run_case_body(const Case& test_case, const Device& device, const Case
   }
   result.duration_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  // Whatever the case found, memory that got worse under it fails it.
+  if (const std::vector<std::string> changes = gate.changes(); !changes.empty()) {
+    std::string listed;
+    for (const std::string& change : changes) listed += (listed.empty() ? "" : "; ") + change;
+    context.note("health gate: " + listed + " while the case ran");
+    result.outcome = Outcome::fail;
+  }
   result.evidence = std::move(context.evidence());
   return result;
 }

@@ -218,6 +218,65 @@ std::vector<HealthProblem> health_problems(const TelemetrySnapshot& snapshot) {
   return problems;
 }
 
+// What got worse from one snapshot to the next.
+std::vector<HealthEvent> health_events_between(const TelemetrySnapshot& before, const TelemetrySnapshot& after) {
+  std::vector<HealthEvent> events;
+  auto add = [&](HealthEventKind kind, std::int64_t code, std::string description) {
+    events.push_back({kind, code, after.device_id, std::move(description), after.taken});
+  };
+  const auto rise = [](const Reading<std::uint64_t>& was, const Reading<std::uint64_t>& is) -> std::uint64_t {
+    if (!was.available() || !is.available() || is.value() <= was.value()) return 0;
+    return is.value() - was.value();
+  };
+  std::uint64_t more_uncorrected = rise(before.ecc.uncorrected_volatile, after.ecc.uncorrected_volatile);
+  if (!after.ecc.uncorrected_volatile.available())
+    more_uncorrected = rise(before.ecc.uncorrected_aggregate, after.ecc.uncorrected_aggregate);
+  if (more_uncorrected > 0)
+    add(HealthEventKind::uncorrected_ecc, static_cast<std::int64_t>(more_uncorrected),
+        plural(more_uncorrected, "more uncorrected ECC error", "more uncorrected ECC errors"));
+
+  if (before.clock_events.reasons.available() && after.clock_events.reasons.available()) {
+    const std::uint64_t appeared = after.clock_events.reasons.value() & ~before.clock_events.reasons.value();
+    if ((appeared & thermal_clock_events) != 0)
+      add(HealthEventKind::thermal, static_cast<std::int64_t>(appeared & thermal_clock_events),
+          "clock event: " + describe_clock_event_reasons(appeared & thermal_clock_events));
+    if ((appeared & power_clock_events) != 0)
+      add(HealthEventKind::power_brake, static_cast<std::int64_t>(appeared & power_clock_events),
+          "clock event: " + describe_clock_event_reasons(appeared & power_clock_events));
+  }
+
+  const TemperatureTelemetry& was = before.temperature;
+  const TemperatureTelemetry& is = after.temperature;
+  if (was.core_celsius.available() && is.core_celsius.available() && is.slowdown_limit_celsius.available() &&
+      was.core_celsius.value() < is.slowdown_limit_celsius.value() &&
+      is.core_celsius.value() >= is.slowdown_limit_celsius.value())
+    add(HealthEventKind::thermal, static_cast<std::int64_t>(is.core_celsius.value()),
+        "reached " + celsius(is.core_celsius.value()) + ", the slowdown limit is " +
+            celsius(is.slowdown_limit_celsius.value()));
+
+  const auto became_true = [](const Reading<bool>& was_flag, const Reading<bool>& is_flag) {
+    return is_flag.available() && is_flag.value() && !(was_flag.available() && was_flag.value());
+  };
+  const std::uint64_t more_retired = rise(before.retired_pages.single_bit, after.retired_pages.single_bit) +
+                                     rise(before.retired_pages.double_bit, after.retired_pages.double_bit);
+  if (more_retired > 0)
+    add(HealthEventKind::memory_retirement, static_cast<std::int64_t>(more_retired),
+        plural(more_retired, "more page", "more pages") + " retired");
+  if (const std::uint64_t more = rise(before.retired_pages.pending_pages, after.retired_pages.pending_pages))
+    add(HealthEventKind::memory_retirement, static_cast<std::int64_t>(more),
+        plural(more, "more page", "more pages") + " pending retirement");
+  else if (became_true(before.retired_pages.pending, after.retired_pages.pending))
+    add(HealthEventKind::memory_retirement, 0, "a page retirement became pending");
+  if (const std::uint64_t more = rise(before.row_remapping.uncorrected, after.row_remapping.uncorrected))
+    add(HealthEventKind::memory_retirement, static_cast<std::int64_t>(more),
+        plural(more, "more row", "more rows") + " remapped for uncorrectable errors");
+  if (became_true(before.row_remapping.pending, after.row_remapping.pending))
+    add(HealthEventKind::memory_retirement, 0, "a row remap became pending");
+  if (became_true(before.row_remapping.failed, after.row_remapping.failed))
+    add(HealthEventKind::memory_retirement, 0, "a row remap failed");
+  return events;
+}
+
 namespace detail {
 
 struct HealthMonitorState {
@@ -241,54 +300,8 @@ struct HealthMonitorState {
   HealthMonitorState(const HealthMonitorState&) = delete;
   HealthMonitorState& operator=(const HealthMonitorState&) = delete;
 
-  void add(HealthEventKind kind, std::int64_t code, std::string description) {
-    pending.push_back({kind, code, device.id(), std::move(description), std::chrono::system_clock::now()});
-  }
-
-  // What got worse between two snapshots.
   void compare(const TelemetrySnapshot& now) {
-    const auto rise = [](const Reading<std::uint64_t>& before, const Reading<std::uint64_t>& after) -> std::uint64_t {
-      if (!before.available() || !after.available() || after.value() <= before.value()) return 0;
-      return after.value() - before.value();
-    };
-    std::uint64_t more_uncorrected = rise(previous.ecc.uncorrected_volatile, now.ecc.uncorrected_volatile);
-    if (!now.ecc.uncorrected_volatile.available())
-      more_uncorrected = rise(previous.ecc.uncorrected_aggregate, now.ecc.uncorrected_aggregate);
-    if (more_uncorrected > 0)
-      add(HealthEventKind::uncorrected_ecc, static_cast<std::int64_t>(more_uncorrected),
-          plural(more_uncorrected, "more uncorrected ECC error", "more uncorrected ECC errors"));
-
-    if (previous.clock_events.reasons.available() && now.clock_events.reasons.available()) {
-      const std::uint64_t appeared = now.clock_events.reasons.value() & ~previous.clock_events.reasons.value();
-      if ((appeared & thermal_clock_events) != 0)
-        add(HealthEventKind::thermal, static_cast<std::int64_t>(appeared & thermal_clock_events),
-            "clock event: " + describe_clock_event_reasons(appeared & thermal_clock_events));
-      if ((appeared & power_clock_events) != 0)
-        add(HealthEventKind::power_brake, static_cast<std::int64_t>(appeared & power_clock_events),
-            "clock event: " + describe_clock_event_reasons(appeared & power_clock_events));
-    }
-
-    const TemperatureTelemetry& before = previous.temperature;
-    const TemperatureTelemetry& after = now.temperature;
-    if (before.core_celsius.available() && after.core_celsius.available() && after.slowdown_limit_celsius.available() &&
-        before.core_celsius.value() < after.slowdown_limit_celsius.value() &&
-        after.core_celsius.value() >= after.slowdown_limit_celsius.value())
-      add(HealthEventKind::thermal, static_cast<std::int64_t>(after.core_celsius.value()),
-          "reached " + celsius(after.core_celsius.value()) + ", the slowdown limit is " +
-              celsius(after.slowdown_limit_celsius.value()));
-
-    const auto became_true = [](const Reading<bool>& was, const Reading<bool>& is) {
-      return is.available() && is.value() && !(was.available() && was.value());
-    };
-    if (const std::uint64_t more = rise(previous.retired_pages.pending_pages, now.retired_pages.pending_pages))
-      add(HealthEventKind::memory_retirement, static_cast<std::int64_t>(more),
-          plural(more, "more page", "more pages") + " pending retirement");
-    else if (became_true(previous.retired_pages.pending, now.retired_pages.pending))
-      add(HealthEventKind::memory_retirement, 0, "a page retirement became pending");
-    if (became_true(previous.row_remapping.pending, now.row_remapping.pending))
-      add(HealthEventKind::memory_retirement, 0, "a row remap became pending");
-    if (became_true(previous.row_remapping.failed, now.row_remapping.failed))
-      add(HealthEventKind::memory_retirement, 0, "a row remap failed");
+    for (HealthEvent& event : health_events_between(previous, now)) pending.push_back(std::move(event));
     previous = now;
   }
 
@@ -304,7 +317,8 @@ struct HealthMonitorState {
                                               std::to_string(raw.kind) + " (" + description +
                                               "), newer than this libhal; update libhal");
       if (code == HAL_OK)
-        add(static_cast<HealthEventKind>(raw.kind), raw.code, description);
+        pending.push_back({static_cast<HealthEventKind>(raw.kind), raw.code, device.id(), description,
+                           std::chrono::system_clock::now()});
       else if (code != HAL_ERROR_TIMEOUT)
         Access::backend(device)->check(code, [&] { return "waiting for health events of " + device.id(); });
     } else if (slice.count() > 0) {

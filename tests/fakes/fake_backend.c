@@ -11,7 +11,11 @@
  *   FAKE_NOSTREAMS declares no "streams" and drops host callbacks -> FAIL, not UNSUPPORTED
  *   FAKE_LAZY      attention forward and all_reduce return success and compute nothing -> FAIL
  *   FAKE_BADMEMORY reads of device memory see stuck bits at two known offsets
- *                  of every buffer (stuck_offsets below)  -> memtest FAIL at exactly those */
+ *                  of every buffer (stuck_offsets below)  -> memtest FAIL at exactly those
+ * and the faults telemetry must catch (the host's readings, one field changed):
+ *   FAKE_ECCRISE   one more uncorrected ECC error at every snapshot -> every case FAILs the health gate
+ *   FAKE_THROTTLE  hardware thermal slowdown from the third snapshot of a process on
+ *                  -> the stress cases FAIL "clocks held down" */
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
@@ -133,6 +137,26 @@ static hal_status copy_device_to_host(hal_stream* stream, void* destination, hal
 }
 #endif
 
+#if defined(FAKE_ECCRISE) || defined(FAKE_THROTTLE)
+static hal_telemetry_v1 telemetry;
+static unsigned snapshots;
+
+static hal_status telemetry_snapshot(hal_backend_context* context, uint32_t device, hal_telemetry_snapshot_v1* out) {
+  const hal_status status = host->telemetry->snapshot(context, device, out);
+  if (status != HAL_OK) return status;
+  const unsigned taken = __atomic_add_fetch(&snapshots, 1, __ATOMIC_RELAXED);
+  const hal_telemetry_reading_v1 reading = {HAL_TELEMETRY_AVAILABLE, 0, 0, 0.0, NULL};
+#if defined(FAKE_ECCRISE)
+  out->ecc_uncorrected_volatile = reading;
+  out->ecc_uncorrected_volatile.integer = taken;
+#else
+  out->clock_event_reasons = reading;
+  out->clock_event_reasons.integer = taken >= 3 ? HAL_CLOCK_EVENT_HARDWARE_THERMAL : 0;
+#endif
+  return HAL_OK;
+}
+#endif
+
 #if defined(FAKE_CRASH)
 static hal_status fill(hal_stream* stream, hal_buffer* destination, uint64_t offset, uint64_t size,
                        const void* pattern, uint32_t pattern_size) {
@@ -219,6 +243,12 @@ HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(uint32_t host_max_abi
   }
 #elif defined(FAKE_BADMEMORY)
   table.copy_device_to_host = copy_device_to_host;
+#elif defined(FAKE_ECCRISE) || defined(FAKE_THROTTLE)
+  if (host->telemetry != NULL && host->telemetry->struct_size >= sizeof(telemetry)) {
+    memcpy(&telemetry, host->telemetry, sizeof(telemetry));
+    telemetry.snapshot = telemetry_snapshot;
+    table.telemetry = &telemetry;
+  }
 #endif
   return &table;
 }

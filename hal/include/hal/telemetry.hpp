@@ -210,6 +210,12 @@ struct HealthEvent {
   std::chrono::system_clock::time_point time;
 };
 
+// What got worse from `before` to `after` (both of one device): more
+// uncorrected ECC errors, retired pages or remapped rows, a thermal or power
+// clock event that appeared, the core reaching its slowdown limit, a
+// retirement or remap that became pending or failed. Empty when nothing did.
+std::vector<HealthEvent> health_events_between(const TelemetrySnapshot& before, const TelemetrySnapshot& after);
+
 namespace detail {
 struct HealthMonitorState;
 }
