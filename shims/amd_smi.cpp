@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <variant>
 
@@ -178,6 +179,21 @@ SmiBadPages count_pages(const std::vector<Record>& records, std::uint32_t count,
 
 // ---- AMD SMI ---------------------------------------------------------------
 
+// One event record, whichever release's layout it came in.
+struct EventRecord {
+  amdsmi::ProcessorHandle handle = nullptr;
+  std::uint32_t event = 0;
+  std::string message;
+};
+
+template <typename Layout>
+EventRecord event_record(const unsigned char* records, std::size_t index) {
+  Layout record;
+  std::memcpy(&record, records + index * sizeof(Layout), sizeof(record));
+  return {record.processor_handle, record.event,
+          std::string(record.message, strnlen(record.message, sizeof(record.message)))};
+}
+
 struct AmdSmiApi {
   amdsmi::Status (*init)(std::uint64_t flags) = nullptr;
   amdsmi::Status (*shut_down)() = nullptr;
@@ -203,6 +219,11 @@ struct AmdSmiApi {
                                           amdsmi::RetiredPageRecord* records) = nullptr;
   amdsmi::Status (*get_pcie_info)(amdsmi::ProcessorHandle processor, amdsmi::PcieInfo* info) = nullptr;
   amdsmi::Status (*get_gpu_pci_replay_counter)(amdsmi::ProcessorHandle processor, std::uint64_t* count) = nullptr;
+  amdsmi::Status (*init_gpu_event_notification)(amdsmi::ProcessorHandle processor) = nullptr;
+  amdsmi::Status (*set_gpu_event_notification_mask)(amdsmi::ProcessorHandle processor, std::uint64_t mask) = nullptr;
+  // records: EventRecord24 or EventRecord26, *count of them
+  amdsmi::Status (*get_gpu_event_notification)(int timeout_ms, std::uint32_t* count, void* records) = nullptr;
+  amdsmi::Status (*stop_gpu_event_notification)(amdsmi::ProcessorHandle processor) = nullptr;
 };
 
 std::vector<SymbolSpec> amd_smi_symbols(AmdSmiApi& api) {
@@ -225,6 +246,10 @@ std::vector<SymbolSpec> amd_smi_symbols(AmdSmiApi& api) {
       symbol(api.get_gpu_bad_page_info, {"amdsmi_get_gpu_bad_page_info"}, false),
       symbol(api.get_pcie_info, {"amdsmi_get_pcie_info"}, false),
       symbol(api.get_gpu_pci_replay_counter, {"amdsmi_get_gpu_pci_replay_counter"}, false),
+      symbol(api.init_gpu_event_notification, {"amdsmi_init_gpu_event_notification"}, false),
+      symbol(api.set_gpu_event_notification_mask, {"amdsmi_set_gpu_event_notification_mask"}, false),
+      symbol(api.get_gpu_event_notification, {"amdsmi_get_gpu_event_notification"}, false),
+      symbol(api.stop_gpu_event_notification, {"amdsmi_stop_gpu_event_notification"}, false),
   };
 }
 
@@ -241,6 +266,7 @@ enum class AmdSmiLayouts {
 constexpr SmiLibraryVersion oldest_amd_smi{23, 4, 0};    // ROCm 6.0's
 constexpr SmiLibraryVersion power_cap_in_microwatts{24, 5, 2};  // ROCm 6.1.2: hwmon's uW, no longer W
 constexpr SmiLibraryVersion first_pcie_info{24, 5, 0};  // ROCm 6.1
+constexpr SmiLibraryVersion first_ring_hang_event{24, 6, 0};  // ROCm 6.2
 
 AmdSmiLayouts layouts_of(const SmiLibraryVersion& version) {
   if (version.major <= 24) return AmdSmiLayouts::release_23_24;
@@ -434,7 +460,72 @@ class AmdSmiReader final : public SmiReader {
     return SmiResult<std::uint64_t>::of(count);
   }
 
+  Empty start_events(std::size_t device) override {
+    const AmdSmiLayouts layouts = layouts_of(version_);
+    if (layouts == AmdSmiLayouts::release_25 || layouts == AmdSmiLayouts::newer)
+      return Empty::missing(SmiProblem::not_supported,
+                            layout_unknown("amdsmi_evt_notification_data_t", "23.4-24.x and 26.x"));
+    // VM faults, thermal throttling and GPU resets; ring hangs where 5 means that.
+    std::uint64_t mask = 0;
+    for (const std::uint32_t event : {amdsmi::event_vm_fault, amdsmi::event_thermal_throttle,
+                                      amdsmi::event_gpu_pre_reset, amdsmi::event_gpu_post_reset})
+      mask |= std::uint64_t{1} << (event - 1);
+    if (layouts == AmdSmiLayouts::release_23_24 && !(version_ < first_ring_hang_event))
+      mask |= std::uint64_t{1} << (amdsmi::event_ring_hang_24 - 1);
+    Empty called = invoke("amdsmi_init_gpu_event_notification", "", api_.init_gpu_event_notification,
+                          handles_[device]);
+    if (!called.value) return called;
+    called = invoke("amdsmi_set_gpu_event_notification_mask", "", api_.set_gpu_event_notification_mask,
+                    handles_[device], mask);
+    if (!called.value) stop_events(device);
+    return called;
+  }
+
+  void stop_events(std::size_t device) override {
+    if (api_.stop_gpu_event_notification != nullptr) api_.stop_gpu_event_notification(handles_[device]);
+  }
+
+  SmiResult<std::vector<SmiEvent>> wait_events(int timeout_ms) override {
+    const bool release_26 = layouts_of(version_) == AmdSmiLayouts::release_26;
+    const std::size_t record_size = release_26 ? sizeof(amdsmi::EventRecord26) : sizeof(amdsmi::EventRecord24);
+    // The library writes at most count records of its own size.
+    std::vector<std::uint64_t> room(16 * sizeof(amdsmi::EventRecord26) / sizeof(std::uint64_t));
+    auto count = static_cast<std::uint32_t>(room.size() * sizeof(std::uint64_t) / record_size);
+    std::vector<SmiEvent> events;
+    if (api_.get_gpu_event_notification == nullptr)
+      return not_supported<std::vector<SmiEvent>>(description() + " has no amdsmi_get_gpu_event_notification");
+    const amdsmi::Status status = api_.get_gpu_event_notification(timeout_ms, &count, room.data());
+    if (status == amdsmi::no_data) return SmiResult<std::vector<SmiEvent>>::of(std::move(events));  // none came
+    if (status != amdsmi::success)
+      return SmiResult<std::vector<SmiEvent>>::missing(problem_of(status), "amdsmi_get_gpu_event_notification: " +
+                                                                            status_text(status));
+    const auto* bytes = reinterpret_cast<const unsigned char*>(room.data());
+    const std::size_t written = std::min<std::size_t>(count, room.size() * sizeof(std::uint64_t) / record_size);
+    for (std::size_t index = 0; index < written; ++index) {
+      const EventRecord record = release_26 ? event_record<amdsmi::EventRecord26>(bytes, index)
+                                            : event_record<amdsmi::EventRecord24>(bytes, index);
+      const auto found = std::find(handles_.begin(), handles_.end(), record.handle);
+      const std::optional<SmiEventKind> kind = event_kind(record.event);
+      if (found == handles_.end() || !kind) continue;  // a partition hal does not list, an event it did not ask for
+      events.push_back({static_cast<std::size_t>(found - handles_.begin()), *kind, record.event, record.message});
+    }
+    return SmiResult<std::vector<SmiEvent>>::of(std::move(events));
+  }
+
  private:
+  std::optional<SmiEventKind> event_kind(std::uint32_t event) const {
+    switch (event) {
+      case amdsmi::event_vm_fault: return SmiEventKind::vm_fault;
+      case amdsmi::event_thermal_throttle: return SmiEventKind::thermal_throttle;
+      case amdsmi::event_gpu_pre_reset: return SmiEventKind::gpu_reset_starting;
+      case amdsmi::event_gpu_post_reset: return SmiEventKind::gpu_reset_done;
+      default: break;
+    }
+    if (event == amdsmi::event_ring_hang_24 && layouts_of(version_) == AmdSmiLayouts::release_23_24)
+      return SmiEventKind::ring_hang;
+    return std::nullopt;
+  }
+
   std::string status_text(std::uint32_t status) const override {
     const char* text = nullptr;
     if (api_.status_code_to_string != nullptr) api_.status_code_to_string(status, &text);
@@ -727,6 +818,15 @@ class RocmSmiReader final : public SmiReader {
     link.generation = generation_of(transfers / 1000000, call + " (transfer rate)");
     link.width = width_of(lanes, call + " (lanes)");
     return link;
+  }
+
+  // rocm_smi has an event API of its own; hal reads events from AMD SMI only.
+  Empty start_events(std::size_t) override {
+    return Empty::missing(SmiProblem::not_supported, "hal reads GPU events from AMD SMI only, not from rocm_smi");
+  }
+  void stop_events(std::size_t) override {}
+  SmiResult<std::vector<SmiEvent>> wait_events(int) override {
+    return not_supported<std::vector<SmiEvent>>("hal reads GPU events from AMD SMI only, not from rocm_smi");
   }
 
   SmiResult<std::uint64_t> pcie_replay_count(std::size_t device) override {

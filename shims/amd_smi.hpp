@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "library_loader.hpp"
@@ -100,6 +101,15 @@ struct SmiPcieLink {
   SmiResult<std::uint64_t> generation, generation_max, width, width_max;
 };
 
+// A GPU event from the driver (KFD's SMI events, through AMD SMI).
+enum class SmiEventKind { vm_fault, thermal_throttle, gpu_reset_starting, gpu_reset_done, ring_hang };
+struct SmiEvent {
+  std::size_t device = 0;   // index into device_pci_bus_ids()
+  SmiEventKind kind = SmiEventKind::vm_fault;
+  std::uint32_t code = 0;   // the library's event number
+  std::string message;      // the driver's text
+};
+
 // One opened AMD management library and the GPUs it reports.
 class AmdGpuManagement {
  public:
@@ -123,6 +133,14 @@ class AmdGpuManagement {
   virtual SmiResult<SmiBadPages> bad_pages(std::size_t device) = 0;
   virtual SmiPcieLink pcie_link(std::size_t device) = 0;
   virtual SmiResult<std::uint64_t> pcie_replay_count(std::size_t device) = 0;
+
+  // The event stream. start_events registers the device (not_supported
+  // where the library or release has no stream hal reads); wait_events
+  // waits up to timeout_ms for events of every registered device, one queue
+  // for the whole process, and returns an empty list when none came.
+  virtual SmiResult<std::monostate> start_events(std::size_t device) = 0;
+  virtual void stop_events(std::size_t device) = 0;
+  virtual SmiResult<std::vector<SmiEvent>> wait_events(int timeout_ms) = 0;
 };
 
 struct AmdGpuManagementOpening {
@@ -268,6 +286,27 @@ struct PcieInfo {
   std::uint64_t reserved[32];
 };
 static_assert(sizeof(PcieInfo::Static) == 96 && sizeof(PcieInfo::Metric) == 160 && sizeof(PcieInfo) == 512);
+
+// amdsmi_evt_notification_type_t: 1-4 are the same from 23.4 to 26.x; 5 is
+// RING_HANG from 24.6 (ROCm 6.2) to 24.x, and 26.x follows KFD's numbering,
+// where 5 is MIGRATE_START. The mask bit of event e is 1 << (e - 1).
+inline constexpr std::uint32_t event_vm_fault = 1, event_thermal_throttle = 2, event_gpu_pre_reset = 3,
+                               event_gpu_post_reset = 4, event_ring_hang_24 = 5;
+inline constexpr std::uint32_t no_data = 40;  // AMDSMI_STATUS_NO_DATA: no event within the timeout
+// amdsmi_evt_notification_data_t up to 24.x: a 64-character message.
+struct EventRecord24 {
+  ProcessorHandle processor_handle;
+  std::uint32_t event;
+  char message[64];
+};
+static_assert(sizeof(EventRecord24) == 80);
+// 26.x: the message is AMDSMI_MAX_STRING_LENGTH (256) characters.
+struct EventRecord26 {
+  ProcessorHandle processor_handle;
+  std::uint32_t event;
+  char message[256];
+};
+static_assert(sizeof(EventRecord26) == 272);
 
 }  // namespace amdsmi
 

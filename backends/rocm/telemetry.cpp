@@ -3,12 +3,14 @@
 // library's by PCI address, never by index: the library lists GPUs in its
 // own order, and HIP_VISIBLE_DEVICES renumbers the runtime's.
 //
-// Health events come from comparing snapshots (libhal does that when a
-// backend has no event stream). AMD SMI's event API
-// (amdsmi_get_gpu_event_notification) delivers one process-wide queue for
-// every registered GPU, so a faithful per-device watch needs a dispatcher
-// shared by all watches; until that exists no watch is offered.
+// Health events: AMD SMI's event stream (VM faults, thermal throttling, GPU
+// resets, ring hangs) where the library has one hal reads; libhal adds what
+// it finds by comparing snapshots (ECC counts, retirements).
 #include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <mutex>
 
 #include "amd_smi.hpp"
 #include "rocm_backend.hpp"
@@ -57,28 +59,151 @@ void set_not_supported(hal_telemetry_reading_v1& field, const std::string& why) 
   set_unavailable(field, HAL_TELEMETRY_NOT_SUPPORTED, why);
 }
 
-class AmdSmiTelemetry final : public backend::TelemetrySource {
+// AMD SMI keeps one event queue for the whole process, whichever GPUs are
+// registered: whoever waits polls it and files each event under every watch
+// of its device, so a watch never takes another device's events.
+class SmiEventDispatcher {
  public:
-  explicit AmdSmiTelemetry(std::unique_ptr<shims::AmdGpuManagement> library) : library_(std::move(library)) {}
+  explicit SmiEventDispatcher(std::shared_ptr<shims::AmdGpuManagement> library) : library_(std::move(library)) {}
 
-  hal_status read(const backend::TelemetryDevice& device, hal_telemetry_snapshot_v1& out) override {
-    const std::string source = library_->description();
-    out.source = backend::keep_telemetry_text(source);
-    const std::vector<std::string>& listed = library_->device_pci_bus_ids();
-    const auto found = std::find(listed.begin(), listed.end(), device.pci_bus_id);
-    if (device.pci_bus_id.empty() || found == listed.end()) {
-      std::string known;
-      for (const std::string& id : listed) known += (known.empty() ? "" : ", ") + id;
-      return fail(HAL_ERROR_NOT_PRESENT,
-                  device.id + " (PCI " + (device.pci_bus_id.empty() ? "address unknown" : device.pci_bus_id) +
-                      ") is not among the GPUs " + source + " reports (" + (known.empty() ? "none" : known) +
-                      "), so its telemetry cannot be read");
+  // A new queue for the device's events, registering the device with the
+  // library for its first watch; the queue's id, or why not.
+  SmiResult<std::uint64_t> subscribe(std::size_t device) {
+    std::lock_guard lock(mutex_);
+    if (watches_of_[device] == 0) {
+      const SmiResult<std::monostate> started = library_->start_events(device);
+      if (!started.value) return started.as_missing<std::uint64_t>();
     }
-    read_device(static_cast<std::size_t>(found - listed.begin()), out);
-    return succeed();
+    ++watches_of_[device];
+    const std::uint64_t id = next_id_++;
+    queues_[id] = Queue{device, {}};
+    return SmiResult<std::uint64_t>::of(id);
+  }
+
+  void unsubscribe(std::uint64_t id) {
+    std::lock_guard lock(mutex_);
+    const auto queue = queues_.find(id);
+    if (queue == queues_.end()) return;
+    const std::size_t device = queue->second.device;
+    queues_.erase(queue);
+    if (--watches_of_[device] == 0) library_->stop_events(device);
+  }
+
+  hal_status wait(std::uint64_t id, std::int64_t timeout_ms, hal_health_event_v1& out) {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    std::lock_guard lock(mutex_);
+    for (bool polled = false;; polled = true) {
+      Queue& queue = queues_.at(id);
+      if (!queue.events.empty()) {
+        fill(queue.events.front(), out);
+        queue.events.pop_front();
+        return HAL_OK;
+      }
+      const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (polled && remaining.count() <= 0) return HAL_ERROR_TIMEOUT;
+      // Short slices: a waiter for another device may be queued behind this one.
+      const auto slice = std::clamp<std::int64_t>(remaining.count(), 0, 50);
+      const SmiResult<std::vector<shims::SmiEvent>> events = library_->wait_events(static_cast<int>(slice));
+      if (!events.value)
+        return fail(HAL_ERROR_INTERNAL, "waiting for AMD SMI events failed: " + events.detail);
+      for (const shims::SmiEvent& event : *events.value)
+        for (auto& [other_id, other] : queues_)
+          if (other.device == event.device) other.events.push_back(event);
+    }
   }
 
  private:
+  struct Queue {
+    std::size_t device;
+    std::deque<shims::SmiEvent> events;
+  };
+
+  static void fill(const shims::SmiEvent& event, hal_health_event_v1& out) {
+    using shims::SmiEventKind;
+    std::string what;
+    out.kind = HAL_HEALTH_EVENT_XID;  // a critical driver event, as NVIDIA's XIDs are
+    switch (event.kind) {
+      case SmiEventKind::vm_fault: what = "GPU VM fault"; break;
+      case SmiEventKind::thermal_throttle:
+        what = "thermal throttling";
+        out.kind = HAL_HEALTH_EVENT_THERMAL;
+        break;
+      case SmiEventKind::gpu_reset_starting: what = "GPU reset starting"; break;
+      case SmiEventKind::gpu_reset_done: what = "GPU reset done"; break;
+      case SmiEventKind::ring_hang: what = "ring hang"; break;
+    }
+    out.code = event.code;
+    out.description = backend::keep_telemetry_text("AMD SMI event " + std::to_string(event.code) + ", " + what +
+                                                   (event.message.empty() ? "" : ": " + event.message));
+  }
+
+  std::shared_ptr<shims::AmdGpuManagement> library_;
+  std::mutex mutex_;
+  std::map<std::size_t, int> watches_of_;  // by device
+  std::map<std::uint64_t, Queue> queues_;  // by watch
+  std::uint64_t next_id_ = 1;
+};
+
+class SmiHealthWatch final : public backend::HealthWatch {
+ public:
+  SmiHealthWatch(std::shared_ptr<SmiEventDispatcher> dispatcher, std::uint64_t id)
+      : dispatcher_(std::move(dispatcher)), id_(id) {}
+  ~SmiHealthWatch() override { dispatcher_->unsubscribe(id_); }
+  hal_status wait(std::int64_t timeout_ms, hal_health_event_v1& out) override {
+    return dispatcher_->wait(id_, timeout_ms, out);
+  }
+
+ private:
+  std::shared_ptr<SmiEventDispatcher> dispatcher_;  // keeps the library open while a watch lives
+  std::uint64_t id_;
+};
+
+class AmdSmiTelemetry final : public backend::TelemetrySource {
+ public:
+  explicit AmdSmiTelemetry(std::unique_ptr<shims::AmdGpuManagement> library)
+      : library_(std::move(library)), events_(std::make_shared<SmiEventDispatcher>(library_)) {}
+
+  hal_status read(const backend::TelemetryDevice& device, hal_telemetry_snapshot_v1& out) override {
+    out.source = backend::keep_telemetry_text(library_->description());
+    std::size_t index = 0;
+    if (hal_status status = find(device, index); status != HAL_OK) return status;
+    read_device(index, out);
+    return succeed();
+  }
+
+  // No watch (libhal compares snapshots) where the library has no event
+  // stream hal reads; an error when registering for it fails.
+  hal_status watch(const backend::TelemetryDevice& device, std::unique_ptr<backend::HealthWatch>& out) override {
+    out.reset();
+    std::size_t index = 0;
+    if (hal_status status = find(device, index); status != HAL_OK) return status;
+    const SmiResult<std::uint64_t> id = events_->subscribe(index);
+    if (id.value) {
+      out = std::make_unique<SmiHealthWatch>(events_, *id.value);
+      return succeed();
+    }
+    if (id.problem == SmiProblem::not_supported) return succeed();
+    return fail(id.problem == SmiProblem::no_permission ? HAL_ERROR_UNSUPPORTED : HAL_ERROR_INTERNAL,
+                "registering for AMD SMI events of " + device.id + " failed: " + id.detail);
+  }
+
+ private:
+  hal_status find(const backend::TelemetryDevice& device, std::size_t& index) const {
+    const std::vector<std::string>& listed = library_->device_pci_bus_ids();
+    const auto found = std::find(listed.begin(), listed.end(), device.pci_bus_id);
+    if (!device.pci_bus_id.empty() && found != listed.end()) {
+      index = static_cast<std::size_t>(found - listed.begin());
+      return HAL_OK;
+    }
+    std::string known;
+    for (const std::string& id : listed) known += (known.empty() ? "" : ", ") + id;
+    return fail(HAL_ERROR_NOT_PRESENT,
+                device.id + " (PCI " + (device.pci_bus_id.empty() ? "address unknown" : device.pci_bus_id) +
+                    ") is not among the GPUs " + library_->description() + " reports (" +
+                    (known.empty() ? "none" : known) + "), so its telemetry cannot be read");
+  }
+
   void read_device(std::size_t index, hal_telemetry_snapshot_v1& out) {
     using shims::SmiTemperatureLimit;
     using shims::SmiTemperatureSensor;
@@ -175,7 +300,8 @@ class AmdSmiTelemetry final : public backend::TelemetrySource {
     set_integer(max, clock.value->max_mhz);
   }
 
-  std::unique_ptr<shims::AmdGpuManagement> library_;
+  std::shared_ptr<shims::AmdGpuManagement> library_;
+  std::shared_ptr<SmiEventDispatcher> events_;
 };
 
 backend::TelemetryDevice telemetry_device(const Context& context, std::uint32_t device) {
