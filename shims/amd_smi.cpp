@@ -135,15 +135,17 @@ SmiResult<double> busy_percent(std::uint64_t value, const std::string& call) {
   return SmiResult<double>::of(static_cast<double>(value));
 }
 
-// Current and highest level of a frequency table (Hz), in MHz.
-SmiResult<SmiClock> clock_from_levels(std::uint32_t count, std::uint32_t current, const std::uint64_t* hertz,
-                                      std::size_t capacity, const std::string& call) {
-  if (count == 0 || count > capacity || current >= count)
+// Current and highest level of a frequency table (Hz), in MHz, whichever
+// release's layout it has.
+template <typename Levels>
+SmiResult<SmiClock> clock_from_levels(const Levels& levels, const std::string& call) {
+  const std::uint32_t count = levels.num_supported, current = levels.current;
+  if (count == 0 || count > std::size(levels.frequency) || current >= count)
     return SmiResult<SmiClock>::missing(SmiProblem::failed, call + " reported level " + std::to_string(current) +
                                                                 " of " + std::to_string(count) + " levels");
   SmiClock clock;
-  clock.current_mhz = hertz[current] / 1000000;
-  clock.max_mhz = *std::max_element(hertz, hertz + count) / 1000000;
+  clock.current_mhz = levels.frequency[current] / 1000000;
+  clock.max_mhz = *std::max_element(levels.frequency, levels.frequency + count) / 1000000;
   return SmiResult<SmiClock>::of(clock);
 }
 
@@ -162,6 +164,21 @@ SmiResult<std::uint64_t> width_of(std::uint64_t lanes, const std::string& call) 
   if (is_unset_mark(lanes) || lanes == 0)
     return SmiResult<std::uint64_t>::missing(SmiProblem::not_supported, call + " reports no link width");
   return SmiResult<std::uint64_t>::of(lanes);
+}
+
+// The current entry of rocm_smi's table of transfer rates (T/s) and lanes,
+// in either release's layout.
+template <typename Bandwidth>
+void current_link(const Bandwidth& bandwidth, SmiPcieLink& link) {
+  const std::string call = "rsmi_dev_pci_bandwidth_get";
+  const std::uint32_t count = bandwidth.transfer_rate.num_supported, current = bandwidth.transfer_rate.current;
+  if (count == 0 || count > std::size(bandwidth.lanes) || current >= count) {
+    link.generation = link.width = SmiResult<std::uint64_t>::missing(
+        SmiProblem::failed, call + " reported level " + std::to_string(current) + " of " + std::to_string(count));
+    return;
+  }
+  link.generation = generation_of(bandwidth.transfer_rate.frequency[current] / 1000000, call + " (transfer rate)");
+  link.width = width_of(bandwidth.lanes[current], call + " (lanes)");
 }
 
 template <typename Record>
@@ -363,8 +380,7 @@ class AmdSmiReader final : public SmiReader {
     const Empty called = invoke("amdsmi_get_clk_freq", what, api_.get_clk_freq, handles_[device],
                                 compute ? amdsmi::clock_gfx : amdsmi::clock_mem, &levels);
     if (!called.value) return called.as_missing<SmiClock>();
-    return clock_from_levels(levels.num_supported, levels.current, levels.frequency, amdsmi::max_frequencies,
-                             "amdsmi_get_clk_freq(" + what + ")");
+    return clock_from_levels(levels, "amdsmi_get_clk_freq(" + what + ")");
   }
 
   SmiUtilization utilization(std::size_t device) override {
@@ -722,11 +738,8 @@ class RocmSmiReader final : public SmiReader {
     const Empty called = invoke("rsmi_dev_gpu_clk_freq_get", what, api_.dev_gpu_clk_freq_get, indexes_[device],
                                 compute ? rsmi::clock_sys : rsmi::clock_mem, static_cast<void*>(&levels));
     if (!called.value) return called.as_missing<SmiClock>();
-    if (layouts == RocmSmiLayouts::release_5)
-      return clock_from_levels(levels.release_5.num_supported, levels.release_5.current, levels.release_5.frequency,
-                               std::size(levels.release_5.frequency), call);
-    return clock_from_levels(levels.release_7.num_supported, levels.release_7.current, levels.release_7.frequency,
-                             std::size(levels.release_7.frequency), call);
+    if (layouts == RocmSmiLayouts::release_5) return clock_from_levels(levels.release_5, call);
+    return clock_from_levels(levels.release_7, call);
   }
 
   SmiUtilization utilization(std::size_t device) override {
@@ -800,23 +813,8 @@ class RocmSmiReader final : public SmiReader {
       link.generation = link.width = called.as_missing<std::uint64_t>();
       return link;
     }
-    const bool old = layouts == RocmSmiLayouts::release_5;
-    const std::uint32_t count = old ? bandwidth.release_5.transfer_rate.num_supported
-                                    : bandwidth.release_7.transfer_rate.num_supported;
-    const std::uint32_t current = old ? bandwidth.release_5.transfer_rate.current
-                                      : bandwidth.release_7.transfer_rate.current;
-    const std::size_t capacity = old ? std::size(bandwidth.release_5.lanes) : std::size(bandwidth.release_7.lanes);
-    const std::string call = "rsmi_dev_pci_bandwidth_get";
-    if (count == 0 || count > capacity || current >= count) {
-      link.generation = link.width = SmiResult<std::uint64_t>::missing(
-          SmiProblem::failed, call + " reported level " + std::to_string(current) + " of " + std::to_string(count));
-      return link;
-    }
-    const std::uint64_t transfers = old ? bandwidth.release_5.transfer_rate.frequency[current]
-                                        : bandwidth.release_7.transfer_rate.frequency[current];
-    const std::uint64_t lanes = old ? bandwidth.release_5.lanes[current] : bandwidth.release_7.lanes[current];
-    link.generation = generation_of(transfers / 1000000, call + " (transfer rate)");
-    link.width = width_of(lanes, call + " (lanes)");
+    if (layouts == RocmSmiLayouts::release_5) current_link(bandwidth.release_5, link);
+    else current_link(bandwidth.release_7, link);
     return link;
   }
 
