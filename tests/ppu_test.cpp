@@ -81,13 +81,13 @@ struct Fixture {
   }
 };
 
-hal::RuntimeOptions default_options() {
+[[maybe_unused]] hal::RuntimeOptions default_options() {
   hal::RuntimeOptions options;
   options.config = hal::Config{};  // the user's config file must not change the tests
   return options;
 }
 
-std::string axis(const hal::DeviceInfo& info, const std::string& key) {
+[[maybe_unused]] std::string axis(const hal::DeviceInfo& info, const std::string& key) {
   for (const auto& [name, value] : info.version_axes)
     if (name == key) return value;
   return "(absent)";

@@ -18,8 +18,23 @@ set_target_properties(fake_hip_runtime_rocm6 PROPERTIES SUFFIX .so.6)
 set_target_properties(fake_hip_runtime_rocm5 PROPERTIES SUFFIX .so.5)
 target_compile_definitions(fake_hip_runtime_rocm5 PRIVATE FAKE_HIP_ROCM5)
 
+# A fake AMD SMI (libamd_smi.so) and a fake ROCm 5 rocm_smi
+# (librocm_smi64.so.5) from one source, each alone in its directory.
+set(HAL_FAKE_AMD_SMI_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_amd_smi)
+add_library(fake_amd_smi SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_amd_smi/fake_amd_smi.cpp)
+set_target_properties(fake_amd_smi PROPERTIES
+  OUTPUT_NAME amd_smi PREFIX lib LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_AMD_SMI_DIR}/amd_smi CXX_VISIBILITY_PRESET hidden)
+add_library(fake_rocm_smi SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_amd_smi/fake_amd_smi.cpp)
+set_target_properties(fake_rocm_smi PROPERTIES
+  OUTPUT_NAME rocm_smi64 PREFIX lib SUFFIX .so.5 LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_AMD_SMI_DIR}/rocm_smi
+  CXX_VISIBILITY_PRESET hidden)
+target_compile_definitions(fake_rocm_smi PRIVATE FAKE_ROCM_SMI)
+foreach(fake fake_amd_smi fake_rocm_smi)
+  target_link_libraries(${fake} PRIVATE hal_warnings)
+endforeach()
+
 add_executable(hal_rocm_tests ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp ${CMAKE_CURRENT_LIST_DIR}/rocm_backend_test.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/gpu_attention_test.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/gpu_attention_test.cpp ${CMAKE_CURRENT_LIST_DIR}/rocm_telemetry_test.cpp)
 target_include_directories(hal_rocm_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
 target_link_libraries(hal_rocm_tests PRIVATE hal::hal hal_internal hal_warnings Threads::Threads)
 get_property(rocm_code_object_architectures GLOBAL PROPERTY HAL_ROCM_CODE_OBJECT_ARCHITECTURES)
@@ -31,6 +46,8 @@ target_compile_definitions(hal_rocm_tests PRIVATE
   HAL_FAKE_HIP_RUNTIME_PATH="$<TARGET_FILE:fake_hip_runtime_rocm6>"
   HAL_FAKE_HIP_ROCM5_RUNTIME_PATH="$<TARGET_FILE:fake_hip_runtime_rocm5>"
   HAL_FAKE_HIP_RUNTIME_DIR="${HAL_FAKE_HIP_RUNTIME_DIR}/rocm6"
+  HAL_FAKE_AMD_SMI_PATH="$<TARGET_FILE:fake_amd_smi>"
+  HAL_FAKE_ROCM_SMI_DIR="${HAL_FAKE_AMD_SMI_DIR}/rocm_smi"
   HAL_HOST_PLUGIN_PATH="$<TARGET_FILE:hal_backend_host>"
   HAL_ROCM_CODE_OBJECT_ARCHITECTURES="${rocm_code_object_architectures}"
   HAL_TEST_BACKEND_CUDA=0
@@ -40,7 +57,8 @@ if(TARGET halinfo)
   target_compile_definitions(hal_rocm_tests PRIVATE HALINFO_PATH="$<TARGET_FILE:halinfo>")
   add_dependencies(hal_rocm_tests halinfo)
 endif()
-add_dependencies(hal_rocm_tests fake_hip_runtime_rocm6 fake_hip_runtime_rocm5 hal_backend_rocm hal_backend_host)
+add_dependencies(hal_rocm_tests fake_hip_runtime_rocm6 fake_hip_runtime_rocm5 fake_amd_smi fake_rocm_smi
+  hal_backend_rocm hal_backend_host)
 
 # One process per runtime identity: the fake reads it once.
 set(HAL_ROCM_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=;HAL_FAKE_HIP_FAIL=")
@@ -58,6 +76,10 @@ hal_add_suite_test(rocm_fake_rdna_tests hal_rocm_tests "rdna code object"
 hal_add_suite_test(rocm_fake_rocm5_tests hal_rocm_tests "rocm5 runtime" "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_MANAGED=0")
 hal_add_suite_test(rocm_fake_no_device_tests hal_rocm_tests "no device"
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=0")
+# Two GPUs the HIP runtime numbers c1, c2 and the fake SMI libraries list
+# in the other order; the tests point HAL_AMD_SMI and HAL_ROCM_SMI at them.
+hal_add_suite_test(rocm_fake_amd_smi_tests hal_rocm_tests "amd smi telemetry"
+  "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=2;HAL_FAKE_HIP_PCI_BUS_ID=0000:C1:00.0,0000:C2:00.0;HAL_AMD_SMI=/nonexistent/libamd_smi.so;HAL_ROCM_SMI=/nonexistent/librocm_smi64.so")
 hal_add_suite_test(rocm_no_runtime_tests hal_rocm_tests "no runtime" "${HAL_ROCM_TEST_ENVIRONMENT};HAL_HIP_RUNTIME=")
 
 hal_add_no_vendor_library_test(rocm_plugin_needs_no_rocm_library hal_backend_rocm)

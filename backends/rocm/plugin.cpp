@@ -50,6 +50,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     context.rccl = std::move(rccl.library);
     context.rccl_status = context.rccl ? "loaded " + context.rccl->path() : rccl.message;
     context.log_message(HAL_LOG_INFO, "RCCL: " + context.rccl_status);
+    context.telemetry = make_telemetry();
     create_attention(context);
     create_collectives(*backend);
     if (hal_status status = discover_devices(context); status != HAL_OK) return status;
@@ -64,6 +65,7 @@ hal_backend_v1 make_table() {
   fill_gpu_entry_points(table);
   table.attention = &attention_table.v1;
   table.collectives = &collectives_table.v1;
+  table.telemetry = &telemetry_table;
   static const hal_interop_v1 interop_table = make_interop_table();
   table.interop = &interop_table;
   return table;

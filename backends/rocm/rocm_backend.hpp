@@ -14,6 +14,7 @@
 #include "device_description.hpp"
 #include "gpu_attention.hpp"
 #include "gpu_streams.hpp"
+#include "gpu_telemetry.hpp"
 #include "imported_memory.hpp"
 #include "hal/backend_abi.h"
 #include "hip_runtime.hpp"
@@ -55,6 +56,8 @@ struct Context {
   std::unique_ptr<backend::GpuAttention> attention;
   std::unique_ptr<shims::Nccl> rccl;  // optional: collectives need it
   std::string rccl_status;            // where it was found, or why not
+  // AMD SMI or rocm_smi, opened on the first snapshot (telemetry.cpp).
+  std::unique_ptr<backend::LazyTelemetry> telemetry;
   // Collectives on `rccl`; last, so it goes before what it uses.
   std::unique_ptr<backend::NcclCollectives> collectives;
 
@@ -124,6 +127,11 @@ namespace hal::rocm {
 // stream_query report after the runtime's own answer.
 void create_collectives(hal_backend_context& backend);
 extern const hal_collectives_v2 collectives_table;
+
+// Telemetry (telemetry.cpp): the sub-table, and the not-yet-opened source a
+// context starts with.
+extern const hal_telemetry_v1 telemetry_table;
+std::unique_ptr<backend::LazyTelemetry> make_telemetry();
 hal_status collectives_stream_status(const hal_stream* stream);
 void forget_collectives_stream(const hal_stream* stream);
 }  // namespace hal::rocm

@@ -17,7 +17,7 @@ using Environment = std::vector<std::pair<std::string, std::string>>;
 
 namespace {
 
-bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+[[maybe_unused]] bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
 // A directory for the fake library's rendezvous, removed afterwards.
 struct ScratchDirectory {
@@ -33,11 +33,13 @@ struct ScratchDirectory {
   }
 };
 
+#ifdef HAL_FAKE_CUDA_DRIVER
 Environment cuda_environment(const std::string& nccl, const std::string& directory) {
   return {{"HAL_BACKEND_PATH", HAL_PLUGIN_DIR},  {"HAL_BACKENDS", "cuda"},     {"HAL_CONFIG", ""},
           {"HAL_CUDA_DRIVER", HAL_FAKE_CUDA_DRIVER}, {"HAL_NCCL", nccl},      {"HAL_FAKE_NCCL_DIR", directory},
           {"HAL_TEST_DEVICE", "cuda:0"},         {"HAL_FAKE_CUDA_DEVICES", "1"}};
 }
+#endif
 
 std::vector<RankOutcome> run(int ranks, std::vector<std::string> arguments, const Environment& environment) {
   arguments.insert(arguments.begin(), HAL_COLLECTIVES_WORKER);
@@ -50,7 +52,7 @@ void check_all_passed(const std::vector<RankOutcome>& outcomes) {
   CHECK_MESSAGE(all, hal::testing::describe(outcomes));
 }
 
-Environment with(Environment environment, const Environment& more) {
+[[maybe_unused]] Environment with(Environment environment, const Environment& more) {
   environment.insert(environment.end(), more.begin(), more.end());
   return environment;
 }
