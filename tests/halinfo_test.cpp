@@ -166,6 +166,14 @@ TEST_CASE("halinfo health shows what is wrong first and exits 1 on a critical pr
   CHECK(result.output.find("temperature.core_celsius            54.0 C") != std::string::npos);
   CHECK(result.output.find("temperature.hotspot_celsius         not supported: CPUs have no separate hotspot sensor") !=
         std::string::npos);
+  // --json: one line per device, the same problems and exit status.
+  const CommandResult json = run_halinfo("health --device host:0 --json", fixture_root);
+  CHECK(json.exit_code == 1);
+  const nlohmann::json line = nlohmann::json::parse(lines_of(json.output).at(0));
+  CHECK(line["id"] == "host:0");
+  CHECK(line["telemetry"]["health"] == "1 uncorrected ECC error since the driver loaded");
+  CHECK(line["telemetry"]["problems"][0]["severity"] == "critical");
+  CHECK(line["telemetry"]["temperature"]["core_celsius"]["value"] == 54.0);
   // The default summary says the same in one word per device.
   CHECK(run_halinfo("", fixture_root).output.find("; health: 1 uncorrected ECC error since the driver loaded") !=
         std::string::npos);

@@ -156,13 +156,18 @@ int main(int argc, char** argv) {
     if (options.device) devices = {runtime.device(*options.device)};
 
     if (options.command == "health") {
-      if (options.json)
-        for (const hal::Device& device : devices)
-          std::cout << nlohmann::json{{"id", device.id()}, {"telemetry", halinfo::telemetry_to_json(device)}}.dump()
-                    << "\n";
-      else if (halinfo::print_health(devices, std::cout))
-        return exit_requirement_failed;
-      return exit_ok;
+      bool critical = false;
+      if (options.json) {
+        for (const hal::Device& device : devices) {
+          const nlohmann::json telemetry = halinfo::telemetry_to_json(device);
+          for (const auto& problem : telemetry.value("problems", nlohmann::json::array()))
+            critical = critical || problem["severity"] == "critical";
+          std::cout << nlohmann::json{{"id", device.id()}, {"telemetry", telemetry}}.dump() << "\n";
+        }
+      } else {
+        critical = halinfo::print_health(devices, std::cout);
+      }
+      return critical ? exit_requirement_failed : exit_ok;
     } else if (options.command == "watch") {
       halinfo::run_watch(devices, options.watch, std::cout);
       return exit_ok;
