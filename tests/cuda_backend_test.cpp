@@ -903,3 +903,24 @@ TEST_SUITE("nvml telemetry") {
     CHECK(hal::telemetry(fixture.device(1)).clocks.compute_mhz.value() == 1410);
   }
 }
+
+#ifdef HALCONFORM_PATH
+// halconform as operators run it on a host with two GPUs (the fake driver's)
+// and NCCL (the fake, which refuses two ranks on one GPU as NCCL does).
+TEST_SUITE("halconform on cuda") {
+  TEST_CASE("collectives run one rank per GPU, once, from the first GPU") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()}, {"HAL_BACKENDS", "cuda"},
+                                  {"HAL_NCCL", HAL_FAKE_NCCL_PATH}, {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"}};
+    const std::string reports = (std::filesystem::temp_directory_path() /
+                                 ("hal-cuda-halconform-" + std::to_string(::getpid()))).string();
+    const hal::testing::CommandResult run = hal::testing::run_command(
+        std::string(HALCONFORM_PATH) + " --filter numerics.collectives.all_reduce --report-dir " + reports + " 2>&1");
+    std::filesystem::remove_all(reports);
+    CAPTURE(run.output);
+    CHECK(run.exit_code == 0);
+    CHECK(contains(run.output, "PASS     numerics.collectives.all_reduce on cuda:0"));
+    CHECK(contains(run.output, "SKIPPED  numerics.collectives.all_reduce on cuda:1"));
+    CHECK(contains(run.output, "the cuda collectives run once, one rank on each of its 2 devices, from cuda:0"));
+  }
+}
+#endif

@@ -55,8 +55,9 @@ target_compile_definitions(hal_cuda_tests PRIVATE
   HAL_TEST_GPU_PLUGIN_PATH="$<TARGET_FILE:hal_backend_cuda>")
 add_dependencies(hal_cuda_tests fake_cuda_driver fake_cuda_driver_no_uuid_v2 fake_nccl fake_nccl_legacy fake_nvml hal_backend_cuda hal_backend_host hal_data)
 if(TARGET halinfo)
-  target_compile_definitions(hal_cuda_tests PRIVATE HALINFO_PATH="$<TARGET_FILE:halinfo>")
-  add_dependencies(hal_cuda_tests halinfo)
+  target_compile_definitions(hal_cuda_tests PRIVATE HALINFO_PATH="$<TARGET_FILE:halinfo>"
+                                                    HALCONFORM_PATH="$<TARGET_FILE:halconform>")
+  add_dependencies(hal_cuda_tests halinfo halconform)
 endif()
 
 # One process per driver identity: a driver's devices are fixed once cuInit ran.
@@ -69,6 +70,8 @@ hal_add_suite_test(cuda_fake_interop_tests hal_cuda_tests "cuda interop"
 hal_add_suite_test(cuda_fake_attention_tests hal_cuda_tests "gpu attention"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1")
 hal_add_suite_test(cuda_fake_nvml_telemetry_tests hal_cuda_tests "nvml telemetry"
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2")
+hal_add_suite_test(cuda_fake_halconform_tests hal_cuda_tests "halconform on cuda"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2")
 hal_add_suite_test(cuda_fake_no_uuid_v2_tests hal_cuda_tests "driver without uuid v2"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_TEST_FAKE_CUDA_DRIVER=$<TARGET_FILE:fake_cuda_driver_no_uuid_v2>")

@@ -1,9 +1,10 @@
 // Collective cases. A collective needs several ranks, so each case body is a
-// supervisor: it starts N ranks (N = the profile value "collectives.ranks",
-// default 2) on the device under test, each a helper process of the case
+// supervisor: it starts N ranks, each a helper process of the case
 // program (the case run again with its rank in CaseSettings::helper), joined
 // through a FileStore in a temporary directory, and merges their results. When
-// the body runs in-process (unit tests) the ranks are threads instead.
+// the body runs in-process (unit tests) the ranks are threads instead. A CPU
+// device takes all N ranks (N = the profile value "collectives.ranks", default
+// 2); a GPU backend runs one rank per device (rank_devices).
 //
 // Reductions use small integers, so every summation order and every
 // accumulation precision (f32 or bf16 with f32 accumulation) gives the same
@@ -96,6 +97,27 @@ std::string last_lines(const std::string& text, std::size_t lines) {
   return text.substr(position == 0 ? 0 : position + 1);
 }
 
+// The devices the ranks run on. A GPU backend's collectives run the way
+// clusters run them, one rank on each of its devices (NCCL refuses two ranks
+// on one GPU), once, from its first device; a CPU device takes every rank
+// (the profile's collectives.ranks).
+std::vector<Device> rank_devices(CaseContext& context) {
+  const Device& device = context.device();
+  if (device.info().type == DeviceType::cpu)
+    return std::vector<Device>(static_cast<std::size_t>(world_size_for(context)), device);
+  const Runtime runtime = Runtime::create();
+  std::vector<Device> peers;
+  for (const Device& candidate : runtime.devices())
+    if (candidate.backend_name() == device.backend_name()) peers.push_back(candidate);
+  if (peers.empty() || peers.size() > largest_world_size)
+    throw HarnessError("the " + device.backend_name() + " backend lists " + std::to_string(peers.size()) +
+                       " devices; one rank per device needs 1 to " + std::to_string(largest_world_size));
+  if (peers.front().index() != device.index())
+    context.skip("the " + device.backend_name() + " collectives run once, one rank on each of its " +
+                 std::to_string(peers.size()) + " devices, from " + peers.front().id() + "; see that result");
+  return peers;
+}
+
 // One rank's part, in whatever process or thread it runs.
 void run_rank(CaseContext& context, const RankPart& part) {
   const auto& helper = context.settings().helper;
@@ -123,7 +145,8 @@ void run_rank(CaseContext& context, const RankPart& part) {
 // Starts the ranks, waits for all of them and turns their results into this
 // case's: rank 0's measurements, every rank's message, the worst outcome.
 void supervise(CaseContext& context, const std::string& case_id, Tier tier, const RankPart& part) {
-  const int world_size = world_size_for(context);
+  const std::vector<Device> devices = rank_devices(context);
+  const int world_size = static_cast<int>(devices.size());
   const TemporaryDirectory store;
   const bool processes = !context.case_command().empty();
   // A rank process finds its case by id; a rank thread runs this body.
@@ -138,7 +161,8 @@ void supervise(CaseContext& context, const std::string& case_id, Tier tier, cons
   std::vector<CaseResult> results(static_cast<std::size_t>(world_size));
   if (processes) {
     std::vector<PlannedCase> plan;
-    for (const auto& rank_settings : settings) plan.push_back({&rank_case, context.device(), rank_settings, rank_seconds});
+    for (std::size_t rank = 0; rank < settings.size(); ++rank)
+      plan.push_back({&rank_case, devices[rank], settings[rank], rank_seconds});
     RunnerOptions options;
     options.case_command = context.case_command();
     options.jobs = world_size;
@@ -146,7 +170,7 @@ void supervise(CaseContext& context, const std::string& case_id, Tier tier, cons
   } else {
     std::vector<std::thread> threads;
     for (std::size_t rank = 0; rank < results.size(); ++rank)
-      threads.emplace_back([&, rank] { results[rank] = run_case_body(rank_case, context.device(), settings[rank]); });
+      threads.emplace_back([&, rank] { results[rank] = run_case_body(rank_case, devices[rank], settings[rank]); });
     for (auto& thread : threads) thread.join();
   }
 
@@ -170,8 +194,11 @@ void supervise(CaseContext& context, const std::string& case_id, Tier tier, cons
     else if (result.outcome == Outcome::error) add_to(errors, name);
     else if (result.outcome == Outcome::skipped) add_to(skipped, name);
   }
-  const std::string across = " of " + std::to_string(world_size) + " ranks on " + context.device().id() +
-                             (processes ? " (one process each)" : " (threads of this process)");
+  const std::string across =
+      " of " + std::to_string(world_size) + " ranks on " +
+      (devices.front() == devices.back() ? devices.front().id()
+                                         : devices.front().id() + " to " + devices.back().id() + ", one each") +
+      (processes ? " (one process each)" : " (threads of this process)");
   if (!failed.empty()) context.fail(failed + across + " failed; see each rank's message above");
   if (!errors.empty()) throw HarnessError(errors + across + " hit a harness error; see each rank's message above");
   if (!skipped.empty()) context.skip(skipped + across + " skipped");

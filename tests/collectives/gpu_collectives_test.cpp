@@ -37,7 +37,7 @@ struct ScratchDirectory {
 Environment cuda_environment(const std::string& nccl, const std::string& directory) {
   return {{"HAL_BACKEND_PATH", HAL_PLUGIN_DIR},  {"HAL_BACKENDS", "cuda"},     {"HAL_CONFIG", ""},
           {"HAL_CUDA_DRIVER", HAL_FAKE_CUDA_DRIVER}, {"HAL_NCCL", nccl},      {"HAL_FAKE_NCCL_DIR", directory},
-          {"HAL_TEST_DEVICE", "cuda:0"},         {"HAL_FAKE_CUDA_DEVICES", "1"}};
+          {"HAL_TEST_DEVICE", "cuda"},           {"HAL_FAKE_CUDA_DEVICES", "3"}};  // one device per rank
 }
 #endif
 
@@ -67,6 +67,16 @@ TEST_CASE("cuda + NCCL: every operation, type and in-place mode, on 2 and 3 rank
     const auto outcomes = run(ranks, {"ops"}, with(cuda_environment(HAL_FAKE_NCCL, directory.path),
                                                    {{"HAL_TEST_EXPECT_ENGINE", "nccl"}}));
     check_all_passed(outcomes);
+  }
+}
+
+TEST_CASE("cuda + NCCL: two ranks on one GPU are refused at init, as NCCL refuses them") {
+  ScratchDirectory directory;
+  const auto outcomes = run(2, {"ops"}, with(cuda_environment(HAL_FAKE_NCCL, directory.path),
+                                             {{"HAL_TEST_DEVICE", "cuda:0"}}));
+  for (const auto& outcome : outcomes) {
+    CHECK_MESSAGE(outcome.exit_code != 0, hal::testing::describe(outcomes));
+    CHECK_MESSAGE(contains(outcome.output, "Duplicate GPU detected"), outcome.output);
   }
 }
 
@@ -156,8 +166,8 @@ TEST_CASE("rocm + RCCL: the same engine on HIP streams, under RCCL's name") {
                                    {"HAL_HIP_RUNTIME", HAL_FAKE_HIP_RUNTIME},
                                    {"HAL_RCCL", HAL_FAKE_RCCL},
                                    {"HAL_FAKE_NCCL_DIR", directory.path},
-                                   {"HAL_FAKE_HIP_DEVICES", "1"},
-                                   {"HAL_TEST_DEVICE", "rocm:0"},
+                                   {"HAL_FAKE_HIP_DEVICES", "3"},  // one device per rank
+                                   {"HAL_TEST_DEVICE", "rocm"},
                                    {"HAL_TEST_EXPECT_ENGINE", "rccl"}};
   check_all_passed(run(2, {"p2p"}, environment));
   check_all_passed(run(2, {"ops"}, environment));

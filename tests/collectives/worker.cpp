@@ -5,7 +5,8 @@
 //
 //   collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine|missing VICTIM|fault|legacy
 // Exit status 0 when every check passed; failures are printed. The device is
-// HAL_TEST_DEVICE (default host:0), so the GPU backends run the same checks.
+// HAL_TEST_DEVICE (default host:0; a backend alone means one device per rank),
+// so the GPU backends run the same checks.
 #include <unistd.h>
 
 #include <csignal>
@@ -119,9 +120,13 @@ double reduced(DType type, ReduceOp op, int world, std::size_t i) {
 
 // ---- running one case ----------------------------------------------------------
 
+// A backend alone ("cuda") is the rank's own device, <backend>:<LOCAL_RANK>.
 std::string test_device() {
   const char* device = std::getenv("HAL_TEST_DEVICE");
-  return device != nullptr && *device != '\0' ? device : "host:0";
+  const std::string chosen = device != nullptr && *device != '\0' ? device : "host:0";
+  if (chosen.find(':') != std::string::npos) return chosen;
+  const char* local_rank = std::getenv("LOCAL_RANK");
+  return chosen + ":" + (local_rank != nullptr ? local_rank : "0");
 }
 
 // The status code an error is expected to carry (HAL_TEST_EXPECT_CODE), else `fallback`.

@@ -84,7 +84,8 @@ void print_usage(std::FILE* out) {
                "  -o, --op OP           sum, prod, min, max, avg (default sum)\n"
                "  -d, --datatype TYPE   f32, f64, f16, bf16, i8, u8, i32, i64 (default f32)\n"
                "  -r, --root N          root of broadcast and reduce (default 0)\n"
-               "  --device ID           device (default host:0)\n"
+               "  --device ID           device (default host:0); a backend alone (cuda) puts each rank on\n"
+               "                        its own device, <backend>:<local rank>\n"
                "  --engine ENGINE       host collectives engine: auto, gloo or mpi (default: HAL_COLL_ENGINE,\n"
                "                        then the config, then auto)\n"
                "  --no-gloo             skip the direct Gloo baseline\n"
@@ -295,8 +296,12 @@ int run_collective_benchmark(int argc, char** argv) {
     return 2;
   }
   const hal::Runtime runtime = hal::Runtime::create();
-  const hal::Device device = runtime.device(options.device);
   auto launcher = hal::Store::from_environment();
+  // A backend name alone ("cuda"): each rank on its own device, as NCCL
+  // requires (it refuses two ranks on one GPU).
+  if (options.device.find(':') == std::string::npos)
+    options.device += ":" + std::to_string(launcher.local_rank);
+  const hal::Device device = runtime.device(options.device);
   const int rank = launcher.rank, ranks = launcher.world_size;
   if (options.root >= ranks) {
     std::fprintf(stderr, "halbench coll: root %d is outside [0, %d)\n", options.root, ranks);

@@ -553,6 +553,15 @@ FAKE_EXPORT CUresult cuCtxGetCurrent(CUcontext* context) {
   return CUDA_SUCCESS;
 }
 
+// The current context's device; CUDA_ERROR_INVALID_CONTEXT without one, as the real driver.
+FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *device = context->device;
+  return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuCtxSetCurrent(CUcontext context) {
   if (!driver().initialized) return CUDA_ERROR_NOT_INITIALIZED;
   current_context = context;
@@ -974,6 +983,7 @@ const std::vector<ProcEntry>& proc_table() {
       entry("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000),
       entry("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000),
       entry("cuCtxGetCurrent", cuCtxGetCurrent, 4000),
+      entry("cuCtxGetDevice", cuCtxGetDevice, 2000),
       entry("cuCtxSetCurrent", cuCtxSetCurrent, 4000),
       entry("cuMemGetInfo", cuMemGetInfo_v2, 3020),
       entry("cuMemAlloc", cuMemAlloc_v2, 3020),

@@ -179,6 +179,7 @@ void reduce(int type, int op, const std::vector<const std::uint8_t*>& sources, s
 
 struct CommState {
   std::filesystem::path directory;
+  std::string device;  // the PCI bus id current when the rank was created ("": unknown)
   int ranks = 0, rank = 0;
   std::atomic<bool> aborted{false};
   std::atomic<bool> initialized{false};
@@ -225,20 +226,64 @@ bool file_exists(const std::filesystem::path& path) {
   return ::stat(path.c_str(), &info) == 0;
 }
 
-// Registers this rank and waits for the others: the bootstrap.
+// The PCI bus id of the calling thread's current device, from the driver
+// loaded in this process; "" when it cannot say.
+std::string current_device_bus_id() {
+  char bus_id[64] = {};
+  int device = -1;
+#ifdef FAKE_NCCL_HIP
+  void* library = nullptr;
+  for (const char* name : {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"})
+    if ((library = ::dlopen(name, RTLD_NOW | RTLD_NOLOAD)) != nullptr) break;
+  const char* current = "hipGetDevice";
+  const char* bus = "hipDeviceGetPCIBusId";
+#else
+  void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  const char* current = "cuCtxGetDevice";
+  const char* bus = "cuDeviceGetPCIBusId";
+#endif
+  if (library == nullptr) return {};
+  auto get_device = reinterpret_cast<int (*)(int*)>(::dlsym(library, current));
+  auto get_bus_id = reinterpret_cast<int (*)(char*, int, int)>(::dlsym(library, bus));
+  const bool known = get_device != nullptr && get_bus_id != nullptr && get_device(&device) == 0 &&
+                     get_bus_id(bus_id, sizeof(bus_id), device) == 0;
+  ::dlclose(library);
+  return known ? bus_id : "";
+}
+
+// Registers this rank (its pid and device) and waits for the others: the
+// bootstrap. Two ranks on one device fail as NCCL fails them.
 void join(CommState& state) {
   const char* hang = std::getenv("HAL_FAKE_NCCL_INIT_HANG_RANK");
   if (hang != nullptr && *hang != '\0' && std::atoi(hang) == state.rank) {
     wait_for(state, [] { return false; });  // never arrives; only an abort ends this
     return;
   }
-  std::ofstream(state.directory / ("rank." + std::to_string(state.rank))) << ::getpid();
+  const auto rank_file = [&](int rank) { return state.directory / ("rank." + std::to_string(rank)); };
+  const std::string& device = state.device;
+  {
+    // Written whole, then renamed: a peer never reads a half-written file.
+    const std::filesystem::path partial = state.directory / ("partial." + std::to_string(state.rank));
+    std::ofstream(partial) << ::getpid() << " " << device;
+    std::filesystem::rename(partial, rank_file(state.rank));
+  }
   const bool all = wait_for(state, [&] {
     for (int peer = 0; peer < state.ranks; ++peer)
-      if (!file_exists(state.directory / ("rank." + std::to_string(peer)))) return false;
+      if (!file_exists(rank_file(peer))) return false;
     return true;
   });
-  if (all) state.initialized = true;
+  if (!all) return;
+  for (int peer = 0; peer < state.ranks && !device.empty(); ++peer) {
+    long pid = 0;
+    std::string peer_device;
+    std::ifstream(rank_file(peer)) >> pid >> peer_device;
+    if (peer != state.rank && peer_device == device) {
+      state.set_async_error(invalid_usage, "Duplicate GPU detected : rank " + std::to_string(state.rank) +
+                                               " and rank " + std::to_string(peer) + " both on busId " + device);
+      return;
+    }
+  }
+  state.initialized = true;
 }
 
 // Each rank marks that it left; the last one removes the directory.
@@ -553,10 +598,15 @@ Result create(ncclComm** comm, int ranks, UniqueId id, int rank, bool blocking) 
   state.directory = id.internal;
   state.ranks = ranks;
   state.rank = rank;
+  state.device = current_device_bus_id();  // on the calling thread, whose device the rank is
   state.sent.assign(static_cast<std::size_t>(ranks), 0);
   state.received.assign(static_cast<std::size_t>(ranks), 0);
   if (blocking) {
     join(state);
+    if (const Result error = state.async_error.load(); error != success) {
+      leave(state);
+      return error;  // NCCL hands out no communicator when its init fails
+    }
   } else {
     state.init_thread = std::thread([&state] { join(state); });
   }
