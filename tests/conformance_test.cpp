@@ -560,3 +560,23 @@ TEST_CASE("MEASURED is evidence but no pass: the run passes, a requirement on it
   measured.outcome = conf::Outcome::measured;
   CHECK(conf::roll_up({measured}) == conf::Verdict::pass);
 }
+
+TEST_CASE("a compute soak more than the margin slower than its peers of the same model fails, naming the figures") {
+  auto soak = [](const std::string& device, double rate) {
+    conf::CaseResult soaked = result("stress.compute.attention", device, conf::Outcome::pass);
+    soaked.evidence.measurements.push_back({"rate", rate, "TFLOP/s", {}, {}, "", ""});
+    return soaked;
+  };
+  std::vector<conf::CaseResult> results = {soak("cuda:0", 500), soak("cuda:1", 505), soak("cuda:2", 498),
+                                     soak("cuda:3", 420), soak("cuda:4", 300)};
+  const std::map<std::string, std::string> models = {{"cuda:0", "H200"}, {"cuda:1", "H200"}, {"cuda:2", "H200"},
+                                                     {"cuda:3", "H200"}, {"cuda:4", "L40S"}};
+  conf::compare_with_peers(results, models);
+  CHECK(results[0].outcome == conf::Outcome::pass);
+  CHECK(results[1].outcome == conf::Outcome::pass);
+  CHECK(results[2].outcome == conf::Outcome::pass);
+  CHECK(results[3].outcome == conf::Outcome::fail);  // 16% below the median 499 of the four H200s
+  CHECK(results[3].evidence.message.find("420 TFLOP/s is 16% below the median 499 TFLOP/s of the 4 H200 devices") !=
+        std::string::npos);
+  CHECK(results[4].outcome == conf::Outcome::pass);  // the only L40S has no peer
+}

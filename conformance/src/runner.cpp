@@ -390,6 +390,46 @@ int case_process_main(const Registry& registry, std::string_view case_id, std::s
   return 0;
 }
 
+void compare_with_peers(std::vector<CaseResult>& results, const std::map<std::string, std::string>& models) {
+  struct Rated {
+    CaseResult* result;
+    double rate;
+  };
+  std::map<std::pair<std::string, std::string>, std::vector<Rated>> groups;  // (case, model) -> results
+  for (CaseResult& result : results) {
+    if (!result.case_id.starts_with("stress.compute.") ||
+        (result.outcome != Outcome::pass && result.outcome != Outcome::warn))
+      continue;
+    const auto model = models.find(result.device_id);
+    if (model == models.end()) continue;
+    for (const Measurement& measurement : result.evidence.measurements)
+      if (measurement.name == "rate" && measurement.value > 0)
+        groups[{result.case_id, model->second}].push_back({&result, measurement.value});
+  }
+  for (auto& [key, members] : groups) {
+    if (members.size() < 2) continue;
+    std::vector<double> rates;
+    for (const Rated& member : members) rates.push_back(member.rate);
+    std::sort(rates.begin(), rates.end());
+    const std::size_t middle = rates.size() / 2;
+    const double median = rates.size() % 2 == 1 ? rates[middle] : (rates[middle - 1] + rates[middle]) / 2;
+    for (Rated& member : members) {
+      if (member.rate >= (1 - peer_rate_margin) * median) continue;
+      CaseResult& result = *member.result;
+      result.outcome = Outcome::fail;
+      char text[256];
+      std::snprintf(text, sizeof(text),
+                    "%.4g TFLOP/s is %.0f%% below the median %.4g TFLOP/s of the %zu %s devices on this host (the "
+                    "margin is %.0f%%)",
+                    member.rate, 100 * (1 - member.rate / median), median, members.size(), key.second.c_str(),
+                    100 * peer_rate_margin);
+      result.evidence.message += (result.evidence.message.empty() ? "" : "\n") + std::string(text);
+      result.evidence.measurements.push_back(
+          {"peer median rate", median, "TFLOP/s", median, median * peer_rate_margin, ">=", ""});
+    }
+  }
+}
+
 std::vector<CaseResult> evaluate_requirements(const Profile& profile, const Registry& registry,
                                               const std::vector<Device>& devices,
                                               const std::vector<CaseResult>& results) {

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -343,6 +344,9 @@ int run(int argc, char** argv, const Options& options) {
   runner_options.on_progress = ProgressPrinter();
   std::vector<conf::CaseResult> results = conf::run_cases(plan.to_run, runner_options);
   results.insert(results.end(), plan.decided.begin(), plan.decided.end());
+  std::map<std::string, std::string> models;
+  for (const auto& device : devices) models[device.id()] = device.info().name;
+  conf::compare_with_peers(results, models);
 
   std::vector<hal::DeviceInfo> device_infos;
   for (const auto& device : devices) device_infos.push_back(device.info());

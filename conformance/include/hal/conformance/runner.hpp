@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <optional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,6 +90,13 @@ CaseResult run_case_process(const PlannedCase& planned, const std::vector<std::s
 // written, whatever the outcome).
 int case_process_main(const Registry& registry, std::string_view case_id, std::string_view device_id,
                       std::string_view settings_json, int result_fd);
+
+// A device more than peer_rate_margin slower than the median of its peers of
+// the same model (models: device id -> model name) in a compute soak
+// ("stress.compute.*" results with a "rate") fails it, naming the figures;
+// one device, or one of a model, has no peers and is left as it is.
+inline constexpr double peer_rate_margin = 0.10;
+void compare_with_peers(std::vector<CaseResult>& results, const std::map<std::string, std::string>& models);
 
 // One result per profile requirement and device ("requirement.<name>"): PASS
 // when a matching case passed there, FAIL when matching cases ran and none
