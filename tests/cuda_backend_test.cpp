@@ -924,3 +924,115 @@ TEST_SUITE("halconform on cuda") {
   }
 }
 #endif
+
+// The fake driver's execution model, each behaviour on its own, as the CUDA
+// driver API documents it: the legacy default stream (NULL) is asynchronous
+// to the host and ordered with blocking streams only; synchronous memsets and
+// device copies return before their bytes land; copies to or from pageable
+// host memory return only when done, Async or not.
+TEST_SUITE("faithful fake driver") {
+  struct DriverCalls {
+    FakeDriver driver;
+    decltype(cuInit)* init = driver.function<decltype(cuInit)>("cuInit");
+    decltype(cuMemAlloc_v2)* allocate = driver.function<decltype(cuMemAlloc_v2)>("cuMemAlloc_v2");
+    decltype(cuMemFree_v2)* free = driver.function<decltype(cuMemFree_v2)>("cuMemFree_v2");
+    decltype(cuMemHostAlloc)* allocate_pinned = driver.function<decltype(cuMemHostAlloc)>("cuMemHostAlloc");
+    decltype(cuMemFreeHost)* free_pinned = driver.function<decltype(cuMemFreeHost)>("cuMemFreeHost");
+    decltype(cuMemsetD8_v2)* memset = driver.function<decltype(cuMemsetD8_v2)>("cuMemsetD8_v2");
+    decltype(cuMemcpyDtoH_v2)* to_host = driver.function<decltype(cuMemcpyDtoH_v2)>("cuMemcpyDtoH_v2");
+    decltype(cuMemcpyDtoHAsync_v2)* to_host_async =
+        driver.function<decltype(cuMemcpyDtoHAsync_v2)>("cuMemcpyDtoHAsync_v2");
+    decltype(cuStreamCreate)* create_stream = driver.function<decltype(cuStreamCreate)>("cuStreamCreate");
+    decltype(cuStreamDestroy_v2)* destroy_stream = driver.function<decltype(cuStreamDestroy_v2)>("cuStreamDestroy_v2");
+    decltype(cuStreamSynchronize)* synchronize = driver.function<decltype(cuStreamSynchronize)>("cuStreamSynchronize");
+    decltype(cuLaunchHostFunc)* host_function = driver.function<decltype(cuLaunchHostFunc)>("cuLaunchHostFunc");
+    CUcontext context = nullptr;
+    DriverCalls() {
+      REQUIRE(init(0) == CUDA_SUCCESS);
+      context = driver.make_primary_current(0);
+    }
+    ~DriverCalls() { driver.release_primary(0); }
+    CUstream stream(unsigned flags) {
+      CUstream created = nullptr;
+      REQUIRE(create_stream(&created, flags) == CUDA_SUCCESS);
+      return created;
+    }
+  };
+
+  TEST_CASE("the legacy default stream runs late, is waited for by DtoH, and is ordered with blocking streams only") {
+    DriverCalls calls;
+    ScopedEnvironment late{{"HAL_FAKE_CUDA_NULL_STREAM_DELAY_MS", "100"}};
+    CUdeviceptr device = 0;
+    REQUIRE(calls.allocate(&device, 64) == CUDA_SUCCESS);
+    void* pinned = nullptr;
+    REQUIRE(calls.allocate_pinned(&pinned, 64, 0) == CUDA_SUCCESS);
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(static_cast<std::uintptr_t>(device));  // host memory here
+    REQUIRE(calls.memset(device, 0x5A, 64) == CUDA_SUCCESS);
+    CHECK(bytes[0] != 0x5A);  // returned before the bytes landed
+    std::uint8_t host[64] = {};
+    REQUIRE(calls.to_host(host, device, 64) == CUDA_SUCCESS);
+    CHECK(host[63] == 0x5A);  // the synchronous DtoH waits for the legacy stream's work
+
+    const CUstream non_blocking = calls.stream(CU_STREAM_NON_BLOCKING);
+    REQUIRE(calls.memset(device, 0x11, 64) == CUDA_SUCCESS);
+    REQUIRE(calls.to_host_async(pinned, device, 64, non_blocking) == CUDA_SUCCESS);
+    REQUIRE(calls.synchronize(non_blocking) == CUDA_SUCCESS);
+    CHECK(static_cast<std::uint8_t*>(pinned)[0] == 0x5A);  // not ordered after the late memset
+
+    const CUstream blocking = calls.stream(CU_STREAM_DEFAULT);
+    REQUIRE(calls.memset(device, 0x22, 64) == CUDA_SUCCESS);
+    REQUIRE(calls.to_host_async(pinned, device, 64, blocking) == CUDA_SUCCESS);
+    REQUIRE(calls.synchronize(blocking) == CUDA_SUCCESS);
+    CHECK(static_cast<std::uint8_t*>(pinned)[0] == 0x22);  // ordered after it
+
+    REQUIRE(calls.synchronize(CU_STREAM_LEGACY) == CUDA_SUCCESS);
+    CHECK(calls.destroy_stream(non_blocking) == CUDA_SUCCESS);
+    CHECK(calls.destroy_stream(blocking) == CUDA_SUCCESS);
+    CHECK(calls.free_pinned(pinned) == CUDA_SUCCESS);
+    CHECK(calls.free(device) == CUDA_SUCCESS);
+  }
+
+  TEST_CASE("hal's calls without a stream return with their bytes in place, though the default stream runs late") {
+    const FakeDriverFixture fixture;
+    ScopedEnvironment late{{"HAL_FAKE_CUDA_NULL_STREAM_DELAY_MS", "50"}};
+    const hal::Device gpu = fixture.device(0);
+    hal::Buffer source = gpu.allocate(4096), target = gpu.allocate(4096);
+    hal::Buffer seen = gpu.allocate(4096, MemoryKind::host_pinned);
+    const hal::Stream stream = gpu.create_stream();  // non-blocking: not ordered with the default stream
+    source.fill(0, 4096, 0x3C);
+    target.copy_from(0, source, 0, 4096);
+    stream.copy_to_host(seen.host_address(), target, 0, 4096);
+    stream.synchronize();
+    const auto* bytes = static_cast<const std::uint8_t*>(seen.host_address());
+    CHECK(std::all_of(bytes, bytes + 4096, [](std::uint8_t b) { return b == 0x3C; }));
+  }
+
+  TEST_CASE("an Async copy to pageable memory returns only when done; to pinned memory at once") {
+    DriverCalls calls;
+    CUdeviceptr device = 0;
+    REQUIRE(calls.allocate(&device, 64) == CUDA_SUCCESS);
+    void* pinned = nullptr;
+    REQUIRE(calls.allocate_pinned(&pinned, 64, 0) == CUDA_SUCCESS);
+    const CUstream stream = calls.stream(CU_STREAM_NON_BLOCKING);
+    hal::testing::StreamGate gate;
+    REQUIRE(calls.host_function(stream, hal::testing::StreamGate::wait_on_latch, gate.latch_for_vendor()) ==
+            CUDA_SUCCESS);
+    CHECK(calls.to_host_async(pinned, device, 64, stream) == CUDA_SUCCESS);  // returns behind the closed gate
+    std::uint8_t pageable[64];
+    std::atomic<bool> returned{false};
+    std::thread copier([&] {
+      calls.driver.function<decltype(cuCtxSetCurrent)>("cuCtxSetCurrent")(calls.context);
+      CHECK(calls.to_host_async(pageable, device, 64, stream) == CUDA_SUCCESS);
+      returned = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    CHECK_FALSE(returned.load());
+    gate.open();
+    copier.join();
+    CHECK(returned.load());
+    REQUIRE(calls.synchronize(stream) == CUDA_SUCCESS);
+    CHECK(calls.destroy_stream(stream) == CUDA_SUCCESS);
+    CHECK(calls.free_pinned(pinned) == CUDA_SUCCESS);
+    CHECK(calls.free(device) == CUDA_SUCCESS);
+  }
+}

@@ -73,6 +73,8 @@ hal_add_suite_test(cuda_fake_nvml_telemetry_tests hal_cuda_tests "nvml telemetry
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2")
 hal_add_suite_test(cuda_fake_halconform_tests hal_cuda_tests "halconform on cuda"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2")
+hal_add_suite_test(cuda_faithful_fake_driver_tests hal_cuda_tests "faithful fake driver"
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1")
 hal_add_suite_test(cuda_fake_no_uuid_v2_tests hal_cuda_tests "driver without uuid v2"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_TEST_FAKE_CUDA_DRIVER=$<TARGET_FILE:fake_cuda_driver_no_uuid_v2>")
 hal_add_suite_test(cuda_fake_ppu_tests hal_cuda_tests "ppu identity" "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=ppu")

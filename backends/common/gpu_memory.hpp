@@ -16,7 +16,10 @@
 //   static Result copy_device_to_device(const Context&, std::uintptr_t, std::uintptr_t, std::size_t, native stream)
 //   static Result memset(const Context&, std::uintptr_t, std::uint8_t / std::uint16_t / std::uint32_t value,
 //                        std::size_t count, native stream)      one 8-, 16- or 32-bit memset
-// A native stream of nullptr asks for the synchronous call.
+// A native stream of nullptr asks for the synchronous call, which may return
+// before its bytes land (device-side memsets and copies do), so it is
+// followed by:
+//   static Result synchronize_null_stream(const Context&)   waits for the default stream's work
 // For imported memory (hal_interop_v1.buffer_import), also:
 //   static bool can_query_pointers(const Context&), can_register_host(const Context&)
 //   static Result query_pointer(const Context&, std::uintptr_t address, PointerFacts&)
@@ -284,6 +287,9 @@ struct GpuMemory {
           status != HAL_OK)
         return status;
     }
+    if (native_stream == nullptr)
+      return wait_for_synchronous_work(context, "filling " + std::to_string(size) + " bytes on " +
+                                                    context.device_id(destination->device));
     return succeed();
   }
 
@@ -360,6 +366,16 @@ struct GpuMemory {
     if (!scope) return scope.status();
     const Result result = copy(stream != nullptr ? stream->handle : nullptr);
     if (hal_status status = context.check(result, "copying " + std::to_string(size) + " bytes " + route);
+        status != HAL_OK)
+      return status;
+    if (stream == nullptr) return wait_for_synchronous_work(context, "copying " + std::to_string(size) + " bytes " + route);
+    return succeed();
+  }
+
+  // The ABI promises a call without a stream returns when the bytes are in
+  // place; the vendors' synchronous memsets and device copies do not wait.
+  static hal_status wait_for_synchronous_work(const Context& context, const std::string& what) {
+    if (hal_status status = context.check(Ops::synchronize_null_stream(context), "waiting for " + what);
         status != HAL_OK)
       return status;
     return succeed();

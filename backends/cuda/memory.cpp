@@ -83,6 +83,9 @@ struct MemoryOps {
   static CUresult synchronize_device(const Context& context) {
     return context.api().cuCtxSynchronize != nullptr ? context.api().cuCtxSynchronize() : CUDA_ERROR_NOT_SUPPORTED;
   }
+  static CUresult synchronize_null_stream(const Context& context) {
+    return context.api().cuStreamSynchronize(CU_STREAM_LEGACY);
+  }
   static int ordinal(const Context& context, std::uint32_t device) { return context.devices[device]->handle; }
 
   static CUresult release(const Context& context, const hal_buffer& buffer) {

@@ -69,6 +69,8 @@ struct MemoryOps {
     return context.api().hipDeviceSynchronize != nullptr ? context.api().hipDeviceSynchronize()
                                                          : hipErrorNotSupported;
   }
+  // The null stream: the device's default stream, which the synchronous calls use.
+  static hipError_t synchronize_null_stream(const Context& context) { return context.api().hipStreamSynchronize(nullptr); }
   static int ordinal(const Context& context, std::uint32_t device) { return context.devices[device]->ordinal; }
 
   static hipError_t allocate(const Context& context, hal_buffer& buffer, hal_memory_kind kind, std::size_t bytes,

@@ -185,8 +185,22 @@ void configure_devices(Driver& state) {
 using Operation = std::function<CUresult()>;
 
 // An in-order queue run by one worker thread.
+// How far a stream's work has got: enqueued and completed operations. Shared,
+// so work on another stream that waits for it outlives a destroyed stream.
+struct Progress {
+  std::mutex mutex;
+  std::condition_variable advanced;
+  std::uint64_t enqueued = 0, completed = 0;
+  void wait_for(std::uint64_t ticket) {
+    std::unique_lock lock(mutex);
+    advanced.wait(lock, [&] { return completed >= ticket; });
+  }
+};
+
 struct Stream {
-  explicit Stream(CUctx_st* owner) : context(owner), worker([this] { work(); }) {}
+  // blocking: ordered with the legacy default stream (not CU_STREAM_NON_BLOCKING).
+  Stream(CUctx_st* owner, bool blocking_stream, bool legacy_stream = false)
+      : context(owner), blocking(blocking_stream), legacy(legacy_stream), worker([this] { work(); }) {}
   ~Stream() {
     {
       std::lock_guard lock(mutex);
@@ -195,12 +209,23 @@ struct Stream {
     available.notify_all();
     worker.join();
   }
-  void enqueue(Operation operation) {
+  // Returns the operation's ticket: progress->wait_for(ticket) waits for it.
+  std::uint64_t enqueue(Operation operation) {
+    std::uint64_t ticket;
     {
       std::lock_guard lock(mutex);
+      {
+        std::lock_guard counted(progress->mutex);
+        ticket = ++progress->enqueued;
+      }
       queue.push_back(std::move(operation));
     }
     available.notify_all();
+    return ticket;
+  }
+  std::uint64_t enqueued() const {
+    std::lock_guard lock(progress->mutex);
+    return progress->enqueued;
   }
   void wait_idle() {
     std::unique_lock lock(mutex);
@@ -212,6 +237,8 @@ struct Stream {
   }
 
   CUctx_st* context;
+  const bool blocking, legacy;
+  const std::shared_ptr<Progress> progress = std::make_shared<Progress>();
   std::mutex mutex;
   std::condition_variable available, idle;
   std::deque<Operation> queue;
@@ -233,6 +260,11 @@ struct Stream {
         std::lock_guard state_lock(driver().mutex);
         if (context->sticky_error == CUDA_SUCCESS) context->sticky_error = result;
       }
+      {
+        std::lock_guard counted(progress->mutex);
+        ++progress->completed;
+      }
+      progress->advanced.notify_all();
       lock.lock();
       running = false;
       if (queue.empty()) idle.notify_all();
@@ -254,22 +286,25 @@ struct CUstream_st : Stream {
   using Stream::Stream;
 };
 
-// CU_STREAM_LEGACY names the current context's legacy default stream, a
-// real stream here (created on first use, never destroyed); other handles
-// are themselves. nullptr keeps meaning "no stream" for the callers that
-// treat it so.
-CUstream resolve_stream(CUstream stream) {
-  if (stream != CU_STREAM_LEGACY) return stream;
-  CUctx_st* context = current_context;
-  if (context == nullptr) return nullptr;
+// The context's legacy default stream, a real stream here (created on first
+// use, never destroyed); with create false, nullptr when it does not exist yet.
+CUstream_st* legacy_stream_of(CUctx_st* context, bool create) {
   static std::map<CUctx_st*, CUstream_st*> legacy;  // guarded by driver().mutex
   std::lock_guard lock(driver().mutex);
   CUstream_st*& found = legacy[context];
-  if (found == nullptr) {
-    found = new CUstream_st(context);
+  if (found == nullptr && create) {
+    found = new CUstream_st(context, true, true);
     driver().streams.insert(found);
   }
   return found;
+}
+
+// NULL and CU_STREAM_LEGACY name the current context's legacy default
+// stream; other handles are themselves.
+CUstream resolve_stream(CUstream stream) {
+  if (stream != nullptr && stream != CU_STREAM_LEGACY) return stream;
+  CUctx_st* context = current_context;
+  return context != nullptr ? legacy_stream_of(context, true) : nullptr;
 }
 struct CUevent_st : Event {};
 
@@ -372,24 +407,60 @@ CUresult check_copy(CUdeviceptr device_side, std::size_t size) {
   return known_range(device_side, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-// Runs now (stream == nullptr) or enqueues; an injected fault makes the
-// enqueued operation fail when it runs, as device faults surface later.
-CUresult submit(const char* function, CUstream stream, Operation operation) {
-  const CUresult fault = injected_fault(function);
-  stream = resolve_stream(stream);
-  if (stream == nullptr) {
-    CUctx_st* context = nullptr;
-    if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
-    if (fault != CUDA_SUCCESS) return fault;
-    return operation();
+// Enqueues with the legacy default stream's implicit synchronization:
+// legacy work waits for the work already on the context's blocking streams,
+// and a blocking stream's work for the work already on the legacy stream;
+// CU_STREAM_NON_BLOCKING streams are ordered with neither. Legacy work waits
+// HAL_FAKE_CUDA_NULL_STREAM_DELAY_MS first, so work that returns before its
+// bytes land is seen to.
+std::uint64_t enqueue_work(CUstream stream, Operation operation) {
+  std::vector<std::pair<std::shared_ptr<Progress>, std::uint64_t>> before;
+  if (stream->legacy) {
+    std::lock_guard lock(driver().mutex);
+    for (Stream* other : driver().streams)
+      if (other != stream && other->context == stream->context && other->blocking)
+        before.emplace_back(other->progress, other->enqueued());
+  } else if (stream->blocking) {
+    if (CUstream_st* legacy = legacy_stream_of(stream->context, false))
+      before.emplace_back(legacy->progress, legacy->enqueued());
   }
+  const int delay_ms = stream->legacy ? std::atoi(environment("HAL_FAKE_CUDA_NULL_STREAM_DELAY_MS").c_str()) : 0;
+  if (before.empty() && delay_ms <= 0) return stream->enqueue(std::move(operation));
+  return stream->enqueue([before = std::move(before), operation = std::move(operation), delay_ms] {
+    for (const auto& [progress, ticket] : before) progress->wait_for(ticket);
+    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    return operation();
+  });
+}
+
+// When a call returns to its caller: at once, or once its work is done.
+enum class HostWait { none, until_done };
+
+// Host memory the driver neither allocated nor registered: copies to or
+// from it are synchronous, even the Async ones.
+bool pageable(const void* host) {
+  std::lock_guard lock(driver().mutex);
+  const std::optional<Range> range = range_holding(reinterpret_cast<std::uintptr_t>(host));
+  return !range || range->kind == Allocation::Kind::device;
+}
+
+// Enqueues on the stream (NULL: the legacy default stream, as the driver
+// API's calls without a stream use it) and returns when `wait` says. An
+// injected fault fails a call without a stream at once and, on a stream,
+// makes the enqueued work fail when it runs, as device faults surface later.
+CUresult submit(const char* function, CUstream stream, Operation operation, HostWait wait = HostWait::none) {
+  const CUresult fault = injected_fault(function);
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  const bool without_stream = stream == nullptr;
+  stream = resolve_stream(stream);
+  if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult result = sticky_error(stream->context); result != CUDA_SUCCESS) return result;
-  if (fault != CUDA_SUCCESS)
-    stream->enqueue([fault] { return fault; });
-  else
-    stream->enqueue(std::move(operation));
-  return CUDA_SUCCESS;
+  if (fault != CUDA_SUCCESS && without_stream) return fault;
+  const std::uint64_t ticket =
+      enqueue_work(stream, fault != CUDA_SUCCESS ? Operation([fault] { return fault; }) : std::move(operation));
+  if (wait == HostWait::none) return CUDA_SUCCESS;
+  stream->progress->wait_for(ticket);
+  return sticky_error(stream->context);
 }
 
 template <typename Element>
@@ -612,11 +683,13 @@ FAKE_EXPORT CUresult cuMemFreeHost(void* host) { return release(host, true); }
 
 FAKE_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr target, const void* source, std::size_t size) {
   if (CUresult result = check_copy(target, size); result != CUDA_SUCCESS) return result;
-  return submit("cuMemcpyHtoD", nullptr, [=] { std::memcpy(pointer(target), source, size); return CUDA_SUCCESS; });
+  return submit("cuMemcpyHtoD", nullptr, [=] { std::memcpy(pointer(target), source, size); return CUDA_SUCCESS; },
+                HostWait::until_done);
 }
 FAKE_EXPORT CUresult cuMemcpyDtoH_v2(void* target, CUdeviceptr source, std::size_t size) {
   if (CUresult result = check_copy(source, size); result != CUDA_SUCCESS) return result;
-  return submit("cuMemcpyDtoH", nullptr, [=] { std::memcpy(target, pointer(source), size); return CUDA_SUCCESS; });
+  return submit("cuMemcpyDtoH", nullptr, [=] { std::memcpy(target, pointer(source), size); return CUDA_SUCCESS; },
+                HostWait::until_done);
 }
 FAKE_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr target, CUdeviceptr source, std::size_t size) {
   if (check_copy(target, size) != CUDA_SUCCESS || check_copy(source, size) != CUDA_SUCCESS)
@@ -626,13 +699,13 @@ FAKE_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr target, CUdeviceptr source, std
 }
 FAKE_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr target, const void* source, std::size_t size, CUstream stream) {
   if (CUresult result = check_copy(target, size); result != CUDA_SUCCESS) return result;
-  return submit("cuMemcpyHtoDAsync", stream,
-                [=] { std::memcpy(pointer(target), source, size); return CUDA_SUCCESS; });
+  return submit("cuMemcpyHtoDAsync", stream, [=] { std::memcpy(pointer(target), source, size); return CUDA_SUCCESS; },
+                pageable(source) ? HostWait::until_done : HostWait::none);
 }
 FAKE_EXPORT CUresult cuMemcpyDtoHAsync_v2(void* target, CUdeviceptr source, std::size_t size, CUstream stream) {
   if (CUresult result = check_copy(source, size); result != CUDA_SUCCESS) return result;
-  return submit("cuMemcpyDtoHAsync", stream,
-                [=] { std::memcpy(target, pointer(source), size); return CUDA_SUCCESS; });
+  return submit("cuMemcpyDtoHAsync", stream, [=] { std::memcpy(target, pointer(source), size); return CUDA_SUCCESS; },
+                pageable(target) ? HostWait::until_done : HostWait::none);
 }
 FAKE_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr target, CUdeviceptr source, std::size_t size, CUstream stream) {
   if (check_copy(target, size) != CUDA_SUCCESS || check_copy(source, size) != CUDA_SUCCESS)
@@ -664,7 +737,7 @@ FAKE_EXPORT CUresult cuStreamCreate(CUstream* stream, unsigned int flags) {
   CUctx_st* context = nullptr;
   if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
   if (flags != CU_STREAM_DEFAULT && flags != CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
-  auto* created = new CUstream_st(context);
+  auto* created = new CUstream_st(context, flags != CU_STREAM_NON_BLOCKING);
   std::lock_guard lock(driver().mutex);
   driver().streams.insert(created);
   *stream = created;
@@ -708,7 +781,7 @@ FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned 
     target = event->records;
   }
   if (target == 0) return CUDA_SUCCESS;
-  stream->enqueue([event, target] {
+  enqueue_work(stream, [event, target] {
     std::unique_lock lock(event->mutex);
     event->completed.wait(lock, [&] { return event->completions >= target; });
     return CUDA_SUCCESS;
@@ -720,7 +793,7 @@ FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream stream, CUhostFn function, void* 
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   stream = resolve_stream(stream);
   if (stream == nullptr || function == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  stream->enqueue([function, data] {
+  enqueue_work(stream, [function, data] {
     function(data);
     return CUDA_SUCCESS;
   });
@@ -761,7 +834,7 @@ FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
     std::lock_guard lock(event->mutex);
     target = ++event->records;
   }
-  stream->enqueue([event, target] {
+  enqueue_work(stream, [event, target] {
     {
       std::lock_guard lock(event->mutex);
       if (target > event->completions) {
