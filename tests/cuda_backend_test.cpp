@@ -1007,6 +1007,92 @@ TEST_SUITE("faithful fake driver") {
     CHECK(std::all_of(bytes, bytes + 4096, [](std::uint8_t b) { return b == 0x3C; }));
   }
 
+  TEST_CASE("host functions: CUDA calls from one fail; after an error cuLaunchHostFunc's is not called, "
+            "cuStreamAddCallback's is, with the error") {
+    DriverCalls calls;
+    const CUstream stream = calls.stream(CU_STREAM_NON_BLOCKING);
+    static CUresult from_callback;
+    static std::atomic<int> launched, added;
+    static CUresult added_status;
+    from_callback = CUDA_SUCCESS;
+    launched = added = 0;
+    struct Probe {
+      decltype(cuMemAlloc_v2)* allocate;
+    } probe{calls.allocate};
+    REQUIRE(calls.host_function(stream, [](void* data) {
+      CUdeviceptr ignored = 0;
+      from_callback = static_cast<Probe*>(data)->allocate(&ignored, 64);
+    }, &probe) == CUDA_SUCCESS);
+    REQUIRE(calls.synchronize(stream) == CUDA_SUCCESS);
+    CHECK(from_callback == CUDA_ERROR_NOT_PERMITTED);
+
+    auto add_callback = calls.driver.function<decltype(cuStreamAddCallback)>("cuStreamAddCallback");
+    auto memset_async = calls.driver.function<decltype(cuMemsetD8Async)>("cuMemsetD8Async");
+    CUdeviceptr device = 0;
+    REQUIRE(calls.allocate(&device, 64) == CUDA_SUCCESS);
+    hal::testing::StreamGate gate;
+    REQUIRE(calls.host_function(stream, hal::testing::StreamGate::wait_on_latch, gate.latch_for_vendor()) ==
+            CUDA_SUCCESS);
+    {
+      ScopedEnvironment fault{{"HAL_FAKE_CUDA_FAIL", "cuMemsetD8Async=700"}};  // an illegal address, when it runs
+      REQUIRE(memset_async(device, 1, 64, stream) == CUDA_SUCCESS);
+    }
+    REQUIRE(calls.host_function(stream, [](void*) { ++launched; }, nullptr) == CUDA_SUCCESS);
+    REQUIRE(add_callback(stream, [](CUstream, CUresult status, void*) {
+      added_status = status;
+      ++added;
+    }, nullptr, 0) == CUDA_SUCCESS);
+    gate.open();
+    CHECK(calls.synchronize(stream) == CUDA_ERROR_ILLEGAL_ADDRESS);
+    CHECK(launched == 0);
+    CHECK(added == 1);
+    CHECK(added_status == CUDA_ERROR_ILLEGAL_ADDRESS);
+  }
+
+  TEST_CASE("a hal host callback after a failed operation runs, with the failure as its status") {
+    const FakeDriverFixture fixture;
+    const hal::Device gpu = fixture.device(0);
+    const hal::Stream stream = gpu.create_stream();
+    hal::Buffer buffer = gpu.allocate(64);
+    hal::testing::StreamGate gate;
+    gate.block(stream);
+    {
+      ScopedEnvironment fault{{"HAL_FAKE_CUDA_FAIL", "cuMemsetD8Async=700"}};
+      stream.fill(buffer, 0, 64, 0x11, 1);
+    }
+    std::atomic<int> calls{0};
+    std::atomic<bool> ok{true};
+    stream.enqueue_host_callback([&](const hal::Status& status) {
+      ok = status.is_ok();
+      ++calls;
+    });
+    gate.open();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (calls == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(calls == 1);  // a waiter on it would otherwise hang
+    CHECK_FALSE(ok.load());
+    CHECK_THROWS(stream.synchronize());
+  }
+
+  TEST_CASE("what a hal host callback captured is released off the driver's callback thread") {
+    const FakeDriverFixture fixture;
+    const hal::Device gpu = fixture.device(0);
+    const hal::Stream stream = gpu.create_stream();  // the context exists from here: free memory is readable
+    const std::uint64_t free_before = gpu.free_memory();
+    {
+      hal::Buffer captured = gpu.allocate(64ull << 20);
+      CHECK(gpu.free_memory() < free_before);
+      stream.enqueue_host_callback([buffer = std::move(captured)](const hal::Status&) { (void)buffer; });
+      stream.synchronize();
+    }
+    // cuMemFree on the callback thread fails (CUDA calls are forbidden there), so the memory would stay in use.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (gpu.free_memory() < free_before && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(gpu.free_memory() == free_before);
+  }
+
   TEST_CASE("an Async copy to pageable memory returns only when done; to pinned memory at once") {
     DriverCalls calls;
     CUdeviceptr device = 0;

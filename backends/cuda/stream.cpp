@@ -6,6 +6,10 @@
 namespace hal::cuda {
 namespace {
 
+void run_stream_callback(CUstream, CUresult error, void* data) {
+  backend::HostCallback::run_with_status(data, status_of(error));
+}
+
 struct StreamOps {
   using Context = cuda::Context;
   using Result = CUresult;
@@ -30,8 +34,13 @@ struct StreamOps {
   static CUresult wait_event(const Context& context, CUstream stream, CUevent event) {
     return context.api().cuStreamWaitEvent(stream, event, 0);
   }
+  // cuStreamAddCallback calls back even after an error, with it as the
+  // status; cuLaunchHostFunc (the fallback for a driver without it) is not
+  // called at all once the context has an error.
   static CUresult enqueue_host_callback(const Context& context, CUstream stream, backend::HostCallback* callback) {
-    return context.api().cuLaunchHostFunc(stream, backend::HostCallback::run, callback);
+    const auto& api = context.api();
+    return api.cuStreamAddCallback != nullptr ? api.cuStreamAddCallback(stream, run_stream_callback, callback, 0)
+                                              : api.cuLaunchHostFunc(stream, backend::HostCallback::run, callback);
   }
   static CUresult create_event(const Context& context, CUevent* event) {
     return context.api().cuEventCreate(event, CU_EVENT_DEFAULT);

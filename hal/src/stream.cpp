@@ -1,5 +1,9 @@
 #include "hal/stream.hpp"
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <system_error>
 #include <thread>
 
@@ -15,6 +19,53 @@ namespace {
 // The stream whose host callback this thread is running, if any.
 thread_local const hal_stream* stream_of_running_callback = nullptr;
 
+// Runs releases on a thread of its own, in order: what a host callback
+// captured must not be released on the thread that ran it, where the vendor
+// forbids its API (CUDA's callback thread: cuMemFree there can deadlock),
+// and a stream destroyed from its own callback would wait for itself. The
+// state is never destroyed, so no release races static destruction at exit.
+class DeferredReleases {
+ public:
+  static void later(std::function<void()> release) {
+    static DeferredReleases* const releases = new DeferredReleases();
+    releases->add(std::move(release));
+  }
+
+ private:
+  void add(std::function<void()> release) {
+    std::unique_lock lock(mutex_);
+    if (!started_) {
+      try {
+        std::thread([this] { run(); }).detach();
+        started_ = true;
+      } catch (const std::system_error& error) {
+        lock.unlock();
+        log_message(HAL_LOG_ERROR, std::string("cannot start the thread that releases what host callbacks "
+                                               "captured, so this is released where the callback ran: ") +
+                                       error.what());
+        release();
+        return;
+      }
+    }
+    pending_.push_back(std::move(release));
+    ready_.notify_one();
+  }
+  [[noreturn]] void run() {
+    for (;;) {
+      std::unique_lock lock(mutex_);
+      ready_.wait(lock, [&] { return !pending_.empty(); });
+      std::function<void()> release = std::move(pending_.front());
+      pending_.pop_front();
+      lock.unlock();
+      release();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> pending_;
+  bool started_ = false;
+};
+
 }  // namespace
 
 StreamState::~StreamState() {
@@ -22,14 +73,9 @@ StreamState::~StreamState() {
     detail::Access::backend(device)->table->stream_destroy(handle);
     return;
   }
-  // The last reference went away inside one of the stream's own callbacks:
-  // destroying it here would wait for the very thread that runs them.
-  try {
-    std::thread([owner = device, stream = handle] { detail::Access::backend(owner)->table->stream_destroy(stream); }).detach();
-  } catch (const std::system_error& error) {
-    log_message(HAL_LOG_ERROR, std::string("cannot start a thread to destroy a stream of ") + device.id() +
-                                   ", so it is leaked: " + error.what());
-  }
+  // The last reference went away inside one of the stream's own callbacks.
+  DeferredReleases::later(
+      [owner = device, stream = handle] { detail::Access::backend(owner)->table->stream_destroy(stream); });
 }
 
 }  // namespace detail
@@ -80,8 +126,11 @@ struct HostCallback {
     } catch (...) {
       detail::log_message(HAL_LOG_ERROR, "a stream host callback threw a non-standard exception");
     }
-    self.reset();  // may release the stream's last reference, which must see the marker
     detail::stream_of_running_callback = enclosing_stream;
+    // The captures (and the backend) are released elsewhere: the vendor's callback thread forbids its API.
+    detail::DeferredReleases::later([captured = std::shared_ptr<HostCallback>(self.release())]() mutable {
+      captured.reset();
+    });
   }
 };
 

@@ -315,9 +315,14 @@ CUresult sticky_error(const CUctx_st* context) {
   return context->sticky_error;
 }
 
+// Set on a stream's worker while it runs a host function: CUDA calls made
+// from one fail, as the driver forbids them there.
+thread_local bool in_host_function = false;
+
 // Calls on handles that carry their context (streams, events, modules)
 // still need one current on the calling thread, as the real driver does.
 CUresult need_any_context() {
+  if (in_host_function) return CUDA_ERROR_NOT_PERMITTED;
   if (!driver().initialized) return CUDA_ERROR_NOT_INITIALIZED;
   if (current_context == nullptr || current_context->references == 0) return CUDA_ERROR_INVALID_CONTEXT;
   return CUDA_SUCCESS;
@@ -789,12 +794,36 @@ FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned 
   return CUDA_SUCCESS;
 }
 
+// Runs a host function as the driver does: with CUDA calls forbidden.
+template <typename Call>
+void run_host_function(Call&& call) {
+  in_host_function = true;
+  call();
+  in_host_function = false;
+}
+
+// As the CUDA 13 header says, the function is not called once the context has
+// an error (earlier work failed): its data is never seen again.
 FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream stream, CUhostFn function, void* data) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   stream = resolve_stream(stream);
   if (stream == nullptr || function == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  enqueue_work(stream, [function, data] {
-    function(data);
+  enqueue_work(stream, [stream, function, data] {
+    if (sticky_error(stream->context) == CUDA_SUCCESS) run_host_function([&] { function(data); });
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+// The callback is called even after an error, with the error as its status.
+FAKE_EXPORT CUresult cuStreamAddCallback(CUstream stream, CUstreamCallback callback, void* data, unsigned int flags) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  stream = resolve_stream(stream);
+  if (stream == nullptr || callback == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  enqueue_work(stream, [stream, callback, data] {
+    const CUresult status = sticky_error(stream->context);
+    run_host_function([&] { callback(stream, status, data); });
     return CUDA_SUCCESS;
   });
   return CUDA_SUCCESS;
@@ -1087,6 +1116,7 @@ const std::vector<ProcEntry>& proc_table() {
       entry("cuStreamQuery", cuStreamQuery, 2000),
       entry("cuStreamWaitEvent", cuStreamWaitEvent, 3020),
       entry("cuLaunchHostFunc", cuLaunchHostFunc, 10000),
+      entry("cuStreamAddCallback", cuStreamAddCallback, 5000),
       entry("cuEventCreate", cuEventCreate, 2000),
       entry("cuEventDestroy", cuEventDestroy_v2, 4000),
       entry("cuEventRecord", cuEventRecord, 2000),
