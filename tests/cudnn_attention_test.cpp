@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include "cuda_backend.hpp"
@@ -213,4 +214,53 @@ TEST_SUITE("cudnn attention") {
     CHECK(contains(last_error_message(), "cannot run these parameters"));
   }
 #endif
+}
+
+// Attention workspaces (allocate_scratch): stream-ordered from the device's
+// memory pool where it has one, cuMemAlloc after the stream's work where not.
+TEST_SUITE("attention scratch") {
+  void allocate_and_release(const FakeCudaContext& fake, std::size_t bytes) {
+    const hal::cuda::Context& context = fake.context;
+    const hal::backend::CurrentDevice scope = context.current_device(0);
+    REQUIRE(static_cast<bool>(scope));
+    CUstream stream = nullptr;
+    REQUIRE(context.api().cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+    CUdeviceptr address = 0;
+    REQUIRE(hal::cuda::allocate_scratch(context, 0, stream, bytes, &address, "attention workspace") == HAL_OK);
+    CHECK(address != 0);
+    CHECK(hal::cuda::release_scratch(context, 0, stream, address, "the attention workspace") == HAL_OK);
+    CHECK(context.api().cuStreamSynchronize(stream) == CUDA_SUCCESS);
+    CHECK(context.api().cuStreamDestroy(stream) == CUDA_SUCCESS);
+  }
+
+  int async_allocations() {
+    void* driver = dlopen(HAL_FAKE_CUDA_DRIVER_PATH, RTLD_NOW | RTLD_NOLOAD);
+    REQUIRE(driver != nullptr);
+    auto count = reinterpret_cast<int (*)()>(dlsym(driver, "hal_fake_cuda_async_allocations"));
+    REQUIRE_MESSAGE(reinterpret_cast<void*>(count) != nullptr, "the fake driver lacks its allocation counter");
+    const int allocations = count();
+    dlclose(driver);
+    return allocations;
+  }
+
+  TEST_CASE("stream-ordered where the device has memory pools, cuMemAlloc where it has none") {
+    {
+      const FakeCudaContext with_pools("/nonexistent/cudnn/libcudnn.so.9");
+      REQUIRE(with_pools.context.devices[0]->memory_pools);
+      const int before = async_allocations();
+      allocate_and_release(with_pools, 1 << 20);
+      CHECK(async_allocations() == before + 1);
+    }
+    ScopedEnvironment no_pools{{"HAL_FAKE_CUDA_MEMORY_POOLS", "0"}};  // as some devices and SDKs report
+    const FakeCudaContext without_pools("/nonexistent/cudnn/libcudnn.so.9");
+    CHECK_FALSE(without_pools.context.devices[0]->memory_pools);
+    const int before = async_allocations();
+    allocate_and_release(without_pools, 1 << 20);
+    CHECK(async_allocations() == before);
+    {
+      const hal::backend::CurrentDevice scope = without_pools.context.current_device(0);
+      CUdeviceptr refused = 0;  // what choosing by the symbol alone would have called
+      CHECK(without_pools.context.api().cuMemAllocAsync(&refused, 64, CU_STREAM_LEGACY) == CUDA_ERROR_NOT_SUPPORTED);
+    }
+  }
 }

@@ -493,6 +493,8 @@ TEST_CASE("diff reports outcome regressions and moved measurements; calibrate wr
   std::ofstream(profile) << "name = \"calibrated\"\ntiers = [\"performance\"]\ncases = [\"*bandwidth_fill\"]\n" << fragment;
   const Run judged = halconform("--profile " + profile.string());
   CAPTURE(judged.output);
-  CHECK(judged.outcome("performance.memory.bandwidth_fill", "host:0") == "PASS");
+  // Judged against the floor, and above it: PASS, or WARN when a loaded machine scatters the runs.
+  const std::string outcome = judged.outcome("performance.memory.bandwidth_fill", "host:0");
+  CHECK((outcome == "PASS" || outcome == "WARN"));
   CHECK(halconform("calibrate --fraction 2").output.find("--fraction '2' is not in (0, 1]") != std::string::npos);
 }

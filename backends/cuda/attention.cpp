@@ -81,12 +81,9 @@ class CudaPlatform final : public backend::GpuPlatform {
   hal_status allocate_workspace(hal_stream* stream, std::uint64_t bytes, std::uint64_t* address) override {
     const backend::CurrentDevice scope = context_.current_device(stream->device);
     if (!scope) return scope.status();
-    const auto& api = context_.api();
     CUdeviceptr pointer = 0;
-    const std::string what = "allocating " + std::to_string(bytes) + " bytes of attention workspace";
-    hal_status status = api.cuMemAllocAsync != nullptr
-                            ? context_.check(api.cuMemAllocAsync(&pointer, bytes, stream->handle), what)
-                            : context_.check(api.cuMemAlloc(&pointer, bytes), what);
+    const hal_status status = allocate_scratch(context_, stream->device, stream->handle,
+                                               static_cast<std::size_t>(bytes), &pointer, "attention workspace");
     *address = status == HAL_OK ? static_cast<std::uint64_t>(pointer) : 0;
     return status;
   }
@@ -94,15 +91,8 @@ class CudaPlatform final : public backend::GpuPlatform {
   hal_status free_workspace(hal_stream* stream, std::uint64_t address) override {
     const backend::CurrentDevice scope = context_.current_device(stream->device);
     if (!scope) return scope.status();
-    const auto& api = context_.api();
-    const auto pointer = static_cast<CUdeviceptr>(address);
-    if (api.cuMemFreeAsync != nullptr)
-      return context_.check(api.cuMemFreeAsync(pointer, stream->handle), "freeing the attention workspace");
-    // Without stream-ordered frees the work must finish before its scratch goes.
-    if (hal_status status = context_.check(api.cuStreamSynchronize(stream->handle), "cuStreamSynchronize");
-        status != HAL_OK)
-      return status;
-    return context_.check(api.cuMemFree(pointer), "freeing the attention workspace");
+    return release_scratch(context_, stream->device, stream->handle, static_cast<CUdeviceptr>(address),
+                           "the attention workspace");
   }
 
   hal_status device_address(hal_stream* stream, const hal_tensor_ref_v1& tensor, std::uint64_t* address) override {

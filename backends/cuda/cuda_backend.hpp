@@ -45,6 +45,9 @@ struct CudaDevice {
   std::uint32_t multiprocessors = 0, clock_mhz = 0, memory_clock_mhz = 0;
   int compute_major = 0, compute_minor = 0;
   bool managed_memory = false;
+  // Stream-ordered allocation (cuMemAllocAsync): the driver has it and the
+  // device says CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED (some don't).
+  bool memory_pools = false;
   backend::DeviceDescription description;
 
   // Kernels from the embedded image (kernels.cpp), loaded on first use (so
@@ -128,6 +131,15 @@ struct Context {
   // "cuda:0", "ppu:1": how messages name a device.
   std::string device_id(std::uint32_t device) const { return profile.backend + ":" + std::to_string(device); }
 };
+
+// Scratch memory for work on a stream (attention workspaces): from the
+// device's memory pool in stream order where it has one, else cuMemAlloc,
+// freed once the stream has finished the work that uses it. The device's
+// context must be current.
+hal_status allocate_scratch(const Context& context, std::uint32_t device, CUstream stream, std::size_t bytes,
+                            CUdeviceptr* address, std::string_view what);
+hal_status release_scratch(const Context& context, std::uint32_t device, CUstream stream, CUdeviceptr address,
+                           std::string_view what);
 
 // Discovers the devices and their identity; fills context.devices.
 hal_status discover_devices(Context& context);

@@ -357,7 +357,7 @@ class CudnnAttention final : public backend::FusedAttention {
       if (const cudnnStatus_t status = fe::detail::set_stream(handle, cuda_stream); status != CUDNN_STATUS_SUCCESS)
         return fail(HAL_ERROR_INTERNAL, std::string("cudnnSetStream failed: ") + fe::detail::get_error_string(status),
                     status);
-      Workspace workspace(context_, stream->handle);
+      Workspace workspace(context_, stream->device, stream->handle);
       void* scratch = address(tensors.workspace);  // the caller's, when it gave one
       if (scratch != nullptr && tensors.workspace_bytes < static_cast<std::uint64_t>(plan.workspace_bytes))
         return fail(HAL_ERROR_INVALID_ARGUMENT, "the caller's attention workspace holds " +
@@ -378,40 +378,32 @@ class CudnnAttention final : public backend::FusedAttention {
     return succeed();
   }
 
-  // One call's workspace. Stream-ordered (cuMemAllocAsync/cuMemFreeAsync)
-  // where the driver has them; otherwise allocated up front and freed once
-  // the stream has finished with it, which waits for the call.
+  // One call's workspace (allocate_scratch: stream-ordered where the device
+  // has memory pools), released when the call is done with it.
   class Workspace {
    public:
-    Workspace(const Context& context, CUstream stream) : context_(context), stream_(stream) {}
+    Workspace(const Context& context, std::uint32_t device, CUstream stream)
+        : context_(context), device_(device), stream_(stream) {}
     Workspace(const Workspace&) = delete;
     Workspace& operator=(const Workspace&) = delete;
     ~Workspace() { (void)release(); }
 
     hal_status allocate(std::int64_t bytes) {
       if (bytes <= 0) return HAL_OK;
-      const auto& api = context_.api();
-      const auto size = static_cast<std::size_t>(bytes);
-      ordered_ = api.cuMemAllocAsync != nullptr && api.cuMemFreeAsync != nullptr;
-      return ordered_ ? context_.check(api.cuMemAllocAsync(&address_, size, stream_), "cuMemAllocAsync (attention workspace)")
-                      : context_.check(api.cuMemAlloc(&address_, size), "cuMemAlloc (attention workspace)");
+      return allocate_scratch(context_, device_, stream_, static_cast<std::size_t>(bytes), &address_,
+                              "cuDNN attention workspace");
     }
     void* pointer() const { return reinterpret_cast<void*>(address_); }
     hal_status release() {
       if (address_ == 0) return HAL_OK;
-      const CUdeviceptr address = std::exchange(address_, 0);
-      const auto& api = context_.api();
-      if (ordered_) return context_.check(api.cuMemFreeAsync(address, stream_), "cuMemFreeAsync (attention workspace)");
-      const hal_status synchronized = context_.check(api.cuStreamSynchronize(stream_), "cuStreamSynchronize");
-      api.cuMemFree(address);
-      return synchronized;
+      return release_scratch(context_, device_, stream_, std::exchange(address_, 0), "the cuDNN attention workspace");
     }
 
    private:
     const Context& context_;
+    std::uint32_t device_;
     CUstream stream_;
     CUdeviceptr address_ = 0;
-    bool ordered_ = false;
   };
 
   const Context& context_;

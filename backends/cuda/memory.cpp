@@ -135,4 +135,25 @@ void fill_memory_interop(hal_interop_v1& table) {
   table.buffer_import = backend::GpuMemory<MemoryOps>::buffer_import;
 }
 
+hal_status allocate_scratch(const Context& context, std::uint32_t device, CUstream stream, std::size_t bytes,
+                            CUdeviceptr* address, std::string_view what) {
+  const auto& api = context.api();
+  const std::string allocating = "allocating " + std::to_string(bytes) + " bytes of " + std::string(what);
+  if (context.devices[device]->memory_pools)
+    return context.check(api.cuMemAllocAsync(address, bytes, stream), allocating + " (cuMemAllocAsync)");
+  return context.check(api.cuMemAlloc(address, bytes), allocating + " (cuMemAlloc)");
+}
+
+hal_status release_scratch(const Context& context, std::uint32_t device, CUstream stream, CUdeviceptr address,
+                           std::string_view what) {
+  const auto& api = context.api();
+  const std::string freeing = "freeing " + std::string(what);
+  if (context.devices[device]->memory_pools)
+    return context.check(api.cuMemFreeAsync(address, stream), freeing + " (cuMemFreeAsync)");
+  // Without stream-ordered frees the work must finish before its scratch goes.
+  const hal_status synchronized = context.check(api.cuStreamSynchronize(stream), "waiting for the stream before " + freeing);
+  const hal_status freed = context.check(api.cuMemFree(address), freeing + " (cuMemFree)");
+  return synchronized != HAL_OK ? synchronized : freed;
+}
+
 }  // namespace hal::cuda

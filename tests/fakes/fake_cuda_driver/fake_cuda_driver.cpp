@@ -118,6 +118,7 @@ struct Driver {
   std::map<std::uintptr_t, Allocation> allocations;  // by start address
   std::set<Stream*> streams;
   int module_loads = 0;  // cuModuleLoadData calls, for the test hook
+  int async_allocations = 0;  // cuMemAllocAsync calls that allocated, for the test hook
   // Host memory page-locked with cuMemHostRegister: start -> {size, device}.
   std::map<std::uintptr_t, std::pair<std::size_t, int>> registered;
   int registrations = 0, unregistrations = 0, context_synchronizes = 0;  // for the test hooks
@@ -575,6 +576,10 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribu
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *value = info.bus_width; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 163 * 1024; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
+    // Read on every call: some devices (and CUDA-compatible SDKs) have no memory pools.
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+      *value = per_device("HAL_FAKE_CUDA_MEMORY_POOLS", static_cast<std::size_t>(device)) == "0" ? 0 : 1;
+      break;
     default: return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
@@ -968,6 +973,52 @@ FAKE_EXPORT int hal_fake_cuda_primary_context_retains(int device) {
 FAKE_EXPORT int hal_fake_cuda_current_device() { return current_context != nullptr ? current_context->device : -1; }
 
 // cuModuleLoadData calls so far, failed ones included.
+// Stream-ordered allocation from the device's pool: the memory exists from
+// the call on, for the work after it on the stream; cuMemFreeAsync frees it
+// when the stream reaches the free. Refused where the device has no pools.
+FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* address, std::size_t size, CUstream stream) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  int pools = 0;
+  cuDeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, context->device);
+  if (pools == 0) return CUDA_ERROR_NOT_SUPPORTED;
+  if (resolve_stream(stream) == nullptr || address == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  void* memory = nullptr;
+  const CUresult result = allocate(size, 256, Allocation::Kind::device, &memory);
+  if (result != CUDA_SUCCESS) return result;
+  *address = reinterpret_cast<std::uintptr_t>(memory);
+  std::lock_guard lock(driver().mutex);
+  ++driver().async_allocations;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr address, CUstream stream) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  stream = resolve_stream(stream);
+  if (stream == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  {
+    std::lock_guard lock(driver().mutex);
+    const auto found = driver().allocations.find(static_cast<std::uintptr_t>(address));
+    if (found == driver().allocations.end() || found->second.kind != Allocation::Kind::device)
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  enqueue_work(stream, [address] {
+    std::lock_guard lock(driver().mutex);
+    auto found = driver().allocations.find(static_cast<std::uintptr_t>(address));
+    if (found == driver().allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+    driver().devices[found->second.device].used -= found->second.size;
+    driver().allocations.erase(found);
+    std::free(pointer(address));
+    return CUDA_SUCCESS;
+  });
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT int hal_fake_cuda_async_allocations() {
+  std::lock_guard lock(driver().mutex);
+  return driver().async_allocations;
+}
+
 FAKE_EXPORT int hal_fake_cuda_module_loads() {
   std::lock_guard lock(driver().mutex);
   return driver().module_loads;
@@ -1089,6 +1140,8 @@ const std::vector<ProcEntry>& proc_table() {
       entry("cuCtxSetCurrent", cuCtxSetCurrent, 4000),
       entry("cuMemGetInfo", cuMemGetInfo_v2, 3020),
       entry("cuMemAlloc", cuMemAlloc_v2, 3020),
+      entry("cuMemAllocAsync", cuMemAllocAsync, 11020),
+      entry("cuMemFreeAsync", cuMemFreeAsync, 11020),
       entry("cuMemFree", cuMemFree_v2, 3020),
       entry("cuMemHostAlloc", cuMemHostAlloc, 2020),
       entry("cuMemFreeHost", cuMemFreeHost, 2000),
