@@ -437,6 +437,28 @@ void explain_and_strict(CaseContext& context) {
 
 // ---- performance -----------------------------------------------------------
 
+// A forward problem on the device: Q, K, V of seeded random values (kept
+// for the reference) and an O of NaNs.
+struct ForwardProblem {
+  ForwardProblem(const CaseContext& context, const AttentionParams& params, std::string_view seed_purpose)
+      : r(params.resolved()),
+        q(context.device(), params.dtype, *r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk),
+        k(context.device(), params.dtype, *r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk),
+        v(context.device(), params.dtype, *r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v),
+        o(context.device(), params.dtype, *r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v) {
+    std::mt19937 generator(context.seed(seed_purpose));
+    q_values = random_values(q.elements(), params.dtype, generator);
+    k_values = random_values(k.elements(), params.dtype, generator);
+    v_values = random_values(v.elements(), params.dtype, generator);
+    q.upload(q_values);
+    k.upload(k_values);
+    v.upload(v_values);
+  }
+  AttentionParams r;  // resolved
+  DeviceTensor q, k, v, o;
+  std::vector<double> q_values, k_values, v_values;
+};
+
 // The reference of O for one query head of a problem (batch 0), against the
 // whole problem's O: checking a sampled head costs a fraction of the full
 // reference and still fails a kernel that skips or garbles its work.
@@ -477,17 +499,9 @@ void flash_forward_rate(CaseContext& context) {
 
   const Device& device = context.device();
   const AttentionParams r = params.resolved();
-  DeviceTensor q(device, params.dtype, *r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
-  DeviceTensor k(device, params.dtype, *r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
-  DeviceTensor v(device, params.dtype, *r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
-  DeviceTensor o(device, params.dtype, *r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
-  std::mt19937 generator(context.seed("flash forward rate"));
-  const std::vector<double> q_values = random_values(q.elements(), params.dtype, generator);
-  const std::vector<double> k_values = random_values(k.elements(), params.dtype, generator);
-  const std::vector<double> v_values = random_values(v.elements(), params.dtype, generator);
-  q.upload(q_values);
-  k.upload(k_values);
-  v.upload(v_values);
+  const ForwardProblem problem(context, params, "flash forward rate");
+  const DeviceTensor &q = problem.q, &k = problem.k, &v = problem.v, &o = problem.o;
+  const std::vector<double>&q_values = problem.q_values, &k_values = problem.k_values, &v_values = problem.v_values;
   const Stream stream = device.create_stream();
   const AttentionOptions only{{Implementation::flash}};
   auto launch = [&] { attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), {}, only); };
@@ -540,17 +554,8 @@ void compute_soak(CaseContext& context) {
       !ineligible_because(device, params, Implementation::math, false).empty())
     params.dtype = DType::f32;
   const AttentionParams r = params.resolved();
-  DeviceTensor q(device, params.dtype, *r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
-  DeviceTensor k(device, params.dtype, *r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
-  DeviceTensor v(device, params.dtype, *r.v_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_v);
-  DeviceTensor o(device, params.dtype, *r.o_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_v);
-  std::mt19937 generator(context.seed("compute soak"));
-  const std::vector<double> q_values = random_values(q.elements(), params.dtype, generator);
-  const std::vector<double> k_values = random_values(k.elements(), params.dtype, generator);
-  const std::vector<double> v_values = random_values(v.elements(), params.dtype, generator);
-  q.upload(q_values);
-  k.upload(k_values);
-  v.upload(v_values);
+  const ForwardProblem problem(context, params, "compute soak");
+  const DeviceTensor &q = problem.q, &k = problem.k, &v = problem.v, &o = problem.o;
   const Stream stream = device.create_stream();
   const Buffer& output = o.ref().buffer;
   std::vector<std::uint8_t> first(output.size()), latest(output.size());
@@ -559,7 +564,8 @@ void compute_soak(CaseContext& context) {
   output.read(0, first.data(), first.size());
   const std::vector<double> o_values = o.download();
   for (const std::int64_t head : {std::int64_t{0}, r.heads_q - 1})
-    check_sampled_head(context, "the first run", params, head, q_values, k_values, v_values, o_values);
+    check_sampled_head(context, "the first run", params, head, problem.q_values, problem.k_values, problem.v_values,
+                       o_values);
 
   StressWatch watch(context, std::chrono::milliseconds(250));
   const auto started = std::chrono::steady_clock::now();
