@@ -60,7 +60,6 @@ using HipMallocManagedPrototype = hipError_t (*)(void**, std::size_t, unsigned i
   X(hipEventQuery, true)              \
   X(hipEventSynchronize, true)        \
   X(hipEventElapsedTime, true)        \
-  X(hipLaunchHostFunc, false)         \
   X(hipDeviceGetUuid, false)          \
   X(hipDeviceCanAccessPeer, false)    \
   X(hipModuleLoadData, false)         \

@@ -6,7 +6,8 @@
 namespace hal::rocm {
 namespace {
 
-// ROCm 5 lacks hipLaunchHostFunc; hipStreamAddCallback passes the stream's status.
+// hipStreamAddCallback passes the stream's status, also after an error, so a
+// callback always runs (and ROCm 5 has no hipLaunchHostFunc).
 void run_stream_callback(hipStream_t, hipError_t error, void* data) {
   backend::HostCallback::run_with_status(data, status_of(error));
 }
@@ -42,9 +43,7 @@ struct StreamOps {
   }
   static hipError_t enqueue_host_callback(const Context& context, hipStream_t stream,
                                           backend::HostCallback* callback) {
-    const auto& api = context.api();
-    return api.hipLaunchHostFunc != nullptr ? api.hipLaunchHostFunc(stream, backend::HostCallback::run, callback)
-                                            : api.hipStreamAddCallback(stream, run_stream_callback, callback, 0);
+    return context.api().hipStreamAddCallback(stream, run_stream_callback, callback, 0);
   }
   static hipError_t create_event(const Context& context, hipEvent_t* event) {
     return context.api().hipEventCreateWithFlags(event, hipEventDefault);
