@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -123,6 +124,29 @@ TEST_SUITE("cudnn attention") {
     std::uint64_t bytes = 0;
     CHECK(fused->workspace_size(0, params, false, &bytes) == HAL_ERROR_UNSUPPORTED);
     CHECK(contains(last_error_message(), "no engine for this SDPA graph (fake)"));
+  }
+
+  TEST_CASE("graphs are built with the device's context current, from a thread that has none") {
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH);
+    REQUIRE_MESSAGE(fake.context.cudnn, fake.context.cudnn_status);
+    auto fused = hal::cuda::make_cudnn_attention(fake.context);
+    std::string reason;
+    std::thread([&] { reason = fused->supports(0, typical_params(), false); }).join();  // a new thread: no context
+    CAPTURE(reason);
+    CHECK(contains(reason, "the fake cuDNN has no engine for any graph"));  // cuDNN's answer, not a missing context
+    CHECK_FALSE(contains(reason, "no CUDA context is current"));
+  }
+
+  TEST_CASE("a failure that may pass is asked again; cuDNN's answer for a graph is kept") {
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH);
+    REQUIRE_MESSAGE(fake.context.cudnn, fake.context.cudnn_status);
+    auto fused = hal::cuda::make_cudnn_attention(fake.context);
+    const hal_attention_params_v1 params = typical_params();
+    {
+      ScopedEnvironment out_of_memory{{"HAL_FAKE_CUDNN_CREATE_FAIL", "1"}};
+      CHECK(contains(fused->supports(0, params, false), "cudnnCreate failed on cuda:0"));
+    }
+    CHECK(contains(fused->supports(0, params, false), "the fake cuDNN has no engine for any graph"));
   }
 
   TEST_CASE("what cuDNN's SDPA never takes is said without building a graph") {

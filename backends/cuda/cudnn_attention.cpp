@@ -81,6 +81,7 @@ enum TensorId : std::int64_t { q_id = 1, k_id, v_id, o_id, lse_id, grad_o_id, gr
 
 struct Plan {
   std::string reasons;  // empty: cuDNN built a plan for it
+  bool lasting = true;  // false: a failure that may pass next time (a context or handle that failed)
   std::shared_ptr<fe::graph::Graph> graph;
   std::int64_t workspace_bytes = 0;
 };
@@ -199,14 +200,18 @@ class CudnnAttention final : public backend::FusedAttention {
     return key;
   }
 
-  // The plan for these parameters, built on first use and kept, failures
-  // included (asking cuDNN again would give the same answer). Caller holds mutex_.
+  // The plan for these parameters, built on first use and kept, with the
+  // failures cuDNN would give again (it has no engine for the graph); one
+  // that may pass later (no context, no handle) is asked again next time.
+  // Caller holds mutex_.
   const Plan& plan_for(std::uint32_t device, const hal_attention_params_v1& params, bool backward) {
     auto key = key_of(device, params, backward);
-    if (auto found = plans_.find(key); found != plans_.end()) return found->second;
+    if (auto found = plans_.find(key); found != plans_.end() && found->second.lasting) return found->second;
     Plan plan;
     plan.reasons = build(plan, device, params, backward);
-    return plans_.emplace(std::move(key), std::move(plan)).first->second;
+    auto& kept = plans_[std::move(key)];
+    kept = std::move(plan);
+    return kept;
   }
 
   // Builds plan.graph; returns the reasons it cannot run, empty when it can.
@@ -221,8 +226,17 @@ class CudnnAttention final : public backend::FusedAttention {
     const std::string library = "cuDNN " + shims::Cudnn::format_version(version) + " (" + cudnn.path() + ")";
     if (std::string reasons = reasons_before_cudnn(params, backward, version); !reasons.empty()) return reasons;
     if (std::string reason = runtime_needed(params, backward, version); !reason.empty()) return library + ": " + reason;
+    // cuDNN builds and finalizes graphs on the device of the current context.
+    const backend::CurrentDevice scope = context_.current_device(device);
+    if (!scope) {
+      plan.lasting = false;
+      return "cannot make the context of cuda:" + std::to_string(device) + " current: " + backend::last_error_message();
+    }
     cudnnHandle_t handle = nullptr;
-    if (std::string reason = handle_for(device, &handle); !reason.empty()) return library + ": " + reason;
+    if (std::string reason = handle_for(device, &handle); !reason.empty()) {
+      plan.lasting = false;
+      return library + ": " + reason;
+    }
     try {
       return build_graph(plan, handle, *context_.devices[device], params, backward, library);
     } catch (const std::exception& error) {

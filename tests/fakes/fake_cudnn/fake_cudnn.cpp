@@ -2,6 +2,7 @@
 // record nothing, and an operation graph that never finalizes, failing with
 // CUDNN_STATUS_NOT_SUPPORTED and a message from cudnnGetLastErrorString as a
 // cuDNN without a matching engine does. See README.md.
+#include <dlfcn.h>
 #include <cudnn.h>
 
 #include <cstdlib>
@@ -56,8 +57,30 @@ FAKE_EXPORT void cudnnGetLastErrorString(char* message, size_t max_size) {
   last_error.clear();
 }
 
+// Whether the calling thread has a CUDA context current, asked of the driver
+// loaded in this process: cuDNN works on the current context.
+bool context_current() {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (driver == nullptr) return false;
+  using GetCurrent = int (*)(void**);
+  auto get_current = reinterpret_cast<GetCurrent>(dlsym(driver, "cuCtxGetCurrent"));
+  void* context = nullptr;
+  const bool current = get_current != nullptr && get_current(&context) == 0 && context != nullptr;
+  dlclose(driver);
+  return current;
+}
+
+// HAL_FAKE_CUDNN_CREATE_FAIL=1: fails as on a device out of memory, for as long as it is set.
 FAKE_EXPORT cudnnStatus_t cudnnCreate(cudnnHandle_t* handle) {
   if (handle == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  if (std::string(environment("HAL_FAKE_CUDNN_CREATE_FAIL", "")) == "1") {
+    last_error = "cudnnCreate: the fake cuDNN is out of device memory (HAL_FAKE_CUDNN_CREATE_FAIL)";
+    return CUDNN_STATUS_ALLOC_FAILED;
+  }
+  if (!context_current()) {
+    last_error = "cudnnCreate: no CUDA context is current on this thread";
+    return CUDNN_STATUS_INTERNAL_ERROR;
+  }
   *handle = reinterpret_cast<cudnnHandle_t>(new FakeHandle());
   return CUDNN_STATUS_SUCCESS;
 }
@@ -109,6 +132,11 @@ FAKE_EXPORT cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descript
   if (descriptor == nullptr) return CUDNN_STATUS_BAD_PARAM;
   if (reinterpret_cast<FakeDescriptor*>(descriptor)->type != CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR)
     return CUDNN_STATUS_SUCCESS;
+  // Finding engines for a graph works on the device of the current context.
+  if (!context_current()) {
+    last_error = "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR: no CUDA context is current on this thread";
+    return CUDNN_STATUS_INTERNAL_ERROR;
+  }
   last_error = environment("HAL_FAKE_CUDNN_REJECT",
                            "CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR: the fake cuDNN has no engine for any graph");
   return CUDNN_STATUS_NOT_SUPPORTED;
