@@ -59,6 +59,7 @@ namespace hal::shims {
   X(cuStreamWaitEvent, "cuStreamWaitEvent", 3020, true)                                \
   X(cuLaunchHostFunc, "cuLaunchHostFunc", 10000, true)                                 \
   X(cuStreamAddCallback, "cuStreamAddCallback", 5000, false)                           \
+  X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode", 10010, false) \
   X(cuEventCreate, "cuEventCreate", 2000, true)                                        \
   X(cuEventDestroy, "cuEventDestroy_v2", 4000, true)                                   \
   X(cuEventRecord, "cuEventRecord", 2000, true)                                        \

@@ -54,6 +54,7 @@ using HipMallocManagedPrototype = hipError_t (*)(void**, std::size_t, unsigned i
   X(hipStreamQuery, true)             \
   X(hipStreamWaitEvent, true)         \
   X(hipStreamAddCallback, true)       \
+  X(hipThreadExchangeStreamCaptureMode, false) \
   X(hipEventCreateWithFlags, true)    \
   X(hipEventDestroy, true)            \
   X(hipEventRecord, true)             \

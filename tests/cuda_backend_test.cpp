@@ -24,6 +24,7 @@
 #include "command_output.hpp"
 #include "core_test_support.hpp"
 #include "hal/capabilities.hpp"
+#include "hal/collectives.hpp"
 #include "hal/hal.hpp"
 #include "scoped_environment.hpp"
 
@@ -1091,6 +1092,65 @@ TEST_SUITE("faithful fake driver") {
     while (gpu.free_memory() < free_before && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     CHECK(gpu.free_memory() == free_before);
+  }
+
+  TEST_CASE("a query from a thread in global capture mode invalidates a global-mode capture; a relaxed one does not") {
+    DriverCalls calls;
+    auto begin = calls.driver.function<decltype(cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2");
+    auto end = calls.driver.function<decltype(cuStreamEndCapture)>("cuStreamEndCapture");
+    auto exchange = calls.driver.function<decltype(cuThreadExchangeStreamCaptureMode)>("cuThreadExchangeStreamCaptureMode");
+    auto query = calls.driver.function<decltype(cuStreamQuery)>("cuStreamQuery");
+    const CUstream captured = calls.stream(CU_STREAM_NON_BLOCKING), other = calls.stream(CU_STREAM_NON_BLOCKING);
+    auto query_from_another_thread = [&](bool relaxed) {
+      std::thread([&] {
+        calls.driver.function<decltype(cuCtxSetCurrent)>("cuCtxSetCurrent")(calls.context);
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        if (relaxed) exchange(&mode);
+        CHECK(query(other) == (relaxed ? CUDA_SUCCESS : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED));
+      }).join();
+    };
+    CUgraph graph = nullptr;
+    REQUIRE(begin(captured, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    query_from_another_thread(true);
+    CHECK(end(captured, &graph) == CUDA_SUCCESS);
+    REQUIRE(begin(captured, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    query_from_another_thread(false);
+    CHECK(end(captured, &graph) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CHECK(calls.destroy_stream(captured) == CUDA_SUCCESS);
+    CHECK(calls.destroy_stream(other) == CUDA_SUCCESS);
+  }
+
+  TEST_CASE("the NCCL watchdog's event queries leave a framework's global-mode graph capture valid") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()}, {"HAL_BACKENDS", "cuda"},
+                                  {"HAL_NCCL", HAL_FAKE_NCCL_PATH}, {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"}};
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::Device gpu = runtime.device("cuda:0");
+    const std::string store_directory =
+        (std::filesystem::temp_directory_path() / ("hal-capture-store-" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(store_directory);
+    {
+      hal::Communicator communicator =
+          hal::Communicator::create(gpu, 0, 1, std::make_shared<hal::FileStore>(store_directory));
+      const hal::Stream stream = gpu.create_stream();
+      hal::Buffer buffer = gpu.allocate(1024);
+      buffer.fill(0, 1024, 0);
+      hal::testing::StreamGate gate;
+      gate.block(stream);
+      communicator.all_reduce(buffer, buffer, 256, hal::DType::f32, hal::ReduceOp::sum, stream);  // in flight
+      DriverCalls calls;  // a framework on its own thread
+      auto begin = calls.driver.function<decltype(cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2");
+      auto end = calls.driver.function<decltype(cuStreamEndCapture)>("cuStreamEndCapture");
+      const CUstream captured = calls.stream(CU_STREAM_NON_BLOCKING);
+      REQUIRE(begin(captured, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));  // the watchdog polls every 5 ms
+      CUgraph graph = nullptr;
+      CHECK(end(captured, &graph) == CUDA_SUCCESS);
+      gate.open();
+      stream.synchronize();
+      CHECK(calls.destroy_stream(captured) == CUDA_SUCCESS);
+      communicator.destroy();
+    }
+    std::filesystem::remove_all(store_directory);
   }
 
   TEST_CASE("an Async copy to pageable memory returns only when done; to pinned memory at once") {

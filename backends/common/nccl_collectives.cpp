@@ -611,8 +611,10 @@ void NcclCommunicator::poll() {
 }
 
 void NcclCommunicator::watch() {
-  // hal's own thread: the context stays current for its event queries.
+  // hal's own thread: the context stays current for its event queries, and
+  // they leave other threads' graph captures alone.
   const CurrentDevice scope = port_.current_device(device_);
+  port_.relax_capture_mode();
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     wake_.wait_for(lock, std::chrono::milliseconds(5));

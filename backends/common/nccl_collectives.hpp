@@ -43,6 +43,9 @@ class GpuCollectivesPort {
   virtual CurrentDevice current_device(std::uint32_t device) const = 0;
   virtual void* native_stream(const hal_stream* stream) const = 0;  // cudaStream_t / hipStream_t
   virtual std::uint32_t stream_device(const hal_stream* stream) const = 0;
+  // On the watchdog's thread: its event queries must not invalidate a graph
+  // capture that another thread runs in global mode.
+  virtual void relax_capture_mode() const = 0;
 
   // nullptr for an unused tensor (buffer NULL).
   void* device_address(const hal_tensor_ref_v1& tensor) const;
@@ -146,6 +149,7 @@ class ContextCollectivesPort final : public GpuCollectivesPort {
   std::uint32_t stream_device(const hal_stream* stream) const override {
     return static_cast<const Stream*>(stream)->device;
   }
+  void relax_capture_mode() const override { context_.relax_capture_mode(); }
 
  private:
   const Context& context_;

@@ -128,6 +128,10 @@ struct Context {
   // thread's previous context (nothing to do when it was this one).
   backend::CurrentDevice current_device(std::uint32_t device) const;
   hal_status check_device(std::uint32_t device) const;
+  // Lets graph capture on other threads tolerate this thread's queries (a
+  // watchdog's cuEventQuery would otherwise invalidate a global-mode
+  // capture); a driver without capture modes has nothing to relax.
+  void relax_capture_mode() const;
   // "cuda:0", "ppu:1": how messages name a device.
   std::string device_id(std::uint32_t device) const { return profile.backend + ":" + std::to_string(device); }
 };

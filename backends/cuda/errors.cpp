@@ -87,6 +87,11 @@ hal_status Context::check(CUresult result, std::string_view operation) const {
   return fail(status, std::move(message), result);
 }
 
+void Context::relax_capture_mode() const {
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (api().cuThreadExchangeStreamCaptureMode != nullptr) api().cuThreadExchangeStreamCaptureMode(&mode);
+}
+
 hal_status Context::check_device(std::uint32_t device) const {
   if (device >= devices.size())
     return fail(HAL_ERROR_INVALID_ARGUMENT, "device index " + std::to_string(device) + " is out of range; the " +

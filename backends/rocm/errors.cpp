@@ -71,6 +71,13 @@ hal_status Context::check(hipError_t error, std::string_view operation) const {
   return fail(status, std::move(message), error);
 }
 
+void Context::relax_capture_mode() const {
+  hipStreamCaptureMode mode = hipStreamCaptureModeRelaxed;
+  // A failure leaves the thread's mode as it was: nothing to undo or report.
+  if (api().hipThreadExchangeStreamCaptureMode != nullptr)
+    static_cast<void>(api().hipThreadExchangeStreamCaptureMode(&mode));
+}
+
 hal_status Context::check_device(std::uint32_t device) const {
   if (device >= devices.size())
     return fail(HAL_ERROR_INVALID_ARGUMENT, "device index " + std::to_string(device) + " is out of range; there are " +

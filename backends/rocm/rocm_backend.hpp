@@ -79,6 +79,8 @@ struct Context {
   backend::CurrentDevice current_device(std::uint32_t device) const;
   std::string device_id(std::uint32_t device) const { return "rocm:" + std::to_string(device); }
   hal_status check_device(std::uint32_t device) const;
+  // As the CUDA core's: graph capture on other threads tolerates this thread's queries.
+  void relax_capture_mode() const;
 };
 
 // Discovers the devices and their identity; the kernels load on first use.

@@ -773,8 +773,63 @@ FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
   return sticky_error(stream->context);
 }
 
+// Stream capture, as far as its rules go (nothing is recorded into a graph):
+// while a stream captures in global mode, a potentially unsafe call
+// (cuStreamQuery, cuEventQuery) from a thread that has not relaxed its
+// capture mode is refused and invalidates the capture.
+struct Capture {
+  CUstream stream;
+  CUstreamCaptureMode mode;
+  bool invalidated = false;
+};
+std::vector<Capture>& captures() {  // guarded by driver().mutex
+  static std::vector<Capture> active;
+  return active;
+}
+thread_local CUstreamCaptureMode thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+CUresult unsafe_during_capture() {
+  if (thread_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+  std::lock_guard lock(driver().mutex);
+  bool refused = false;
+  for (Capture& capture : captures())
+    if (capture.mode == CU_STREAM_CAPTURE_MODE_GLOBAL) refused = capture.invalidated = true;
+  return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  if (stream == nullptr || stream == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  std::lock_guard lock(driver().mutex);
+  for (const Capture& capture : captures())
+    if (capture.stream == stream) return CUDA_ERROR_ILLEGAL_STATE;
+  captures().push_back({stream, mode});
+  return CUDA_SUCCESS;
+}
+
+// The graph handle is a placeholder: nothing was recorded.
+FAKE_EXPORT CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  static int placeholder_graph;
+  std::lock_guard lock(driver().mutex);
+  auto& active = captures();
+  const auto found = std::find_if(active.begin(), active.end(), [&](const Capture& c) { return c.stream == stream; });
+  if (found == active.end()) return CUDA_ERROR_ILLEGAL_STATE;
+  const bool invalidated = found->invalidated;
+  active.erase(found);
+  if (graph != nullptr) *graph = invalidated ? nullptr : reinterpret_cast<CUgraph>(&placeholder_graph);
+  return invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::swap(*mode, thread_capture_mode);
+  return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuStreamQuery(CUstream stream) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  if (CUresult result = unsafe_during_capture(); result != CUDA_SUCCESS) return result;
   stream = resolve_stream(stream);
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult result = sticky_error(stream->context); result != CUDA_SUCCESS) return result;
@@ -884,6 +939,7 @@ FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
 
 FAKE_EXPORT CUresult cuEventQuery(CUevent event) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  if (CUresult result = unsafe_during_capture(); result != CUDA_SUCCESS) return result;
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   std::lock_guard lock(event->mutex);
   return event->completions >= event->records ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
@@ -1170,6 +1226,9 @@ const std::vector<ProcEntry>& proc_table() {
       entry("cuStreamWaitEvent", cuStreamWaitEvent, 3020),
       entry("cuLaunchHostFunc", cuLaunchHostFunc, 10000),
       entry("cuStreamAddCallback", cuStreamAddCallback, 5000),
+      entry("cuStreamBeginCapture", cuStreamBeginCapture_v2, 10010),
+      entry("cuStreamEndCapture", cuStreamEndCapture, 10000),
+      entry("cuThreadExchangeStreamCaptureMode", cuThreadExchangeStreamCaptureMode, 10010),
       entry("cuEventCreate", cuEventCreate, 2000),
       entry("cuEventDestroy", cuEventDestroy_v2, 4000),
       entry("cuEventRecord", cuEventRecord, 2000),
