@@ -10,6 +10,7 @@
 #include <cstring>
 #include <optional>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -922,6 +923,25 @@ TEST_SUITE("halconform on cuda") {
     CHECK(contains(run.output, "PASS     numerics.collectives.all_reduce on cuda:0"));
     CHECK(contains(run.output, "SKIPPED  numerics.collectives.all_reduce on cuda:1"));
     CHECK(contains(run.output, "the cuda collectives run once, one rank on each of its 2 devices, from cuda:0"));
+  }
+
+  TEST_CASE("the peer-to-peer matrix measures both directions between the two GPUs, every transfer checked") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()}, {"HAL_BACKENDS", "cuda"},
+                                  {"HAL_NCCL", HAL_FAKE_NCCL_PATH}, {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"}};
+    const std::string reports = (std::filesystem::temp_directory_path() /
+                                 ("hal-cuda-p2p-" + std::to_string(::getpid()))).string();
+    const hal::testing::CommandResult run = hal::testing::run_command(
+        std::string(HALCONFORM_PATH) + " --tier performance --filter performance.collectives.p2p_matrix --report-dir " +
+        reports + " 2>&1");
+    std::ifstream report(reports + "/conformance.json");
+    const std::string json((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
+    std::filesystem::remove_all(reports);
+    CAPTURE(run.output);
+    // The fake's transport is files: its rates say nothing, the transfers' contents do.
+    CHECK_FALSE(contains(run.output, "received different bytes"));
+    CHECK(contains(json, "\"p2p cuda:0 -> cuda:1\""));
+    CHECK(contains(json, "\"p2p cuda:1 -> cuda:0\""));
+    CHECK(contains(run.output, "SKIPPED  performance.collectives.p2p_matrix on cuda:1"));
   }
 }
 #endif

@@ -536,6 +536,83 @@ void all_reduce_bandwidth(CaseContext& context, Rank& rank) {
   }
 }
 
+// Every ordered pair of devices, one pair at a time: the source sends a
+// buffer of finite f32 bit patterns to the destination, which checks it bit
+// for bit; the source times its sends. The rows are gathered on every rank,
+// and a pair below half the median of all pairs fails (a degraded link).
+void p2p_matrix(CaseContext& context, Rank& rank) {
+  const Device& device = context.device();
+  if (device.info().type == DeviceType::cpu)
+    context.skip("peer-to-peer bandwidth is between devices; every rank here shares " + device.id());
+  if (rank.world_size < 2) context.skip(device.backend_name() + " has one device: no pair to measure");
+  const std::uint64_t bytes = context.quick() ? (16u << 20) : (64u << 20);
+  const std::uint64_t elements = bytes / 4;
+  const int repetitions = context.quick() ? 3 : 5;
+  const int salt = static_cast<int>(context.seed("p2p matrix") % 17);
+  auto pattern_of = [&](int source) {
+    std::vector<std::uint8_t> data(bytes);
+    for (std::size_t j = 0; j < elements; ++j) store_pattern(DType::f32, data.data(), j, source, j, salt);
+    return data;
+  };
+  Buffer send = device.allocate(bytes), recv = device.allocate(bytes);
+  send.write(0, pattern_of(rank.rank).data(), bytes);
+  std::vector<float> row(static_cast<std::size_t>(rank.world_size), 0.0f);  // GB/s from this rank to each peer
+  for (int source = 0; source < rank.world_size; ++source)
+    for (int target = 0; target < rank.world_size; ++target) {
+      if (source == target) continue;
+      if (rank.rank == source) {
+        rank.communicator.send(send, elements, DType::f32, target, rank.stream);  // warm-up
+        rank.stream.synchronize();
+        const auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < repetitions; ++i) rank.communicator.send(send, elements, DType::f32, target, rank.stream);
+        rank.stream.synchronize();
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        require_plausible_seconds(context, seconds, std::to_string(repetitions) + " sends of " + byte_count(bytes));
+        row[static_cast<std::size_t>(target)] = static_cast<float>(static_cast<double>(bytes) * repetitions / seconds / 1e9);
+      } else if (rank.rank == target) {
+        recv.fill(0, bytes, 0xFF, 1);
+        for (int i = 0; i <= repetitions; ++i) rank.communicator.recv(recv, elements, DType::f32, source, rank.stream);
+        rank.stream.synchronize();
+        std::vector<std::uint8_t> received(bytes);
+        recv.read(0, received.data(), bytes);
+        if (received != pattern_of(source))
+          context.fail("rank " + std::to_string(target) + " received different bytes from rank " +
+                       std::to_string(source) + " than were sent");
+      }
+      rank.communicator.barrier(rank.stream);
+      rank.stream.synchronize();
+    }
+  Buffer row_buffer = device.allocate(row.size() * 4), matrix_buffer = device.allocate(row.size() * row.size() * 4);
+  row_buffer.write(0, row.data(), row.size() * 4);
+  rank.communicator.all_gather(row_buffer, matrix_buffer, row.size(), DType::f32, rank.stream);
+  rank.stream.synchronize();
+  std::vector<float> matrix(row.size() * row.size());
+  matrix_buffer.read(0, matrix.data(), matrix.size() * 4);
+  if (rank.rank != 0) return;
+  auto name = [&](int index) { return device.backend_name() + ":" + std::to_string(index); };
+  std::vector<double> rates;
+  for (int source = 0; source < rank.world_size; ++source)
+    for (int target = 0; target < rank.world_size; ++target)
+      if (source != target) {
+        const double rate = matrix[static_cast<std::size_t>(source * rank.world_size + target)];
+        rates.push_back(rate);
+        context.measure({"p2p " + name(source) + " -> " + name(target), rate, "GB/s", {}, {}, "", ""});
+      }
+  std::vector<double> sorted = rates;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  std::string slow;
+  for (int source = 0, pair = 0; source < rank.world_size; ++source)
+    for (int target = 0; target < rank.world_size; ++target)
+      if (source != target && rates[static_cast<std::size_t>(pair++)] < 0.5 * median)
+        slow += (slow.empty() ? "" : ", ") + name(source) + " -> " + name(target);
+  if (!slow.empty())
+    context.fail("below half the median " + std::to_string(median) + " GB/s of the " + std::to_string(rates.size()) +
+                 " pairs: " + slow + " (a degraded or slower link)");
+  context.note(std::to_string(rates.size()) + " pairs of " + byte_count(bytes) + " sends, each checked bit for bit; "
+               "median " + std::to_string(median) + " GB/s");
+}
+
 void all_reduce_bandwidth_case(CaseContext& context, const std::function<void(CaseContext&)>& ranks) {
   ranks(context);
   // Rank 0's judged runs become this case's mean and spread.
@@ -573,6 +650,13 @@ void register_cases_collectives(Registry& registry) {
       numerics_part({Operation::broadcast}));
   add("numerics.collectives.all_to_all", Tier::numerics,
       "all_to_all, f32 and bf16, in and out of place, checked bit for bit", numerics_part({Operation::all_to_all}));
+
+  registry.add({"performance.collectives.p2p_matrix", Tier::performance,
+                "send/recv bandwidth of every ordered pair of devices of a GPU backend, one rank per device, each "
+                "transfer checked bit for bit; a pair below half the median of all pairs fails",
+                "collectives", false, 0,
+                collective_body("performance.collectives.p2p_matrix", Tier::performance, p2p_matrix),
+                [](const CaseSettings& settings) { return settings.quick ? 4.0 : 15.0; }});
 
   const std::string bandwidth_id = "performance.collectives.all_reduce_bus_bandwidth";
   auto ranks = collective_body(bandwidth_id, Tier::performance, all_reduce_bandwidth);
