@@ -246,13 +246,50 @@ struct FakeEvent {
 FakeStream* as_stream(hipStream_t stream) { return reinterpret_cast<FakeStream*>(stream); }
 FakeEvent* as_event(hipEvent_t event) { return reinterpret_cast<FakeEvent*>(event); }
 
-// Runs work on the stream, or at once for the null stream.
-hipError_t submit(hipStream_t stream, const char* function, std::function<hipError_t()> work) {
+// The null stream: a real queue (one for the process), whose work waits
+// HAL_FAKE_HIP_NULL_STREAM_DELAY_MS first, so a call that returns before its
+// bytes land is seen to.
+FakeStream* null_stream() {
+  static FakeStream* const stream = [] {
+    auto* created = new FakeStream();  // never destroyed, like the state
+    std::lock_guard lock(state().mutex);
+    state().streams.insert(created);
+    return created;
+  }();
+  return stream;
+}
+
+// When a call without a stream returns: once its work is done (hipMemcpy),
+// or at once, before its bytes land (hipMemset*), as on hardware.
+enum class NullStreamCall { waits, returns_early };
+
+// Runs work on the stream; without one, on the null stream as `call` says.
+// An injected fault fails a call without a stream at once.
+hipError_t submit(hipStream_t stream, const char* function, std::function<hipError_t()> work,
+                  NullStreamCall call = NullStreamCall::waits) {
   const hipError_t failure = injected(function);
   auto checked = [failure, work = std::move(work)] { return failure != hipSuccess ? failure : work(); };
-  if (stream == nullptr) return checked();
-  as_stream(stream)->enqueue(std::move(checked));
+  if (stream != nullptr) {
+    as_stream(stream)->enqueue(std::move(checked));
+    return hipSuccess;
+  }
+  if (failure != hipSuccess) return failure;
+  if (call == NullStreamCall::waits) {
+    (void)null_stream()->synchronize();  // after the null stream's earlier work
+    return checked();
+  }
+  const int delay_ms = std::atoi(environment("HAL_FAKE_HIP_NULL_STREAM_DELAY_MS", "0").c_str());
+  null_stream()->enqueue([delay_ms, checked = std::move(checked)] {
+    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    return checked();
+  });
   return hipSuccess;
+}
+
+// What a memset checks before it is enqueued, so a bad one fails the call.
+hipError_t memset_allowed(const void* destination, std::size_t bytes, std::size_t element) {
+  if (reinterpret_cast<std::uintptr_t>(destination) % element != 0) return hipErrorInvalidValue;
+  return inside_allocation(destination, bytes) ? hipSuccess : hipErrorInvalidValue;
 }
 
 template <typename Element>
@@ -447,13 +484,22 @@ FAKE_EXPORT hipError_t hipMemcpyAsync(void* destination, const void* source, std
 }
 
 FAKE_EXPORT hipError_t hipMemsetD8(hipDeviceptr_t destination, unsigned char value, std::size_t count) {
-  return submit(nullptr, "hipMemsetD8", [=] { return set_elements(destination, value, count); });
+  if (hipError_t error = memset_allowed(destination, count * sizeof(value), sizeof(value)); error != hipSuccess)
+    return error;
+  return submit(nullptr, "hipMemsetD8", [=] { return set_elements(destination, value, count); },
+                NullStreamCall::returns_early);
 }
 FAKE_EXPORT hipError_t hipMemsetD16(hipDeviceptr_t destination, unsigned short value, std::size_t count) {
-  return submit(nullptr, "hipMemsetD16", [=] { return set_elements(destination, value, count); });
+  if (hipError_t error = memset_allowed(destination, count * sizeof(value), sizeof(value)); error != hipSuccess)
+    return error;
+  return submit(nullptr, "hipMemsetD16", [=] { return set_elements(destination, value, count); },
+                NullStreamCall::returns_early);
 }
 FAKE_EXPORT hipError_t hipMemsetD32(hipDeviceptr_t destination, int value, std::size_t count) {
-  return submit(nullptr, "hipMemsetD32", [=] { return set_elements(destination, value, count); });
+  if (hipError_t error = memset_allowed(destination, count * sizeof(value), sizeof(value)); error != hipSuccess)
+    return error;
+  return submit(nullptr, "hipMemsetD32", [=] { return set_elements(destination, value, count); },
+                NullStreamCall::returns_early);
 }
 FAKE_EXPORT hipError_t hipMemsetD8Async(hipDeviceptr_t destination, unsigned char value, std::size_t count,
                                         hipStream_t stream) {
@@ -488,10 +534,10 @@ FAKE_EXPORT hipError_t hipStreamDestroy(hipStream_t stream) {
   return hipSuccess;
 }
 FAKE_EXPORT hipError_t hipStreamSynchronize(hipStream_t stream) {
-  return stream == nullptr ? hipSuccess : as_stream(stream)->synchronize();
+  return (stream == nullptr ? null_stream() : as_stream(stream))->synchronize();
 }
 FAKE_EXPORT hipError_t hipStreamQuery(hipStream_t stream) {
-  if (stream == nullptr) return hipSuccess;
+  if (stream == nullptr) stream = reinterpret_cast<hipStream_t>(null_stream());
   if (!as_stream(stream)->idle()) return hipErrorNotReady;
   return as_stream(stream)->error();
 }
