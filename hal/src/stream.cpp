@@ -40,10 +40,12 @@ class DeferredReleases {
         started_ = true;
       } catch (const std::system_error& error) {
         lock.unlock();
+        // `release` goes here unrun: captures are freed on this thread, a stream is leaked (destroying it
+        // here would wait for its own callback).
         log_message(HAL_LOG_ERROR, std::string("cannot start the thread that releases what host callbacks "
-                                               "captured, so this is released where the callback ran: ") +
+                                               "captured; they are freed where the callback ran and a stream "
+                                               "released there is leaked: ") +
                                        error.what());
-        release();
         return;
       }
     }
@@ -126,11 +128,12 @@ struct HostCallback {
     } catch (...) {
       detail::log_message(HAL_LOG_ERROR, "a stream host callback threw a non-standard exception");
     }
-    detail::stream_of_running_callback = enclosing_stream;
     // The captures (and the backend) are released elsewhere: the vendor's callback thread forbids its API.
+    // Still under the marker, so a release that cannot be deferred never destroys the stream from here.
     detail::DeferredReleases::later([captured = std::shared_ptr<HostCallback>(self.release())]() mutable {
       captured.reset();
     });
+    detail::stream_of_running_callback = enclosing_stream;
   }
 };
 
