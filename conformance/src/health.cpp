@@ -61,9 +61,8 @@ void StressWatch::sample() {
   const auto now = std::chrono::steady_clock::now();
   next_ = now + interval_;
   const double at = std::chrono::duration<double>(now - started_).count();
-  TelemetrySnapshot snapshot;
   try {
-    snapshot = telemetry(context_.device());
+    // The wait that finds nothing pending takes this sample's snapshot.
     while (std::optional<HealthEvent> event = monitor_->wait(std::chrono::milliseconds(0)))
       if (std::find(events_.begin(), events_.end(), event->description) == events_.end())
         events_.push_back(event->description);
@@ -72,6 +71,7 @@ void StressWatch::sample() {
     monitor_.reset();
     return;
   }
+  const TelemetrySnapshot& snapshot = monitor_->latest();
   ++samples_;
   if (snapshot.temperature.core_celsius.available())
     temperature_.points.emplace_back(at, snapshot.temperature.core_celsius.value());

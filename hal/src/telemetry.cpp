@@ -338,6 +338,11 @@ HealthMonitor::HealthMonitor(const Device& device, std::chrono::milliseconds pol
   state_ = std::make_unique<detail::HealthMonitorState>(device, poll_interval);
 }
 
+const TelemetrySnapshot& HealthMonitor::latest() const {
+  if (state_ == nullptr) throw Error(StatusCode::invalid_argument, "reading a moved-from health monitor");
+  return state_->previous;
+}
+
 HealthMonitor::~HealthMonitor() = default;
 HealthMonitor::HealthMonitor(HealthMonitor&&) noexcept = default;
 HealthMonitor& HealthMonitor::operator=(HealthMonitor&&) noexcept = default;

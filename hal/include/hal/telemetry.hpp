@@ -236,6 +236,9 @@ class HealthMonitor {
 
   // The next event, or nullopt when none came within timeout (>= 0).
   std::optional<HealthEvent> wait(std::chrono::milliseconds timeout);
+  // The snapshot the monitor compared last: taken when it was made, then by
+  // every wait that found no event pending.
+  const TelemetrySnapshot& latest() const;
 
  private:
   std::unique_ptr<detail::HealthMonitorState> state_;
