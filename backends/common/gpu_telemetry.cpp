@@ -42,6 +42,10 @@ TelemetrySource* LazyTelemetry::source() {
 }
 
 hal_status LazyTelemetry::snapshot(const TelemetryDevice& device, hal_telemetry_snapshot_v1& out) {
+  if (out.struct_size < sizeof(hal_telemetry_snapshot_v1))
+    return fail(HAL_ERROR_INVALID_ARGUMENT, "telemetry snapshot struct_size " + std::to_string(out.struct_size) +
+                                                " is smaller than the v1 struct; rebuild libhal");
+  out.struct_size = sizeof(hal_telemetry_snapshot_v1);
   begin_telemetry_call();
   try {
     std::lock_guard lock(mutex_);

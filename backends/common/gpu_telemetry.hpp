@@ -11,6 +11,7 @@
 #include <string>
 
 #include "hal/backend_abi.h"
+#include "last_error.hpp"
 
 namespace hal::backend {
 
@@ -71,8 +72,29 @@ class LazyTelemetry {
 // Every field of out gets why (the snapshot of a device whose library is missing).
 void mark_all_unavailable(hal_telemetry_snapshot_v1& out, hal_telemetry_availability why, const std::string& detail);
 
-// The sub-table's watch entry points over HealthWatch (watch_create is each backend's).
+// The sub-table's watch entry points over HealthWatch.
 hal_status health_watch_wait(hal_health_watch* watch, std::int64_t timeout_ms, hal_health_event_v1* out);
 void health_watch_destroy(hal_health_watch* watch);
+
+// A GPU backend's telemetry sub-table: its context (backend->*Member) has
+// check_device(index) and a LazyTelemetry `telemetry`; DeviceOf(context,
+// index) says which device the vendor library is to find.
+template <auto Member, auto DeviceOf>
+struct GpuTelemetryTable {
+  static hal_status snapshot(hal_backend_context* backend, std::uint32_t device, hal_telemetry_snapshot_v1* out) {
+    if (backend == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "telemetry snapshot needs out");
+    const auto& context = backend->*Member;
+    if (hal_status status = context.check_device(device); status != HAL_OK) return status;
+    return context.telemetry->snapshot(DeviceOf(context, device), *out);
+  }
+  static hal_status watch_create(hal_backend_context* backend, std::uint32_t device, hal_health_watch** out) {
+    if (backend == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "watch_create needs a backend");
+    const auto& context = backend->*Member;
+    if (hal_status status = context.check_device(device); status != HAL_OK) return status;
+    return context.telemetry->watch_create(DeviceOf(context, device), out);
+  }
+  static constexpr hal_telemetry_v1 table = {sizeof(hal_telemetry_v1), snapshot, watch_create, health_watch_wait,
+                                             health_watch_destroy};
+};
 
 }  // namespace hal::backend

@@ -411,20 +411,6 @@ backend::TelemetryDevice telemetry_device(const Context& context, std::uint32_t 
   return {context.device_id(device), backend::normalize_pci_bus_id(found.pci_bus_id), found.uuid};
 }
 
-hal_status snapshot(hal_backend_context* backend, std::uint32_t device, hal_telemetry_snapshot_v1* out) {
-  if (backend == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "telemetry snapshot needs out");
-  const Context& context = backend->cuda;
-  if (hal_status status = context.check_device(device); status != HAL_OK) return status;
-  return context.telemetry->snapshot(telemetry_device(context, device), *out);
-}
-
-hal_status watch_create(hal_backend_context* backend, std::uint32_t device, hal_health_watch** out) {
-  if (backend == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "watch_create needs a backend");
-  const Context& context = backend->cuda;
-  if (hal_status status = context.check_device(device); status != HAL_OK) return status;
-  return context.telemetry->watch_create(telemetry_device(context, device), out);
-}
-
 }  // namespace
 
 std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile) {
@@ -436,7 +422,6 @@ std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile) {
       });
 }
 
-const hal_telemetry_v1 telemetry_table = {sizeof(hal_telemetry_v1), snapshot, watch_create,
-                                          backend::health_watch_wait, backend::health_watch_destroy};
+const hal_telemetry_v1 telemetry_table = backend::GpuTelemetryTable<&hal_backend_context::cuda, telemetry_device>::table;
 
 }  // namespace hal::cuda

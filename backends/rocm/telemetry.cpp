@@ -309,24 +309,6 @@ backend::TelemetryDevice telemetry_device(const Context& context, std::uint32_t 
   return {context.device_id(device), rocm_device.pci_bus_id, rocm_device.uuid};
 }
 
-hal_status snapshot(hal_backend_context* backend, std::uint32_t device, hal_telemetry_snapshot_v1* out) {
-  if (backend == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "telemetry snapshot needs out");
-  const Context& context = backend->rocm;
-  if (hal_status status = context.check_device(device); status != HAL_OK) return status;
-  if (out->struct_size < sizeof(hal_telemetry_snapshot_v1))
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "telemetry snapshot struct_size " + std::to_string(out->struct_size) +
-                                                " is smaller than the v1 struct; rebuild libhal");
-  out->struct_size = sizeof(hal_telemetry_snapshot_v1);
-  return context.telemetry->snapshot(telemetry_device(context, device), *out);
-}
-
-hal_status watch_create(hal_backend_context* backend, std::uint32_t device, hal_health_watch** out) {
-  if (backend == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "watch_create needs a context");
-  const Context& context = backend->rocm;
-  if (hal_status status = context.check_device(device); status != HAL_OK) return status;
-  return context.telemetry->watch_create(telemetry_device(context, device), out);
-}
-
 }  // namespace
 
 std::unique_ptr<backend::LazyTelemetry> make_telemetry() {
@@ -340,7 +322,6 @@ std::unique_ptr<backend::LazyTelemetry> make_telemetry() {
   });
 }
 
-const hal_telemetry_v1 telemetry_table = {sizeof(hal_telemetry_v1), snapshot, watch_create,
-                                          backend::health_watch_wait, backend::health_watch_destroy};
+const hal_telemetry_v1 telemetry_table = backend::GpuTelemetryTable<&hal_backend_context::rocm, telemetry_device>::table;
 
 }  // namespace hal::rocm
