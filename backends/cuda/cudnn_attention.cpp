@@ -267,14 +267,11 @@ class CudnnAttention final : public backend::FusedAttention {
     return {};
   }
 
-  // The device's cuDNN handle, created on first use. Caller holds mutex_.
+  // The device's cuDNN handle, created on first use. Caller holds mutex_ and has made the device current.
   std::string handle_for(std::uint32_t device, cudnnHandle_t* handle) {
     if (handles_.size() < context_.devices.size()) handles_.resize(context_.devices.size(), nullptr);
     if (handles_[device] == nullptr) {
-      const backend::CurrentDevice scope = context_.current_device(device);  // the handle binds to it
-      if (!scope)
-        return "cannot make the context of cuda:" + std::to_string(device) + " current: " + backend::last_error_message();
-      cudnnHandle_t created = nullptr;
+      cudnnHandle_t created = nullptr;  // binds to the current context, which build() made the device's
       const cudnnStatus_t status = fe::detail::create_handle(&created);
       if (status != CUDNN_STATUS_SUCCESS)
         return std::string("cudnnCreate failed on cuda:") + std::to_string(device) + ": " +
