@@ -388,6 +388,14 @@ CUresult allocate(std::size_t size, std::size_t alignment, Allocation::Kind kind
   return CUDA_SUCCESS;
 }
 
+// Gives an allocation's memory back; with driver().mutex held.
+void free_allocation(std::map<std::uintptr_t, Allocation>::iterator found) {
+  if (found->second.kind != Allocation::Kind::host) driver().devices[found->second.device].used -= found->second.size;
+  void* memory = reinterpret_cast<void*>(found->first);
+  driver().allocations.erase(found);
+  std::free(memory);
+}
+
 // cuMemFree synchronizes with the device's streams, as the real one does.
 CUresult release(void* memory, bool host) {
   CUctx_st* context = nullptr;
@@ -402,10 +410,7 @@ CUresult release(void* memory, bool host) {
   }
   for (Stream* stream : streams) stream->wait_idle();
   std::lock_guard lock(driver().mutex);
-  auto found = driver().allocations.find(reinterpret_cast<std::uintptr_t>(memory));
-  if (found->second.kind != Allocation::Kind::host) driver().devices[found->second.device].used -= found->second.size;
-  driver().allocations.erase(found);
-  std::free(memory);
+  free_allocation(driver().allocations.find(reinterpret_cast<std::uintptr_t>(memory)));
   return CUDA_SUCCESS;
 }
 
@@ -1062,9 +1067,7 @@ FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr address, CUstream stream) {
     std::lock_guard lock(driver().mutex);
     auto found = driver().allocations.find(static_cast<std::uintptr_t>(address));
     if (found == driver().allocations.end()) return CUDA_ERROR_INVALID_VALUE;
-    driver().devices[found->second.device].used -= found->second.size;
-    driver().allocations.erase(found);
-    std::free(pointer(address));
+    free_allocation(found);
     return CUDA_SUCCESS;
   });
   return CUDA_SUCCESS;
