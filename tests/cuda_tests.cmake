@@ -12,7 +12,7 @@ set_target_properties(fake_cuda_driver PROPERTIES
   LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_CUDA_DRIVER_DIR}
   CXX_VISIBILITY_PRESET hidden)
 target_include_directories(fake_cuda_driver SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-target_link_libraries(fake_cuda_driver PRIVATE hal_warnings Threads::Threads)
+target_link_libraries(fake_cuda_driver PRIVATE hal_simt_kernels hal_warnings Threads::Threads)
 # The flavour of a CUDA-compatible SDK's libcuda that stops before cuDeviceGetUuid_v2 (CUDA 11.4).
 add_library(fake_cuda_driver_no_uuid_v2 SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_driver/fake_cuda_driver.cpp)
 set_target_properties(fake_cuda_driver_no_uuid_v2 PROPERTIES
@@ -21,7 +21,7 @@ set_target_properties(fake_cuda_driver_no_uuid_v2 PROPERTIES
   CXX_VISIBILITY_PRESET hidden)
 target_compile_definitions(fake_cuda_driver_no_uuid_v2 PRIVATE HAL_FAKE_CUDA_NO_UUID_V2=1)
 target_include_directories(fake_cuda_driver_no_uuid_v2 SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-target_link_libraries(fake_cuda_driver_no_uuid_v2 PRIVATE hal_warnings Threads::Threads)
+target_link_libraries(fake_cuda_driver_no_uuid_v2 PRIVATE hal_simt_kernels hal_warnings Threads::Threads)
 
 # NVML and the PPU SDK's HGML, one source built with either prefix, each
 # under its real soname alone in its directory.
@@ -67,8 +67,9 @@ hal_add_suite_test(cuda_fake_driver_tests hal_cuda_tests "cuda semantics,fake dr
   "${HAL_CUDA_TEST_ENVIRONMENT};${HAL_CUDA_FAKE_A100S}")
 hal_add_suite_test(cuda_fake_interop_tests hal_cuda_tests "cuda interop"
   "${HAL_CUDA_TEST_ENVIRONMENT};${HAL_CUDA_FAKE_A100S}")
+# A V100 (7.0): the image has no sm_70 cubin and its PTX is compute_90, so no kernels load.
 hal_add_suite_test(cuda_fake_attention_tests hal_cuda_tests "gpu attention"
-  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1")
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1;HAL_FAKE_CUDA_COMPUTE_CAPABILITY=7.0")
 hal_add_suite_test(cuda_fake_nvml_telemetry_tests hal_cuda_tests "nvml telemetry"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2")
 hal_add_suite_test(cuda_fake_halconform_tests hal_cuda_tests "halconform on cuda"
@@ -84,6 +85,15 @@ hal_add_suite_test(cuda_no_driver_tests hal_cuda_tests "no driver" "${HAL_CUDA_T
 
 hal_add_no_vendor_library_test(cuda_plugin_needs_no_nvidia_library hal_backend_cuda)
 
+# cuBLAS's GEMM on the host in stream order, for the math path on the fake driver.
+add_library(fake_cublas SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cublas/fake_cublas.cpp)
+set_target_properties(fake_cublas PROPERTIES
+  OUTPUT_NAME cublas PREFIX lib SUFFIX .so.13
+  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_cublas
+  CXX_VISIBILITY_PRESET hidden)
+target_include_directories(fake_cublas SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_link_libraries(fake_cublas PRIVATE hal_warnings ${CMAKE_DL_LIBS})
+
 # Attention numerics on a real CUDA device against the host backend (label
 # gpu: CI has no GPU; scripts/gpu-check.sh runs it). Without a usable device
 # it exits 77 and ctest reports it skipped, with the reason in its output.
@@ -93,6 +103,17 @@ add_dependencies(hal_gpu_attention_numerics hal_backend_cuda hal_backend_host ha
 add_test(NAME cuda_attention_numerics COMMAND hal_gpu_attention_numerics)
 set_tests_properties(cuda_attention_numerics PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
   ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=;HAL_BACKENDS=host,cuda")
+# The same program through the real CUDA backend on the fakes: the embedded
+# image loads in the fake driver, whose cuLaunchKernel runs hal's kernels in
+# the SIMT emulator, and the fake cuBLAS does math's GEMMs. Flash and math,
+# every dtype, forward and backward, against the host backend; it fails when
+# nothing was compared, so a path that silently stops running shows.
+if(HAL_CUDA_KERNELS)
+  add_test(NAME cuda_fake_attention_numerics COMMAND hal_gpu_attention_numerics --require flash,math)
+  add_dependencies(hal_gpu_attention_numerics fake_cuda_driver fake_cublas)
+  set_tests_properties(cuda_fake_attention_numerics PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT
+    "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=;HAL_BACKENDS=host,cuda;HAL_CUDA_DRIVER=$<TARGET_FILE:fake_cuda_driver>;HAL_CUBLAS=$<TARGET_FILE:fake_cublas>;HAL_CUDNN=/nonexistent/libcudnn.so.9")
+endif()
 
 # cuDNN's fused attention, driven directly on the fake driver and a fake cuDNN named like the real one.
 if(HAL_CUDNN_INCLUDE_DIR)

@@ -5,8 +5,13 @@
 // inputs, so the tolerance covers only the device's arithmetic and its
 // output rounding.
 //
-// Exit codes: 0 every comparison ran and passed; 1 a mismatch or an error;
-// 77 (ctest SKIP_RETURN_CODE) nothing could be compared, with the reason.
+// `--require flash,math`: each named implementation must have run at least
+// one comparison, or the program fails (on the fakes, where nothing may
+// silently stop running).
+//
+// Exit codes: 0 every comparison ran and passed; 1 a mismatch, an error or
+// a required implementation that never ran; 2 a bad argument; 77 (ctest
+// SKIP_RETURN_CODE) nothing could be compared, with the reason.
 // Label `gpu`: CI (no GPU) does not run it; scripts/gpu-check.sh does.
 #include <algorithm>
 #include <cmath>
@@ -224,9 +229,41 @@ std::string compare(const char* what, const std::vector<float>& got, const std::
   return text;
 }
 
+// The implementations named by `--require a,b`, or nullopt with the bad word printed.
+std::optional<std::vector<hal::AttentionImplementation>> parse_required(int argc, char** argv) {
+  std::vector<hal::AttentionImplementation> required;
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (argument != "--require" || i + 1 == argc) {
+      std::fprintf(stderr, "unknown argument '%s' (allowed: --require flash,math,fused)\n", argument.c_str());
+      return std::nullopt;
+    }
+    std::string list = argv[++i];
+    for (std::size_t start = 0; start <= list.size();) {
+      const std::size_t end = std::min(list.find(',', start), list.size());
+      const std::string name = list.substr(start, end - start);
+      bool known = false;
+      for (auto implementation : {hal::AttentionImplementation::flash, hal::AttentionImplementation::math,
+                                  hal::AttentionImplementation::fused})
+        if (name == hal::to_string(implementation)) {
+          required.push_back(implementation);
+          known = true;
+        }
+      if (!known) {
+        std::fprintf(stderr, "--require: unknown implementation '%s' (allowed: flash, math, fused)\n", name.c_str());
+        return std::nullopt;
+      }
+      start = end + 1;
+    }
+  }
+  return required;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const std::optional<std::vector<hal::AttentionImplementation>> required = parse_required(argc, argv);
+  if (!required) return 2;
   std::optional<hal::Runtime> runtime;
   try {
     runtime.emplace(hal::Runtime::create());
@@ -252,6 +289,8 @@ int main() {
   for (auto implementation : {hal::AttentionImplementation::flash, hal::AttentionImplementation::math,
                               hal::AttentionImplementation::fused}) {
     const char* name = hal::to_string(implementation).data();
+    const int compared_before = compared;
+    std::string last_refusal;
     for (hal::DType dtype : {hal::DType::f32, hal::DType::f16, hal::DType::bf16}) {
       for (const Case& test : cases(dtype)) {
         for (bool backward : {false, true}) {
@@ -264,6 +303,7 @@ int main() {
             for (const auto& candidate : decision.candidates)
               if (candidate.implementation == implementation && !candidate.reasons.empty()) why = candidate.reasons.front();
             std::printf("NOT ELIGIBLE %s: %s\n", label.c_str(), why.c_str());
+            last_refusal = why;
             continue;
           }
           try {
@@ -293,8 +333,13 @@ int main() {
         }
       }
     }
+    if (compared == compared_before &&
+        std::find(required->begin(), required->end(), implementation) != required->end()) {
+      std::printf("FAIL %s is required (--require) but never ran: %s\n", name, last_refusal.c_str());
+      ++failed;
+    }
   }
-  if (compared == 0) {
+  if (compared == 0 && failed == 0) {
     std::printf("SKIPPED: no attention implementation was eligible on %s, so nothing was compared\n",
                 gpu->id().c_str());
     return skip_exit_code;

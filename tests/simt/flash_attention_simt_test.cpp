@@ -6,42 +6,17 @@
 // (tests/gpu/flash_attention_gpu_check.cu, run by scripts/gpu-check.sh).
 #include <doctest/doctest.h>
 
-#include "simt.hpp"
-// The device code, compiled as C++ against the emulator.
-#include "flash_attention.cu"
-
 #include <cstdint>
-#include <map>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "attention_kernels.h"
+#include "emulated_kernels.hpp"
 #include "flash_attention_cases.hpp"
 #include "flash_attention_config.h"
 
 namespace {
-
-using Kernel = void (*)(hal_attention_kernel_args);
-
-const std::map<std::string, Kernel>& kernels() {
-  static const std::map<std::string, Kernel> table = {
-      {"hal_flash_attention_forward_d64", hal_flash_attention_forward_d64},
-      {"hal_flash_attention_forward_d128", hal_flash_attention_forward_d128},
-      {"hal_flash_attention_forward_d256", hal_flash_attention_forward_d256},
-      {"hal_flash_attention_backward_preprocess", hal_flash_attention_backward_preprocess},
-      {"hal_flash_attention_backward_d64", hal_flash_attention_backward_d64},
-      {"hal_flash_attention_backward_d128", hal_flash_attention_backward_d128},
-      {"hal_flash_attention_backward_d256", hal_flash_attention_backward_d256},
-      {"hal_flash_attention_backward_convert_dq", hal_flash_attention_backward_convert_dq},
-      {"hal_flash_attention_forward_mma_f16_d64", hal_flash_attention_forward_mma_f16_d64},
-      {"hal_flash_attention_forward_mma_f16_d128", hal_flash_attention_forward_mma_f16_d128},
-      {"hal_flash_attention_forward_mma_f16_d256", hal_flash_attention_forward_mma_f16_d256},
-      {"hal_flash_attention_forward_mma_bf16_d64", hal_flash_attention_forward_mma_bf16_d64},
-      {"hal_flash_attention_forward_mma_bf16_d128", hal_flash_attention_forward_mma_bf16_d128},
-      {"hal_flash_attention_forward_mma_bf16_d256", hal_flash_attention_forward_mma_bf16_d256},
-  };
-  return table;
-}
 
 // Device limits the plans are made for: NVIDIA's default dynamic shared
 // memory with 32-wide warps; AMD's LDS with 64-wide wavefronts.
@@ -61,11 +36,10 @@ std::string run_in_emulator(const hal_attention_kernel_args& args, const std::ve
   if (plan.workspace_bytes != 0) launched.workspace = reinterpret_cast<std::uint64_t>(workspace.data());
   for (std::uint32_t i = 0; i < plan.launch_count; ++i) {
     const hal_kernel_launch& step = plan.launches[i];
-    const auto kernel = kernels().find(step.kernel);
-    if (kernel == kernels().end()) return std::string("no kernel ") + step.kernel;
-    const std::string error = hal_simt::launch([&] { kernel->second(launched); },
-                                               dim3(step.grid[0], step.grid[1], step.grid[2]),
-                                               dim3(step.block[0], step.block[1], step.block[2]), step.shared_bytes);
+    void* parameters[] = {&launched};
+    const std::string error = hal_simt::run_kernel(
+        step.kernel, parameters,
+        {{step.grid[0], step.grid[1], step.grid[2]}, {step.block[0], step.block[1], step.block[2]}, step.shared_bytes});
     if (!error.empty()) return std::string(step.kernel) + ": " + error;
   }
   return "";

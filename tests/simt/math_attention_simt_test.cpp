@@ -8,11 +8,6 @@
 // a GPU run exercises.
 #include <doctest/doctest.h>
 
-#include "simt.hpp"
-// The device code, compiled as C++ against the emulator.
-#include "gemm.cu"
-#include "math_attention.cu"
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -23,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "emulated_kernels.hpp"
 #include "flash_attention_cases.hpp"
+#include "gemm_kernels.h"
 #include "gpu_attention.hpp"
 #include "last_error.hpp"
 
@@ -44,29 +41,14 @@ class EmulatedPlatform final : public backend::GpuPlatform {
   hal_status launch(hal_stream*, const hal_kernel_launch& launch, const void* arguments,
                     std::size_t argument_bytes) override {
     launched.push_back(launch.kernel);
-    std::function<void()> body;
     const std::string name = launch.kernel;
-    if (name == "hal_gemm_f32_strided_batched") {
-      REQUIRE(argument_bytes == sizeof(hal_gemm_kernel_args));
-      hal_gemm_kernel_args gemm;
-      std::memcpy(&gemm, arguments, sizeof(gemm));
-      body = [gemm] { hal_gemm_f32_strided_batched(gemm); };
-    } else {
-      static const std::map<std::string, void (*)(hal_attention_kernel_args)> math_kernels = {
-          {"hal_math_attention_pack_inputs", hal_math_attention_pack_inputs},
-          {"hal_math_attention_softmax_forward", hal_math_attention_softmax_forward},
-          {"hal_math_attention_softmax_backward", hal_math_attention_softmax_backward},
-          {"hal_math_attention_store_outputs", hal_math_attention_store_outputs}};
-      const auto kernel = math_kernels.find(name);
-      if (kernel == math_kernels.end()) return backend::fail(HAL_ERROR_INTERNAL, "no kernel " + name);
-      REQUIRE(argument_bytes == sizeof(hal_attention_kernel_args));
-      hal_attention_kernel_args args;
-      std::memcpy(&args, arguments, sizeof(args));
-      body = [function = kernel->second, args] { function(args); };
-    }
-    const std::string error = hal_simt::launch(body, dim3(launch.grid[0], launch.grid[1], launch.grid[2]),
-                                               dim3(launch.block[0], launch.block[1], launch.block[2]),
-                                               launch.shared_bytes);
+    REQUIRE(argument_bytes == (name == "hal_gemm_f32_strided_batched" ? sizeof(hal_gemm_kernel_args)
+                                                                      : sizeof(hal_attention_kernel_args)));
+    void* parameters[] = {const_cast<void*>(arguments)};
+    const std::string error = hal_simt::run_kernel(
+        name, parameters,
+        {{launch.grid[0], launch.grid[1], launch.grid[2]}, {launch.block[0], launch.block[1], launch.block[2]},
+         launch.shared_bytes});
     return error.empty() ? HAL_OK : backend::fail(HAL_ERROR_INTERNAL, name + ": " + error);
   }
 

@@ -2,6 +2,8 @@
 // A driver is process-wide by nature, so this one keeps global state.
 #include <cuda.h>
 
+#include "emulated_kernels.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -30,8 +32,20 @@ struct CUctx_st {
   int references = 0;
   CUresult sticky_error = CUDA_SUCCESS;  // a device fault poisons the context
 };
-struct CUmod_st {};
-struct CUfunc_st {};
+struct CUfunc_st;
+// A loaded image: the cubin chosen for the device (or, JIT-compiled from
+// PTX, none to search), and the functions looked up in it.
+struct CUmod_st {
+  CUctx_st* context = nullptr;
+  std::string cubin;
+  bool from_ptx = false;
+  std::deque<CUfunc_st> functions;  // a deque keeps their addresses
+};
+struct CUfunc_st {
+  std::string name;
+  CUmod_st* module = nullptr;
+  int max_dynamic_shared_bytes = 48 * 1024;  // raised with cuFuncSetAttribute
+};
 
 namespace {
 
@@ -101,6 +115,9 @@ struct Device {
   bool managed = true;
   CUctx_st primary;
 };
+
+// Dynamic shared memory a block may opt in to (an A100's), as cuDeviceGetAttribute reports it.
+constexpr int max_dynamic_shared_optin = 163 * 1024;
 
 struct Allocation {
   std::size_t size = 0;
@@ -579,7 +596,7 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attribu
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = info.l2_bytes; break;
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *value = info.bus_width; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 163 * 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = max_dynamic_shared_optin; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
     // Read on every call: some devices (and CUDA-compatible SDKs) have no memory pools.
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
@@ -997,28 +1014,139 @@ FAKE_EXPORT CUresult cuGetErrorString(CUresult error, const char** text) {
   return CUDA_SUCCESS;
 }
 
-// No device code runs here: every image is for another architecture.
-FAKE_EXPORT CUresult cuModuleLoadData(CUmodule*, const void* image) {
+// ---- modules and kernels ---------------------------------------------------
+// An image is a fatbin (what nvcc --fatbin writes and hal embeds): a header,
+// then entries, each a cubin (ELF) or PTX for one architecture. Loading
+// picks, as the driver does, a cubin of the device's major version no newer
+// than the device, else PTX no newer than it to JIT, else fails with
+// CUDA_ERROR_NO_BINARY_FOR_GPU. A function is found when its name is in the
+// chosen cubin's string table (any name for PTX, whose text is compressed)
+// and hal_simt has a kernel of that name; launches run it in the SIMT
+// emulator in stream order, with the launch's grid, block and dynamic shared
+// memory, which above 48 KiB needs cuFuncSetAttribute first.
+
+constexpr std::uint32_t fatbin_magic = 0xBA55ED50u;
+
+struct FatbinEntry {
+  bool cubin = false;  // else PTX
+  int architecture = 0;  // 80 for sm_80
+  std::string payload;
+};
+
+// The entries of a fatbin, or nullopt when `image` is not one.
+std::optional<std::vector<FatbinEntry>> fatbin_entries(const void* image) {
+  const auto* bytes = static_cast<const unsigned char*>(image);
+  auto read = [&]<typename Value>(std::size_t at, Value) {
+    Value value;
+    std::memcpy(&value, bytes + at, sizeof(value));
+    return value;
+  };
+  if (read(0, std::uint32_t{}) != fatbin_magic) return std::nullopt;
+  const std::size_t header = read(6, std::uint16_t{});
+  const std::uint64_t size = read(8, std::uint64_t{});
+  std::vector<FatbinEntry> entries;
+  for (std::size_t at = header; at + 32 <= header + size;) {
+    const std::uint16_t kind = read(at, std::uint16_t{});
+    const std::uint32_t entry_header = read(at + 4, std::uint32_t{});
+    const std::uint64_t payload = read(at + 8, std::uint64_t{});
+    if (kind != 1 && kind != 2) return std::nullopt;
+    entries.push_back({kind == 2, static_cast<int>(read(at + 28, std::uint32_t{})),
+                       std::string(reinterpret_cast<const char*>(bytes + at + entry_header), payload)});
+    at += entry_header + payload;
+  }
+  return entries;
+}
+
+FAKE_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   {
     std::lock_guard lock(driver().mutex);
     ++driver().module_loads;
   }
   CUctx_st* context = nullptr;
   if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
-  return image == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NO_BINARY_FOR_GPU;
+  if (CUresult fault = injected_fault("cuModuleLoadData"); fault != CUDA_SUCCESS) return fault;
+  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const auto entries = fatbin_entries(image);
+  if (!entries) return CUDA_ERROR_INVALID_IMAGE;
+  const Device& device = driver().devices[context->device];
+  const int architecture = device.compute_major * 10 + device.compute_minor;
+  const FatbinEntry* cubin = nullptr;
+  const FatbinEntry* ptx = nullptr;
+  for (const FatbinEntry& entry : *entries) {
+    if (entry.architecture > architecture) continue;
+    if (entry.cubin && entry.architecture / 10 == device.compute_major &&
+        (cubin == nullptr || entry.architecture > cubin->architecture))
+      cubin = &entry;
+    if (!entry.cubin && (ptx == nullptr || entry.architecture > ptx->architecture)) ptx = &entry;
+  }
+  if (cubin == nullptr && ptx == nullptr) return CUDA_ERROR_NO_BINARY_FOR_GPU;
+  auto* loaded = new CUmod_st;
+  loaded->context = context;
+  loaded->from_ptx = cubin == nullptr;
+  if (cubin != nullptr) loaded->cubin = cubin->payload;
+  *module = loaded;
+  return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuModuleUnload(CUmodule) {
+FAKE_EXPORT CUresult cuModuleUnload(CUmodule module) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
-  return CUDA_ERROR_INVALID_HANDLE;
+  if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  delete module;  // and its functions: their handles are invalid from now on
+  return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction*, CUmodule, const char*) {
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
-  return CUDA_ERROR_INVALID_HANDLE;
+  if (function == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // A kernel's symbol is a NUL-terminated name in the cubin's string table.
+  const std::string symbol = std::string(1, '\0') + name + std::string(1, '\0');
+  if (!module->from_ptx && module->cubin.find(symbol) == std::string::npos) return CUDA_ERROR_NOT_FOUND;
+  if (!hal_simt::has_kernel(name)) {
+    std::fprintf(stderr, "fake_cuda_driver: the image has %s but the SIMT emulator does not (tests/simt/emulated_kernels.cpp)\n", name);
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  std::lock_guard lock(driver().mutex);
+  *function = &module->functions.emplace_back(CUfunc_st{name, module});
+  return CUDA_SUCCESS;
 }
-FAKE_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                    CUstream, void**, void**) {
+FAKE_EXPORT CUresult cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute, int value) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
-  return CUDA_ERROR_INVALID_HANDLE;
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (attribute != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) return CUDA_ERROR_INVALID_VALUE;
+  if (value < 0 || value > max_dynamic_shared_optin) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard lock(driver().mutex);
+  function->max_dynamic_shared_bytes = value;
+  return CUDA_SUCCESS;
+}
+// Checked as the driver checks them: a function of the current context's
+// module, the hardware's grid and block limits, dynamic shared memory within
+// the function's limit, and kernelParams (the fake takes no `extra`). A
+// kernel fault (a divergent barrier in the emulator) fails the launch when
+// it runs, with CUDA_ERROR_LAUNCH_FAILED, and poisons the context.
+FAKE_EXPORT CUresult cuLaunchKernel(CUfunction function, unsigned grid_x, unsigned grid_y, unsigned grid_z,
+                                    unsigned block_x, unsigned block_y, unsigned block_z, unsigned shared_bytes,
+                                    CUstream stream, void** parameters, void** extra) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  if (function == nullptr || function->module->context != current_context) return CUDA_ERROR_INVALID_HANDLE;
+  if (grid_x == 0 || grid_y == 0 || grid_z == 0 || grid_y > 65535 || grid_z > 65535 || block_x == 0 ||
+      block_y == 0 || block_z == 0 || block_x > 1024 || block_y > 1024 || block_z > 64 ||
+      static_cast<unsigned long>(block_x) * block_y * block_z > 1024)
+    return CUDA_ERROR_INVALID_VALUE;
+  int shared_limit;
+  {
+    std::lock_guard lock(driver().mutex);
+    shared_limit = function->max_dynamic_shared_bytes;
+  }
+  if (shared_bytes > static_cast<unsigned>(shared_limit)) return CUDA_ERROR_INVALID_VALUE;
+  if (extra != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  if (parameters == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  hal_simt::BoundLaunch launch =
+      hal_simt::bind_kernel(function->name, parameters, {{grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes});
+  return submit("cuLaunchKernel", stream, [launch = std::move(launch), name = function->name] {
+    const std::string fault = launch();
+    if (fault.empty()) return CUDA_SUCCESS;
+    std::fprintf(stderr, "fake_cuda_driver: kernel %s failed: %s\n", name.c_str(), fault.c_str());
+    return CUDA_ERROR_LAUNCH_FAILED;
+  });
 }
 
 // ---- test hooks (tests reach them with dlsym on the loaded fake) -------------
@@ -1244,6 +1372,7 @@ const std::vector<ProcEntry>& proc_table() {
       entry("cuModuleUnload", cuModuleUnload, 2000),
       entry("cuModuleGetFunction", cuModuleGetFunction, 2000),
       entry("cuLaunchKernel", cuLaunchKernel, 4000),
+      entry("cuFuncSetAttribute", cuFuncSetAttribute, 9000),
   };
   return table;
 }
