@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -1192,4 +1194,61 @@ TEST_SUITE("faithful fake driver") {
     CHECK(calls.free_pinned(pinned) == CUDA_SUCCESS);
     CHECK(calls.free(device) == CUDA_SUCCESS);
   }
+#if HAL_TEST_CUDA_KERNELS_BUILT
+  TEST_CASE("hal's fatbin loads; its kernels are found by symbol and run in stream order, within the launch limits") {
+    DriverCalls calls;
+    const auto load = calls.driver.function<decltype(cuModuleLoadData)>("cuModuleLoadData");
+    const auto unload = calls.driver.function<decltype(cuModuleUnload)>("cuModuleUnload");
+    const auto get_function = calls.driver.function<decltype(cuModuleGetFunction)>("cuModuleGetFunction");
+    const auto set_attribute = calls.driver.function<decltype(cuFuncSetAttribute)>("cuFuncSetAttribute");
+    const auto launch = calls.driver.function<decltype(cuLaunchKernel)>("cuLaunchKernel");
+    const auto to_device = calls.driver.function<decltype(cuMemcpyHtoD_v2)>("cuMemcpyHtoD_v2");
+    std::ifstream file(HAL_TEST_CUDA_KERNEL_FATBIN, std::ios::binary);
+    REQUIRE(file.good());
+    const std::vector<char> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    std::vector<std::uint64_t> image(bytes.size() / 8 + 1);  // the driver reads it 8-byte aligned
+    std::memcpy(image.data(), bytes.data(), bytes.size());
+
+    CUmodule module = nullptr;
+    const std::uint64_t not_a_fatbin[4] = {};
+    CHECK(load(&module, not_a_fatbin) == CUDA_ERROR_INVALID_IMAGE);
+    REQUIRE(load(&module, image.data()) == CUDA_SUCCESS);
+    CUfunction softmax = nullptr, missing = nullptr;
+    CHECK(get_function(&missing, module, "hal_no_such_kernel") == CUDA_ERROR_NOT_FOUND);
+    REQUIRE(get_function(&softmax, module, "hal_softmax_rows_f32") == CUDA_SUCCESS);
+
+    constexpr int rows = 2, columns = 3;
+    const float input[rows * columns] = {0.0f, 1.0f, 2.0f, 5.0f, 5.0f, 5.0f};
+    CUdeviceptr in = 0, out = 0;
+    REQUIRE(calls.allocate(&in, sizeof(input)) == CUDA_SUCCESS);
+    REQUIRE(calls.allocate(&out, sizeof(input)) == CUDA_SUCCESS);
+    REQUIRE(to_device(in, input, sizeof(input)) == CUDA_SUCCESS);
+    int row_count = rows, column_count = columns;
+    void* arguments[] = {&in, &out, &row_count, &column_count};
+    const CUstream stream = calls.stream(CU_STREAM_NON_BLOCKING);
+    auto run = [&](unsigned grid, unsigned block, unsigned shared) {
+      return launch(softmax, grid, 1, 1, block, 1, 1, shared, stream, arguments, nullptr);
+    };
+    CHECK(run(0, 32, 0) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(run(rows, 1025, 0) == CUDA_ERROR_INVALID_VALUE);
+    // Above 48 KiB of dynamic shared memory only once the function allows it, and never above the opt-in.
+    CHECK(run(rows, 32, 64 * 1024) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(set_attribute(softmax, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 200 * 1024) == CUDA_ERROR_INVALID_VALUE);
+    REQUIRE(set_attribute(softmax, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 * 1024) == CUDA_SUCCESS);
+    REQUIRE(run(rows, 32, 64 * 1024) == CUDA_SUCCESS);
+    row_count = 0;  // the arguments were copied at the launch
+    REQUIRE(calls.synchronize(stream) == CUDA_SUCCESS);
+    float output[rows * columns] = {};
+    REQUIRE(calls.to_host(output, out, sizeof(output)) == CUDA_SUCCESS);
+    const float e1 = std::exp(1.0f), e2 = std::exp(2.0f), sum = 1.0f + e1 + e2;
+    CHECK(output[0] == doctest::Approx(1.0f / sum));
+    CHECK(output[2] == doctest::Approx(e2 / sum));
+    CHECK(output[4] == doctest::Approx(1.0f / 3.0f));
+
+    CHECK(calls.destroy_stream(stream) == CUDA_SUCCESS);
+    CHECK(calls.free(in) == CUDA_SUCCESS);
+    CHECK(calls.free(out) == CUDA_SUCCESS);
+    CHECK(unload(module) == CUDA_SUCCESS);
+  }
+#endif
 }

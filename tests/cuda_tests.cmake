@@ -51,6 +51,7 @@ target_compile_definitions(hal_cuda_tests PRIVATE
   HAL_FAKE_NCCL_LEGACY_PATH="$<TARGET_FILE:fake_nccl_legacy>"
   HAL_FAKE_NVML_PATH="$<TARGET_FILE:fake_nvml>"
   HAL_TEST_CUDA_KERNELS_BUILT=$<BOOL:${HAL_CUDA_KERNELS}>
+  HAL_TEST_CUDA_KERNEL_FATBIN="${HAL_CUDA_KERNEL_FATBIN}"
   HAL_TEST_BACKEND_CUDA=1
   HAL_TEST_GPU_PLUGIN_PATH="$<TARGET_FILE:hal_backend_cuda>")
 add_dependencies(hal_cuda_tests fake_cuda_driver fake_cuda_driver_no_uuid_v2 fake_nccl fake_nccl_legacy fake_nvml hal_backend_cuda hal_backend_host hal_data)

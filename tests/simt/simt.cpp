@@ -35,9 +35,9 @@ struct Fiber {
   unsigned linear = 0;
   bool finished = false;
   bool at_barrier = false;
-  void* barrier_site = nullptr;
+  SourceSite barrier_site{};
   bool at_warp_collective = false;
-  void* warp_site = nullptr;
+  SourceSite warp_site{};
   unsigned collectives = 0;  // warp collectives passed; picks the exchange buffer
   void* fake_stack = nullptr;  // ASan's bookkeeping while switched away
 };
@@ -49,6 +49,10 @@ struct WarpExchange {
   std::uint32_t a[2][kWarpSize][4];
   std::uint32_t b[2][kWarpSize][2];
 };
+
+bool same_site(const SourceSite& a, const SourceSite& b) {
+  return a.line == b.line && (a.file == b.file || std::strcmp(a.file, b.file) == 0);
+}
 
 struct Launch {
   const std::function<void()>* kernel = nullptr;
@@ -103,7 +107,7 @@ std::string release_warp(Launch& launch, std::size_t warp) {
   const std::size_t end = std::min(first + kWarpSize, launch.fibers.size());
   for (std::size_t t = first; t < end; ++t) {
     if (!launch.fibers[t].at_warp_collective) return "";  // not yet: another lane is still running
-    if (launch.fibers[t].warp_site != launch.fibers[first].warp_site) {
+    if (!same_site(launch.fibers[t].warp_site, launch.fibers[first].warp_site)) {
       return "lanes of warp " + std::to_string(warp) + " wait at different warp collectives";
     }
   }
@@ -143,7 +147,7 @@ std::string run_block(Launch& launch) {
     // Nothing can run: every thread returned, or waits at __syncthreads, or
     // waits for lanes that never come.
     std::size_t waiting = 0;
-    void* site = nullptr;
+    SourceSite site{};
     for (Fiber& fiber : launch.fibers) {
       if (fiber.at_warp_collective) {
         return "lanes of warp " + std::to_string(fiber.linear / kWarpSize) +
@@ -151,7 +155,7 @@ std::string run_block(Launch& launch) {
       }
       if (!fiber.at_barrier) continue;
       if (waiting++ == 0) site = fiber.barrier_site;
-      if (fiber.barrier_site != site) return "threads of one block wait at different __syncthreads";
+      if (!same_site(fiber.barrier_site, site)) return "threads of one block wait at different __syncthreads";
     }
     if (waiting == 0) return "";
     if (waiting != launch.fibers.size()) {
@@ -170,11 +174,11 @@ const dim3& block_dim() { return active->block; }
 const dim3& grid_dim() { return active->grid; }
 void* dynamic_shared() { return active->shared.data(); }
 
-__attribute__((noinline)) void sync_threads() {
+void sync_threads(SourceSite site) {
   Launch& launch = *active;
   Fiber& fiber = *launch.current;
   fiber.at_barrier = true;
-  fiber.barrier_site = __builtin_return_address(0);
+  fiber.barrier_site = site;
   start_switch(&fiber.fake_stack, launch.scheduler_stack_bottom, launch.scheduler_stack_size);
   swapcontext(&fiber.context, &launch.scheduler);
   finish_switch(fiber.fake_stack, &launch.scheduler_stack_bottom, &launch.scheduler_stack_size);
@@ -182,7 +186,7 @@ __attribute__((noinline)) void sync_threads() {
 
 // Switches out until every lane of the warp reached this collective;
 // returns the exchange buffer this collective uses.
-int wait_for_warp(void* site) {
+int wait_for_warp(SourceSite site) {
   Launch& launch = *active;
   Fiber& fiber = *launch.current;
   const int buffer = static_cast<int>(fiber.collectives++ & 1u);
@@ -194,20 +198,20 @@ int wait_for_warp(void* site) {
   return buffer;
 }
 
-__attribute__((noinline)) float shuffle_xor(float value, int lane_mask) {
+float shuffle_xor(float value, int lane_mask, SourceSite site) {
   Launch& launch = *active;
   const unsigned linear = launch.current->linear;
   WarpExchange& exchange = launch.warps[linear / kWarpSize];
   const unsigned lane = linear % kWarpSize;
   const int buffer = static_cast<int>(launch.current->collectives & 1u);
   exchange.values[buffer][lane] = value;
-  wait_for_warp(__builtin_return_address(0));
+  wait_for_warp(site);
   const unsigned source = lane ^ static_cast<unsigned>(lane_mask);
   return source < kWarpSize ? exchange.values[buffer][source] : value;
 }
 
-__attribute__((noinline)) void mma_m16n8k16(float c[4], const std::uint32_t a[4], const std::uint32_t b[2],
-                                            float (*element_to_float)(std::uint32_t)) {
+void mma_m16n8k16(float c[4], const std::uint32_t a[4], const std::uint32_t b[2],
+                  float (*element_to_float)(std::uint32_t), SourceSite site) {
   Launch& launch = *active;
   const unsigned linear = launch.current->linear;
   WarpExchange& exchange = launch.warps[linear / kWarpSize];
@@ -215,7 +219,7 @@ __attribute__((noinline)) void mma_m16n8k16(float c[4], const std::uint32_t a[4]
   const int buffer = static_cast<int>(launch.current->collectives & 1u);
   std::memcpy(exchange.a[buffer][lane], a, sizeof exchange.a[buffer][lane]);
   std::memcpy(exchange.b[buffer][lane], b, sizeof exchange.b[buffer][lane]);
-  wait_for_warp(__builtin_return_address(0));
+  wait_for_warp(site);
   // PTX layout: groupID = lane / 4 owns rows groupID and groupID + 8 of A,
   // C and D and column groupID of B; its index in the group t = lane % 4
   // owns the element pairs 2t, 2t + 1 (and 2t + 8, 2t + 9) along k or n.

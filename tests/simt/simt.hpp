@@ -32,23 +32,32 @@ struct dim3 {
 
 namespace hal_simt {
 
+// Where a barrier or warp collective is in the source. Its identity for the
+// divergence check: a return address is not one, since the optimizer may
+// duplicate a call (jump threading, loop unswitching) into several.
+struct SourceSite {
+  const char* file;
+  int line;
+};
+
 const dim3& thread_index();
 const dim3& block_index();
 const dim3& block_dim();
 const dim3& grid_dim();
-void sync_threads();
+void sync_threads(SourceSite site);
 void* dynamic_shared();
 
 constexpr int kWarpSize = 32;
 
 // Lane `lane ^ lane_mask`'s value, for every lane of the warp.
-float shuffle_xor(float value, int lane_mask);
+float shuffle_xor(float value, int lane_mask, SourceSite site);
 
 // D = A * B + C for one warp with mma.sync.aligned.m16n8k16.row.col's
 // fragments: a holds 2 16-bit elements per register, b likewise, c/d f32;
 // element_to_float decodes the 16-bit type (f16 or bf16).
 void mma_m16n8k16(float c[4], const std::uint32_t a[4], const std::uint32_t b[2],
-                  float (*element_to_float)(std::uint32_t));
+                  float (*element_to_float)(std::uint32_t),
+                  SourceSite site = {__builtin_FILE(), __builtin_LINE()});
 
 // Runs `kernel` for every thread of every block of the grid. Returns an
 // empty string on success, else what went wrong (a divergent barrier, a
@@ -69,7 +78,7 @@ std::string launch(const std::function<void()>& kernel, dim3 grid, dim3 block, s
 #define blockIdx (::hal_simt::block_index())
 #define blockDim (::hal_simt::block_dim())
 #define gridDim (::hal_simt::grid_dim())
-#define __syncthreads() ::hal_simt::sync_threads()
+#define __syncthreads() ::hal_simt::sync_threads(::hal_simt::SourceSite{__FILE__, __LINE__})
 #define HAL_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::hal_simt::dynamic_shared())
 
 inline float __int_as_float(int bits) {
@@ -91,7 +100,8 @@ inline float atomicAdd(float* address, float value) {
   return old;
 }
 
-inline float __shfl_xor_sync(unsigned mask, float value, int lane_mask, int width = 32) {
+inline float __shfl_xor_sync(unsigned mask, float value, int lane_mask, int width = 32,
+                             ::hal_simt::SourceSite site = {__builtin_FILE(), __builtin_LINE()}) {
   if (mask != 0xffffffffu || width != 32) __builtin_trap();  // only full-warp shuffles are emulated
-  return ::hal_simt::shuffle_xor(value, lane_mask);
+  return ::hal_simt::shuffle_xor(value, lane_mask, site);
 }
