@@ -6,13 +6,34 @@
 # fake driver, and the shared libraries they need beyond glibc, libstdc++
 # and libgcc. The result goes to build-gpu-bundle/ (ignored by git), which
 # the device tool carries along: carry ["build-gpu-bundle"].
+#
+# --reuse-build: pack from the build tree $BUILD_DIR as it is, without
+# building, and without the nvcc-built flash kernel check (gpu-check.sh
+# builds that on the GPU machine when missing). For the fake-driver dry run
+# (scripts/gpu-check-dry-run.sh), never for a bundle meant for a GPU.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build-gpu}"
 bundle="${HAL_GPU_BUNDLE:-$root/build-gpu-bundle}"
+reuse_build=0
+case "${1:-}" in
+  "") ;;
+  --reuse-build) reuse_build=1 ;;
+  *) echo "gpu-bundle: unknown argument '$1' (allowed: --reuse-build)" >&2; exit 2 ;;
+esac
 
-# RelWithDebInfo (-O2), as CI builds; the debug info is stripped below.
-BUILD_DIR="$build" "$root/scripts/build.sh" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHAL_WITH_CUDA=ON -DHAL_CUDA_KERNELS=ON
+if [ "$reuse_build" = 0 ]; then
+  # RelWithDebInfo (-O2), as CI builds; the debug info is stripped below.
+  BUILD_DIR="$build" "$root/scripts/build.sh" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHAL_WITH_CUDA=ON -DHAL_CUDA_KERNELS=ON
+fi
+# Fused attention on the GPU needs the CUDA backend built with cuDNN's
+# frontend headers (scripts/install-cudnn-frontend.sh, run by install-deps.sh).
+frontend="$(sed -n 's/^HAL_CUDNN_FRONTEND_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null)"
+if [ -z "$frontend" ] || [ ! -f "$frontend/cudnn_frontend.h" ]; then
+  echo "gpu-bundle: $build was configured without the cuDNN frontend headers (HAL_CUDNN_FRONTEND_INCLUDE_DIR='$frontend'):" \
+    "the bundle would have no fused attention; run scripts/install-cudnn-frontend.sh and rebuild" >&2
+  exit 1
+fi
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib/hal/backends" "$bundle/lib/deps" "$bundle/fakes"
@@ -27,13 +48,18 @@ done
 # The flash kernels' own check (tests/gpu), built here for the GPUs the
 # plugin's fatbin serves, so the GPU machine spends no time compiling it.
 nvcc="$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")"
-"$nvcc" -O2 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-  -gencode arch=compute_90,code=compute_90 -I"$root/backends/kernels" -I"$root/backends/host" -I"$root/tests/simt" \
-  "$root/tests/gpu/flash_attention_gpu_check.cu" "$root/backends/kernels/attention_plan.cpp" \
-  -o "$bundle/bin/flash_attention_gpu_check"
+if [ "$reuse_build" = 0 ]; then
+  "$nvcc" -O2 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+    -gencode arch=compute_90,code=compute_90 -I"$root/backends/kernels" -I"$root/backends/host" -I"$root/tests/simt" \
+    "$root/tests/gpu/flash_attention_gpu_check.cu" "$root/backends/kernels/attention_plan.cpp" \
+    -o "$bundle/bin/flash_attention_gpu_check"
+fi
 cp -P "$build"/lib/libhal.so* "$bundle/lib/"
 cp "$build"/lib/hal/backends/*.so "$bundle/lib/hal/backends/"
-cp "$build/tests/fakes/fake_cuda_driver/libcuda.so.1" "$bundle/fakes/"
+# The fakes of the dry run (HAL_GPU_CHECK_FAKE_DRIVER=1): the driver runs
+# hal's kernels in the SIMT emulator; cuBLAS, NCCL and NVML beside it.
+cp "$build/tests/fakes/fake_cuda_driver/libcuda.so.1" "$build/tests/fakes/fake_cublas/libcublas.so.13" \
+  "$build/tests/fakes/fake_nccl/nccl/libnccl.so.2" "$build/tests/fakes/fake_nvml/nvml/libnvidia-ml.so.1" "$bundle/fakes/"
 # Shipped data (quirks, conformance profiles) beside lib/, where libhal looks.
 mkdir -p "$bundle/share"
 cp -r "$build/share/hal" "$bundle/share/"
@@ -53,7 +79,7 @@ for library in libstdc++.so.6 libgcc_s.so.1; do
 done
 
 strip --strip-unneeded "$bundle"/bin/* "$bundle"/lib/libhal.so.*.*.* "$bundle"/lib/hal/backends/*.so \
-  "$bundle"/fakes/libcuda.so.1 "$bundle"/lib/deps/* \
+  "$bundle"/fakes/*.so.* "$bundle"/lib/deps/* \
   "$bundle"/lib/fallback/* 2>/dev/null || true
 
 {

@@ -14,8 +14,10 @@
 #
 # Without a GPU (no device listed by nvidia-smi), the steps that need one are
 # listed as "skipped: needs a GPU". HAL_GPU_CHECK_FAKE_DRIVER=1 runs hal's GPU
-# steps on the bundle's fake driver instead, to check the plumbing (options,
-# paths, JSON) on a machine without a GPU; its figures mean nothing.
+# steps on the bundle's fakes instead (the driver runs hal's kernels in the
+# SIMT emulator; cuBLAS, NCCL and NVML beside it; no cuDNN), on small shapes,
+# to check the plumbing (options, paths, JSON) on a machine without a GPU:
+# scripts/gpu-check-dry-run.sh does that in CI. Its figures mean nothing.
 #
 # Steps:
 #  1. environment: GPU, driver, toolkit, PyTorch and its cuDNN/NCCL; the
@@ -242,9 +244,20 @@ export HAL_PROBE_CACHE="$out/probes.json"
 # Where libhal finds the quirks and conformance data, whatever the layout.
 export HAL_DATA_DIR="$bundle/share/hal"
 unit_test_driver=system
+# The attention shape for hal and PyTorch, sized so that the scalar f32
+# flash backward (the slowest kernel) runs its 5 iterations within a step;
+# the numerics' own shapes (--small on the fakes).
+attn_batch=2 attn_heads=16 attn_seq=2048 attn_head_dim=128
+numerics_arguments=()
 if [ -n "$fake_driver" ]; then
-  export HAL_CUDA_DRIVER="$fake_driver" HAL_FAKE_CUDA_IDENTITY=h100 HAL_FAKE_CUDA_MEMORY=80G
+  # The real cuDNN, cuBLAS or NCCL would call into the fake driver: the fakes
+  # stand in for cuBLAS and NCCL, and cuDNN is left out (fused: not eligible).
+  export HAL_CUDA_DRIVER="$fake_driver" HAL_FAKE_CUDA_IDENTITY=h100 HAL_FAKE_CUDA_MEMORY=80G \
+    HAL_CUBLAS="$bundle/fakes/libcublas.so.13" HAL_NCCL="$bundle/fakes/libnccl.so.2" \
+    HAL_NVML="$bundle/fakes/libnvidia-ml.so.1" HAL_CUDNN="$bundle/fakes/no-cudnn-in-the-dry-run"
   unit_test_driver=fake
+  attn_batch=1 attn_heads=2 attn_seq=64 attn_head_dim=64
+  numerics_arguments=(--small --require flash,math)
 fi
 
 # 3. What hal sees, and the unit tests on the GPU ("no driver" checks that
@@ -260,10 +273,8 @@ step unit-tests-gpu 30 hal-gpu - env HAL_TEST_CUDA_DRIVER="$unit_test_driver" \
 # eligible, the output says why), then halbench attn per implementation on
 # the shape gpu_reference.py gives PyTorch SDPA (flash and cuDNN backends).
 # One process per implementation, so that a crash in one costs only its own.
-# One attention shape for hal and PyTorch, sized so that the scalar f32
-# flash backward (the slowest kernel) runs its 5 iterations within a step.
-attn_batch=2 attn_heads=16 attn_seq=2048 attn_head_dim=128
-step attention-numerics 35 hal-gpu - env HAL_BACKENDS=host,cuda "$bundle/bin/hal_gpu_attention_numerics"
+step attention-numerics 35 hal-gpu - env HAL_BACKENDS=host,cuda "$bundle/bin/hal_gpu_attention_numerics" \
+  "${numerics_arguments[@]}"
 for dtype in bf16; do  # f16 runs the same kernels; kept out to hold the check within its budget
   for mask in full causal; do
     causal_flag=()

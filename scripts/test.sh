@@ -10,6 +10,14 @@ echo "== build and test (build/)"
 BUILD_DIR="$root/build" "$root/scripts/build.sh"
 ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
 
+echo "== the GPU check's dry run on the fakes (scripts/gpu-check-dry-run.sh)"
+if grep -q '^HAL_CUDA_KERNELS:BOOL=ON' "$root/build/CMakeCache.txt" &&
+   grep -q '^HAL_CUDNN_FRONTEND_INCLUDE_DIR:PATH=/' "$root/build/CMakeCache.txt"; then
+  BUILD_DIR="$root/build" "$root/scripts/gpu-check-dry-run.sh"
+else
+  echo "skipped: this build has no CUDA kernels or no cuDNN frontend (no nvcc, or install-deps.sh not run), so there is no bundle to check"
+fi
+
 echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-sanitize/)"
 BUILD_DIR="$root/build-sanitize" "$root/scripts/build.sh" -DHAL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

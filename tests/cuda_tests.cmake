@@ -98,9 +98,7 @@ target_link_libraries(fake_cublas PRIVATE hal_warnings ${CMAKE_DL_LIBS})
 # Attention numerics on a real CUDA device against the host backend (label
 # gpu: CI has no GPU; scripts/gpu-check.sh runs it). Without a usable device
 # it exits 77 and ctest reports it skipped, with the reason in its output.
-add_executable(hal_gpu_attention_numerics ${CMAKE_CURRENT_LIST_DIR}/gpu_attention_numerics_test.cpp)
-target_link_libraries(hal_gpu_attention_numerics PRIVATE hal::hal hal_warnings)
-add_dependencies(hal_gpu_attention_numerics hal_backend_cuda hal_backend_host hal_data)
+add_dependencies(hal_gpu_attention_numerics hal_backend_cuda)
 add_test(NAME cuda_attention_numerics COMMAND hal_gpu_attention_numerics)
 set_tests_properties(cuda_attention_numerics PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 300
   ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=;HAL_BACKENDS=host,cuda")
@@ -110,7 +108,7 @@ set_tests_properties(cuda_attention_numerics PROPERTIES LABELS gpu SKIP_RETURN_C
 # every dtype, forward and backward, against the host backend; it fails when
 # nothing was compared, so a path that silently stops running shows.
 if(HAL_CUDA_KERNELS)
-  add_test(NAME cuda_fake_attention_numerics COMMAND hal_gpu_attention_numerics --require flash,math)
+  add_test(NAME cuda_fake_attention_numerics COMMAND hal_gpu_attention_numerics --small --require flash,math)
   add_dependencies(hal_gpu_attention_numerics fake_cuda_driver fake_cublas)
   set_tests_properties(cuda_fake_attention_numerics PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT
     "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE=;HAL_BACKENDS=host,cuda;HAL_CUDA_DRIVER=$<TARGET_FILE:fake_cuda_driver>;HAL_CUBLAS=$<TARGET_FILE:fake_cublas>;HAL_CUDNN=/nonexistent/libcudnn.so.9")

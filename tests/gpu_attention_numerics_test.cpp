@@ -1,5 +1,5 @@
-// Attention on a real CUDA device through the public API, compared with the
-// host backend: flash, math and fused (each where eligible), forward and
+// Attention on a GPU (cuda:0, or the device `--device` names) through the
+// public API, compared with the host backend: flash, math and fused (each where eligible), forward and
 // backward, f32/f16/bf16, shapes with GQA, causal masks of both alignments
 // and sliding windows. The host computes in f32 from the same rounded
 // inputs, so the tolerance covers only the device's arithmetic and its
@@ -7,7 +7,8 @@
 //
 // `--require flash,math`: each named implementation must have run at least
 // one comparison, or the program fails (on the fakes, where nothing may
-// silently stop running).
+// silently stop running). `--device rocm:0`: another GPU than cuda:0.
+// `--small`: shorter sequences with the same features, for the fakes.
 //
 // Exit codes: 0 every comparison ran and passed; 1 a mismatch, an error or
 // a required implementation that never ran; 2 a bad argument; 77 (ctest
@@ -115,7 +116,9 @@ struct Case {
   hal::AttentionParams params;
 };
 
-std::vector<Case> cases(hal::DType dtype) {
+// small: the same features on shorter sequences (still crossing a tile
+// boundary), for the fakes, whose kernels run in the SIMT emulator.
+std::vector<Case> cases(hal::DType dtype, bool small) {
   auto make = [&](const char* name, std::int64_t b, std::int64_t hq, std::int64_t hkv, std::int64_t sq,
                   std::int64_t skv, std::int64_t d, std::int64_t dv) {
     hal::AttentionParams params;
@@ -124,15 +127,22 @@ std::vector<Case> cases(hal::DType dtype) {
     return Case{name, params};
   };
   std::vector<Case> all;
-  all.push_back(make("plain b2 h4 s128 d64", 2, 4, 4, 128, 128, 64, 64));
-  Case gqa = make("gqa h8/2 causal bottom-right sq100 skv160 d128", 1, 8, 2, 100, 160, 128, 128);
+  if (small) {
+    all.push_back(make("plain b2 h2 s40 d64", 2, 2, 2, 40, 40, 64, 64));
+  } else {
+    all.push_back(make("plain b2 h4 s128 d64", 2, 4, 4, 128, 128, 64, 64));
+  }
+  Case gqa = small ? make("gqa h4/2 causal bottom-right sq20 skv72 d128", 1, 4, 2, 20, 72, 128, 128)
+                   : make("gqa h8/2 causal bottom-right sq100 skv160 d128", 1, 8, 2, 100, 160, 128, 128);
   gqa.params.causal = true;
   gqa.params.alignment = hal::MaskAlignment::bottom_right;
   all.push_back(gqa);
-  Case causal = make("causal top-left s96 d64", 1, 2, 2, 96, 96, 64, 64);
+  Case causal = small ? make("causal top-left s40 d64", 1, 1, 1, 40, 40, 64, 64)
+                      : make("causal top-left s96 d64", 1, 2, 2, 96, 96, 64, 64);
   causal.params.causal = true;
   all.push_back(causal);
-  Case window = make("window 16,0 mqa h4/1 s80 d64", 1, 4, 1, 80, 80, 64, 64);
+  Case window = small ? make("window 16,0 mqa h2/1 s40 d64", 1, 2, 1, 40, 40, 64, 64)
+                      : make("window 16,0 mqa h4/1 s80 d64", 1, 4, 1, 80, 80, 64, 64);
   window.params.window_left = 16;
   window.params.window_right = 0;
   all.push_back(window);
@@ -229,14 +239,30 @@ std::string compare(const char* what, const std::vector<float>& got, const std::
   return text;
 }
 
-// The implementations named by `--require a,b`, or nullopt with the bad word printed.
-std::optional<std::vector<hal::AttentionImplementation>> parse_required(int argc, char** argv) {
+struct Arguments {
+  std::string device = "cuda:0";
+  bool small = false;
   std::vector<hal::AttentionImplementation> required;
+};
+
+// The command line, or nullopt with the bad word printed.
+std::optional<Arguments> parse_arguments(int argc, char** argv) {
+  Arguments arguments;
+  std::vector<hal::AttentionImplementation>& required = arguments.required;
   for (int i = 1; i < argc; ++i) {
     const std::string argument = argv[i];
-    if (argument != "--require" || i + 1 == argc) {
-      std::fprintf(stderr, "unknown argument '%s' (allowed: --require flash,math,fused)\n", argument.c_str());
+    if (argument == "--small") {
+      arguments.small = true;
+      continue;
+    }
+    if ((argument != "--require" && argument != "--device") || i + 1 == argc) {
+      std::fprintf(stderr, "unknown argument '%s' (allowed: --require flash,math,fused; --device ID; --small)\n",
+                   argument.c_str());
       return std::nullopt;
+    }
+    if (argument == "--device") {
+      arguments.device = argv[++i];
+      continue;
     }
     std::string list = argv[++i];
     for (std::size_t start = 0; start <= list.size();) {
@@ -256,14 +282,16 @@ std::optional<std::vector<hal::AttentionImplementation>> parse_required(int argc
       start = end + 1;
     }
   }
-  return required;
+  return arguments;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::optional<std::vector<hal::AttentionImplementation>> required = parse_required(argc, argv);
-  if (!required) return 2;
+  const std::optional<Arguments> arguments = parse_arguments(argc, argv);
+  if (!arguments) return 2;
+  const std::vector<hal::AttentionImplementation>* required = &arguments->required;
+  const std::string backend_name = arguments->device.substr(0, arguments->device.find(':'));
   std::optional<hal::Runtime> runtime;
   try {
     runtime.emplace(hal::Runtime::create());
@@ -271,16 +299,18 @@ int main(int argc, char** argv) {
     std::printf("SKIPPED: hal could not start: %s\n", error.what());
     return skip_exit_code;
   }
-  const hal::BackendReport* cuda = runtime->find_backend("cuda");
-  if (cuda == nullptr || cuda->state != hal::BackendState::loaded) {
-    std::printf("SKIPPED: no usable CUDA device: %s\n", cuda == nullptr ? "the cuda backend is not in this build"
-                                                                        : cuda->reason.c_str());
+  const hal::BackendReport* backend = runtime->find_backend(backend_name);
+  if (backend == nullptr || backend->state != hal::BackendState::loaded) {
+    std::printf("SKIPPED: no usable %s device: %s\n", backend_name.c_str(),
+                backend == nullptr ? ("the " + backend_name + " backend is not in this build").c_str()
+                                   : backend->reason.c_str());
     return skip_exit_code;
   }
-  const std::optional<hal::Device> gpu = runtime->find_device("cuda:0");
+  const std::optional<hal::Device> gpu = runtime->find_device(arguments->device);
   const std::optional<hal::Device> host = runtime->find_device("host:0");
   if (!gpu || !host) {
-    std::printf("SKIPPED: %s\n", !gpu ? "the cuda backend loaded but lists no device" : "no host:0 device");
+    std::printf("SKIPPED: %s\n", !gpu ? ("the " + backend_name + " backend loaded but lists no " + arguments->device).c_str()
+                                      : "no host:0 device");
     return skip_exit_code;
   }
   std::printf("device: %s (%s)\n", gpu->id().c_str(), gpu->info().name.c_str());
@@ -292,7 +322,7 @@ int main(int argc, char** argv) {
     const int compared_before = compared;
     std::string last_refusal;
     for (hal::DType dtype : {hal::DType::f32, hal::DType::f16, hal::DType::bf16}) {
-      for (const Case& test : cases(dtype)) {
+      for (const Case& test : cases(dtype, arguments->small)) {
         for (bool backward : {false, true}) {
           const std::string label = std::string(name) + " " + std::string(hal::to_string(dtype)) + " " +
                                     (backward ? "backward " : "forward ") + test.name;

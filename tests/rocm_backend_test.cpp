@@ -381,7 +381,7 @@ TEST_SUITE("foreign architecture") {
 
 // An RDNA GPU (gfx1030, 32-wide wavefronts) whose code object loads
 // (HAL_FAKE_HIP_CODE_OBJECTS=1): the fake finds kernels by their symbols in
-// the bundle entry for gfx1030 and records launches without running them.
+// the bundle entry for gfx1030, records launches and runs them in the SIMT emulator.
 TEST_SUITE("rdna code object") {
   TEST_CASE_FIXTURE(FakeRuntimeFixture, "flash attention launches only kernels the HIP image has, whatever the wavefront width") {
     if (!built_with_kernels) return;

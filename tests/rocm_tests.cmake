@@ -12,7 +12,7 @@ foreach(variant rocm6 rocm5)
     OUTPUT_NAME amdhip64 PREFIX lib LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_HIP_RUNTIME_DIR}/${variant}
     CXX_VISIBILITY_PRESET hidden)
   target_include_directories(fake_hip_runtime_${variant} SYSTEM PRIVATE ${HAL_HIP_INCLUDE_DIR})
-  target_link_libraries(fake_hip_runtime_${variant} PRIVATE hal_warnings Threads::Threads)
+  target_link_libraries(fake_hip_runtime_${variant} PRIVATE hal_simt_kernels hal_warnings Threads::Threads)
 endforeach()
 set_target_properties(fake_hip_runtime_rocm6 PROPERTIES SUFFIX .so.6)
 set_target_properties(fake_hip_runtime_rocm5 PROPERTIES SUFFIX .so.5)
@@ -73,6 +73,15 @@ hal_add_suite_test(rocm_fake_foreign_architecture_tests hal_rocm_tests "foreign 
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_ARCH=gfx942:sramecc+:xnack+;HAL_FAKE_HIP_NAME=AMD Instinct MI300X;HAL_FAKE_HIP_MANAGED=1")
 hal_add_suite_test(rocm_fake_rdna_tests hal_rocm_tests "rdna code object"
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_ARCH=gfx1030;HAL_FAKE_HIP_NAME=AMD Radeon RX 6900 XT;HAL_FAKE_HIP_CODE_OBJECTS=1")
+# Flash and math through the real ROCm backend on the fake runtime, which
+# loads the embedded code object (gfx90a entry) and runs hal's kernels in
+# the SIMT emulator; against the host backend, as on the CUDA fakes.
+if(HAL_HIPCC AND HAL_ROCM_ARCHITECTURES MATCHES "gfx90a")
+  add_dependencies(hal_gpu_attention_numerics hal_backend_rocm fake_hip_runtime_rocm6)
+  add_test(NAME rocm_fake_attention_numerics COMMAND hal_gpu_attention_numerics --small --device rocm:0 --require flash,math)
+  set_tests_properties(rocm_fake_attention_numerics PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT
+    "${HAL_ROCM_TEST_ENVIRONMENT};HAL_BACKENDS=host,rocm;HAL_HIP_RUNTIME=$<TARGET_FILE:fake_hip_runtime_rocm6>;HAL_FAKE_HIP_CODE_OBJECTS=1;HAL_FAKE_HIP_DEVICES=1")
+endif()
 hal_add_suite_test(rocm_fake_rocm5_tests hal_rocm_tests "rocm5 runtime" "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_MANAGED=0")
 hal_add_suite_test(rocm_fake_no_device_tests hal_rocm_tests "no device"
   "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=0")

@@ -448,22 +448,28 @@ void communicator_semantics(CaseContext& context, Rank& rank) {
   expect_invalid(context, "an all_reduce of 1000 f32 in a 16-byte buffer", "4000",
                  [&] { communicator.all_reduce(small, small, 1000, DType::f32, ReduceOp::sum, rank.stream); });
 
-  // Point to point around the ring, posted together in a group.
+  // Point to point around the ring, posted together in a group. A single
+  // rank has no ring: its send to itself is refused (a copy is the way).
   const int next = (rank.rank + 1) % rank.world_size, previous = (rank.rank + rank.world_size - 1) % rank.world_size;
   const std::vector<float> mine = {static_cast<float>(rank.rank) + 0.5f, -1.0f, 7.25f};
   Buffer outgoing = context.device().allocate(sizeof(float) * 3), incoming = context.device().allocate(sizeof(float) * 3);
   outgoing.write(0, mine.data(), sizeof(float) * 3);
-  {
-    Group group(communicator);
-    communicator.send(outgoing, 3, DType::f32, next, rank.stream);
-    communicator.recv(incoming, 3, DType::f32, previous, rank.stream);
+  if (rank.world_size == 1) {
+    expect_invalid(context, "a send from rank 0 to itself", "this rank",
+                   [&] { communicator.send(outgoing, 3, DType::f32, 0, rank.stream); });
+  } else {
+    {
+      Group group(communicator);
+      communicator.send(outgoing, 3, DType::f32, next, rank.stream);
+      communicator.recv(incoming, 3, DType::f32, previous, rank.stream);
+    }
+    rank.stream.synchronize();
+    float received[3];
+    incoming.read(0, received, sizeof(received));
+    const float expected_ring[3] = {static_cast<float>(previous) + 0.5f, -1.0f, 7.25f};
+    context.require_equal_bytes(received, expected_ring, sizeof(received),
+                                "the values rank " + std::to_string(previous) + " sent around the ring");
   }
-  rank.stream.synchronize();
-  float received[3];
-  incoming.read(0, received, sizeof(received));
-  const float expected_ring[3] = {static_cast<float>(previous) + 0.5f, -1.0f, 7.25f};
-  context.require_equal_bytes(received, expected_ring, sizeof(received),
-                              "the values rank " + std::to_string(previous) + " sent around the ring");
 
   // Still usable after the refused calls: the ranks sum their numbers.
   const float own = static_cast<float>(rank.rank);
@@ -475,8 +481,10 @@ void communicator_semantics(CaseContext& context, Rank& rank) {
   const float expected_total = static_cast<float>(rank.world_size * (rank.world_size - 1) / 2);
   context.require(total == expected_total, "an all_reduce of the rank numbers after the refused calls gave " +
                                                std::to_string(total) + ", expected " + std::to_string(expected_total));
-  context.note("rank, size and device as created; bad root and short buffer refused; ring send/recv and an "
-               "all_reduce after them correct");
+  context.note(rank.world_size == 1 ? "rank, size and device as created; bad root, short buffer and a send to "
+                                      "itself refused; an all_reduce after them correct"
+                                    : "rank, size and device as created; bad root and short buffer refused; ring "
+                                      "send/recv and an all_reduce after them correct");
 }
 
 // ---- performance -------------------------------------------------------------------

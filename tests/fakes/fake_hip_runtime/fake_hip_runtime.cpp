@@ -7,9 +7,12 @@
 #endif
 #include <hip/hip_runtime_api.h>
 
+#include "emulated_kernels.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -647,8 +650,11 @@ FAKE_EXPORT hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, 
 // --genco writes) loads as the runtime loads it: the entry for the current
 // device's architecture (gfx90a for gfx90a:sramecc+:xnack-), else
 // hipErrorNoBinaryForGpu; hipModuleGetFunction finds only kernels whose
-// symbol is in that entry (hipErrorNotFound otherwise). Launches are checked
-// and recorded for the tests, not run: no device code runs here.
+// symbol is in that entry (hipErrorNotFound otherwise) and the SIMT
+// emulator has a kernel of that name (tests/simt/emulated_kernels.cpp).
+// Launches are checked, recorded for the tests, and run in stream order in
+// the emulator with the launch's grid, block and dynamic LDS; a kernel fault
+// fails the stream's work with hipErrorLaunchFailure.
 
 struct FakeFunction {
   std::string name;
@@ -713,23 +719,40 @@ FAKE_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModule_t
   // A kernel's symbol is a NUL-terminated name in the ELF string table.
   const std::string symbol = std::string(1, '\0') + name + std::string(1, '\0');
   if (loaded->code.find(symbol) == std::string::npos) return hipErrorNotFound;
+  if (!hal_simt::has_kernel(name)) {
+    std::fprintf(stderr, "fake_hip_runtime: the code object has %s but the SIMT emulator does not (tests/simt/emulated_kernels.cpp)\n", name);
+    return hipErrorNotFound;
+  }
   std::lock_guard lock(state().mutex);
   *function = reinterpret_cast<hipFunction_t>(&loaded->functions.emplace_back(FakeFunction{name}));
   return hipSuccess;
 }
 FAKE_EXPORT hipError_t hipModuleLaunchKernel(hipFunction_t function, unsigned int grid_x, unsigned int grid_y,
                                              unsigned int grid_z, unsigned int block_x, unsigned int block_y,
-                                             unsigned int block_z, unsigned int shared_bytes, hipStream_t,
+                                             unsigned int block_z, unsigned int shared_bytes, hipStream_t stream,
                                              void** parameters, void** extra) {
   if (function == nullptr || !code_objects_load()) return hipErrorInvalidHandle;
   if (grid_x == 0 || grid_y == 0 || grid_z == 0 || block_x * block_y * block_z == 0 ||
       block_x * block_y * block_z > 1024 || (parameters == nullptr && extra == nullptr))
     return hipErrorInvalidValue;
   if (shared_bytes > 64 * 1024) return hipErrorInvalidValue;  // the LDS of one workgroup
+  if (parameters == nullptr) return hipErrorNotSupported;  // `extra` packing is not emulated
   const auto* called = reinterpret_cast<FakeFunction*>(function);
-  std::lock_guard lock(launches_mutex);
-  launches.push_back({called->name, {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes});
-  return hipSuccess;
+  {
+    std::lock_guard lock(launches_mutex);
+    launches.push_back({called->name, {grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes});
+  }
+  hal_simt::BoundLaunch launch = hal_simt::bind_kernel(
+      called->name, parameters, {{grid_x, grid_y, grid_z}, {block_x, block_y, block_z}, shared_bytes});
+  return submit(
+      stream, "hipModuleLaunchKernel",
+      [launch = std::move(launch), name = called->name] {
+        const std::string fault = launch();
+        if (fault.empty()) return hipSuccess;
+        std::fprintf(stderr, "fake_hip_runtime: kernel %s failed: %s\n", name.c_str(), fault.c_str());
+        return hipErrorLaunchFailure;
+      },
+      NullStreamCall::returns_early);
 }
 
 // ---- test hooks (tests reach them with dlsym on the loaded fake) -------------
