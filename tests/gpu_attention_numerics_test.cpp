@@ -290,7 +290,6 @@ std::optional<Arguments> parse_arguments(int argc, char** argv) {
 int main(int argc, char** argv) {
   const std::optional<Arguments> arguments = parse_arguments(argc, argv);
   if (!arguments) return 2;
-  const std::vector<hal::AttentionImplementation>* required = &arguments->required;
   const std::string backend_name = arguments->device.substr(0, arguments->device.find(':'));
   std::optional<hal::Runtime> runtime;
   try {
@@ -364,7 +363,8 @@ int main(int argc, char** argv) {
       }
     }
     if (compared == compared_before &&
-        std::find(required->begin(), required->end(), implementation) != required->end()) {
+        std::find(arguments->required.begin(), arguments->required.end(), implementation) !=
+            arguments->required.end()) {
       std::printf("FAIL %s is required (--require) but never ran: %s\n", name, last_refusal.c_str());
       ++failed;
     }

@@ -7,6 +7,7 @@
 // The device code, as nvcc sees it for the CUDA image (the HIP image is a subset).
 #include "cuda_kernels.cu"
 
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -83,12 +84,13 @@ std::string run_kernel(std::string_view name, void* const* parameters, const Ker
   return bound ? bound() : "no emulated kernel named " + std::string(name);
 }
 
-bool has_kernel(std::string_view name) { return kernels().find(name) != kernels().end(); }
-
-std::vector<std::string> kernel_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, bind] : kernels()) names.push_back(name);
-  return names;
+bool image_kernel_runs(std::optional<std::string_view> image, const char* name, const char* fake) {
+  const std::string symbol = std::string(1, '\0') + name + std::string(1, '\0');
+  if (image && image->find(symbol) == std::string_view::npos) return false;
+  if (kernels().find(std::string_view(name)) != kernels().end()) return true;
+  std::fprintf(stderr, "%s: the image has %s but the SIMT emulator does not (tests/simt/emulated_kernels.cpp)\n", fake,
+               name);
+  return false;
 }
 
 }  // namespace hal_simt

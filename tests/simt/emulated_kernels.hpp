@@ -8,9 +8,9 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace hal_simt {
 
@@ -34,7 +34,12 @@ BoundLaunch bind_kernel(std::string_view name, void* const* parameters, const Ke
 // Binds and runs at once.
 std::string run_kernel(std::string_view name, void* const* parameters, const KernelShape& shape);
 
-bool has_kernel(std::string_view name);
-std::vector<std::string> kernel_names();
+// Whether a loaded image (an ELF code object: a cubin, or a HIP bundle's
+// entry) holds `name` as a NUL-terminated symbol and the emulator can run
+// it; nullopt for an image whose names cannot be read (compressed PTX), then
+// only the emulator is asked. A name the image has but the emulator lacks is
+// said on stderr, under `fake` (the calling fake's name), so a kernel
+// missing from the table shows.
+bool image_kernel_runs(std::optional<std::string_view> image, const char* name, const char* fake);
 
 }  // namespace hal_simt

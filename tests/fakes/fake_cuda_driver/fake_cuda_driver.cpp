@@ -1097,13 +1097,10 @@ FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, 
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (function == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  // A kernel's symbol is a NUL-terminated name in the cubin's string table.
-  const std::string symbol = std::string(1, '\0') + name + std::string(1, '\0');
-  if (!module->from_ptx && module->cubin.find(symbol) == std::string::npos) return CUDA_ERROR_NOT_FOUND;
-  if (!hal_simt::has_kernel(name)) {
-    std::fprintf(stderr, "fake_cuda_driver: the image has %s but the SIMT emulator does not (tests/simt/emulated_kernels.cpp)\n", name);
-    return CUDA_ERROR_NOT_FOUND;
-  }
+  // PTX is compressed: its names cannot be searched.
+  const std::optional<std::string_view> image =
+      module->from_ptx ? std::nullopt : std::optional<std::string_view>(module->cubin);
+  if (!hal_simt::image_kernel_runs(image, name, "fake_cuda_driver")) return CUDA_ERROR_NOT_FOUND;
   std::lock_guard lock(driver().mutex);
   *function = &module->functions.emplace_back(CUfunc_st{name, module});
   return CUDA_SUCCESS;

@@ -716,13 +716,7 @@ FAKE_EXPORT hipError_t hipModuleGetFunction(hipFunction_t* function, hipModule_t
   if (function == nullptr || module == nullptr || name == nullptr) return hipErrorInvalidValue;
   if (!code_objects_load()) return hipErrorInvalidHandle;
   auto* loaded = reinterpret_cast<FakeModule*>(module);
-  // A kernel's symbol is a NUL-terminated name in the ELF string table.
-  const std::string symbol = std::string(1, '\0') + name + std::string(1, '\0');
-  if (loaded->code.find(symbol) == std::string::npos) return hipErrorNotFound;
-  if (!hal_simt::has_kernel(name)) {
-    std::fprintf(stderr, "fake_hip_runtime: the code object has %s but the SIMT emulator does not (tests/simt/emulated_kernels.cpp)\n", name);
-    return hipErrorNotFound;
-  }
+  if (!hal_simt::image_kernel_runs(loaded->code, name, "fake_hip_runtime")) return hipErrorNotFound;
   std::lock_guard lock(state().mutex);
   *function = reinterpret_cast<hipFunction_t>(&loaded->functions.emplace_back(FakeFunction{name}));
   return hipSuccess;
