@@ -918,14 +918,27 @@ TEST_SUITE("nvml telemetry") {
 // halconform as operators run it on a host with two GPUs (the fake driver's)
 // and NCCL (the fake, which refuses two ranks on one GPU as NCCL does).
 TEST_SUITE("halconform on cuda") {
-  TEST_CASE("collectives run one rank per GPU, once, from the first GPU") {
+  struct HalconformRun {
+    hal::testing::CommandResult run;
+    std::string json;  // the report's conformance.json
+  };
+  // halconform with `arguments` on the fakes, its report read and removed.
+  HalconformRun run_halconform(const std::string& arguments) {
     ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()}, {"HAL_BACKENDS", "cuda"},
                                   {"HAL_NCCL", HAL_FAKE_NCCL_PATH}, {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"}};
     const std::string reports = (std::filesystem::temp_directory_path() /
                                  ("hal-cuda-halconform-" + std::to_string(::getpid()))).string();
-    const hal::testing::CommandResult run = hal::testing::run_command(
-        std::string(HALCONFORM_PATH) + " --filter numerics.collectives.all_reduce --report-dir " + reports + " 2>&1");
+    HalconformRun result{hal::testing::run_command(std::string(HALCONFORM_PATH) + " " + arguments + " --report-dir " +
+                                                   reports + " 2>&1"),
+                         {}};
+    std::ifstream report(reports + "/conformance.json");
+    result.json.assign(std::istreambuf_iterator<char>(report), std::istreambuf_iterator<char>());
     std::filesystem::remove_all(reports);
+    return result;
+  }
+
+  TEST_CASE("collectives run one rank per GPU, once, from the first GPU") {
+    const hal::testing::CommandResult run = run_halconform("--filter numerics.collectives.all_reduce").run;
     CAPTURE(run.output);
     CHECK(run.exit_code == 0);
     CHECK(contains(run.output, "PASS     numerics.collectives.all_reduce on cuda:0"));
@@ -934,16 +947,7 @@ TEST_SUITE("halconform on cuda") {
   }
 
   TEST_CASE("the peer-to-peer matrix measures both directions between the two GPUs, every transfer checked") {
-    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()}, {"HAL_BACKENDS", "cuda"},
-                                  {"HAL_NCCL", HAL_FAKE_NCCL_PATH}, {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"}};
-    const std::string reports = (std::filesystem::temp_directory_path() /
-                                 ("hal-cuda-p2p-" + std::to_string(::getpid()))).string();
-    const hal::testing::CommandResult run = hal::testing::run_command(
-        std::string(HALCONFORM_PATH) + " --tier performance --filter performance.collectives.p2p_matrix --report-dir " +
-        reports + " 2>&1");
-    std::ifstream report(reports + "/conformance.json");
-    const std::string json((std::istreambuf_iterator<char>(report)), std::istreambuf_iterator<char>());
-    std::filesystem::remove_all(reports);
+    const auto [run, json] = run_halconform("--tier performance --filter performance.collectives.p2p_matrix");
     CAPTURE(run.output);
     // The fake's transport is files: its rates say nothing, the transfers' contents do.
     CHECK_FALSE(contains(run.output, "received different bytes"));
