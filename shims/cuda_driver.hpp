@@ -76,6 +76,11 @@ namespace hal::shims {
   X(cuLaunchKernel, "cuLaunchKernel", 4000, false)                                     \
   X(cuMemAllocAsync, "cuMemAllocAsync", 11020, false)                                  \
   X(cuMemFreeAsync, "cuMemFreeAsync", 11020, false)                                    \
+  /* hal's own pool for workspaces, with a release threshold of its own. */             \
+  X(cuMemPoolCreate, "cuMemPoolCreate", 11020, false)                                  \
+  X(cuMemPoolDestroy, "cuMemPoolDestroy", 11020, false)                                \
+  X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute", 11020, false)                      \
+  X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", 11020, false)                  \
   /* Kernels that ask for more than 48 KiB of dynamic shared memory. */                \
   X(cuFuncSetAttribute, "cuFuncSetAttribute", 9000, false)                             \
   /* Interop: checking and registering memory other code allocated. */                 \

@@ -45,9 +45,17 @@ struct CudaDevice {
   std::uint32_t multiprocessors = 0, clock_mhz = 0, memory_clock_mhz = 0;
   int compute_major = 0, compute_minor = 0;
   bool managed_memory = false;
-  // Stream-ordered allocation (cuMemAllocAsync): the driver has it and the
-  // device says CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED (some don't).
+  // Stream-ordered allocation (cuMemAllocFromPoolAsync): the driver has it
+  // and the device says CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED (some don't).
   bool memory_pools = false;
+  // Scratch comes from a pool of hal's own, made on first use: the default
+  // pool's release threshold (0) belongs to the whole process, and at 0 a
+  // workspace is unmapped at every synchronize and mapped again by the next
+  // call. This pool's threshold is the largest scratch asked of it, so
+  // repeated calls reuse one reservation and hold no more than a call needs.
+  std::mutex scratch_pool_mutex;
+  CUmemoryPool scratch_pool = nullptr;
+  std::uint64_t scratch_pool_threshold = 0;
   backend::DeviceDescription description;
 
   // Kernels from the embedded image (kernels.cpp), loaded on first use (so
@@ -136,14 +144,16 @@ struct Context {
   std::string device_id(std::uint32_t device) const { return profile.backend + ":" + std::to_string(device); }
 };
 
-// Scratch memory for work on a stream (attention workspaces): from the
-// device's memory pool in stream order where it has one, else cuMemAlloc,
-// freed once the stream has finished the work that uses it. The device's
-// context must be current.
+// Scratch memory for work on a stream (attention workspaces): in stream
+// order from hal's scratch pool (CudaDevice::scratch_pool) where the device
+// has memory pools, else cuMemAlloc, freed once the stream has finished the
+// work that uses it. The device's context must be current.
 hal_status allocate_scratch(const Context& context, std::uint32_t device, CUstream stream, std::size_t bytes,
                             CUdeviceptr* address, std::string_view what);
 hal_status release_scratch(const Context& context, std::uint32_t device, CUstream stream, CUdeviceptr address,
                            std::string_view what);
+// At teardown, before the device's context is released.
+void destroy_scratch_pool(const Context& context, CudaDevice& device);
 
 // Discovers the devices and their identity; fills context.devices.
 hal_status discover_devices(Context& context);

@@ -91,7 +91,9 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
   device.compute_major = reader.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "compute capability major");
   device.compute_minor = reader.attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "compute capability minor");
   device.managed_memory = reader.attribute(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, "managed memory") != 0;
-  device.memory_pools = api.cuMemAllocAsync != nullptr && api.cuMemFreeAsync != nullptr &&
+  device.memory_pools = api.cuMemPoolCreate != nullptr && api.cuMemPoolDestroy != nullptr &&
+                        api.cuMemPoolSetAttribute != nullptr && api.cuMemAllocFromPoolAsync != nullptr &&
+                        api.cuMemFreeAsync != nullptr &&
                         reader.attribute(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, "memory pools") != 0;
   const bool concurrent_managed =
       reader.attribute(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, "concurrent managed access") != 0;

@@ -123,6 +123,7 @@ Context::~Context() {
   fused_attention.reset();  // so do the cuDNN handles
   for (std::uint32_t index = 0; index < devices.size(); ++index) unload_kernels(*this, index);
   for (const auto& device : devices) {
+    destroy_scratch_pool(*this, *device);
     // At process exit the driver may already be torn down; nothing to report then.
     if (device->context != nullptr) api().cuDevicePrimaryCtxRelease(device->handle);
   }

@@ -1,6 +1,8 @@
 // Device, pinned host and managed memory; copies and fills, synchronous
 // (stream == NULL) or ordered on a stream: the driver calls under
 // backends/common/gpu_memory.hpp.
+#include <utility>
+
 #include "cuda_backend.hpp"
 #include "gpu_memory.hpp"
 
@@ -135,13 +137,59 @@ void fill_memory_interop(hal_interop_v1& table) {
   table.buffer_import = backend::GpuMemory<MemoryOps>::buffer_import;
 }
 
+namespace {
+
+// The device's scratch pool, made on first use, with its release threshold
+// raised to `bytes` when that is the largest scratch asked of it yet.
+hal_status scratch_pool(const Context& context, std::uint32_t index, std::size_t bytes, CUmemoryPool* pool) {
+  const auto& api = context.api();
+  CudaDevice& device = *context.devices[index];
+  std::lock_guard lock(device.scratch_pool_mutex);
+  if (device.scratch_pool == nullptr) {
+    CUmemPoolProps properties{};
+    properties.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    properties.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    properties.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    properties.location.id = device.handle;
+    if (hal_status status = context.check(api.cuMemPoolCreate(&device.scratch_pool, &properties),
+                                          "creating the scratch memory pool of " + context.device_id(index) +
+                                              " (cuMemPoolCreate)");
+        status != HAL_OK)
+      return status;
+  }
+  if (bytes > device.scratch_pool_threshold) {
+    cuuint64_t threshold = bytes;
+    if (hal_status status = context.check(
+            api.cuMemPoolSetAttribute(device.scratch_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+            "raising the release threshold of the scratch pool of " + context.device_id(index) + " to " +
+                std::to_string(bytes) + " bytes");
+        status != HAL_OK)
+      return status;
+    device.scratch_pool_threshold = bytes;
+  }
+  *pool = device.scratch_pool;
+  return HAL_OK;
+}
+
+}  // namespace
+
 hal_status allocate_scratch(const Context& context, std::uint32_t device, CUstream stream, std::size_t bytes,
                             CUdeviceptr* address, std::string_view what) {
   const auto& api = context.api();
   const std::string allocating = "allocating " + std::to_string(bytes) + " bytes of " + std::string(what);
-  if (context.devices[device]->memory_pools)
-    return context.check(api.cuMemAllocAsync(address, bytes, stream), allocating + " (cuMemAllocAsync)");
-  return context.check(api.cuMemAlloc(address, bytes), allocating + " (cuMemAlloc)");
+  if (!context.devices[device]->memory_pools)
+    return context.check(api.cuMemAlloc(address, bytes), allocating + " (cuMemAlloc)");
+  CUmemoryPool pool = nullptr;
+  if (hal_status status = scratch_pool(context, device, bytes, &pool); status != HAL_OK) return status;
+  return context.check(api.cuMemAllocFromPoolAsync(address, bytes, pool, stream),
+                       allocating + " (cuMemAllocFromPoolAsync)");
+}
+
+void destroy_scratch_pool(const Context& context, CudaDevice& device) {
+  std::lock_guard lock(device.scratch_pool_mutex);
+  // Blocks still in use go back to the driver when they are freed.
+  if (device.scratch_pool != nullptr) context.api().cuMemPoolDestroy(std::exchange(device.scratch_pool, nullptr));
+  device.scratch_pool_threshold = 0;
 }
 
 hal_status release_scratch(const Context& context, std::uint32_t device, CUstream stream, CUdeviceptr address,

@@ -47,6 +47,16 @@ struct CUfunc_st {
   int max_dynamic_shared_bytes = 48 * 1024;  // raised with cuFuncSetAttribute
 };
 
+// A memory pool: it keeps blocks freed to it reserved and hands them out
+// again; at a synchronize it releases reserved blocks, smallest first, while
+// it holds more than its release threshold (0 unless set, as the driver's).
+struct CUmemPoolHandle_st {
+  int device = 0;
+  bool is_default = false;
+  cuuint64_t release_threshold = 0;
+  std::multimap<std::size_t, std::uintptr_t> reserved;  // freed blocks: size -> start
+};
+
 namespace {
 
 // ---- configuration -------------------------------------------------------
@@ -123,6 +133,7 @@ struct Allocation {
   std::size_t size = 0;
   int device = 0;
   enum class Kind { device, host, managed } kind = Kind::device;
+  CUmemoryPool pool = nullptr;  // stream-ordered allocations: the pool that reserved it
 };
 
 struct Stream;
@@ -135,7 +146,9 @@ struct Driver {
   std::map<std::uintptr_t, Allocation> allocations;  // by start address
   std::set<Stream*> streams;
   int module_loads = 0;  // cuModuleLoadData calls, for the test hook
-  int async_allocations = 0;  // cuMemAllocAsync calls that allocated, for the test hook
+  int async_allocations = 0;  // stream-ordered allocations made, for the test hook
+  int pool_reservations = 0;  // of those, the ones a pool had to reserve fresh memory for
+  std::vector<std::unique_ptr<CUmemPoolHandle_st>> pools;  // each device's default pool, then cuMemPoolCreate's
   // Host memory page-locked with cuMemHostRegister: start -> {size, device}.
   std::map<std::uintptr_t, std::pair<std::size_t, int>> registered;
   int registrations = 0, unregistrations = 0, context_synchronizes = 0;  // for the test hooks
@@ -332,6 +345,8 @@ CUresult sticky_error(const CUctx_st* context) {
   std::lock_guard lock(driver().mutex);
   return context->sticky_error;
 }
+
+void trim_pools();  // memory pools, below: what a synchronize releases
 
 // Set on a stream's worker while it runs a host function: CUDA calls made
 // from one fail, as the driver forbids them there.
@@ -792,6 +807,7 @@ FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
   stream = resolve_stream(stream);
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   stream->wait_idle();
+  trim_pools();
   return sticky_error(stream->context);
 }
 
@@ -973,6 +989,8 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent event) {
   std::unique_lock lock(event->mutex);
   const std::uint64_t target = event->records;
   event->completed.wait(lock, [&] { return event->completions >= target; });
+  lock.unlock();
+  trim_pools();
   return CUDA_SUCCESS;
 }
 
@@ -1158,26 +1176,96 @@ FAKE_EXPORT int hal_fake_cuda_primary_context_retains(int device) {
 // The device whose context is current on the calling thread; -1 for none.
 FAKE_EXPORT int hal_fake_cuda_current_device() { return current_context != nullptr ? current_context->device : -1; }
 
-// cuModuleLoadData calls so far, failed ones included.
-// Stream-ordered allocation from the device's pool: the memory exists from
-// the call on, for the work after it on the stream; cuMemFreeAsync frees it
-// when the stream reaches the free. Refused where the device has no pools.
-FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* address, std::size_t size, CUstream stream) {
-  CUctx_st* context = nullptr;
-  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+// ---- memory pools -----------------------------------------------------------
+
+namespace {
+
+bool pools_supported(int device) {
   int pools = 0;
-  cuDeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, context->device);
-  if (pools == 0) return CUDA_ERROR_NOT_SUPPORTED;
-  if (resolve_stream(stream) == nullptr || address == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  void* memory = nullptr;
-  const CUresult result = allocate(size, 256, Allocation::Kind::device, &memory);
-  if (result != CUDA_SUCCESS) return result;
-  *address = reinterpret_cast<std::uintptr_t>(memory);
+  cuDeviceGetAttribute(&pools, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device);
+  return pools != 0;
+}
+
+// The device's default pool, the one cuMemAllocAsync allocates from.
+CUmemoryPool default_pool(int device) {  // under driver().mutex
+  for (const auto& pool : driver().pools)
+    if (pool->is_default && pool->device == device) return pool.get();
+  auto pool = std::make_unique<CUmemPoolHandle_st>();
+  pool->device = device;
+  pool->is_default = true;
+  driver().pools.push_back(std::move(pool));
+  return driver().pools.back().get();
+}
+
+bool known_pool(CUmemoryPool pool) {  // under driver().mutex
+  return std::any_of(driver().pools.begin(), driver().pools.end(), [&](const auto& p) { return p.get() == pool; });
+}
+
+// Releases reserved blocks of every pool, smallest first, down to its
+// release threshold: what the driver does at a stream, event or context
+// synchronize.
+void trim_pools() {
   std::lock_guard lock(driver().mutex);
-  ++driver().async_allocations;
+  for (const auto& pool : driver().pools) {
+    cuuint64_t held = 0;
+    for (const auto& [size, start] : pool->reserved) held += size;
+    while (held > pool->release_threshold && !pool->reserved.empty()) {
+      const auto [size, start] = *pool->reserved.begin();
+      pool->reserved.erase(pool->reserved.begin());
+      held -= size;
+      free_allocation(driver().allocations.find(start));
+    }
+  }
+}
+
+// Stream-ordered allocation: a reserved block of the pool at least `size`
+// long when it has one, else fresh memory (counted as a reservation). The
+// memory exists from the call on, for the work after it on the stream.
+CUresult allocate_from_pool(CUdeviceptr* address, std::size_t size, CUmemoryPool pool, CUstream stream) {
+  if (resolve_stream(stream) == nullptr || address == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  {
+    std::lock_guard lock(driver().mutex);
+    if (!known_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    ++driver().async_allocations;
+    if (auto block = pool->reserved.lower_bound(size); block != pool->reserved.end()) {
+      *address = block->second;
+      pool->reserved.erase(block);
+      return CUDA_SUCCESS;
+    }
+  }
+  void* memory = nullptr;
+  if (CUresult result = allocate(size, 256, Allocation::Kind::device, &memory); result != CUDA_SUCCESS) return result;
+  std::lock_guard lock(driver().mutex);
+  driver().allocations[reinterpret_cast<std::uintptr_t>(memory)].pool = pool;
+  ++driver().pool_reservations;
+  *address = reinterpret_cast<std::uintptr_t>(memory);
   return CUDA_SUCCESS;
 }
 
+}  // namespace
+
+// From the current device's default pool; refused where the device has none.
+FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* address, std::size_t size, CUstream stream) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  if (!pools_supported(context->device)) return CUDA_ERROR_NOT_SUPPORTED;
+  CUmemoryPool pool = nullptr;
+  {
+    std::lock_guard lock(driver().mutex);
+    pool = default_pool(context->device);
+  }
+  return allocate_from_pool(address, size, pool, stream);
+}
+
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* address, std::size_t size, CUmemoryPool pool,
+                                             CUstream stream) {
+  CUctx_st* context = nullptr;
+  if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  return allocate_from_pool(address, size, pool, stream);
+}
+
+// Returns the block to its pool (or frees it, for a pool already destroyed)
+// when the stream reaches the free.
 FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr address, CUstream stream) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   stream = resolve_stream(stream);
@@ -1192,17 +1280,79 @@ FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr address, CUstream stream) {
     std::lock_guard lock(driver().mutex);
     auto found = driver().allocations.find(static_cast<std::uintptr_t>(address));
     if (found == driver().allocations.end()) return CUDA_ERROR_INVALID_VALUE;
-    free_allocation(found);
+    if (found->second.pool != nullptr) found->second.pool->reserved.emplace(found->second.size, found->first);
+    else free_allocation(found);
     return CUDA_SUCCESS;
   });
   return CUDA_SUCCESS;
 }
 
+// Pinned device memory on a device that has pools; nothing else is modelled.
+FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* properties) {
+  if (!driver().initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  if (pool == nullptr || properties == nullptr || properties->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      properties->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(properties->location.id))
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!pools_supported(properties->location.id)) return CUDA_ERROR_NOT_SUPPORTED;
+  auto created = std::make_unique<CUmemPoolHandle_st>();
+  created->device = properties->location.id;
+  std::lock_guard lock(driver().mutex);
+  *pool = created.get();
+  driver().pools.push_back(std::move(created));
+  return CUDA_SUCCESS;
+}
+
+// Reserved blocks go at once; blocks still in use are freed when they are.
+FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  std::lock_guard lock(driver().mutex);
+  if (!known_pool(pool) || pool->is_default) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& [size, start] : pool->reserved) free_allocation(driver().allocations.find(start));
+  for (auto& [start, allocation] : driver().allocations)
+    if (allocation.pool == pool) allocation.pool = nullptr;
+  std::erase_if(driver().pools, [&](const auto& p) { return p.get() == pool; });
+  return CUDA_SUCCESS;
+}
+
+// The release threshold only; the fake models no other pool attribute.
+FAKE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
+  std::lock_guard lock(driver().mutex);
+  if (!known_pool(pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (attribute != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) return CUDA_ERROR_NOT_SUPPORTED;
+  pool->release_threshold = *static_cast<cuuint64_t*>(value);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
+  std::lock_guard lock(driver().mutex);
+  if (!known_pool(pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  cuuint64_t reserved = 0, used = 0;
+  for (const auto& [start, allocation] : driver().allocations)
+    if (allocation.pool == pool) reserved += allocation.size;
+  for (const auto& [size, start] : pool->reserved) used -= size;
+  used += reserved;
+  switch (attribute) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *static_cast<cuuint64_t*>(value) = pool->release_threshold; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = reserved; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = used; break;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+
+// Stream-ordered allocations made so far (cuMemAllocAsync and cuMemAllocFromPoolAsync).
 FAKE_EXPORT int hal_fake_cuda_async_allocations() {
   std::lock_guard lock(driver().mutex);
   return driver().async_allocations;
 }
 
+// Of those, the ones for which a pool reserved fresh memory: a workspace
+// reused across synchronizes is reserved once.
+FAKE_EXPORT int hal_fake_cuda_pool_reservations() {
+  std::lock_guard lock(driver().mutex);
+  return driver().pool_reservations;
+}
+
+// cuModuleLoadData calls so far, failed ones included.
 FAKE_EXPORT int hal_fake_cuda_module_loads() {
   std::lock_guard lock(driver().mutex);
   return driver().module_loads;
@@ -1271,6 +1421,7 @@ FAKE_EXPORT CUresult cuCtxSynchronize() {
       if (stream->context == context) streams.push_back(stream);
   }
   for (Stream* stream : streams) stream->wait_idle();
+  trim_pools();
   return sticky_error(context);
 }
 
@@ -1326,6 +1477,11 @@ const std::vector<ProcEntry>& proc_table() {
       entry("cuMemAlloc", cuMemAlloc_v2, 3020),
       entry("cuMemAllocAsync", cuMemAllocAsync, 11020),
       entry("cuMemFreeAsync", cuMemFreeAsync, 11020),
+      entry("cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync, 11020),
+      entry("cuMemPoolCreate", cuMemPoolCreate, 11020),
+      entry("cuMemPoolDestroy", cuMemPoolDestroy, 11020),
+      entry("cuMemPoolSetAttribute", cuMemPoolSetAttribute, 11020),
+      entry("cuMemPoolGetAttribute", cuMemPoolGetAttribute, 11020),
       entry("cuMemFree", cuMemFree_v2, 3020),
       entry("cuMemHostAlloc", cuMemHostAlloc, 2020),
       entry("cuMemFreeHost", cuMemFreeHost, 2000),
