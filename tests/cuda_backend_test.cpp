@@ -733,6 +733,42 @@ TEST_SUITE("cudnn quirks") {
     CHECK_MESSAGE(contains(reasons, "9.19.0"), reasons);
   }
 
+  // cuDNN needs every tensor 16-byte aligned; a view at another offset
+  // into a framework's buffer must go to flash, with the reason given.
+  TEST_CASE("a call whose tensors are not 16-byte aligned is not given to cuDNN, and says why") {
+#if HAL_TEST_CUDNN_FRONTEND_BUILT
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                                  {"HAL_BACKENDS", "cuda"},
+                                  {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
+                                  {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
+                                  {"HAL_FAKE_CUDNN_REJECT", "the graph reached the fake cuDNN"}};
+    hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::Device device = runtime.device("cuda:0");
+    hal::AttentionParams params;
+    params.seq_q = 16;
+    params.dtype = hal::DType::f16;
+    const std::uint64_t tensor_bytes = 16 * 64 * 2;
+    const hal::Buffer buffer = device.allocate(4 * tensor_bytes + 64);
+    const hal::Stream stream = device.create_stream();
+    auto fused_reasons = [&](std::uint64_t shift) {
+      auto at = [&](int index) { return hal::TensorRef{buffer, index * tensor_bytes + shift}; };
+      const hal::AttentionDecision decision = hal::attention_forward(stream, params, at(0), at(1), at(2), at(3));
+      stream.synchronize();
+      CHECK(decision.chosen == hal::AttentionImplementation::flash);
+      std::string reasons;
+      for (const auto& candidate : decision.candidates)
+        if (candidate.implementation == hal::AttentionImplementation::fused)
+          for (const auto& reason : candidate.reasons) reasons += reason + "\n";
+      return reasons;
+    };
+    const std::string aligned = fused_reasons(32);
+    CHECK_MESSAGE(contains(aligned, "the graph reached the fake cuDNN"), aligned);
+    const std::string unaligned = fused_reasons(2);  // f16 elements: a legal offset, 2-byte aligned
+    CHECK_MESSAGE(contains(unaligned, "tensor addresses are only 2-byte aligned"), unaligned);
+    CHECK_FALSE(contains(unaligned, "the graph reached the fake cuDNN"));
+#endif
+  }
+
   TEST_CASE("fixed cuDNN releases match no cuDNN quirk") {
     for (const char* version : {"9.10.2", "9.13.0", "9.19.0"}) {
       CAPTURE(version);

@@ -129,6 +129,8 @@ if(HAL_CUDNN_INCLUDE_DIR)
     ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
     ${CMAKE_CURRENT_LIST_DIR}/cudnn_attention_test.cpp)
   target_include_directories(hal_cudnn_attention_tests PRIVATE ${DOCTEST_INCLUDE_DIR} ${CMAKE_CURRENT_LIST_DIR})
+  # cudnn.h: the fake cuDNN's own rules are tested through its exported functions.
+  target_include_directories(hal_cudnn_attention_tests SYSTEM PRIVATE ${HAL_CUDNN_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(hal_cudnn_attention_tests PRIVATE hal_cuda_core hal_warnings Threads::Threads)
   target_compile_definitions(hal_cudnn_attention_tests PRIVATE
     HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"

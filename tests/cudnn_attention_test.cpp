@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include <cudnn.h>
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -237,6 +238,79 @@ TEST_SUITE("cudnn attention") {
     CHECK(fused->backward(&stream, typical_params(), tensors) == HAL_ERROR_UNSUPPORTED);
     CHECK(contains(last_error_message(), "cannot run these parameters"));
   }
+
+  // cuDNN refuses tensors that are not 16-byte aligned at execute; the
+  // runtime says how aligned a call's tensors are, and fused declines below 16.
+  TEST_CASE("tensors not 16-byte aligned are declined before cuDNN is asked, and refused at the call") {
+    ScopedEnvironment environment{{"HAL_FAKE_CUDNN_REJECT", "the graph reached cuDNN"}};
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH);
+    auto fused = hal::cuda::make_cudnn_attention(fake.context);
+    hal_attention_params_v1 params = typical_params();
+    for (std::uint32_t alignment : {2u, 8u}) {
+      params.address_alignment = alignment;
+      const std::string reason = fused->supports(0, params, false);
+      CHECK_MESSAGE(contains(reason, "only " + std::to_string(alignment) + "-byte aligned"), reason);
+      CHECK_FALSE(contains(reason, "the graph reached cuDNN"));
+    }
+    for (std::uint32_t alignment : {0u, 16u, 256u}) {  // unknown (a shape alone) or aligned: cuDNN decides
+      params.address_alignment = alignment;
+      CHECK(contains(fused->supports(0, params, false), "the graph reached cuDNN"));
+    }
+    params.address_alignment = 16;
+    params.struct_size = HAL_ATTENTION_PARAMS_V1_MIN_SIZE;  // a caller built before the field: nothing claimed
+    params.address_alignment = 2;
+    CHECK(contains(fused->supports(0, params, false), "the graph reached cuDNN"));
+
+    hal_stream stream;
+    stream.context = &fake.context;
+    stream.device = 0;
+    hal::backend::AttentionAddresses tensors{0x1000, 0x2008, 0x3000, 0x4000, 0x5000};
+    CHECK(fused->forward(&stream, typical_params(), tensors) == HAL_ERROR_UNSUPPORTED);
+    CHECK(contains(last_error_message(), "not a multiple of 16 bytes"));
+  }
+
+  TEST_CASE("the fake cuDNN refuses a variant pack with a data pointer not 16-byte aligned") {
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH);
+    const hal::backend::CurrentDevice scope = fake.context.current_device(0);
+    REQUIRE(static_cast<bool>(scope));
+    void* library = dlopen(HAL_FAKE_CUDNN_PATH, RTLD_NOW | RTLD_NOLOAD);
+    REQUIRE(library != nullptr);
+    auto symbol = [&](const char* name) {
+      void* found = dlsym(library, name);
+      REQUIRE_MESSAGE(found != nullptr, name);
+      return found;
+    };
+    auto create = reinterpret_cast<decltype(&cudnnCreate)>(symbol("cudnnCreate"));
+    auto destroy = reinterpret_cast<decltype(&cudnnDestroy)>(symbol("cudnnDestroy"));
+    auto create_descriptor =
+        reinterpret_cast<decltype(&cudnnBackendCreateDescriptor)>(symbol("cudnnBackendCreateDescriptor"));
+    auto destroy_descriptor =
+        reinterpret_cast<decltype(&cudnnBackendDestroyDescriptor)>(symbol("cudnnBackendDestroyDescriptor"));
+    auto set_attribute = reinterpret_cast<decltype(&cudnnBackendSetAttribute)>(symbol("cudnnBackendSetAttribute"));
+    auto execute = reinterpret_cast<decltype(&cudnnBackendExecute)>(symbol("cudnnBackendExecute"));
+    auto last_error = reinterpret_cast<decltype(&cudnnGetLastErrorString)>(symbol("cudnnGetLastErrorString"));
+
+    cudnnHandle_t handle = nullptr;
+    REQUIRE(create(&handle) == CUDNN_STATUS_SUCCESS);
+    cudnnBackendDescriptor_t plan = nullptr, pack = nullptr;
+    REQUIRE(create_descriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) == CUDNN_STATUS_SUCCESS);
+    REQUIRE(create_descriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack) == CUDNN_STATUS_SUCCESS);
+    auto execute_with = [&](std::uintptr_t second) {
+      void* pointers[] = {reinterpret_cast<void*>(0x10000), reinterpret_cast<void*>(second)};
+      REQUIRE(set_attribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 2, pointers) ==
+              CUDNN_STATUS_SUCCESS);
+      return execute(handle, plan, pack);
+    };
+    CHECK(execute_with(0x20008) == CUDNN_STATUS_BAD_PARAM);
+    char message[256] = {};
+    last_error(message, sizeof(message));
+    CHECK_MESSAGE(contains(message, "0x20008 is not 16-byte aligned"), message);
+    CHECK(execute_with(0x20010) == CUDNN_STATUS_NOT_SUPPORTED);  // aligned: past the check, and it computes nothing
+    CHECK(destroy_descriptor(pack) == CUDNN_STATUS_SUCCESS);
+    CHECK(destroy_descriptor(plan) == CUDNN_STATUS_SUCCESS);
+    CHECK(destroy(handle) == CUDNN_STATUS_SUCCESS);
+    dlclose(library);
+  }
 #endif
 }
 
@@ -257,15 +331,17 @@ TEST_SUITE("attention scratch") {
     CHECK(context.api().cuStreamDestroy(stream) == CUDA_SUCCESS);
   }
 
-  int async_allocations() {
+  int fake_driver_count(const char* hook) {
     void* driver = dlopen(HAL_FAKE_CUDA_DRIVER_PATH, RTLD_NOW | RTLD_NOLOAD);
     REQUIRE(driver != nullptr);
-    auto count = reinterpret_cast<int (*)()>(dlsym(driver, "hal_fake_cuda_async_allocations"));
-    REQUIRE_MESSAGE(reinterpret_cast<void*>(count) != nullptr, "the fake driver lacks its allocation counter");
-    const int allocations = count();
+    auto count = reinterpret_cast<int (*)()>(dlsym(driver, hook));
+    REQUIRE_MESSAGE(reinterpret_cast<void*>(count) != nullptr, "the fake driver lacks " << hook);
+    const int value = count();
     dlclose(driver);
-    return allocations;
+    return value;
   }
+  int async_allocations() { return fake_driver_count("hal_fake_cuda_async_allocations"); }
+  int pool_reservations() { return fake_driver_count("hal_fake_cuda_pool_reservations"); }
 
   TEST_CASE("stream-ordered where the device has memory pools, cuMemAlloc where it has none") {
     {
@@ -286,5 +362,21 @@ TEST_SUITE("attention scratch") {
       CUdeviceptr refused = 0;  // what choosing by the symbol alone would have called
       CHECK(without_pools.context.api().cuMemAllocAsync(&refused, 64, CU_STREAM_LEGACY) == CUDA_ERROR_NOT_SUPPORTED);
     }
+  }
+
+  // A pool at the driver's default release threshold (0) gives a freed
+  // workspace back at every synchronize, and the next call maps it again.
+  TEST_CASE("a workspace asked for again after each synchronize is reserved once") {
+    const FakeCudaContext fake("/nonexistent/cudnn/libcudnn.so.9");
+    REQUIRE(fake.context.devices[0]->memory_pools);
+    const int before = pool_reservations();
+    for (int call = 0; call < 5; ++call) allocate_and_release(fake, 8 << 20);  // each ends in cuStreamSynchronize
+    CHECK(pool_reservations() == before + 1);
+    allocate_and_release(fake, 1 << 20);  // a smaller one fits the kept block
+    CHECK(pool_reservations() == before + 1);
+    allocate_and_release(fake, 16 << 20);  // a larger one needs more, and is kept from then on
+    allocate_and_release(fake, 16 << 20);
+    CHECK(pool_reservations() == before + 2);
+    CHECK(fake.context.devices[0]->scratch_pool_threshold == (16u << 20));
   }
 }

@@ -47,9 +47,9 @@ struct NamedStrides {
 // What the kernels' argument struct cannot carry, and what no GPU path takes.
 std::string parameter_reasons(const hal_attention_params_v1& params, bool backward) {
   std::string reasons;
-  if (params.struct_size < sizeof(hal_attention_params_v1)) {
+  if (params.struct_size < HAL_ATTENTION_PARAMS_V1_MIN_SIZE) {
     add_line(reasons, "params struct_size " + std::to_string(params.struct_size) + " is smaller than the v1 struct (" +
-                          std::to_string(sizeof(hal_attention_params_v1)) + " bytes); rebuild the caller");
+                          std::to_string(HAL_ATTENTION_PARAMS_V1_MIN_SIZE) + " bytes); rebuild the caller");
     return reasons;
   }
   if (params.dtype != HAL_DTYPE_F32 && params.dtype != HAL_DTYPE_F16 && params.dtype != HAL_DTYPE_BF16)

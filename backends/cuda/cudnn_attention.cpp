@@ -143,6 +143,13 @@ class CudnnAttention final : public backend::FusedAttention {
   }
 
   std::string supports(std::uint32_t device, const hal_attention_params_v1& params, bool backward) override {
+    // cuDNN refuses, at execute, tensors that are not 16-byte aligned (a
+    // view at an odd offset into a framework's buffer): decline them here so
+    // the runtime picks another implementation and says why.
+    if (const std::uint32_t alignment = hal_attention_address_alignment(&params);
+        alignment != 0 && alignment < tensor_alignment)
+      return "the call's tensor addresses are only " + std::to_string(alignment) + "-byte aligned; cuDNN's fused "
+             "attention needs every tensor at a multiple of " + std::to_string(tensor_alignment) + " bytes";
     std::lock_guard lock(mutex_);
     return plan_for(device, params, backward).reasons;
   }
@@ -176,6 +183,7 @@ class CudnnAttention final : public backend::FusedAttention {
 
  private:
   static void* address(std::uint64_t device_address) { return reinterpret_cast<void*>(device_address); }
+  static constexpr std::uint32_t tensor_alignment = 16;  // bytes, for every tensor cuDNN reads or writes
 
   static hal_status unsupported(const Plan& plan) {
     return fail(HAL_ERROR_UNSUPPORTED, "cuDNN's fused attention cannot run these parameters: " + plan.reasons);
@@ -353,10 +361,16 @@ class CudnnAttention final : public backend::FusedAttention {
                      std::unordered_map<std::int64_t, void*>& pack, const backend::AttentionAddresses& tensors) {
     if (stream == nullptr || stream->context != &context_)
       return fail(HAL_ERROR_INVALID_ARGUMENT, "the stream is null or belongs to another CUDA backend");
-    for (const auto& [id, pointer] : pack)
+    for (const auto& [id, pointer] : pack) {
       if (pointer == nullptr)
         return fail(HAL_ERROR_INVALID_ARGUMENT,
                     "tensor #" + std::to_string(id) + " of the fused attention call has no device address");
+      if (reinterpret_cast<std::uintptr_t>(pointer) % tensor_alignment != 0)
+        return fail(HAL_ERROR_UNSUPPORTED, "tensor #" + std::to_string(id) + " of the fused attention call is at " +
+                                               std::to_string(reinterpret_cast<std::uintptr_t>(pointer)) +
+                                               ", not a multiple of " + std::to_string(tensor_alignment) +
+                                               " bytes as cuDNN needs; use flash for unaligned tensors");
+    }
     std::lock_guard lock(mutex_);  // also serializes use of the handle, whose stream is state
     const Plan& plan = plan_for(stream->device, params, backward);
     if (!plan.reasons.empty()) return unsupported(plan);

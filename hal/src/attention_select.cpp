@@ -1,6 +1,8 @@
 // Choosing an attention implementation, explaining the choice, and running it.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <sstream>
 
 #include "abi.hpp"
@@ -142,7 +144,8 @@ std::string cache_key(const hal_attention_params_v1& p, bool backward, const Ord
   auto strides = [&](const hal_tensor_strides_v1& s) { key << s.batch << ',' << s.head << ',' << s.seq << ',' << s.dim << ';'; };
   key << p.batch << ' ' << p.heads_q << ' ' << p.heads_kv << ' ' << p.seq_q << ' ' << p.seq_kv << ' '
       << p.head_dim_qk << ' ' << p.head_dim_v << ' ' << p.dtype << ' ' << p.causal << ' ' << p.alignment << ' '
-      << p.window_left << ' ' << p.window_right << ' ' << p.softmax_scale << ' ' << p.return_lse << ' ';
+      << p.window_left << ' ' << p.window_right << ' ' << p.softmax_scale << ' ' << p.return_lse << ' '
+      << p.address_alignment << ' ';
   for (const auto* s : {&p.q_strides, &p.k_strides, &p.v_strides, &p.o_strides, &p.grad_o_strides,
                         &p.grad_q_strides, &p.grad_k_strides, &p.grad_v_strides})
     strides(*s);
@@ -272,6 +275,21 @@ hal_tensor_ref_v1 checked_tensor(const Device& device, const TensorRef& tensor, 
   return state.ref(tensor.offset);
 }
 
+// The call's params with address_alignment set from its tensors' device
+// addresses (unused tensors have no buffer), so an implementation that needs
+// aligned tensors declines a call whose tensors are not.
+hal_attention_params_v1 with_address_alignment(const Device& device, hal_attention_params_v1 params,
+                                               const hal_tensor_ref_v1* tensors, std::size_t count) {
+  constexpr std::uint64_t most = 256;
+  const hal_backend_v1& table = *detail::Access::backend(device)->table;
+  std::uint64_t bits = most;
+  for (std::size_t i = 0; i < count; ++i)
+    if (tensors[i].buffer != nullptr)
+      bits |= reinterpret_cast<std::uintptr_t>(table.buffer_device_address(tensors[i].buffer)) + tensors[i].offset;
+  params.address_alignment = static_cast<std::uint32_t>(bits & (~bits + 1));  // the lowest set bit
+  return params;
+}
+
 const detail::StreamState& stream_state(const Stream& stream) {
   if (!detail::Access::state(stream)) throw Error(StatusCode::invalid_argument, "attention: the stream is empty");
   return *detail::Access::state(stream);
@@ -364,9 +382,10 @@ AttentionDecision attention_forward(const Stream& stream, const AttentionParams&
   const hal_tensor_ref_v1 o_ref = checked_tensor(device, o, resolved, AttentionTensor::o, params.dtype);
   hal_tensor_ref_v1 lse_ref{nullptr, 0};
   if (params.return_lse) lse_ref = checked_tensor(device, lse, resolved, AttentionTensor::lse, DType::f32);
-  const AttentionDecision decision = decide_for_call(device, params, resolved, false, options);
   const hal_tensor_ref_v1 refs[] = {q_ref, k_ref, v_ref, o_ref, lse_ref};
-  enqueue(stream_state(stream), decision, resolved, false, refs, options);
+  const hal_attention_params_v1 call = with_address_alignment(device, resolved, refs, std::size(refs));
+  const AttentionDecision decision = decide_for_call(device, params, call, false, options);
+  enqueue(stream_state(stream), decision, call, false, refs, options);
   return decision;
 }
 
@@ -388,8 +407,9 @@ AttentionDecision attention_backward(const Stream& stream, const AttentionParams
       checked_tensor(device, grad_q, resolved, AttentionTensor::grad_q, params.dtype),
       checked_tensor(device, grad_k, resolved, AttentionTensor::grad_k, params.dtype),
       checked_tensor(device, grad_v, resolved, AttentionTensor::grad_v, params.dtype)};
-  const AttentionDecision decision = decide_for_call(device, params, resolved, true, options);
-  enqueue(stream_state(stream), decision, resolved, true, refs, options);
+  const hal_attention_params_v1 call = with_address_alignment(device, resolved, refs, std::size(refs));
+  const AttentionDecision decision = decide_for_call(device, params, call, true, options);
+  enqueue(stream_state(stream), decision, call, true, refs, options);
   return decision;
 }
 

@@ -77,9 +77,9 @@ std::vector<std::string> check_attention_params(const hal_attention_params_v1& p
     problems.push_back(problem.str());
   };
 
-  if (params.struct_size < sizeof(hal_attention_params_v1)) {
+  if (params.struct_size < HAL_ATTENTION_PARAMS_V1_MIN_SIZE) {
     add("struct_size (", params.struct_size, ") is smaller than hal_attention_params_v1 (",
-        sizeof(hal_attention_params_v1), " bytes)");
+        HAL_ATTENTION_PARAMS_V1_MIN_SIZE, " bytes)");
     return problems;  // the fields past struct_size are not there to check
   }
 

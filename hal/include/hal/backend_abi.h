@@ -184,7 +184,22 @@ typedef struct hal_attention_params_v1 {
   int32_t return_lse;
   hal_tensor_strides_v1 q_strides, k_strides, v_strides, o_strides;
   hal_tensor_strides_v1 grad_o_strides, grad_q_strides, grad_k_strides, grad_v_strides;
+  /* Added within v1, so read it through hal_attention_address_alignment():
+   * the largest power of two (at most 256) that every tensor's device address
+   * of the call is a multiple of; 0 when the question is about the shape
+   * alone (no tensors, as halinfo asks), which claims nothing. */
+  uint32_t address_alignment;
 } hal_attention_params_v1;
+
+/* What a caller built before address_alignment passes: the smallest
+ * struct_size a backend accepts. */
+#define HAL_ATTENTION_PARAMS_V1_MIN_SIZE offsetof(hal_attention_params_v1, address_alignment)
+
+static inline uint32_t hal_attention_address_alignment(const hal_attention_params_v1* params) {
+  return params->struct_size >= offsetof(hal_attention_params_v1, address_alignment) + sizeof(uint32_t)
+             ? params->address_alignment
+             : 0;
+}
 
 typedef struct hal_tensor_ref_v1 {
   hal_buffer* buffer;
@@ -565,7 +580,7 @@ HAL_ABI_PIN_SIZE(hal_key_value_v1, 16);
 HAL_ABI_PIN_SIZE(hal_backend_init_v1, 48);
 HAL_ABI_PIN_SIZE(hal_capability_v1, 48);
 HAL_ABI_PIN_SIZE(hal_device_info_v1, 120);
-HAL_ABI_PIN_SIZE(hal_attention_params_v1, 360);
+HAL_ABI_PIN_SIZE(hal_attention_params_v1, 368);
 HAL_ABI_PIN_SIZE(hal_tensor_ref_v1, 16);
 HAL_ABI_PIN_SIZE(hal_attention_v1, 40);
 HAL_ABI_PIN_SIZE(hal_attention_v2, 48);

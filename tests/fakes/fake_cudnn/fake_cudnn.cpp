@@ -1,13 +1,16 @@
 // A test double of cuDNN 9's graph API: handles and backend descriptors that
-// record nothing, and an operation graph that never finalizes, failing with
+// record nothing but a variant pack's data pointers, and an operation graph that never finalizes, failing with
 // CUDNN_STATUS_NOT_SUPPORTED and a message from cudnnGetLastErrorString as a
 // cuDNN without a matching engine does. See README.md.
 #include <dlfcn.h>
 #include <cudnn.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -21,6 +24,7 @@ struct FakeHandle {
 
 struct FakeDescriptor {
   cudnnBackendDescriptorType_t type;
+  std::vector<std::uintptr_t> data_pointers;  // a variant pack's, as set
 };
 
 const char* environment(const char* name, const char* fallback) {
@@ -105,7 +109,7 @@ FAKE_EXPORT cudnnStatus_t cudnnGetStream(cudnnHandle_t handle, cudaStream_t* str
 FAKE_EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type,
                                                        cudnnBackendDescriptor_t* descriptor) {
   if (descriptor == nullptr) return CUDNN_STATUS_BAD_PARAM;
-  *descriptor = reinterpret_cast<cudnnBackendDescriptor_t>(new FakeDescriptor{type});
+  *descriptor = reinterpret_cast<cudnnBackendDescriptor_t>(new FakeDescriptor{type, {}});
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -114,9 +118,18 @@ FAKE_EXPORT cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t
   return CUDNN_STATUS_SUCCESS;
 }
 
-FAKE_EXPORT cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t,
-                                                   cudnnBackendAttributeType_t, int64_t, const void*) {
-  return descriptor != nullptr ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_BAD_PARAM;
+// Records a variant pack's data pointers; every other attribute is taken and forgotten.
+FAKE_EXPORT cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t name,
+                                                   cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+  if (descriptor == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  auto* fake = reinterpret_cast<FakeDescriptor*>(descriptor);
+  if (fake->type == CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR && name == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS) {
+    if (type != CUDNN_TYPE_VOID_PTR || count < 0 || (count > 0 && values == nullptr)) return CUDNN_STATUS_BAD_PARAM;
+    const auto* pointers = static_cast<void* const*>(values);
+    fake->data_pointers.clear();
+    for (int64_t i = 0; i < count; ++i) fake->data_pointers.push_back(reinterpret_cast<std::uintptr_t>(pointers[i]));
+  }
+  return CUDNN_STATUS_SUCCESS;
 }
 
 FAKE_EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t,
@@ -142,7 +155,21 @@ FAKE_EXPORT cudnnStatus_t cudnnBackendFinalize(cudnnBackendDescriptor_t descript
   return CUDNN_STATUS_NOT_SUPPORTED;
 }
 
-FAKE_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t, cudnnBackendDescriptor_t, cudnnBackendDescriptor_t) {
+// As cuDNN: every tensor of the variant pack must be 16-byte aligned. Past
+// that check the fake computes nothing, and says so.
+FAKE_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan,
+                                              cudnnBackendDescriptor_t variant_pack) {
+  if (handle == nullptr || plan == nullptr || variant_pack == nullptr) return CUDNN_STATUS_BAD_PARAM;
+  for (std::uintptr_t pointer : reinterpret_cast<FakeDescriptor*>(variant_pack)->data_pointers) {
+    if (pointer % 16 != 0) {
+      char message[160];
+      std::snprintf(message, sizeof(message),
+                    "CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR: data pointer 0x%llx is not 16-byte aligned",
+                    static_cast<unsigned long long>(pointer));
+      last_error = message;
+      return CUDNN_STATUS_BAD_PARAM;
+    }
+  }
   last_error = "the fake cuDNN executes nothing";
   return CUDNN_STATUS_NOT_SUPPORTED;
 }
