@@ -360,6 +360,10 @@ Store::FromEnvironment Store::from_environment(std::chrono::milliseconds connect
   options.port = static_cast<std::uint16_t>(parse_integer(port_origin.c_str(), *port, 1, 65535));
   options.is_server = result.rank == 0;
   options.connect_timeout = connect_timeout;
+  if (const auto token = environment("HAL_STORE_TOKEN")) options.token = *token;
+  if (const auto limit = environment("HAL_STORE_MAX_VALUE_BYTES"))
+    options.max_value_bytes =
+        static_cast<std::uint64_t>(parse_integer("HAL_STORE_MAX_VALUE_BYTES", *limit, 1, std::int64_t{1} << 40));
   result.store = std::make_shared<TcpStore>(options);
   result.source += ", TcpStore " + *address + ":" + *port;
   if (address_origin != "MASTER_ADDR" || port_origin != "MASTER_PORT")

@@ -1,12 +1,8 @@
 // TcpStore: rank 0 serves a key-value map over TCP; every rank is a client.
-//
-// Wire format (little-endian host order; both ends run the same build):
-//   request  := op:u8 key_size:u32 key  then  'S' value_size:u64 value
-//                                          |  'G' timeout_ms:i64
-//                                          |  'A' delta:i64
-//   response := 'S' -> status:u8
-//               'G' -> status:u8 (0 found, 1 timed out) [value_size:u64 value]
-//               'A' -> status:u8 value:i64
+// The wire format is in store_protocol.hpp. The server bounds what one
+// connection may make it hold (a key, a value up to max_value_bytes, the
+// answers it has not read), and with a token set answers nothing on a
+// connection that has not presented it.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -24,15 +20,32 @@
 #include <thread>
 
 #include "hal/collectives.hpp"
+#include "store_protocol.hpp"
 
 namespace hal {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using detail::store_add;
+using detail::store_found;
+using detail::store_get;
+using detail::store_refused;
+using detail::store_set;
+using detail::store_timed_out;
+using detail::store_token;
 
-constexpr std::uint8_t kSet = 'S', kGet = 'G', kAdd = 'A';
-constexpr std::uint8_t kFound = 0, kTimedOut = 1;
+// Connections beyond this are closed as they come (each costs a descriptor).
+constexpr std::size_t max_connections = 4096;
+
+// Compares without stopping at the first difference, so the time taken does
+// not tell a guesser how much of the token was right.
+bool same_token(std::string_view presented, std::string_view token) {
+  unsigned char difference = presented.size() == token.size() ? 0 : 1;
+  for (std::size_t i = 0; i < presented.size(); ++i)
+    difference |= static_cast<unsigned char>(presented[i] ^ token[i % std::max<std::size_t>(token.size(), 1)]);
+  return difference == 0;
+}
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -85,6 +98,52 @@ void resolve(const std::string& host, std::uint16_t port, bool passive, AddressL
 
 }  // namespace
 
+namespace detail {
+
+StoreParse parse_store_request(std::string_view input, std::uint64_t max_value_bytes, StoreRequest& request,
+                               std::string& why) {
+  constexpr std::size_t header = 1 + sizeof(std::uint32_t);
+  if (input.empty()) return StoreParse::need_more;
+  const auto op = static_cast<std::uint8_t>(input[0]);
+  if (op != store_set && op != store_get && op != store_add && op != store_token) {
+    why = "request type " + std::to_string(op) + " is not one of S, G, A, T; is this a hal TcpStore client?";
+    return StoreParse::refused;
+  }
+  if (input.size() < header) return StoreParse::need_more;
+  std::uint32_t key_size;
+  std::memcpy(&key_size, input.data() + 1, sizeof(key_size));
+  if (key_size > store_max_key_bytes) {
+    why = "a key of " + std::to_string(key_size) + " bytes is over the store's limit of " +
+          std::to_string(store_max_key_bytes) + " bytes";
+    return StoreParse::refused;
+  }
+  const std::size_t key_end = header + key_size;
+  std::size_t end = key_end;
+  std::uint64_t value_size = 0;
+  if (op == store_set) {
+    if (input.size() < key_end + sizeof(value_size)) return StoreParse::need_more;
+    std::memcpy(&value_size, input.data() + key_end, sizeof(value_size));
+    if (value_size > max_value_bytes) {
+      why = "a value of " + std::to_string(value_size) + " bytes is over the store's limit of " +
+            std::to_string(max_value_bytes) + " bytes (HAL_STORE_MAX_VALUE_BYTES on rank 0)";
+      return StoreParse::refused;
+    }
+    end = key_end + sizeof(value_size) + value_size;
+  } else if (op == store_get || op == store_add) {
+    end = key_end + sizeof(std::int64_t);
+  }
+  if (input.size() < end) return StoreParse::need_more;
+  request.op = op;
+  request.key = input.substr(header, key_size);
+  request.value = op == store_set ? input.substr(key_end + sizeof(value_size), value_size) : std::string_view();
+  request.argument = 0;
+  if (op == store_get || op == store_add) std::memcpy(&request.argument, input.data() + key_end, sizeof(std::int64_t));
+  request.size = end;
+  return StoreParse::complete;
+}
+
+}  // namespace detail
+
 // ---- server ----------------------------------------------------------------
 
 struct TcpStore::Server {
@@ -95,8 +154,12 @@ struct TcpStore::Server {
     bool waiting = false;
     std::string waiting_key;
     Clock::time_point waiting_deadline;
+    bool authenticated = false;  // presented the token (or none is needed)
+    bool closing = false;        // refused: closed once its answer is sent
   };
 
+  const std::string token;  // empty: any client may ask
+  const std::uint64_t max_value_bytes;
   FileDescriptor listener;
   FileDescriptor wake_read, wake_write;  // a pipe that interrupts poll() for shutdown
   std::uint16_t port = 0;
@@ -104,7 +167,8 @@ struct TcpStore::Server {
   std::vector<Connection> connections;
   std::thread thread;
 
-  Server(const std::string& host, std::uint16_t requested_port) {
+  Server(const std::string& host, std::uint16_t requested_port, std::string required_token, std::uint64_t value_limit)
+      : token(std::move(required_token)), max_value_bytes(value_limit) {
     AddressList addresses;
     resolve(host, requested_port, true, addresses);
     std::string last_error = "no address";
@@ -148,63 +212,62 @@ struct TcpStore::Server {
     thread.join();
   }
 
-  // Parses complete requests from the connection's input; false on a
-  // malformed one (the connection is dropped).
-  bool handle_requests(Connection& connection) {
-    for (;;) {
-      std::string& in = connection.input;
-      constexpr std::size_t header = 1 + sizeof(std::uint32_t);
-      if (in.size() < header) return true;
-      const auto op = static_cast<std::uint8_t>(in[0]);
-      std::uint32_t key_size;
-      std::memcpy(&key_size, in.data() + 1, sizeof(key_size));
-      if (key_size > (1u << 20)) return false;
-      const std::size_t key_end = header + key_size;
-      std::size_t request_end;
-      if (op == kSet) {
-        if (in.size() < key_end + sizeof(std::uint64_t)) return true;
-        std::uint64_t value_size;
-        std::memcpy(&value_size, in.data() + key_end, sizeof(value_size));
-        if (value_size > (1ull << 32)) return false;
-        request_end = key_end + sizeof(value_size) + value_size;
-      } else if (op == kGet || op == kAdd) {
-        request_end = key_end + sizeof(std::int64_t);
-      } else {
-        return false;
+  // Answers the complete requests at the front of the connection's input.
+  void handle_requests(Connection& connection) {
+    while (!connection.closing) {
+      detail::StoreRequest request;
+      std::string why;
+      const detail::StoreParse parsed = detail::parse_store_request(connection.input, max_value_bytes, request, why);
+      if (parsed == detail::StoreParse::need_more) return;
+      if (parsed == detail::StoreParse::refused) return refuse(connection, why);
+      if (!connection.authenticated) {
+        if (request.op != store_token)
+          return refuse(connection, "this store needs the job's token first; set HAL_STORE_TOKEN as rank 0 has it");
+        if (!same_token(request.key, token))
+          return refuse(connection, "the token presented is not this job's (HAL_STORE_TOKEN differs from rank 0's)");
+        connection.authenticated = true;
       }
-      if (in.size() < request_end) return true;
-      std::string key = in.substr(header, key_size);
-      if (op == kSet) {
-        values[key] = in.substr(key_end + sizeof(std::uint64_t), request_end - key_end - sizeof(std::uint64_t));
-        connection.output += static_cast<char>(kFound);
+      const std::string key(request.key);
+      if (request.op == store_token) {
+        connection.output += static_cast<char>(store_found);
+      } else if (request.op == store_set) {
+        values[key] = request.value;
+        connection.output += static_cast<char>(store_found);
         wake_waiters(key);
+      } else if (request.op == store_add) {
+        // Kept as decimal text, as FileStore keeps counters, so get() reads the same on both.
+        std::int64_t value = 0;
+        if (const auto it = values.find(key); it != values.end())
+          std::from_chars(it->second.data(), it->second.data() + it->second.size(), value);
+        value += request.argument;
+        values[key] = std::to_string(value);
+        connection.output += static_cast<char>(store_found);
+        append(connection.output, value);
+        wake_waiters(key);
+      } else if (const auto it = values.find(key); it != values.end()) {
+        answer_found(connection, it->second);
       } else {
-        std::int64_t argument;
-        std::memcpy(&argument, in.data() + key_end, sizeof(argument));
-        if (op == kAdd) {
-          // Kept as decimal text, as FileStore keeps counters, so get() reads the same on both.
-          std::int64_t value = 0;
-          if (const auto it = values.find(key); it != values.end())
-            std::from_chars(it->second.data(), it->second.data() + it->second.size(), value);
-          value += argument;
-          values[key] = std::to_string(value);
-          connection.output += static_cast<char>(kFound);
-          append(connection.output, value);
-          wake_waiters(key);
-        } else if (const auto it = values.find(key); it != values.end()) {
-          answer_found(connection, it->second);
-        } else {
-          connection.waiting = true;
-          connection.waiting_key = std::move(key);
-          connection.waiting_deadline = Clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(argument, 0));
-        }
+        connection.waiting = true;
+        connection.waiting_key = key;
+        connection.waiting_deadline =
+            Clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(request.argument, 0));
       }
-      in.erase(0, request_end);
+      connection.input.erase(0, request.size);
     }
   }
 
+  // Says why, then closes the connection once that is sent; nothing more is read from it.
+  static void refuse(Connection& connection, const std::string& why) {
+    connection.output += static_cast<char>(store_refused);
+    append(connection.output, static_cast<std::uint32_t>(why.size()));
+    connection.output += why;
+    connection.input.clear();
+    connection.waiting = false;
+    connection.closing = true;
+  }
+
   static void answer_found(Connection& connection, const std::string& value) {
-    connection.output += static_cast<char>(kFound);
+    connection.output += static_cast<char>(store_found);
     append(connection.output, static_cast<std::uint64_t>(value.size()));
     connection.output += value;
   }
@@ -223,7 +286,9 @@ struct TcpStore::Server {
       std::vector<pollfd> fds{{wake_read.get(), POLLIN, 0}, {listener.get(), POLLIN, 0}};
       auto next_deadline = Clock::now() + std::chrono::seconds(1);
       for (const Connection& connection : connections) {
-        fds.push_back({connection.fd.get(), static_cast<short>(POLLIN | (connection.output.empty() ? 0 : POLLOUT)), 0});
+        fds.push_back({connection.fd.get(),
+                       static_cast<short>((connection.closing ? 0 : POLLIN) | (connection.output.empty() ? 0 : POLLOUT)),
+                       0});
         if (connection.waiting) next_deadline = std::min(next_deadline, connection.waiting_deadline);
       }
       const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - Clock::now()).count();
@@ -234,9 +299,16 @@ struct TcpStore::Server {
         for (;;) {
           const int client = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
           if (client < 0) break;
+          if (connections.size() >= max_connections) {
+            ::close(client);
+            continue;
+          }
           const int on = 1;
           ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
-          connections.push_back(Connection{FileDescriptor(client), {}, {}, false, {}, {}});
+          Connection connection;
+          connection.fd = FileDescriptor(client);
+          connection.authenticated = token.empty();
+          connections.push_back(std::move(connection));
         }
       // connections may have grown: fds holds the older ones only, in order.
       std::vector<bool> closed(connections.size(), false);
@@ -246,8 +318,8 @@ struct TcpStore::Server {
         if (events & (POLLIN | POLLHUP | POLLERR)) {
           const ssize_t got = ::recv(connection.fd.get(), scratch, sizeof(scratch), 0);
           if (got > 0) {
-            connection.input.append(scratch, static_cast<std::size_t>(got));
-            if (!handle_requests(connection)) closed[i] = true;
+            if (!connection.closing) connection.input.append(scratch, static_cast<std::size_t>(got));
+            handle_requests(connection);
           } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
             closed[i] = true;
           }
@@ -258,8 +330,10 @@ struct TcpStore::Server {
         Connection& connection = connections[i];
         if (connection.waiting && now >= connection.waiting_deadline) {
           connection.waiting = false;
-          connection.output += static_cast<char>(kTimedOut);
+          connection.output += static_cast<char>(store_timed_out);
         }
+        // A client that asks and never reads: its answers are not kept without bound.
+        if (connection.output.size() > 2 * max_value_bytes + detail::store_max_key_bytes) closed[i] = true;
         while (!closed[i] && !connection.output.empty()) {
           const ssize_t sent = ::send(connection.fd.get(), connection.output.data(), connection.output.size(),
                                       MSG_NOSIGNAL);
@@ -270,6 +344,7 @@ struct TcpStore::Server {
             break;
           }
         }
+        if (connection.closing && connection.output.empty()) closed[i] = true;
       }
       for (std::size_t i = connections.size(); i-- > 0;)
         if (closed[i]) connections.erase(connections.begin() + static_cast<std::ptrdiff_t>(i));
@@ -356,6 +431,18 @@ struct TcpStore::Client {
     }
   }
 
+  // The status byte of an answer; a refusal is thrown with the server's reason.
+  std::uint8_t receive_status(Clock::time_point deadline) {
+    std::uint8_t status;
+    receive_all(&status, 1, deadline);
+    if (status != store_refused) return status;
+    std::uint32_t size = 0;
+    receive_all(&size, sizeof(size), deadline);
+    std::string why(std::min<std::uint32_t>(size, 4096), '\0');
+    receive_all(why.data(), why.size(), deadline);
+    throw Error(StatusCode::invalid_argument, "TcpStore: the store at " + where + " refused this rank: " + why);
+  }
+
   static std::string request(std::uint8_t op, std::string_view key) {
     std::string bytes;
     bytes += static_cast<char>(op);
@@ -369,17 +456,25 @@ struct TcpStore::Client {
 // the trip and a busy server before the client calls it lost.
 constexpr auto kAnswerMargin = std::chrono::seconds(10);
 
-TcpStore::TcpStore(const TcpStoreOptions& options) {
+TcpStore::TcpStore(const TcpStoreOptions& options) : max_value_bytes_(options.max_value_bytes) {
   if (options.host.empty())
     throw Error(StatusCode::invalid_argument, "TcpStore: the host is empty; set MASTER_ADDR to rank 0's address");
+  if (options.token.size() > detail::store_max_key_bytes)
+    throw Error(StatusCode::invalid_argument, "TcpStore: the token is " + std::to_string(options.token.size()) +
+                                                  " bytes; at most " + std::to_string(detail::store_max_key_bytes));
   std::uint16_t port = options.port;
   if (options.is_server) {
-    server_ = std::make_unique<Server>(options.host, options.port);
+    server_ = std::make_unique<Server>(options.host, options.port, options.token, options.max_value_bytes);
     port = server_->port;
   } else if (port == 0) {
     throw Error(StatusCode::invalid_argument, "TcpStore: a client needs the server's port; port 0 is only for rank 0");
   }
   client_ = std::make_unique<Client>(options.host, port, options.connect_timeout);
+  if (!options.token.empty()) {
+    std::lock_guard lock(client_->mutex);
+    client_->send_all(Client::request(store_token, options.token));
+    client_->receive_status(Clock::now() + kAnswerMargin);
+  }
 }
 
 TcpStore::~TcpStore() {
@@ -394,24 +489,26 @@ std::uint16_t TcpStore::port() const {
 }
 
 void TcpStore::set(std::string_view key, std::string_view value) {
-  std::string bytes = Client::request(kSet, key);
+  if (value.size() > max_value_bytes_)
+    throw Error(StatusCode::invalid_argument, "TcpStore: the value for key '" + std::string(key.substr(0, 200)) +
+                                                  "' is " + std::to_string(value.size()) + " bytes, over the store's "
+                                                  "limit of " + std::to_string(max_value_bytes_) +
+                                                  " bytes (HAL_STORE_MAX_VALUE_BYTES)");
+  std::string bytes = Client::request(store_set, key);
   append(bytes, static_cast<std::uint64_t>(value.size()));
   bytes += value;
   std::lock_guard lock(client_->mutex);
   client_->send_all(bytes);
-  std::uint8_t status;
-  client_->receive_all(&status, 1, Clock::now() + kAnswerMargin);
+  client_->receive_status(Clock::now() + kAnswerMargin);
 }
 
 std::string TcpStore::get(std::string_view key, std::chrono::milliseconds timeout) {
-  std::string bytes = Client::request(kGet, key);
+  std::string bytes = Client::request(store_get, key);
   append(bytes, static_cast<std::int64_t>(timeout.count()));
   std::lock_guard lock(client_->mutex);
   client_->send_all(bytes);
   const auto deadline = Clock::now() + timeout + kAnswerMargin;
-  std::uint8_t status;
-  client_->receive_all(&status, 1, deadline);
-  if (status == kTimedOut)
+  if (client_->receive_status(deadline) == store_timed_out)
     throw Error(StatusCode::timeout, "TcpStore: key '" + std::string(key) + "' was not set within " +
                                          std::to_string(timeout.count()) + " ms (store at " + client_->where +
                                          "); did every rank start and reach the same step?");
@@ -423,14 +520,13 @@ std::string TcpStore::get(std::string_view key, std::chrono::milliseconds timeou
 }
 
 std::int64_t TcpStore::add(std::string_view key, std::int64_t delta) {
-  std::string bytes = Client::request(kAdd, key);
+  std::string bytes = Client::request(store_add, key);
   append(bytes, delta);
   std::lock_guard lock(client_->mutex);
   client_->send_all(bytes);
-  std::uint8_t status;
   std::int64_t value;
   const auto deadline = Clock::now() + kAnswerMargin;
-  client_->receive_all(&status, 1, deadline);
+  client_->receive_status(deadline);
   client_->receive_all(&value, sizeof(value), deadline);
   return value;
 }

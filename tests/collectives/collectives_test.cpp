@@ -1,13 +1,22 @@
 // Collectives: stores in process, communicators across processes over loopback.
 #include <doctest/doctest.h>
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "hal/collectives.hpp"
 #include "hal/hal.hpp"
 #include "launch.hpp"
 #include "scoped_environment.hpp"
+#include "store_protocol.hpp"
 
 using hal::testing::launch_ranks;
 using hal::testing::ScopedEnvironment;
@@ -80,6 +89,220 @@ TEST_CASE("TcpStore: rank 0 serves, clients set, get, wait and add") {
   hal::TcpStore client(client_options);
   check_store(server, client);
   check_store(client, server, "second counter");
+}
+
+namespace {
+
+// A raw TCP connection to a local store, for bytes no TcpStore client sends.
+struct RawConnection {
+  int fd = -1;
+  explicit RawConnection(std::uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~RawConnection() {
+    if (fd >= 0) ::close(fd);
+  }
+  void send(const std::string& bytes) const { [[maybe_unused]] auto sent = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL); }
+  // Everything the server sends until it closes the connection (or 5 s pass).
+  std::string read_until_closed() const {
+    timeval timeout{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    std::string received;
+    char buffer[4096];
+    for (ssize_t got; (got = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;) received.append(buffer, static_cast<std::size_t>(got));
+    return received;
+  }
+};
+
+std::string request_header(char op, std::string_view key) {
+  std::string bytes(1, op);
+  const auto size = static_cast<std::uint32_t>(key.size());
+  bytes.append(reinterpret_cast<const char*>(&size), sizeof(size));
+  bytes += key;
+  return bytes;
+}
+
+template <typename T>
+std::string bytes_of(T value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+}  // namespace
+
+TEST_CASE("TcpStore: with a token, only clients that present it are answered") {
+  hal::TcpStoreOptions server_options;
+  server_options.is_server = true;
+  server_options.token = "job-7f3a";
+  hal::TcpStore server(server_options);
+  hal::TcpStoreOptions client_options;
+  client_options.port = server.port();
+  client_options.token = "job-7f3a";
+  hal::TcpStore client(client_options);
+  check_store(server, client);
+
+  client_options.token = "guess";
+  try {
+    hal::TcpStore wrong(client_options);
+    FAIL("a client with the wrong token was answered");
+  } catch (const hal::Error& error) {
+    CHECK(error.code() == hal::StatusCode::invalid_argument);
+    CHECK_MESSAGE(contains(error.what(), "HAL_STORE_TOKEN differs from rank 0's"), error.what());
+  }
+  client_options.token.clear();
+  hal::TcpStore tokenless(client_options);  // connecting is allowed; asking is not
+  try {
+    tokenless.set("plain", "overwritten?");
+    FAIL("a client without the token set a key");
+  } catch (const hal::Error& error) {
+    CHECK_MESSAGE(contains(error.what(), "needs the job's token first"), error.what());
+  }
+  CHECK(client.get("plain", 1s) == std::string("a\0b", 3));  // untouched
+}
+
+TEST_CASE("TcpStore: a value over the limit is refused with the limit named, and the server stays up") {
+  hal::TcpStoreOptions server_options;
+  server_options.is_server = true;
+  server_options.max_value_bytes = 1024;
+  hal::TcpStore server(server_options);
+  try {
+    server.set("big", std::string(1025, 'x'));
+    FAIL("a value over the limit was sent");
+  } catch (const hal::Error& error) {
+    CHECK_MESSAGE(contains(error.what(), "1025 bytes, over the store's limit of 1024 bytes"), error.what());
+  }
+  // A client that announces 4 GiB is told so at once, not buffered.
+  RawConnection raw(server.port());
+  REQUIRE(raw.fd >= 0);
+  raw.send(request_header('S', "huge") + bytes_of<std::uint64_t>(4ull << 30) + "only the start");
+  const std::string answer = raw.read_until_closed();
+  REQUIRE(!answer.empty());
+  CHECK(static_cast<std::uint8_t>(answer[0]) == hal::detail::store_refused);
+  CHECK_MESSAGE(contains(answer, "a value of 4294967296 bytes is over the store's limit of 1024 bytes"), answer);
+  // A key over its limit, and a request type that does not exist, likewise.
+  RawConnection long_key(server.port());
+  std::string header(1, 'G');
+  header += bytes_of<std::uint32_t>(hal::detail::store_max_key_bytes + 1);
+  long_key.send(header);
+  CHECK(contains(long_key.read_until_closed(), "over the store's limit of 1048576 bytes"));
+  RawConnection unknown(server.port());
+  unknown.send("POST / HTTP/1.1\r\n\r\n");  // G would be a get
+  CHECK(contains(unknown.read_until_closed(), "is not one of S, G, A, T"));
+
+  hal::TcpStoreOptions client_options;
+  client_options.port = server.port();
+  client_options.max_value_bytes = 1024;
+  hal::TcpStore client(client_options);
+  client.set("fits", std::string(1024, 'y'));
+  CHECK(server.get("fits", 1s).size() == 1024);
+}
+
+// The parser never reads past its input, never takes more than it was
+// given, and refuses what is over a limit, whatever the bytes.
+TEST_CASE("TcpStore: the request parser on random and cut-off input") {
+  std::mt19937_64 random(20261202);
+  const std::string valid = request_header('S', "key") + bytes_of<std::uint64_t>(5) + "value" +
+                            request_header('G', "key") + bytes_of<std::int64_t>(100) +
+                            request_header('A', "n") + bytes_of<std::int64_t>(-3) + request_header('T', "token");
+  int complete = 0, need_more = 0, refused = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::string input;
+    if (round % 3 == 0) {
+      input = valid.substr(0, random() % (valid.size() + 1));  // every prefix of good requests
+    } else {
+      input.resize(random() % 64);
+      for (char& byte : input) byte = static_cast<char>(random());
+      if (round % 3 == 1 && !input.empty()) input[0] = "SGAT"[random() % 4];  // a known type, random rest
+    }
+    hal::detail::StoreRequest request;
+    std::string why;
+    switch (hal::detail::parse_store_request(input, 1 << 16, request, why)) {
+      case hal::detail::StoreParse::complete:
+        ++complete;
+        REQUIRE(request.size <= input.size());
+        REQUIRE(request.key.data() >= input.data());
+        REQUIRE(request.key.data() + request.key.size() <= input.data() + request.size);
+        REQUIRE(request.value.size() <= (1u << 16));
+        break;
+      case hal::detail::StoreParse::need_more: ++need_more; break;
+      case hal::detail::StoreParse::refused:
+        ++refused;
+        REQUIRE(!why.empty());
+        break;
+    }
+  }
+  CHECK(complete > 1000);
+  CHECK(need_more > 1000);
+  CHECK(refused > 1000);
+  hal::detail::StoreRequest request;
+  std::string why;
+  REQUIRE(hal::detail::parse_store_request(valid, 1 << 16, request, why) == hal::detail::StoreParse::complete);
+  CHECK(request.op == 'S');
+  CHECK(request.key == "key");
+  CHECK(request.value == "value");
+}
+
+// Random and malformed connections against a live store while four ranks
+// run rounds of add-and-wait on it: the job finishes with the right counts
+// and the store answers a new client afterwards.
+TEST_CASE("TcpStore: a job completes while the store takes random and malformed requests") {
+  hal::TcpStoreOptions server_options;
+  server_options.is_server = true;
+  server_options.max_value_bytes = 1 << 20;
+  hal::TcpStore server(server_options);
+  constexpr int ranks = 4, rounds = 40;
+  std::atomic<bool> job_done{false};
+  std::atomic<int> fuzz_connections{0};
+  std::thread fuzzer([&] {
+    std::mt19937_64 random(7);
+    while (!job_done.load()) {
+      RawConnection raw(server.port());
+      if (raw.fd < 0) continue;
+      std::string bytes;
+      switch (random() % 5) {
+        case 0: bytes.resize(random() % 4096); for (char& b : bytes) b = static_cast<char>(random()); break;
+        case 1: bytes = request_header('S', "victim") + bytes_of<std::uint64_t>(~0ull); break;  // endless value
+        case 2: bytes = request_header('G', "round/1/rank/0").substr(0, random() % 8); break;  // cut short
+        case 3: bytes = request_header('A', std::string(random() % 300, 'k')) + "\x01"; break;  // partial argument
+        default: bytes = request_header('S', "junk/" + std::to_string(random() % 50)) + bytes_of<std::uint64_t>(3) + "abc"; break;
+      }
+      raw.send(bytes);
+      ++fuzz_connections;
+    }
+  });
+  std::vector<std::thread> workers;
+  std::atomic<int> wrong{0};
+  for (int rank = 0; rank < ranks; ++rank)
+    workers.emplace_back([&, rank] {
+      hal::TcpStoreOptions options;
+      options.port = server.port();
+      hal::TcpStore client(options);
+      for (int round = 0; round < rounds; ++round) {
+        const std::string prefix = "round/" + std::to_string(round);
+        client.add(prefix + "/arrived", 1);
+        client.set(prefix + "/rank/" + std::to_string(rank), std::to_string(rank * round));
+        for (int peer = 0; peer < ranks; ++peer)
+          if (client.get(prefix + "/rank/" + std::to_string(peer), 20s) != std::to_string(peer * round)) ++wrong;
+      }
+    });
+  for (auto& worker : workers) worker.join();
+  job_done = true;
+  fuzzer.join();
+  CHECK(wrong.load() == 0);
+  for (int round = 0; round < rounds; ++round) CHECK(server.get("round/" + std::to_string(round) + "/arrived", 1s) == "4");
+  CHECK(fuzz_connections.load() > 10);
+  MESSAGE(fuzz_connections.load() << " random or malformed connections during the job");
+  hal::TcpStoreOptions late_options;
+  late_options.port = server.port();
+  hal::TcpStore late(late_options);
+  CHECK(late.add("after", 1) == 1);
 }
 
 TEST_CASE("TcpStore: an unreachable store is a clear error after the deadline") {

@@ -82,6 +82,13 @@ struct TcpStoreOptions {
   bool is_server = false;          // rank 0 hosts
   // Clients retry with back-off until this deadline, then fail naming host:port.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(60)};
+  // Non-empty: the server answers only clients that present the same token
+  // (halrun sets HAL_STORE_TOKEN for its ranks), so another process that can
+  // reach the port cannot read or set keys.
+  std::string token;
+  // The largest value the server takes (and a client sends); a larger one is
+  // refused with the limit named rather than buffered.
+  std::uint64_t max_value_bytes = 64ull << 20;
 };
 
 // Rank 0 runs the server inside its process; every rank (rank 0 too) talks
@@ -100,6 +107,7 @@ class TcpStore final : public Store {
   struct Client;
 
  private:
+  std::uint64_t max_value_bytes_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<Client> client_;
 };
