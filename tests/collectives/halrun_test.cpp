@@ -68,6 +68,20 @@ TEST_CASE("halrun gives every rank the torchrun environment and prefixes its lin
   }
 }
 
+TEST_CASE("halrun gives the ranks of one job a store token of their own") {
+  const std::string command = std::string(HALRUN_PATH) + " -n 2 -- sh -c 'echo token=$HAL_STORE_TOKEN'";
+  const Result first = run("env -u HAL_STORE_TOKEN " + command), second = run("env -u HAL_STORE_TOKEN " + command);
+  REQUIRE(first.status == 0);
+  const std::size_t at = first.output.find("token=");
+  REQUIRE(at != std::string::npos);
+  const std::string token = first.output.substr(at + 6, 32);
+  CHECK(token.find_first_not_of("0123456789abcdef") == std::string::npos);
+  CHECK_MESSAGE(contains(first.output, "[0] token=" + token), first.output);
+  CHECK_MESSAGE(contains(first.output, "[1] token=" + token), first.output);
+  CHECK_FALSE(contains(second.output, token));  // drawn per job
+  CHECK(contains(run("HAL_STORE_TOKEN=given " + command).output, "[1] token=given"));
+}
+
 TEST_CASE("halrun stops the other ranks when one fails and names it") {
   const auto start = std::chrono::steady_clock::now();
   const Result result =

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -39,7 +40,9 @@ void print_usage(std::FILE* out) {
                "torchrun sets them. On M nodes, run halrun once on each with its --node-rank (0..M-1), the\n"
                "same --master-addr (an address of node 0) and the same --master-port: node R's ranks are\n"
                "R*N .. R*N+N-1 of M*N. On one node MASTER_ADDR is 127.0.0.1 and the port a free one\n"
-               "unless given. Output lines are prefixed with \"[RANK] \". SIGINT and SIGTERM are passed on\n"
+               "unless given, and halrun draws HAL_STORE_TOKEN (the store answers only this job's ranks)\n"
+               "unless it is set; across nodes, export the same HAL_STORE_TOKEN on every node for that.\n"
+               "Output lines are prefixed with \"[RANK] \". SIGINT and SIGTERM are passed on\n"
                "to every rank. When a rank exits non-zero or is killed, the others are stopped and halrun\n"
                "exits non-zero naming it. If halrun itself is killed, its ranks and their process groups\n"
                "are killed too.\n");
@@ -63,6 +66,29 @@ void print_usage(std::FILE* out) {
   }
   for (pid_t group : groups) ::kill(-group, SIGKILL);
   ::_exit(0);
+}
+
+// 128 random bits in hex: the job's store token (HAL_STORE_TOKEN), so only
+// its ranks can use the store rank 0 serves.
+std::string random_token() {
+  unsigned char bytes[16];
+  std::size_t filled = 0;
+  while (filled < sizeof(bytes)) {
+    const ssize_t got = ::getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      std::fprintf(stderr, "halrun: cannot draw a store token: %s\n", std::strerror(errno));
+      std::exit(1);
+    }
+    filled += static_cast<std::size_t>(got);
+  }
+  std::string token;
+  for (unsigned char byte : bytes) {
+    static constexpr char digits[] = "0123456789abcdef";
+    token += digits[byte >> 4];
+    token += digits[byte & 15];
+  }
+  return token;
 }
 
 int free_port() {
@@ -194,6 +220,9 @@ int main(int argc, char** argv) {
                  nodes);
     return exit_usage;
   }
+  // On one node halrun draws the job's store token; across nodes every
+  // node's halrun must pass the same one, so it comes from the environment.
+  if (nodes == 1 && std::getenv("HAL_STORE_TOKEN") == nullptr) ::setenv("HAL_STORE_TOKEN", random_token().c_str(), 1);
   if (master_address.empty()) master_address = "127.0.0.1";
   if (master_port == 0) master_port = free_port();
   const int world_size = nodes * local_world_size;
