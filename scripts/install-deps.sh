@@ -9,6 +9,7 @@ packages=(
   hipcc libamdhip64-dev
   libbenchmark-dev nlohmann-json3-dev
   libssl-dev python3 python3-pip
+  iproute2 nftables
 )
 
 missing=()

@@ -200,13 +200,16 @@ struct GlooCommunicator final : CommunicatorEngine {
   }
 
   // Waits up to grace for every other rank to report its failure. Returns
-  // their reports and, in silent, the ranks that reported nothing: a dead
-  // process cannot.
-  std::string failures_of_others(Milliseconds grace, std::vector<int>& silent) {
+  // their reports and, in silent, the ranks that reported nothing: a dead or
+  // hung process cannot. When the store goes away first (rank 0, which hosts
+  // it, ended its own wait and exited), store_lost is set and silent holds
+  // the ranks whose reports were not read by then.
+  std::string failures_of_others(Milliseconds grace, std::vector<int>& silent, bool& store_lost) {
     std::map<int, std::string> reports;
     const auto deadline = Clock::now() + grace;
-    for (;;) {
-      for (int peer = 0; peer < world_size; ++peer) {
+    store_lost = false;
+    while (!store_lost) {
+      for (int peer = 0; peer < world_size && !store_lost; ++peer) {
         if (peer == rank || reports.count(peer) != 0) continue;
         const std::string key = prefix + "/failed/" + std::to_string(peer);
         std::string message;
@@ -217,7 +220,7 @@ struct GlooCommunicator final : CommunicatorEngine {
             },
             &message);
         if (status == HAL_OK) reports[peer] = message;
-        else if (status != HAL_ERROR_TIMEOUT) return {};  // the store itself is gone (rank 0 died)
+        else if (status != HAL_ERROR_TIMEOUT) store_lost = true;
       }
       if (static_cast<int>(reports.size()) == world_size - 1 || Clock::now() >= deadline) break;
       std::this_thread::sleep_for(Milliseconds(20));
@@ -563,10 +566,14 @@ hal_status run_operations(GlooCommunicator& comm, const std::vector<HostOperatio
     // Name the rank behind a cascade: every live rank reports its failure
     // within the grace period; one that stays silent is dead or hung.
     std::vector<int> silent;
+    bool store_lost = false;
     const std::string others = comm.failures_of_others(
-        std::min(Milliseconds(1000), Milliseconds(std::max<std::int64_t>(first.timeout_ms / 3, 1))), silent);
+        std::min(Milliseconds(1000), Milliseconds(std::max<std::int64_t>(first.timeout_ms / 3, 1))), silent,
+        store_lost);
     if (!silent.empty()) {
-      message += "; ranks that reported no failure (dead or hung):";
+      message += store_lost ? "; the store closed (rank 0, which hosts it, exited) before these ranks reported a "
+                              "failure (dead, hung or slower):"
+                            : "; ranks that reported no failure (dead or hung):";
       for (const int peer : silent) message += " rank " + std::to_string(peer);
     }
     if (!others.empty()) message += "; failures on other ranks:" + others;

@@ -3,7 +3,8 @@
 // MASTER_PORT). Every rank computes the expected result of each operation
 // from the inputs of all ranks and compares it element by element.
 //
-//   collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine|missing VICTIM|fault|legacy
+//   collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine|missing VICTIM|fault|legacy|
+//                      cut FIRST LAST
 // Exit status 0 when every check passed; failures are printed. The device is
 // HAL_TEST_DEVICE (default host:0; a backend alone means one device per rank),
 // so the GPU backends run the same checks.
@@ -652,11 +653,48 @@ void scenario_legacy(const hal::Runtime& runtime) {
 }
 
 }  // namespace
+// Ranks FIRST..LAST lose the network, or stop, while every rank loops
+// all_reduces (the multi-host test cuts their host's link, or sends SIGSTOP,
+// once each rank has said "ready"). The others must fail within the 3 s
+// timeout plus the second of waiting for reports, naming a cut rank. A rank
+// cut off ends too, later: its failure report goes to a store it cannot
+// reach, whose answers it waits for (TcpStore's 10 s margin) before giving up.
+int scenario_cut(const hal::Runtime& runtime, int first_cut, int last_cut) {
+  const auto timeout = std::chrono::seconds(3);
+  Context c = connect(runtime, timeout);
+  hal::Buffer buffer = c.device.allocate(1 << 16);
+  c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DType::f32, ReduceOp::sum, c.stream);
+  c.stream.synchronize();
+  std::cout << "ready" << std::endl;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  auto start = std::chrono::steady_clock::now();
+  try {
+    while (std::chrono::steady_clock::now() < deadline) {
+      start = std::chrono::steady_clock::now();
+      c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DType::f32, ReduceOp::sum, c.stream);
+      c.stream.synchronize();
+    }
+    std::cout << "FAILED: all_reduces went on for 60 s although ranks " << first_cut << ".." << last_cut
+              << " lost the network" << std::endl;
+    return 1;
+  } catch (const hal::Error& error) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "error after " << seconds << " s: " << error.what() << std::endl;
+    const std::string text = error.what();
+    const bool cut = c.rank >= first_cut && c.rank <= last_cut;
+    EXPECT(seconds < (cut ? 3.0 + 25.0 : 3.0 + 2.0), "failed within the timeout (" << seconds << " s)");
+    bool names_a_cut_rank = false;
+    for (int rank = first_cut; rank <= last_cut; ++rank)
+      names_a_cut_rank = names_a_cut_rank || text.find("rank " + std::to_string(rank)) != std::string::npos;
+    if (!cut) EXPECT(names_a_cut_rank, "the error names a rank that lost the network");
+  }
+  return failures == 0 ? 0 : 1;
+}
 
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << "usage: collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine|missing VICTIM|"
-                 "fault|legacy"
+                 "fault|legacy|cut FIRST LAST"
               << std::endl;
     return 2;
   }
@@ -673,6 +711,7 @@ int main(int argc, char** argv) {
     else if (scenario == "engine") scenario_engine(runtime);
     else if (scenario == "missing" && argc > 2) scenario_missing(runtime, std::atoi(argv[2]));
     else if (scenario == "fault") scenario_fault(runtime);
+    else if (scenario == "cut" && argc > 3) return scenario_cut(runtime, std::atoi(argv[2]), std::atoi(argv[3]));
     else if (scenario == "legacy") scenario_legacy(runtime);
     else {
       std::cerr << "unknown scenario '" << scenario << "'" << std::endl;

@@ -343,8 +343,14 @@ int run_collective_benchmark(int argc, char** argv) {
   const bool gloo_has_it = options.collective != Collective::reduce_scatter && options.collective != Collective::reduce &&
                            options.type == hal::DType::f32 && options.op == hal::ReduceOp::sum;
   if (options.gloo_baseline && gloo_has_it) {
+    // Listen where hal's Gloo engine does, so the baseline runs across hosts too.
     gloo::transport::tcp::attr attributes;
-    attributes.hostname = "127.0.0.1";
+    if (const char* interface_name = std::getenv("HAL_GLOO_INTERFACE"); interface_name != nullptr && *interface_name)
+      attributes.iface = interface_name;
+    else if (const char* host_name = std::getenv("HAL_GLOO_HOSTNAME"); host_name != nullptr && *host_name)
+      attributes.hostname = host_name;
+    else
+      attributes.hostname = "127.0.0.1";
     auto gloo_device = gloo::transport::tcp::CreateDevice(attributes);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, ranks);
     GlooStore store(*launcher.store);

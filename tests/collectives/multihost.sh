@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Collectives across hosts: three test hosts, each a network namespace with
+# its own address on one bridge, started the way a cluster starts them (one
+# halrun per host with --nnodes/--node-rank/--master-addr), then faults
+# injected between them. Uses only the addresses of the namespaces it makes,
+# and removes them at the end. Exit 77 (skipped) where namespaces cannot be
+# made, saying why.
+#
+#   multihost.sh HALRUN WORKER PLUGIN_DIR HALBENCH
+set -uo pipefail
+halrun=$1 worker=$2 plugins=$3 halbench=$4
+prefix="halmh$$"
+subnet=10.231.$(($$ % 200 + 20))  # the test hosts' own /24, one per run
+hosts=3 per_host=2
+work=$(mktemp -d)
+failed=0
+
+skip() { echo "SKIPPED: $*"; exit 77; }
+elapsed() { awk -v now="$(date +%s.%N)" -v then="$1" 'BEGIN { printf "%.2f", now - then }'; }
+fail() { echo "FAILED: $*"; failed=1; }
+
+cleanup() {
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix-"); do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$ns" 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+[ "$(id -u)" = 0 ] || skip "making network namespaces (ip netns add) needs root; run as root to test across hosts"
+command -v ip >/dev/null || skip "iproute2's ip is missing; scripts/install-deps.sh installs it"
+ip netns add "$prefix-hub" 2>"$work/why" || skip "cannot make a network namespace here: $(cat "$work/why")"
+ip -n "$prefix-hub" link add br0 type bridge || skip "cannot make a bridge in a network namespace"
+ip -n "$prefix-hub" link set br0 up
+for h in $(seq 0 $((hosts - 1))); do
+  ns="$prefix-h$h"
+  ip netns add "$ns"
+  ip link add eth0 netns "$ns" type veth peer name port$h netns "$prefix-hub"
+  ip -n "$prefix-hub" link set port$h master br0 up
+  ip -n "$ns" addr add "$subnet.$((h + 1))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+done
+echo "hosts: $(for h in $(seq 0 $((hosts - 1))); do printf '%s=%s.%d ' "$prefix-h$h" "$subnet" $((h + 1)); done)"
+
+token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+port=29400
+
+# run_job NAME RANKS_PER_HOST COMMAND...: one halrun per host, in parallel;
+# each host's output in $work/NAME.h<host>, its exit status in .status.
+run_job() {
+  local name=$1 ranks=$2
+  shift 2
+  port=$((port + 2))
+  local pids=()
+  for h in $(seq 0 $((hosts - 1))); do
+    ip netns exec "$prefix-h$h" env HAL_BACKENDS=host HAL_BACKEND_PATH="$plugins" HAL_COLL_ENGINE=gloo \
+      HAL_TEST_EXPECT_ENGINE=gloo HAL_GLOO_INTERFACE=eth0 HAL_STORE_TOKEN="$token" \
+      "$halrun" --nnodes $hosts --node-rank "$h" -n "$ranks" --master-addr "$subnet.1" --master-port $port -- "$@" \
+      >"$work/$name.h$h" 2>&1 &
+    pids+=($!)
+  done
+  for h in $(seq 0 $((hosts - 1))); do
+    wait "${pids[$h]}"
+    echo $? >"$work/$name.h$h.status"
+  done
+}
+
+show() {  # the output of every host of a job
+  for h in $(seq 0 $((hosts - 1))); do
+    echo "--- $1 on host $h (exit $(cat "$work/$1.h$h.status" 2>/dev/null))"
+    cat "$work/$1.h$h"
+  done
+}
+
+expect_success() {
+  for h in $(seq 0 $((hosts - 1))); do
+    [ "$(cat "$work/$1.h$h.status")" = 0 ] || { fail "$1: host $h's halrun exited $(cat "$work/$1.h$h.status")"; show "$1"; return; }
+  done
+  echo "ok: $1"
+}
+
+# Every operation x dtype x in/out-of-place, checked element by element, 6 ranks on 3 hosts.
+start=$(date +%s.%N)
+run_job ops $per_host "$worker" ops
+ops_seconds=$(elapsed "$start")
+expect_success ops
+echo "ops across $hosts hosts x $per_host ranks: ${ops_seconds} s"
+
+# Bus bandwidth across the hosts, one rank each, nccl-tests columns (#wrong must be 0).
+run_job bench 1 "$halbench" coll -b 8 -e 4M -f 8 -n 10 -w 2 --no-mpi
+expect_success bench
+grep -v '^\[0\] # engine' "$work/bench.h0" | grep '^\[0\]'
+grep -q '#wrong total: 0$' "$work/bench.h0" || { fail "halbench coll across hosts: #wrong is not 0"; show bench; }
+
+# A link cut mid-collective: host 2 (ranks 4 and 5) loses its link once every
+# rank loops all_reduces; every rank must fail within the 3 s timeout (plus
+# the margin the worker allows), and the others must name a cut rank.
+run_job cut $per_host "$worker" cut 4 5 &
+job=$!
+for _ in $(seq 1 300); do
+  ready=$(cat "$work"/cut.h* 2>/dev/null | grep -c '] ready$')
+  [ "$ready" -ge $((hosts * per_host)) ] && break
+  sleep 0.1
+done
+cut_at=$(date +%s.%N)
+ip -n "$prefix-hub" link set port2 down
+wait $job
+cut_seconds=$(elapsed "$cut_at")
+expect_success cut
+grep -h 'error after' "$work"/cut.h* | sed 's/^/  /'
+echo "link cut: every rank ended ${cut_seconds} s after the cut"
+ip -n "$prefix-hub" link set port2 up
+
+# A rank stopped with SIGSTOP on another host: the processes are alive and
+# their connections open, so only the timeout can end the wait; the ranks of
+# hosts 0 and 1 must fail naming rank 4.
+run_job stop $per_host "$worker" cut 4 4 &
+job=$!
+for _ in $(seq 1 300); do
+  [ "$(cat "$work"/stop.h* 2>/dev/null | grep -c '] ready$')" -ge $((hosts * per_host)) ] && break
+  sleep 0.1
+done
+victim=""
+for pid in $(ip netns pids "$prefix-h2"); do
+  if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx 'RANK=4' &&
+     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "cut 4 4"; then victim=$pid; fi
+done
+if [ -z "$victim" ]; then
+  fail "could not find rank 4's process on host 2"
+else
+  kill -STOP "$victim"
+fi
+# The four ranks of hosts 0 and 1 end on their own; then rank 4 is let go.
+for _ in $(seq 1 200); do
+  [ "$(cat "$work/stop.h0" "$work/stop.h1" | grep -c 'error after')" -ge 4 ] && break
+  sleep 0.1
+done
+[ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null
+wait $job
+for h in 0 1; do
+  [ "$(cat "$work/stop.h$h.status")" = 0 ] || { fail "stop: host $h's halrun exited $(cat "$work/stop.h$h.status")"; show stop; }
+done
+grep -q '^\[5\] FAILED' "$work/stop.h2" && { fail "stop: rank 5, beside the stopped rank, did not name it"; show stop; }
+grep -h 'error after' "$work/stop.h0" "$work/stop.h1" "$work/stop.h2" | sed 's/^/  /'
+
+# Packet loss (nftables drops 1% of every host's outgoing packets): the
+# results stay right, only slower. netem is not available on this kernel.
+if command -v nft >/dev/null; then
+  for h in $(seq 0 $((hosts - 1))); do
+    ip netns exec "$prefix-h$h" nft -f - <<'RULES'
+table inet loss {
+  chain out { type filter hook output priority 0; numgen random mod 100 < 1 drop; }
+}
+RULES
+  done
+  start=$(date +%s.%N)
+  run_job lossy $per_host "$worker" ops
+  lossy_seconds=$(elapsed "$start")
+  expect_success lossy
+  echo "ops with 1% packet loss: ${lossy_seconds} s (without: ${ops_seconds} s)"
+else
+  echo "loss: skipped, nft (nftables) is missing; scripts/install-deps.sh installs it"
+fi
+
+[ $failed = 0 ] && echo "multihost: all passed" || echo "multihost: FAILED"
+exit $failed
