@@ -145,6 +145,39 @@ done
 grep -q '^\[5\] FAILED' "$work/stop.h2" && { fail "stop: rank 5, beside the stopped rank, did not name it"; show stop; }
 grep -h 'error after' "$work/stop.h0" "$work/stop.h1" "$work/stop.h2" | sed 's/^/  /'
 
+# The MPI engine across the hosts: Open MPI's mpirun starts its daemons
+# through a launch agent (plm_rsh_agent, where a cluster has ssh) that enters
+# the host's namespace; daemons and ranks talk over eth0 only.
+if command -v mpirun >/dev/null; then
+  cat >"$work/agent" <<AGENT
+#!/bin/sh
+# Called as: agent [ssh options] HOST COMMAND...
+while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
+host=\$1
+shift
+exec ip netns exec "$prefix-\$host" sh -c "\$*"
+AGENT
+  chmod +x "$work/agent"
+  for h in $(seq 0 $((hosts - 1))); do echo "h$h slots=$per_host"; done >"$work/hostfile"
+  port=$((port + 2))
+  ip netns exec "$prefix-h0" timeout 180 mpirun --allow-run-as-root -np $((hosts * per_host)) --hostfile "$work/hostfile" \
+    --mca plm_rsh_agent "$work/agent" --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 --mca btl tcp,self \
+    -x HAL_BACKENDS=host -x HAL_BACKEND_PATH="$plugins" -x HAL_COLL_ENGINE=mpi -x HAL_TEST_EXPECT_ENGINE=mpi \
+    -x MASTER_ADDR="$subnet.1" -x MASTER_PORT=$port \
+    sh -c "'$worker' ops; status=\$?; echo \"rank \$OMPI_COMM_WORLD_RANK on \$(ip -4 -o addr show eth0 | awk '{print \$4}') exit \$status\"; exit \$status" \
+    >"$work/mpi.h0" 2>&1
+  mpi_status=$?
+  grep '^rank ' "$work/mpi.h0" | sort | sed 's/^/  /'
+  if [ $mpi_status = 0 ] && [ "$(grep -c '^rank .* exit 0$' "$work/mpi.h0")" = $((hosts * per_host)) ]; then
+    echo "ok: mpi"
+  else
+    fail "mpi: mpirun across the hosts exited $mpi_status"
+    cat "$work/mpi.h0"
+  fi
+else
+  echo "mpi: skipped, mpirun (openmpi-bin) is missing; scripts/install-deps.sh installs it"
+fi
+
 # Packet loss (nftables drops 1% of every host's outgoing packets): the
 # results stay right, only slower. netem is not available on this kernel.
 if command -v nft >/dev/null; then
