@@ -145,6 +145,16 @@ done
 grep -q '^\[5\] FAILED' "$work/stop.h2" && { fail "stop: rank 5, beside the stopped rank, did not name it"; show stop; }
 grep -h 'error after' "$work/stop.h0" "$work/stop.h1" "$work/stop.h2" | sed 's/^/  /'
 
+# A rank killed on another host: rank 5 (host 2) dies with SIGKILL inside an
+# all_reduce; every rank of hosts 0 and 1 fails within the 3 s timeout naming
+# it (host 2's halrun then stops rank 4 and exits with rank 5's signal).
+run_job kill $per_host "$worker" kill 5
+for h in 0 1; do
+  [ "$(cat "$work/kill.h$h.status")" = 0 ] || { fail "kill: host $h's halrun exited $(cat "$work/kill.h$h.status")"; show kill; }
+done
+grep -q 'rank 5 was killed by signal 9' "$work/kill.h2" || { fail "kill: host 2's halrun did not name rank 5"; show kill; }
+grep -h 'error after' "$work/kill.h0" "$work/kill.h1" | sed 's/^/  /'
+
 # The MPI engine across the hosts: Open MPI's mpirun starts its daemons
 # through a launch agent (plm_rsh_agent, where a cluster has ssh) that enters
 # the host's namespace; daemons and ranks talk over eth0 only.
