@@ -22,7 +22,6 @@ namespace hal::detail {
 constexpr std::uint8_t store_set = 'S', store_get = 'G', store_add = 'A', store_token = 'T';
 constexpr std::uint8_t store_found = 0, store_timed_out = 1, store_refused = 2;
 constexpr std::uint32_t store_max_key_bytes = 1u << 20;
-constexpr std::uint64_t store_default_max_value_bytes = 64ull << 20;
 
 struct StoreRequest {
   std::uint8_t op = 0;

@@ -41,9 +41,10 @@ constexpr std::size_t max_connections = 4096;
 // Compares without stopping at the first difference, so the time taken does
 // not tell a guesser how much of the token was right.
 bool same_token(std::string_view presented, std::string_view token) {
+  if (token.empty()) return presented.empty();
   unsigned char difference = presented.size() == token.size() ? 0 : 1;
   for (std::size_t i = 0; i < presented.size(); ++i)
-    difference |= static_cast<unsigned char>(presented[i] ^ token[i % std::max<std::size_t>(token.size(), 1)]);
+    difference |= static_cast<unsigned char>(presented[i] ^ token[i % token.size()]);
   return difference == 0;
 }
 

@@ -74,11 +74,14 @@ show() {  # the output of every host of a job
   done
 }
 
+# expect_success JOB [HOST...]: every host's halrun (or the ones named) exited 0.
 expect_success() {
-  for h in $(seq 0 $((hosts - 1))); do
-    [ "$(cat "$work/$1.h$h.status")" = 0 ] || { fail "$1: host $h's halrun exited $(cat "$work/$1.h$h.status")"; show "$1"; return; }
+  local job=$1
+  shift
+  for h in ${@:-$(seq 0 $((hosts - 1)))}; do
+    [ "$(cat "$work/$job.h$h.status")" = 0 ] || { fail "$job: host $h's halrun exited $(cat "$work/$job.h$h.status")"; show "$job"; return; }
   done
-  echo "ok: $1"
+  echo "ok: $job"
 }
 
 # Every operation x dtype x in/out-of-place, checked element by element, 6 ranks on 3 hosts.
@@ -139,9 +142,7 @@ for _ in $(seq 1 200); do
 done
 [ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null
 wait $job
-for h in 0 1; do
-  [ "$(cat "$work/stop.h$h.status")" = 0 ] || { fail "stop: host $h's halrun exited $(cat "$work/stop.h$h.status")"; show stop; }
-done
+expect_success stop 0 1
 grep -q '^\[5\] FAILED' "$work/stop.h2" && { fail "stop: rank 5, beside the stopped rank, did not name it"; show stop; }
 grep -h 'error after' "$work/stop.h0" "$work/stop.h1" "$work/stop.h2" | sed 's/^/  /'
 
@@ -149,9 +150,7 @@ grep -h 'error after' "$work/stop.h0" "$work/stop.h1" "$work/stop.h2" | sed 's/^
 # all_reduce; every rank of hosts 0 and 1 fails within the 3 s timeout naming
 # it (host 2's halrun then stops rank 4 and exits with rank 5's signal).
 run_job kill $per_host "$worker" kill 5
-for h in 0 1; do
-  [ "$(cat "$work/kill.h$h.status")" = 0 ] || { fail "kill: host $h's halrun exited $(cat "$work/kill.h$h.status")"; show kill; }
-done
+expect_success kill 0 1
 grep -q 'rank 5 was killed by signal 9' "$work/kill.h2" || { fail "kill: host 2's halrun did not name rank 5"; show kill; }
 grep -h 'error after' "$work/kill.h0" "$work/kill.h1" | sed 's/^/  /'
 

@@ -196,7 +196,7 @@ typedef struct hal_attention_params_v1 {
 #define HAL_ATTENTION_PARAMS_V1_MIN_SIZE offsetof(hal_attention_params_v1, address_alignment)
 
 static inline uint32_t hal_attention_address_alignment(const hal_attention_params_v1* params) {
-  return params->struct_size >= offsetof(hal_attention_params_v1, address_alignment) + sizeof(uint32_t)
+  return params->struct_size >= HAL_ATTENTION_PARAMS_V1_MIN_SIZE + sizeof(uint32_t)
              ? params->address_alignment
              : 0;
 }

@@ -1204,11 +1204,17 @@ bool known_pool(CUmemoryPool pool) {  // under driver().mutex
 // Releases reserved blocks of every pool, smallest first, down to its
 // release threshold: what the driver does at a stream, event or context
 // synchronize.
+// Bytes of the blocks freed to the pool and kept reserved.
+cuuint64_t held_bytes(const CUmemPoolHandle_st& pool) {
+  cuuint64_t held = 0;
+  for (const auto& [size, start] : pool.reserved) held += size;
+  return held;
+}
+
 void trim_pools() {
   std::lock_guard lock(driver().mutex);
   for (const auto& pool : driver().pools) {
-    cuuint64_t held = 0;
-    for (const auto& [size, start] : pool->reserved) held += size;
+    cuuint64_t held = held_bytes(*pool);
     while (held > pool->release_threshold && !pool->reserved.empty()) {
       const auto [size, start] = *pool->reserved.begin();
       pool->reserved.erase(pool->reserved.begin());
@@ -1325,11 +1331,10 @@ FAKE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribut
 FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attribute, void* value) {
   std::lock_guard lock(driver().mutex);
   if (!known_pool(pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  cuuint64_t reserved = 0, used = 0;
+  cuuint64_t reserved = 0;  // every block the pool has: in use or held
   for (const auto& [start, allocation] : driver().allocations)
     if (allocation.pool == pool) reserved += allocation.size;
-  for (const auto& [size, start] : pool->reserved) used -= size;
-  used += reserved;
+  const cuuint64_t used = reserved - held_bytes(*pool);
   switch (attribute) {
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *static_cast<cuuint64_t*>(value) = pool->release_threshold; break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *static_cast<cuuint64_t*>(value) = reserved; break;
