@@ -34,14 +34,13 @@ ScopedEnvironment clean_attention_environment() {
                            {"HAL_CAPABILITY_OVERRIDES", std::nullopt}, {"HAL_PROBE_CACHE", absent_probe_cache()}};
 }
 
+// A runtime of its own for each call: the runtime reads the environment
+// once, when it is made, so a test that sets variables asks after setting them.
 hal::Device host_device() {
-  static const hal::Runtime runtime = [] {
-    ScopedEnvironment environment{{"HAL_BACKENDS", "host"}};
-    hal::RuntimeOptions options;
-    options.config = hal::Config{};
-    return hal::Runtime::create(options);
-  }();
-  return runtime.device("host:0");
+  ScopedEnvironment environment{{"HAL_BACKENDS", "host"}};
+  hal::RuntimeOptions options;
+  options.config = hal::Config{};
+  return hal::Runtime::create(options).device("host:0");
 }
 
 hal::AttentionParams small_params() {
@@ -72,6 +71,7 @@ std::vector<double> bshd_to_logical(const std::vector<float>& values, std::int64
 }
 
 struct Problem {
+  hal::Device device = host_device();  // with the environment as it is when the problem is made
   hal::AttentionParams params;
   std::vector<float> q, k, v;
   hal::Buffer q_buffer, k_buffer, v_buffer, o_buffer, lse_buffer;
@@ -87,7 +87,6 @@ struct Problem {
     q = random(p.batch * p.seq_q * p.heads_q * p.head_dim_qk);
     k = random(p.batch * p.seq_kv * p.heads_kv * p.head_dim_qk);
     v = random(p.batch * p.seq_kv * p.heads_kv * p.head_dim_qk);
-    const hal::Device device = host_device();
     q_buffer = upload(device, q);
     k_buffer = upload(device, k);
     v_buffer = upload(device, v);
@@ -100,7 +99,7 @@ struct Problem {
     return buffer;
   }
   hal::AttentionDecision run(const hal::AttentionOptions& options = {}) const {
-    const hal::Stream stream = host_device().create_stream();
+    const hal::Stream stream = device.create_stream();
     const hal::AttentionDecision decision =
         hal::attention_forward(stream, params, {q_buffer}, {k_buffer}, {v_buffer}, {o_buffer}, {lse_buffer}, options);
     stream.synchronize();
@@ -228,8 +227,30 @@ TEST_CASE("a user override removes flash; math is a fallback, and strict mode re
 
   const Problem problem(small_params());
   CHECK(problem.run().chosen == AttentionImplementation::math);  // warns once, runs
+  hal::AttentionOptions strict;
+  strict.strict = true;
+  CHECK_THROWS_WITH_AS(problem.run(strict), doctest::Contains("strict mode is on (AttentionOptions::strict)"),
+                       hal::Error);
   environment.set("HAL_ATTN_STRICT", "1");
-  CHECK_THROWS_WITH_AS(problem.run(), doctest::Contains("HAL_ATTN_STRICT"), hal::Error);
+  const Problem strict_problem(small_params());
+  CHECK_THROWS_WITH_AS(strict_problem.run(), doctest::Contains("strict mode is on (HAL_ATTN_STRICT=1)"), hal::Error);
+  hal::AttentionOptions lenient;
+  lenient.strict = false;  // the call's option outranks the environment
+  CHECK(strict_problem.run(lenient).chosen == AttentionImplementation::math);
+}
+
+TEST_CASE("a call's capability overrides outrank the settings' and are cited") {
+  auto environment = clean_attention_environment();
+  environment.set("HAL_CAPABILITY_OVERRIDES", "attention.flash=false");
+  hal::AttentionOptions options;
+  options.capability_overrides = {"attention.flash = true", "attention.math=false"};
+  const hal::AttentionDecision decision = hal::explain_attention(host_device(), small_params(), false, options);
+  CHECK(decision.chosen == AttentionImplementation::flash);
+  CHECK_FALSE(candidate(decision, AttentionImplementation::math).eligible);
+  CHECK(mentions(candidate(decision, AttentionImplementation::math).reasons,
+                 "override by AttentionOptions::capability_overrides"));
+  // Without the call's overrides the settings' stand.
+  CHECK(hal::explain_attention(host_device(), small_params()).chosen == AttentionImplementation::math);
 }
 
 TEST_CASE("a quirk removes an implementation and is cited" * doctest::skip()) {

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "hal/config.hpp"
+#include "hal/settings.hpp"
 #include "hal/status.hpp"
 #include "scoped_environment.hpp"
 
@@ -213,7 +215,7 @@ TEST_CASE("an unknown key with no near match lists what the table may hold") {
   hal::Config config = hal::Config::parse("[log]\ncolour = true\n[zzzzzzzz]\n", "t.toml");
   REQUIRE(config.warnings.size() == 2);
   CHECK(config.warnings[0].message.find("[log] may hold level") != std::string::npos);
-  CHECK(config.warnings[1].message.find("backends, backend, log, attention, probes, collectives") != std::string::npos);
+  CHECK(config.warnings[1].message.find("backends, backend, log, attention, capabilities, probes, collectives") != std::string::npos);
 }
 
 TEST_CASE("a TOML syntax error names its line") {
@@ -328,4 +330,92 @@ TEST_CASE("docs/config.md documents every key of the schema") {
     CHECK_FALSE(key.allowed.empty());
     CHECK_FALSE(key.description.empty());
   }
+}
+
+TEST_CASE("settings: each value with where it came from, the environment over the file") {
+  ScopedEnvironment environment{{"HAL_ATTN_STRICT", "1"},         {"HAL_BACKEND_PATH", "/env/a: /env/b"},
+                                {"HAL_ATTN_BACKENDS", std::nullopt}, {"NVTE_FUSED_ATTN", "0"},
+                                {"NVTE_FLASH_ATTN", std::nullopt},   {"NVTE_UNFUSED_ATTN", std::nullopt},
+                                {"HAL_LOG_LEVEL", std::nullopt},     {"HAL_COLL_CHECK", "on"},
+                                {"HAL_CAPABILITY_OVERRIDES", "attention.flash = false"}};
+  const hal::Config file = hal::Config::parse(R"([attention]
+strict = false
+order = ["math"]
+
+[backends]
+search_paths = ["/file/c"]
+
+[backend.cuda]
+driver = "/x/libcuda.so.1"
+
+[log]
+level = "info"
+)",
+                                              "/etc/hal/hal.toml");
+  const hal::Settings settings = hal::Settings::resolve(file);
+  CHECK(settings.values().attention_strict);
+  const hal::Setting& strict = settings.at("attention.strict");
+  CHECK(strict.value == "true");
+  CHECK(strict.source_text() == "HAL_ATTN_STRICT=1");
+  CHECK(strict.origin() == "HAL_ATTN_STRICT=1");
+  CHECK(strict.environment_variable == "HAL_ATTN_STRICT");
+  // The NVTE_* switches set the order when HAL_ATTN_BACKENDS does not.
+  CHECK(settings.values().attention_order == std::vector<std::string>{"flash", "math"});
+  CHECK(settings.at("attention.order").value == R"(["flash", "math"])");
+  CHECK(settings.at("attention.order").source_text() == "NVTE_FUSED_ATTN=0");
+  // The file's value where no variable is set, with its line.
+  const hal::Setting& level = settings.at("log.level");
+  CHECK(level.value == "\"info\"");
+  CHECK(level.source_text() == "/etc/hal/hal.toml:12");
+  CHECK(level.origin() == "config log.level (/etc/hal/hal.toml:12)");
+  // HAL_BACKEND_PATH's directories come first, then the file's.
+  CHECK(settings.values().backends_search_paths == std::vector<fs::path>{"/env/a", "/env/b", "/file/c"});
+  CHECK(settings.at("backends.search_paths").source_text() == "HAL_BACKEND_PATH=/env/a: /env/b, then /etc/hal/hal.toml:6");
+  CHECK(settings.at("backend.cuda.driver").value == "\"/x/libcuda.so.1\"");
+  CHECK(settings.at("backend.cuda.driver").source_text() == "/etc/hal/hal.toml:9");
+  CHECK(settings.values().collectives_check);
+  CHECK(settings.values().capability_overrides == std::vector<std::string>{"attention.flash = false"});
+  // Untouched keys are the built-in defaults.
+  CHECK(settings.at("collectives.timeout_seconds").value == "300");
+  CHECK(settings.at("collectives.timeout_seconds").source_text() == "built-in default");
+  CHECK(settings.at("collectives.timeout_seconds").from(hal::SettingSource::Kind::built_in));
+  // Every schema key is there once, in schema order.
+  std::vector<std::string> keys;
+  for (const hal::Setting& setting : settings.entries()) keys.push_back(setting.key);
+  CHECK(keys.front() == "backends.filter");
+  CHECK(std::count(keys.begin(), keys.end(), "collectives.check") == 1);
+  CHECK_THROWS_WITH_AS(settings.at("attention.speed"), doctest::Contains("there is no setting \"attention.speed\""),
+                       hal::Error);
+}
+
+TEST_CASE("settings: a variable with a value that is not allowed is an error naming it") {
+  const std::vector<std::pair<std::pair<std::string, std::string>, std::string>> cases = {
+      {{"HAL_ATTN_STRICT", "yes"}, "HAL_ATTN_STRICT='yes' is not allowed; use 1 (or true, on) or 0 (or false, off)"},
+      {{"HAL_COLL_ENGINE", "nccl"}, "HAL_COLL_ENGINE='nccl' is not allowed; use one of \"auto\", \"gloo\", \"mpi\""},
+      {{"HAL_LOG_LEVEL", "verbose"}, "HAL_LOG_LEVEL='verbose' is not allowed"},
+      {{"HAL_ATTN_BACKENDS", "flash,turbo"}, "HAL_ATTN_BACKENDS: \"turbo\" is not allowed"},
+      {{"NVTE_FLASH_ATTN", "2"}, "NVTE_FLASH_ATTN=2 is not allowed; use 0 or 1"},
+      {{"HAL_BACKENDS", "host,!rocm"}, "HAL_BACKENDS: \"!rocm\" mixes"},
+      {{"HAL_CAPABILITY_OVERRIDES", "attention.fused"}, "HAL_CAPABILITY_OVERRIDES: \"attention.fused\" is not capability=value"},
+  };
+  for (const auto& [variable, message] : cases) {
+    CAPTURE(variable.first);
+    ScopedEnvironment environment{{variable.first, variable.second}};
+    CHECK_THROWS_WITH_AS(hal::Settings::resolve(hal::Config{}), doctest::Contains(message.c_str()), hal::Error);
+  }
+  // The same mistake in the file names its line.
+  CHECK(parse_error("[capabilities]\noverrides = [\"attention.flash\"]\n") ==
+        "test.toml:2:14: capabilities.overrides: \"attention.flash\" is not capability=value, expected capability=value "
+        "items, e.g. \"attention.fused=false\" or \"attention.flash=true\"");
+}
+
+TEST_CASE("settings: the defaults without a file or the environment") {
+  ScopedEnvironment environment{{"HAL_ATTN_STRICT", "1"}};
+  const hal::Settings defaults;  // reads nothing
+  CHECK_FALSE(defaults.values().attention_strict);
+  for (const hal::Setting& setting : defaults.entries()) {
+    CAPTURE(setting.key);
+    CHECK(setting.source_text() == "built-in default");
+  }
+  CHECK(defaults.entries().size() == hal::Config::schema().size() - 1);  // no backend options
 }

@@ -1,11 +1,15 @@
 // halinfo as users run it: exit codes, and the JSON document field by field.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -232,4 +236,47 @@ TEST_CASE("the default summary gives an unavailable backend one short reason; -v
     CHECK(summary.output.find(shown.substr(0, shown.find(". "))) != std::string::npos);
     CHECK(verbose.output.find(reason) != std::string::npos);
   }
+}
+
+TEST_CASE("halinfo config shows every setting with its source: default, file line or variable") {
+  const std::string directory = std::filesystem::temp_directory_path() / ("halinfo-config-" + std::to_string(getpid()));
+  std::filesystem::create_directories(directory);
+  const std::string file = directory + "/hal.toml";
+  std::ofstream(file) << "[log]\nlevel = \"error\"\n\n[collectives]\ntimeout_seconds = 30\nspeed = 1\n";
+  const std::string environment = "HAL_CONFIG=" + file + " HAL_ATTN_STRICT=1 HAL_LOG_LEVEL=";
+  const CommandResult table = run_halinfo("config", environment);
+  REQUIRE(table.exit_code == 0);
+  CHECK(table.output.find("config file: " + file) != std::string::npos);
+  CHECK(table.output.find("unknown key \"collectives.speed\" is ignored") != std::string::npos);
+  bool strict_row = false, level_row = false, default_row = false;
+  for (const std::string& line : lines_of(table.output)) {
+    strict_row |= line.starts_with("attention.strict ") && line.find(" true ") != std::string::npos &&
+                  line.ends_with("  HAL_ATTN_STRICT=1");
+    level_row |= line.starts_with("log.level ") && line.find(" \"error\" ") != std::string::npos &&
+                 line.ends_with("  " + file + ":2");
+    default_row |= line.starts_with("collectives.engine ") && line.ends_with("built-in default");
+  }
+  CHECK(strict_row);
+  CHECK(level_row);
+  CHECK(default_row);
+
+  const nlohmann::json document = parse(run_halinfo("config --json", environment));
+  CHECK(document["schema"] == "hal.settings/1");
+  CHECK(document["config_file"] == file);
+  const auto& settings = document["settings"];
+  const auto timeout = std::find_if(settings.begin(), settings.end(),
+                                    [](const nlohmann::json& s) { return s["key"] == "collectives.timeout_seconds"; });
+  REQUIRE(timeout != settings.end());
+  CHECK((*timeout)["value"] == "30");
+  CHECK((*timeout)["sources"][0]["kind"] == "config file");
+  CHECK((*timeout)["sources"][0]["location"] == file + ":5");
+  CHECK((*timeout)["environment_variable"].is_null());
+  // A variable whose value is not allowed stops it, naming the variable.
+  const CommandResult bad = run_halinfo_with_errors("config HAL_ATTN_STRICT=maybe");  // an argument, not a variable
+  CHECK(bad.exit_code == 2);
+  const CommandResult bad_variable =
+      hal::testing::run_command("HAL_ATTN_STRICT=maybe " + std::string(HALINFO_PATH) + " config 2>&1");
+  CHECK(bad_variable.exit_code == 3);
+  CHECK(bad_variable.output.find("HAL_ATTN_STRICT='maybe' is not allowed") != std::string::npos);
+  std::filesystem::remove_all(directory);
 }

@@ -441,7 +441,8 @@ TEST_SUITE("ppu fixture") {
 
     // TransformerEngine's switches steer the PPU like any CUDA device.
     ScopedEnvironment transformer_engine{{"NVTE_FUSED_ATTN", "0"}, {"NVTE_FLASH_ATTN", "1"}};
-    const hal::AttentionDecision steered = hal::explain_attention(device, params);
+    const hal::Runtime steered_runtime = hal::Runtime::create(default_options());  // reads the switches
+    const hal::AttentionDecision steered = hal::explain_attention(steered_runtime.devices()[0], params);
     CHECK(steered.order_source == "NVTE_FUSED_ATTN=0 NVTE_FLASH_ATTN=1");
     CHECK(std::find(steered.order.begin(), steered.order.end(), hal::AttentionImplementation::fused) ==
           steered.order.end());

@@ -27,26 +27,20 @@ std::string capability_of(Implementation implementation) {
 }
 
 
-// A claimed implementation is tested even when an earlier probe cached it as
-// absent: the claim (declaration, quirk, override) is what conformance
-// verifies, and a stale verdict must not keep it from being verified again.
-// The override is the documented top capability layer, set for this scope.
-class ClaimUnderTest {
- public:
-  ClaimUnderTest(CaseContext& context, Implementation implementation) {
-    const std::string key = capability_of(implementation);
-    const EffectiveCapability effective = effective_capability(context.device(), key);
-    if (effective.is_true() || effective.decided_by != "probe") return;
-    const char* existing = std::getenv("HAL_CAPABILITY_OVERRIDES");
-    override_.emplace("HAL_CAPABILITY_OVERRIDES",
-                      (existing != nullptr && *existing != '\0' ? std::string(existing) + "," : "") + key + "=true");
-    context.note("the probe cache says " + key + " is absent (" + effective.layers.back().source +
-                 "); the claim is tested again");
-  }
-
- private:
-  std::optional<ScopedVariable> override_;
-};
+// The options that run one implementation, and test it even when an earlier
+// probe cached it as absent: the claim (declaration, quirk, override) is what
+// conformance verifies, and a stale verdict must not keep it from being
+// verified again. The call's capability override is the top layer.
+AttentionOptions claim_under_test(CaseContext& context, Implementation implementation) {
+  AttentionOptions options{{implementation}};
+  const std::string key = capability_of(implementation);
+  const EffectiveCapability effective = effective_capability(context.device(), key);
+  if (effective.is_true() || effective.decided_by != "probe") return options;
+  options.capability_overrides.push_back(key + "=true");
+  context.note("the probe cache says " + key + " is absent (" + effective.layers.back().source +
+               "); the claim is tested again");
+  return options;
+}
 
 struct NamedShape {
   std::string name;
@@ -179,11 +173,12 @@ class Judge {
   std::vector<std::string> failed_;
 };
 
-// Why the implementation cannot run these params, or empty when it can.
+// Why the options' implementation cannot run these params, or empty when it can.
 std::vector<std::string> ineligible_because(const Device& device, const AttentionParams& params,
-                                            Implementation implementation, bool backward) {
-  const AttentionDecision decision = explain_attention(device, params, backward, {{implementation}});
-  const AttentionCandidate& candidate = decision.candidates.at(static_cast<std::size_t>(implementation));
+                                            const AttentionOptions& only, bool backward) {
+  const AttentionDecision decision = explain_attention(device, params, backward, only);
+  const AttentionCandidate& candidate =
+      decision.candidates.at(static_cast<std::size_t>(only.implementations.front()));
   if (candidate.eligible) return {};
   return candidate.reasons.empty() ? std::vector<std::string>{"ineligible, no reason given"} : candidate.reasons;
 }
@@ -196,14 +191,15 @@ struct ShapeOutcome {
 
 // Forward (O and LSE) and, when asked, backward (dQ, dK, dV from the forward's
 // O and LSE) of one implementation on one shape.
-ShapeOutcome run_shape(CaseContext& context, Implementation implementation, const NamedShape& shape, bool backward) {
+ShapeOutcome run_shape(CaseContext& context, const AttentionOptions& only, const NamedShape& shape, bool backward) {
+  const Implementation implementation = only.implementations.front();
   AttentionParams params = shape.params;
   params.return_lse = true;  // the backward pass needs it; the forward is checked on it too
   const std::string title = shape.name + " (" + params.describe() + ")";
   ShapeOutcome outcome;
   for (const bool pass : {false, true}) {
     if (pass && !backward) break;
-    const auto reasons = ineligible_because(context.device(), params, implementation, pass);
+    const auto reasons = ineligible_because(context.device(), params, only, pass);
     if (!reasons.empty()) {
       outcome.report = title + ": not run, " + std::string(to_string(implementation)) + " does not take it" +
                        (pass ? " backward" : "") + ": " + reasons.front();
@@ -229,7 +225,6 @@ ShapeOutcome run_shape(CaseContext& context, Implementation implementation, cons
   v.upload(v_values);
 
   const Stream stream = device.create_stream();
-  const AttentionOptions only{{implementation}};
   const AttentionDecision forward = attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), lse.ref(), only);
   stream.synchronize();
   context.require(forward.chosen == implementation, title + ": asked for " + std::string(to_string(implementation)) +
@@ -273,11 +268,11 @@ enum class WhenAllDeclined { skip, fail };
 
 void judge_shapes(CaseContext& context, Implementation implementation, const std::vector<NamedShape>& shapes,
                   bool backward, WhenAllDeclined all_declined) {
-  ClaimUnderTest claim(context, implementation);
+  const AttentionOptions only = claim_under_test(context, implementation);
   std::string failures, details, passed;
   int ran = 0;
   for (const auto& shape : shapes) {
-    const ShapeOutcome outcome = run_shape(context, implementation, shape, backward);
+    const ShapeOutcome outcome = run_shape(context, only, shape, backward);
     details += "\n" + outcome.report;
     ran += outcome.ran ? 1 : 0;
     for (const auto& tensor : outcome.failed) failures += (failures.empty() ? "" : ", ") + shape.name + " " + tensor;
@@ -317,9 +312,8 @@ const AttentionCandidate& candidate_of(const AttentionDecision& decision, Implem
   return decision.candidates.at(static_cast<std::size_t>(implementation));
 }
 
-// Runs a tiny forward with the per-call order; returns the decision.
-AttentionDecision run_tiny(const Device& device, const AttentionParams& params,
-                           const std::vector<Implementation>& order) {
+// Runs a tiny forward with the call's options; returns the decision.
+AttentionDecision run_tiny(const Device& device, const AttentionParams& params, const AttentionOptions& options) {
   const AttentionParams r = params.resolved();
   DeviceTensor q(device, params.dtype, *r.q_strides, r.batch, r.heads_q, r.seq_q, r.head_dim_qk);
   DeviceTensor k(device, params.dtype, *r.k_strides, r.batch, r.heads_kv, r.seq_kv, r.head_dim_qk);
@@ -328,7 +322,7 @@ AttentionDecision run_tiny(const Device& device, const AttentionParams& params,
   std::mt19937 generator(static_cast<std::uint32_t>(stable_hash("attention tiny")));
   for (DeviceTensor* tensor : {&q, &k, &v}) tensor->upload(random_values(tensor->elements(), params.dtype, generator));
   const Stream stream = device.create_stream();
-  const AttentionDecision decision = attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), {}, {order});
+  const AttentionDecision decision = attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), {}, options);
   stream.synchronize();
   return decision;
 }
@@ -340,7 +334,6 @@ void explain_and_strict(CaseContext& context) {
     if (resolve_claim(device, capability_of(implementation)).claimed) claimed.push_back(implementation);
   if (claimed.empty())
     context.skip("the device claims no attention implementation (attention.fused, .flash, .math): nothing to explain");
-  ScopedVariable no_strict("HAL_ATTN_STRICT", std::nullopt);
 
   AttentionParams params;
   params.batch = 1;
@@ -386,10 +379,11 @@ void explain_and_strict(CaseContext& context) {
 
   // 2. Strict mode with nothing to fall back from: the first choice runs.
   {
-    ScopedVariable strict("HAL_ATTN_STRICT", "1");
-    const AttentionDecision strict_run = run_tiny(device, params, {eligible.front()});
+    AttentionOptions strict{{eligible.front()}};
+    strict.strict = true;
+    const AttentionDecision strict_run = run_tiny(device, params, strict);
     context.require(strict_run.chosen == eligible.front() && !strict_run.fell_back,
-                    "with HAL_ATTN_STRICT=1 and an eligible first choice, " +
+                    "in strict mode with an eligible first choice, " +
                         std::string(to_string(strict_run.chosen)) + " ran instead of " +
                         std::string(to_string(eligible.front())));
   }
@@ -402,36 +396,34 @@ void explain_and_strict(CaseContext& context) {
     return;
   }
   const Implementation first = eligible[0], second = eligible[1];
-  const char* existing = std::getenv("HAL_CAPABILITY_OVERRIDES");
-  ScopedVariable overridden("HAL_CAPABILITY_OVERRIDES", (existing != nullptr && *existing != '\0'
-                                                             ? std::string(existing) + ","
-                                                             : std::string()) +
-                                                            capability_of(first) + "=false");
-  const AttentionDecision fallback = explain_attention(device, params, false, {{first, second}});
+  AttentionOptions fallback_options{{first, second}};
+  fallback_options.capability_overrides.push_back(capability_of(first) + "=false");
+  fallback_options.strict = false;
+  const AttentionDecision fallback = explain_attention(device, params, false, fallback_options);
   context.require(fallback.found && fallback.chosen == second && fallback.fell_back,
                   "with " + capability_of(first) + "=false, explain_attention should fall back to " +
                       std::string(to_string(second)) + ":\n" + fallback.to_string());
   const auto& reasons = candidate_of(fallback, first).reasons;
-  context.require(!reasons.empty() && reasons.front().find("HAL_CAPABILITY_OVERRIDES") != std::string::npos,
+  context.require(!reasons.empty() && reasons.front().find("(override by") != std::string::npos,
                   "the fallback's reason does not cite the override layer: " +
                       (reasons.empty() ? std::string("no reason") : reasons.front()));
-  const AttentionDecision ran = run_tiny(device, params, {first, second});
+  const AttentionDecision ran = run_tiny(device, params, fallback_options);
   context.require(ran.chosen == second, "the fallback ran " + std::string(to_string(ran.chosen)));
-  ScopedVariable strict("HAL_ATTN_STRICT", "1");
+  fallback_options.strict = true;
   try {
-    run_tiny(device, params, {first, second});
+    run_tiny(device, params, fallback_options);
   } catch (const Error& error) {
     const std::string message = error.what();
     context.require(error.code() == StatusCode::unsupported,
-                    "HAL_ATTN_STRICT refused the fallback as " + std::string(to_string(error.code())) +
+                    "strict mode refused the fallback as " + std::string(to_string(error.code())) +
                         ", expected unsupported: " + message);
-    context.require(message.find("HAL_ATTN_STRICT") != std::string::npos,
-                    "HAL_ATTN_STRICT refused the fallback without naming HAL_ATTN_STRICT: " + message);
+    context.require(message.find("strict mode is on (AttentionOptions::strict)") != std::string::npos,
+                    "strict mode refused the fallback without saying strict mode was on and why: " + message);
     context.note("fallback " + std::string(to_string(first)) + " -> " + std::string(to_string(second)) +
-                 " ran; with HAL_ATTN_STRICT=1 it was refused: " + message);
+                 " ran; in strict mode it was refused: " + message);
     return;
   }
-  context.fail("with HAL_ATTN_STRICT=1 the fallback from " + std::string(to_string(first)) + " to " +
+  context.fail("in strict mode the fallback from " + std::string(to_string(first)) + " to " +
                std::string(to_string(second)) + " ran instead of being refused");
 }
 
@@ -486,7 +478,7 @@ void check_sampled_head(CaseContext& context, const std::string& what, const Att
 }
 
 void flash_forward_rate(CaseContext& context) {
-  ClaimUnderTest claim(context, Implementation::flash);
+  const AttentionOptions only = claim_under_test(context, Implementation::flash);
   AttentionParams params;
   params.batch = 1;
   params.heads_q = 16;
@@ -494,7 +486,7 @@ void flash_forward_rate(CaseContext& context) {
   params.seq_q = params.seq_kv = context.quick() ? 512 : 1024;
   params.head_dim_qk = 128;
   params.dtype = DType::bf16;
-  const auto reasons = ineligible_because(context.device(), params, Implementation::flash, false);
+  const auto reasons = ineligible_because(context.device(), params, only, false);
   if (!reasons.empty()) context.skip("flash does not take " + params.describe() + ": " + reasons.front());
 
   const Device& device = context.device();
@@ -503,7 +495,6 @@ void flash_forward_rate(CaseContext& context) {
   const DeviceTensor &q = problem.q, &k = problem.k, &v = problem.v, &o = problem.o;
   const std::vector<double>&q_values = problem.q_values, &k_values = problem.k_values, &v_values = problem.v_values;
   const Stream stream = device.create_stream();
-  const AttentionOptions only{{Implementation::flash}};
   auto launch = [&] { attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), {}, only); };
 
   launch();  // warm-up: workspace, code paths, caches
@@ -550,8 +541,8 @@ void compute_soak(CaseContext& context) {
   params.seq_q = params.seq_kv = gpu ? (context.quick() ? 1024 : 2048) : 256;
   params.head_dim_qk = gpu ? 128 : 64;
   params.dtype = DType::bf16;
-  if (!ineligible_because(device, params, Implementation::flash, false).empty() &&
-      !ineligible_because(device, params, Implementation::math, false).empty())
+  if (!ineligible_because(device, params, {{Implementation::flash}}, false).empty() &&
+      !ineligible_because(device, params, {{Implementation::math}}, false).empty())
     params.dtype = DType::f32;
   const AttentionParams r = params.resolved();
   const ForwardProblem problem(context, params, "compute soak");
@@ -646,7 +637,7 @@ void f32_gemm_corner_case(CaseContext& context) {
   // |q·k| reaches ~3e6: the scale brings the logits back to a few units, so
   // the softmax stays far from one-hot and every product counts.
   params.softmax_scale = 1e-6f;
-  const auto reasons = ineligible_because(device, params, Implementation::math, false);
+  const auto reasons = ineligible_because(device, params, {{Implementation::math}}, false);
   if (!reasons.empty())
     context.skip("f32 math attention cannot run on this device, so no FP32 GEMM can be checked through the API: " +
                  reasons.front() + reported);

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "abi.hpp"
-#include "environment.hpp"
 #include "attention_internal.hpp"
 #include "hal/capabilities.hpp"
 #include "loaded_backend.hpp"
@@ -21,13 +20,6 @@ struct Order {
   std::string source;
 };
 
-using detail::environment;
-
-bool environment_flag(const char* name) {
-  const char* value = environment(name);
-  return value != nullptr && std::string_view(value) != "0";
-}
-
 std::vector<AttentionImplementation> parse_order(const std::vector<std::string>& names, const std::string& source) {
   std::vector<AttentionImplementation> order;
   for (const auto& name : names) {
@@ -40,41 +32,17 @@ std::vector<AttentionImplementation> parse_order(const std::vector<std::string>&
   return order;
 }
 
-// TransformerEngine's switches: each defaults to on; "0" turns one off.
-std::optional<Order> order_from_transformer_engine() {
-  struct Switch {
-    const char* variable;
-    AttentionImplementation implementation;
-  };
-  const Switch switches[] = {{"NVTE_FUSED_ATTN", AttentionImplementation::fused},
-                             {"NVTE_FLASH_ATTN", AttentionImplementation::flash},
-                             {"NVTE_UNFUSED_ATTN", AttentionImplementation::math}};
-  bool any_set = false;
-  Order order;
-  for (const auto& entry : switches) {
-    const char* value = environment(entry.variable);
-    if (value != nullptr && std::string_view(value) != "0" && std::string_view(value) != "1")
-      throw Error(StatusCode::invalid_argument,
-                  std::string(entry.variable) + "=" + value + " is not allowed; use 0 or 1");
-    any_set |= value != nullptr;
-    if (value == nullptr || std::string_view(value) == "1") order.implementations.push_back(entry.implementation);
-    if (value != nullptr) {
-      if (!order.source.empty()) order.source += ' ';
-      order.source.append(entry.variable).append("=").append(value);
-    }
-  }
-  if (!any_set) return std::nullopt;
-  return order;
-}
-
-Order resolve_order(const Device& device, const AttentionOptions& options, const Config& config) {
+// The order in effect: per call, then the attention.order setting (from
+// HAL_ATTN_BACKENDS, the NVTE_* switches or the file), then the device's
+// default, then the built-in order.
+Order resolve_order(const Device& device, const AttentionOptions& options, const Settings& settings) {
   if (!options.implementations.empty()) return {options.implementations, "per-call choice"};
-  if (const char* list = environment("HAL_ATTN_BACKENDS"))
-    return {parse_order(parse_attention_order(list, "HAL_ATTN_BACKENDS"), "HAL_ATTN_BACKENDS"),
-            std::string("HAL_ATTN_BACKENDS=") + list};
-  if (auto transformer_engine = order_from_transformer_engine()) return *transformer_engine;
-  if (!config.attention_order.empty())
-    return {parse_order(config.attention_order, "config attention.order"), "config attention.order"};
+  const Setting& setting = settings.at("attention.order");
+  // The environment's order stands even when it leaves nothing (every NVTE_* switch off).
+  if (setting.from(SettingSource::Kind::environment))
+    return {parse_order(settings.values().attention_order, setting.source_text()), setting.source_text()};
+  if (!settings.values().attention_order.empty())
+    return {parse_order(settings.values().attention_order, "config attention.order"), "config attention.order"};
   if (const Capability* preferred = device.info().find_capability("attention.preferred_order"))
     if (const auto* text = std::get_if<std::string>(&preferred->value))
       return {parse_order(parse_attention_order(*text, device.backend_name() + " backend default"),
@@ -107,10 +75,10 @@ std::vector<std::string> backend_reasons(const detail::LoadedBackend& backend, c
 
 AttentionCandidate evaluate(const detail::LoadedBackend& backend, const Device& device,
                             AttentionImplementation implementation, const hal_attention_params_v1& params,
-                            bool backward) {
+                            bool backward, const std::vector<std::string>& capability_overrides) {
   AttentionCandidate candidate{implementation, true, false, false, {}, 0};
   const std::string key = "attention." + std::string(to_string(implementation));
-  const EffectiveCapability capability = effective_capability(device, key);
+  const EffectiveCapability capability = detail::effective_capability(device, key, capability_overrides);
   candidate.declared = !capability.layers.empty() && capability.layers.front().layer == "declared" &&
                        capability.layers.front().value == "true";
   // A capability turned off (declared, or by a quirk, probe or override) is
@@ -139,7 +107,8 @@ AttentionCandidate evaluate(const detail::LoadedBackend& backend, const Device& 
   return candidate;
 }
 
-std::string cache_key(const hal_attention_params_v1& p, bool backward, const Order& order, bool strict) {
+std::string cache_key(const hal_attention_params_v1& p, bool backward, const Order& order, bool strict,
+                      const std::vector<std::string>& capability_overrides) {
   std::ostringstream key;
   auto strides = [&](const hal_tensor_strides_v1& s) { key << s.batch << ',' << s.head << ',' << s.seq << ',' << s.dim << ';'; };
   key << p.batch << ' ' << p.heads_q << ' ' << p.heads_kv << ' ' << p.seq_q << ' ' << p.seq_kv << ' '
@@ -151,19 +120,19 @@ std::string cache_key(const hal_attention_params_v1& p, bool backward, const Ord
     strides(*s);
   key << backward << strict << order.source << '|';
   for (auto implementation : order.implementations) key << to_string(implementation) << ',';
-  // Capability overrides change the layers, so they are part of the key.
-  if (const char* overrides = environment("HAL_CAPABILITY_OVERRIDES")) key << '|' << overrides;
+  // Per-call capability overrides change the layers, so they are part of the key.
+  for (const auto& item : capability_overrides) key << '|' << item;
   return key.str();
 }
 
 AttentionDecision decide(const Device& device, const hal_attention_params_v1& params, bool backward,
-                         const Order& order) {
+                         const Order& order, const std::vector<std::string>& capability_overrides) {
   const detail::LoadedBackend& backend = *detail::Access::backend(device);
   AttentionDecision decision;
   decision.order = order.implementations;
   decision.order_source = order.source;
   for (auto implementation : all_attention_implementations) {
-    AttentionCandidate candidate = evaluate(backend, device, implementation, params, backward);
+    AttentionCandidate candidate = evaluate(backend, device, implementation, params, backward, capability_overrides);
     candidate.in_order = std::find(order.implementations.begin(), order.implementations.end(), implementation) !=
                          order.implementations.end();
     decision.candidates.push_back(std::move(candidate));
@@ -203,14 +172,19 @@ std::string first_reasons(const AttentionDecision& decision) {
   return text;
 }
 
-struct Settings {
+// Strict and debug mode for a call: its options, else the settings.
+struct Modes {
   bool strict = false;
+  std::string strict_source;  // for the refusal: "AttentionOptions::strict", "HAL_ATTN_STRICT=1", ...
   bool debug = false;
 };
 
-Settings read_settings(const Config& config) {
-  return {environment("HAL_ATTN_STRICT") ? environment_flag("HAL_ATTN_STRICT") : config.attention_strict,
-          environment("HAL_ATTN_DEBUG") ? environment_flag("HAL_ATTN_DEBUG") : config.attention_debug};
+Modes modes_of(const AttentionOptions& options, const Settings& settings) {
+  Modes modes;
+  modes.strict = options.strict.value_or(settings.values().attention_strict);
+  modes.strict_source = options.strict ? "AttentionOptions::strict" : settings.at("attention.strict").origin();
+  modes.debug = options.debug.value_or(settings.values().attention_debug);
+  return modes;
 }
 
 // The decision for a call: cached per key, logged in debug mode, warned once
@@ -220,9 +194,9 @@ AttentionDecision decide_for_call(const Device& device, const AttentionParams& p
                                   const hal_attention_params_v1& resolved, bool backward,
                                   const AttentionOptions& options) {
   detail::LoadedBackend& backend = *detail::Access::backend(device);
-  const Settings settings = read_settings(*backend.config);
-  const Order order = resolve_order(device, options, *backend.config);
-  const std::string key = cache_key(resolved, backward, order, settings.strict);
+  const Modes modes = modes_of(options, *backend.settings);
+  const Order order = resolve_order(device, options, *backend.settings);
+  const std::string key = cache_key(resolved, backward, order, modes.strict, options.capability_overrides);
   const std::string what = std::string(backward ? "attention backward" : "attention forward") + " on " + device.id() +
                            " for " + params.describe();
   AttentionDecision decision;
@@ -232,20 +206,20 @@ AttentionDecision decide_for_call(const Device& device, const AttentionParams& p
     if (auto cached = backend.attention_decisions.find(key); cached != backend.attention_decisions.end()) {
       decision = cached->second;
     } else {
-      decision = decide(device, resolved, backward, order);
+      decision = decide(device, resolved, backward, order, options.capability_overrides);
       backend.attention_decisions.emplace(key, decision);
       fresh = true;
     }
   }
-  if (fresh && settings.debug) std::fprintf(stderr, "hal: %s:\n%s", what.c_str(), decision.to_string().c_str());
+  if (fresh && modes.debug) std::fprintf(stderr, "hal: %s:\n%s", what.c_str(), decision.to_string().c_str());
   if (!decision.found)
     throw Error(StatusCode::unsupported, "no attention implementation can run " + what + ": " +
                                              first_reasons(decision) +
                                              "; see 'halinfo attention' for the full explanation");
-  if (decision.fell_back && settings.strict)
-    throw Error(StatusCode::unsupported,
-                what + " would fall back to " + std::string(to_string(decision.chosen)) +
-                    " and HAL_ATTN_STRICT is set: " + first_reasons(decision));
+  if (decision.fell_back && modes.strict)
+    throw Error(StatusCode::unsupported, what + " would fall back to " + std::string(to_string(decision.chosen)) +
+                                             " and strict mode is on (" + modes.strict_source +
+                                             "): " + first_reasons(decision));
   if (fresh && decision.fell_back && decision.chosen == AttentionImplementation::math) {
     std::lock_guard lock(backend.attention_mutex);
     if (backend.attention_warned.insert(key).second)
@@ -356,7 +330,8 @@ std::string AttentionDecision::to_string() const {
 AttentionDecision explain_attention(const Device& device, const AttentionParams& params, bool backward,
                                     const AttentionOptions& options) {
   const hal_attention_params_v1 resolved = detail::to_abi(params);
-  return decide(device, resolved, backward, resolve_order(device, options, *detail::Access::backend(device)->config));
+  return decide(device, resolved, backward, resolve_order(device, options, *detail::Access::backend(device)->settings),
+                options.capability_overrides);
 }
 
 std::uint64_t attention_workspace_size(const Device& device, const AttentionParams& params, bool backward,

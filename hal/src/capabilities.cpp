@@ -8,32 +8,27 @@
 #include "loaded_backend.hpp"
 #include "quirks.hpp"
 #include "hal/probe_cache.hpp"
+#include "attention_internal.hpp"
 #include "environment.hpp"
 
 namespace hal {
 namespace {
 
-// "attention.fused=false,attention.flash=true"
-std::vector<std::pair<std::string, std::string>> user_overrides() {
-  std::vector<std::pair<std::string, std::string>> overrides;
-  const char* text = detail::environment("HAL_CAPABILITY_OVERRIDES");
-  if (text == nullptr) return overrides;
-  std::string current;
-  auto flush = [&] {
-    if (current.empty()) return;
-    const auto equals = current.find('=');
-    if (equals == std::string::npos || equals == 0)
-      throw Error(StatusCode::invalid_argument, "HAL_CAPABILITY_OVERRIDES entry '" + current +
-                                                    "' is not key=value, e.g. attention.fused=false");
-    overrides.emplace_back(current.substr(0, equals), current.substr(equals + 1));
-    current.clear();
+// "attention.fused=false" items as capabilities.overrides holds them (blanks
+// around the key and the value do not count), each with where it was set.
+struct Override {
+  std::string key, value, source;
+};
+
+void add_overrides(std::vector<Override>& overrides, const std::vector<std::string>& items, const std::string& source) {
+  auto trimmed = [](std::string_view text) {
+    const auto first = text.find_first_not_of(' ');
+    return first == std::string_view::npos ? std::string() : std::string(text.substr(first, text.find_last_not_of(' ') - first + 1));
   };
-  for (const char* c = text; *c != '\0'; ++c) {
-    if (*c == ',') flush();
-    else if (*c != ' ') current += *c;
+  for (const std::string& item : items) {
+    const auto equals = item.find('=');  // validated when the settings were resolved
+    overrides.push_back({trimmed(item.substr(0, equals)), trimmed(item.substr(equals + 1)), source});
   }
-  flush();
-  return overrides;
 }
 
 const detail::QuirkDatabase& quirks_with_warning() {
@@ -52,7 +47,8 @@ std::optional<ProbeRecord> probed(const Device& device, const std::string& key, 
   static ProbeCache cache;
   // A device made from an info alone (reports, tests) has no backend and so no config.
   const std::filesystem::path path =
-      ProbeCache::default_path(detail::Access::backend(device) ? detail::Access::backend(device)->config->probes_cache_dir : std::filesystem::path());
+      ProbeCache::default_path(detail::Access::backend(device) ? detail::Access::backend(device)->settings->values().probes_cache_dir
+                                                              : std::filesystem::path());
   path_text = path.string();
   std::error_code error;
   const auto modified = std::filesystem::last_write_time(path, error);
@@ -70,7 +66,8 @@ std::optional<ProbeRecord> probed(const Device& device, const std::string& key, 
 
 }  // namespace
 
-EffectiveCapability effective_capability(const Device& device, const std::string& key) {
+EffectiveCapability detail::effective_capability(const Device& device, const std::string& key,
+                                                 const std::vector<std::string>& per_call_overrides) {
   EffectiveCapability result;
   result.key = key;
   auto speak = [&](CapabilityLayer layer) {
@@ -90,9 +87,20 @@ EffectiveCapability effective_capability(const Device& device, const std::string
   if (const auto record = probed(device, key, cache_path))
     speak({"probe", record->present ? "true" : "false",
            "probe cache " + cache_path + ", " + record->case_id + " at " + record->timestamp, record->evidence});
-  for (const auto& [override_key, value] : user_overrides())
-    if (override_key == key) speak({"override", value, "HAL_CAPABILITY_OVERRIDES", "set by the user"});
+  std::vector<Override> overrides;
+  // A device made from an info alone (reports, tests) has no backend and so no settings.
+  if (const auto& backend = detail::Access::backend(device)) {
+    add_overrides(overrides, backend->settings->values().capability_overrides,
+                  backend->settings->at("capabilities.overrides").origin());
+  }
+  add_overrides(overrides, per_call_overrides, "AttentionOptions::capability_overrides");
+  for (const Override& entry : overrides)
+    if (entry.key == key) speak({"override", entry.value, entry.source, "set by the user"});
   return result;
+}
+
+EffectiveCapability effective_capability(const Device& device, const std::string& key) {
+  return detail::effective_capability(device, key, {});
 }
 
 std::vector<Hazard> environment_hazards(const Device& device) {

@@ -125,31 +125,19 @@ const hal_collectives_v2* collectives_v2(const hal_collectives_v1* table) {
   return reinterpret_cast<const hal_collectives_v2*>(table);
 }
 
-// The engine request: the options, then HAL_COLL_ENGINE, then the config file.
+// The engine request: the options, then the collectives.engine setting
+// (HAL_COLL_ENGINE, the config file).
 std::pair<std::string, std::string> engine_request(const Device& device, const CommunicatorOptions& options) {
-  const auto check = [](const std::string& value, const std::string& origin) {
-    if (value != "auto" && value != "gloo" && value != "mpi")
-      throw Error(StatusCode::invalid_argument,
-                  origin + "='" + value + "' is not a collectives engine; use auto, gloo or mpi");
-    return value;
-  };
-  if (!options.engine.empty())
-    return {check(options.engine, "CommunicatorOptions::engine"), "CommunicatorOptions::engine=" + options.engine};
-  if (const char* variable = detail::environment("HAL_COLL_ENGINE"); variable != nullptr)
-    return {check(variable, "HAL_COLL_ENGINE"), "HAL_COLL_ENGINE=" + std::string(variable)};
-  const auto& config = detail::Access::backend(device)->config;
-  if (config && config->source)
-    return {config->collectives_engine, "config collectives.engine (" + config->source->string() + ")"};
-  return {"auto", "the default engine setting"};
-}
-
-bool check_mode_from_environment() {
-  const char* value = detail::environment("HAL_COLL_CHECK");
-  if (value == nullptr) return false;
-  const std::string_view text(value);
-  if (text == "1" || text == "true" || text == "on") return true;
-  if (text == "0" || text == "false" || text == "off") return false;
-  throw Error(StatusCode::invalid_argument, "HAL_COLL_CHECK='" + std::string(text) + "' is not allowed; use 1 or 0");
+  if (!options.engine.empty()) {
+    if (options.engine != "auto" && options.engine != "gloo" && options.engine != "mpi")
+      throw Error(StatusCode::invalid_argument, "CommunicatorOptions::engine='" + options.engine +
+                                                    "' is not a collectives engine; use auto, gloo or mpi");
+    return {options.engine, "CommunicatorOptions::engine=" + options.engine};
+  }
+  const Settings& settings = *detail::Access::backend(device)->settings;
+  const Setting& setting = settings.at("collectives.engine");
+  return {settings.values().collectives_engine,
+          setting.from(SettingSource::Kind::built_in) ? "the default engine setting" : setting.origin()};
 }
 
 }  // namespace
@@ -281,9 +269,12 @@ Communicator Communicator::create(const Device& device, int rank, int world_size
   if (rank < 0 || rank >= world_size)
     throw Error(StatusCode::invalid_argument, where + ": rank must be in [0, " + std::to_string(world_size) + ")");
   if (!store) throw Error(StatusCode::invalid_argument, where + ": the store is null; pass a FileStore or TcpStore");
-  if (options.timeout.count() <= 0)
+  const Config& settings = detail::Access::backend(device)->settings->values();
+  const auto timeout = options.timeout.value_or(std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(settings.collectives_timeout_seconds)));
+  if (timeout.count() <= 0)
     throw Error(StatusCode::invalid_argument, where + ": the timeout must be positive, got " +
-                                                  std::to_string(options.timeout.count()) + " ms");
+                                                  std::to_string(timeout.count()) + " ms");
   const hal_collectives_v1* table = detail::Access::backend(device)->collectives();
   if (table == nullptr)
     throw Error(StatusCode::unsupported, where + ": the " + device.backend_name() +
@@ -293,7 +284,8 @@ Communicator Communicator::create(const Device& device, int rank, int world_size
   state->rank = rank;
   state->world_size = world_size;
   state->options = options;
-  state->check = options.check.value_or(check_mode_from_environment());
+  state->options.timeout = timeout;  // split communicators keep it
+  state->check = options.check.value_or(settings.collectives_check);
   state->prefix = "hal/communicator" + std::to_string(store->communicators_created_.fetch_add(1));
   state->store = std::make_unique<StoreBridge>(std::move(store));
 
@@ -309,7 +301,7 @@ Communicator Communicator::create(const Device& device, int rank, int world_size
   config.device = device.index();
   config.rank = rank;
   config.world_size = world_size;
-  config.timeout_ms = options.timeout.count();
+  config.timeout_ms = timeout.count();
   config.store = &state->store->table;
   config.key_prefix = state->prefix.c_str();
   config.options = backend_options.data();
@@ -381,10 +373,10 @@ Communicator Communicator::split(int color, int key) const {
   for (int peer = 0; peer < state.world_size; ++peer) {
     std::string text;
     try {
-      text = store.get(base + std::to_string(peer), state.options.timeout);
+      text = store.get(base + std::to_string(peer), *state.options.timeout);
     } catch (const Error& error) {
       throw Error(error.code(), where + ": rank " + std::to_string(peer) + " did not join the split within " +
-                                    std::to_string(state.options.timeout.count()) + " ms: " + error.what());
+                                    std::to_string(state.options.timeout->count()) + " ms: " + error.what());
     }
     Member member{0, 0, peer};
     if (std::sscanf(text.c_str(), "%d %d", &member.color, &member.key) != 2)
@@ -488,7 +480,7 @@ void submit_collective(Communicator::State& state, const Stream& stream, Operati
   operation.root = request.root;
   operation.count = request.count;
   operation.sequence = sequence;
-  operation.timeout_ms = (options.timeout.count() > 0 ? options.timeout : state.options.timeout).count();
+  operation.timeout_ms = (options.timeout.count() > 0 ? options.timeout : *state.options.timeout).count();
   operation.send = request.send != nullptr ? tensor_of(*request.send) : hal_tensor_ref_v1{nullptr, 0};
   operation.recv = request.recv != nullptr ? tensor_of(*request.recv) : hal_tensor_ref_v1{nullptr, 0};
 

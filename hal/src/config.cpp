@@ -12,6 +12,7 @@
 #include <functional>
 #include <system_error>
 
+#include "hal/settings.hpp"
 #include "hal/status.hpp"
 #include "environment.hpp"
 
@@ -125,6 +126,16 @@ ListValidator choice_list_validator(Choices choices) {
 
 const Choices kAttentionBackends = {"fused", "flash", "math"};
 
+std::vector<std::string> parse_list_from_text(std::string_view text, std::string_view origin,
+                                              const ListValidator& validator, std::string_view allowed) {
+  std::vector<std::string> items = split_comma_list(text);
+  if (auto problem = validator(items)) {
+    throw Error(StatusCode::invalid_argument,
+                std::string(origin) + ": " + problem->problem + ", expected " + std::string(allowed));
+  }
+  return items;
+}
+
 // Reads the value of one key and reports problems with its position.
 class ValueReader {
  public:
@@ -142,6 +153,11 @@ class ValueReader {
                                                   std::string(problem) + ", expected " + std::string(allowed_));
   }
   [[noreturn]] void fail_type(const toml::node& node) const { fail(node.source(), "got " + describe_type(node)); }
+
+  // "file:line" of a key, for where a setting came from.
+  std::string position(const toml::source_region& at) const {
+    return std::string(file_) + ":" + std::to_string(at.begin.line);
+  }
 
   const std::string& string(const toml::node& node) const {
     if (const auto* text = node.as_string()) return text->get();
@@ -180,11 +196,19 @@ class ValueReader {
   std::string_view allowed_;
 };
 
-// How one key is checked, stored and documented.
+// How one key is checked, stored, shown and overridden.
 struct KeyRule {
   std::string table_path;  // the dotted TOML path whose value this rule reads
   ConfigKeyInfo info;
   std::function<void(Config&, const toml::node&, const ValueReader&)> apply;
+  // The key's value as TOML writes it.
+  std::function<std::string(const Config&)> show;
+  // Applies info.environment_variable (and any alias) when set, returning
+  // the variables that decided ("HAL_ATTN_STRICT=1"), or nullopt when none
+  // is set; throws invalid_argument naming the variable and what it allows.
+  std::function<std::optional<std::string>(Config&)> apply_environment;
+  // The variable's items come before the file's instead of replacing them.
+  bool environment_extends = false;
 };
 
 const Config& built_in_defaults() {
@@ -194,36 +218,68 @@ const Config& built_in_defaults() {
 
 KeyRule make_rule(std::string name, std::string type, std::string default_value, std::string allowed,
                   std::string environment_variable, std::string description,
-                  std::function<void(Config&, const toml::node&, const ValueReader&)> apply) {
+                  std::function<void(Config&, const toml::node&, const ValueReader&)> apply,
+                  std::function<std::string(const Config&)> show) {
   return KeyRule{name,
                  {name, std::move(type), std::move(default_value), std::move(allowed), std::move(environment_variable),
                   std::move(description)},
-                 std::move(apply)};
+                 std::move(apply),
+                 std::move(show),
+                 {},
+                 false};
+}
+
+// "NAME=value" when the variable is set (to something other than ""), after
+// parse(config, value) took it; nullopt when it is unset.
+std::function<std::optional<std::string>(Config&)> environment_override(
+    std::string variable, std::function<void(Config&, std::string_view)> parse) {
+  return [variable = std::move(variable), parse = std::move(parse)](Config& config) -> std::optional<std::string> {
+    const char* value = detail::environment(variable.c_str());
+    if (value == nullptr) return std::nullopt;
+    parse(config, value);
+    return variable + "=" + value;
+  };
+}
+
+std::string show_list(const std::vector<std::string>& items) {
+  std::string text = "[";
+  for (const std::string& item : items) text += (text.size() > 1 ? ", " : "") + in_quotes(item);
+  return text + "]";
 }
 
 KeyRule choice_key(std::string name, std::string Config::*field, Choices choices, std::string environment_variable,
                    std::string description) {
   std::string allowed = "one of " + join_quoted(choices);
-  return make_rule(
-      std::move(name), "string", in_quotes(built_in_defaults().*field), std::move(allowed),
-      std::move(environment_variable), std::move(description),
-      [field, choices = std::move(choices)](Config& config, const toml::node& node, const ValueReader& reader) {
+  KeyRule rule = make_rule(
+      std::move(name), "string", in_quotes(built_in_defaults().*field), std::move(allowed), environment_variable,
+      std::move(description),
+      [field, choices](Config& config, const toml::node& node, const ValueReader& reader) {
         const std::string& value = reader.string(node);
         if (std::find(choices.begin(), choices.end(), value) == choices.end()) {
           reader.fail(node.source(), in_quotes(value) + " is not allowed");
         }
         config.*field = value;
-      });
+      },
+      [field](const Config& config) { return in_quotes(config.*field); });
+  if (!environment_variable.empty())
+    rule.apply_environment = environment_override(
+        environment_variable, [field, choices, environment_variable](Config& config, std::string_view value) {
+          if (std::find(choices.begin(), choices.end(), value) == choices.end())
+            throw Error(StatusCode::invalid_argument, environment_variable + "='" + std::string(value) +
+                                                          "' is not allowed; use one of " + join_quoted(choices));
+          config.*field = value;
+        });
+  return rule;
 }
 
 // A list written as a TOML array of strings or as one comma-separated string,
 // the way the matching environment variable is written.
 KeyRule string_list_key(std::string name, std::vector<std::string> Config::*field, std::string allowed,
                         ListValidator validator, std::string environment_variable, std::string description) {
-  return make_rule(
-      std::move(name), "array of strings, or one comma-separated string", "[]", std::move(allowed),
-      std::move(environment_variable), std::move(description),
-      [field, validator = std::move(validator)](Config& config, const toml::node& node, const ValueReader& reader) {
+  KeyRule rule = make_rule(
+      std::move(name), "array of strings, or one comma-separated string", "[]", allowed, environment_variable,
+      std::move(description),
+      [field, validator](Config& config, const toml::node& node, const ValueReader& reader) {
         std::vector<ValueReader::Item> items;
         if (node.is_string()) {
           for (std::string& text : split_comma_list(reader.string(node))) items.push_back({std::move(text), &node});
@@ -234,7 +290,14 @@ KeyRule string_list_key(std::string name, std::vector<std::string> Config::*fiel
         for (const auto& item : items) texts.push_back(item.text);
         if (auto problem = validator(texts)) reader.fail(items[problem->item].node->source(), problem->problem);
         config.*field = std::move(texts);
-      });
+      },
+      [field](const Config& config) { return show_list(config.*field); });
+  if (!environment_variable.empty())
+    rule.apply_environment = environment_override(
+        environment_variable, [field, validator, allowed, environment_variable](Config& config, std::string_view value) {
+          config.*field = parse_list_from_text(value, environment_variable, validator, allowed);
+        });
+  return rule;
 }
 
 KeyRule choice_list_key(std::string name, std::vector<std::string> Config::*field, Choices choices,
@@ -244,93 +307,185 @@ KeyRule choice_list_key(std::string name, std::vector<std::string> Config::*fiel
                          std::move(environment_variable), std::move(description));
 }
 
+// Variables say 1, true or on; 0, false or off.
+bool parse_flag(std::string_view variable, std::string_view value) {
+  if (value == "1" || value == "true" || value == "on") return true;
+  if (value == "0" || value == "false" || value == "off") return false;
+  throw Error(StatusCode::invalid_argument, std::string(variable) + "='" + std::string(value) +
+                                                "' is not allowed; use 1 (or true, on) or 0 (or false, off)");
+}
+
 KeyRule boolean_key(std::string name, bool Config::*field, std::string environment_variable, std::string description) {
-  return make_rule(std::move(name), "boolean", built_in_defaults().*field ? "true" : "false", "true or false",
-                   std::move(environment_variable), std::move(description),
-                   [field](Config& config, const toml::node& node, const ValueReader& reader) {
-                     const auto* value = node.as_boolean();
-                     if (value == nullptr) reader.fail_type(node);
-                     config.*field = value->get();
-                   });
+  KeyRule rule = make_rule(
+      std::move(name), "boolean", built_in_defaults().*field ? "true" : "false", "true or false", environment_variable,
+      std::move(description),
+      [field](Config& config, const toml::node& node, const ValueReader& reader) {
+        const auto* value = node.as_boolean();
+        if (value == nullptr) reader.fail_type(node);
+        config.*field = value->get();
+      },
+      [field](const Config& config) { return std::string(config.*field ? "true" : "false"); });
+  if (!environment_variable.empty())
+    rule.apply_environment =
+        environment_override(environment_variable, [field, environment_variable](Config& config, std::string_view value) {
+          config.*field = parse_flag(environment_variable, value);
+        });
+  return rule;
 }
 
 KeyRule positive_number_key(std::string name, double Config::*field, std::string environment_variable,
                             std::string description) {
-  return make_rule(std::move(name), "number", format_number(built_in_defaults().*field), "a number greater than 0",
-                   std::move(environment_variable), std::move(description),
-                   [field](Config& config, const toml::node& node, const ValueReader& reader) {
-                     std::optional<double> value;
-                     if (const auto* integer = node.as_integer()) value = static_cast<double>(integer->get());
-                     if (const auto* floating = node.as_floating_point()) value = floating->get();
-                     if (!value) reader.fail_type(node);
-                     if (!(*value > 0) || !std::isfinite(*value)) {
-                       reader.fail(node.source(), "got " + format_number(*value));
-                     }
-                     config.*field = *value;
-                   });
+  return make_rule(
+      std::move(name), "number", format_number(built_in_defaults().*field), "a number greater than 0",
+      std::move(environment_variable), std::move(description),
+      [field](Config& config, const toml::node& node, const ValueReader& reader) {
+        std::optional<double> value;
+        if (const auto* integer = node.as_integer()) value = static_cast<double>(integer->get());
+        if (const auto* floating = node.as_floating_point()) value = floating->get();
+        if (!value) reader.fail_type(node);
+        if (!(*value > 0) || !std::isfinite(*value)) {
+          reader.fail(node.source(), "got " + format_number(*value));
+        }
+        config.*field = *value;
+      },
+      [field](const Config& config) { return format_number(config.*field); });
 }
 
 constexpr std::string_view kPathRule = "relative paths are relative to the config file's directory, ~/ is $HOME";
 
 KeyRule path_key(std::string name, std::filesystem::path Config::*field, std::string environment_variable,
                  std::string description) {
-  return make_rule(std::move(name), "string (path)", in_quotes((built_in_defaults().*field).string()),
-                   "a path, or \"\" for the default; " + std::string(kPathRule), std::move(environment_variable),
-                   std::move(description), [field](Config& config, const toml::node& node, const ValueReader& reader) {
-                     config.*field = reader.resolve_path(reader.string(node));
-                   });
+  return make_rule(
+      std::move(name), "string (path)", in_quotes((built_in_defaults().*field).string()),
+      "a path, or \"\" for the default; " + std::string(kPathRule), std::move(environment_variable),
+      std::move(description),
+      [field](Config& config, const toml::node& node, const ValueReader& reader) {
+        config.*field = reader.resolve_path(reader.string(node));
+      },
+      [field](const Config& config) { return in_quotes((config.*field).string()); });
 }
 
+std::string show_paths(const std::vector<std::filesystem::path>& paths) {
+  std::vector<std::string> texts;
+  for (const auto& path : paths) texts.push_back(path.string());
+  return show_list(texts);
+}
+
+// A list of directories; the variable's, separated by ':', come first.
 KeyRule path_list_key(std::string name, std::vector<std::filesystem::path> Config::*field,
                       std::string environment_variable, std::string description) {
-  return make_rule(std::move(name), "array of strings (paths)", "[]",
-                   "non-empty directory paths; " + std::string(kPathRule), std::move(environment_variable),
-                   std::move(description), [field](Config& config, const toml::node& node, const ValueReader& reader) {
-                     std::vector<std::filesystem::path> paths;
-                     for (const auto& item : reader.string_items(node)) {
-                       if (item.text.empty()) reader.fail(item.node->source(), "got an empty path");
-                       paths.push_back(reader.resolve_path(item.text));
-                     }
-                     config.*field = std::move(paths);
-                   });
+  KeyRule rule = make_rule(
+      std::move(name), "array of strings (paths)", "[]", "non-empty directory paths; " + std::string(kPathRule),
+      environment_variable, std::move(description),
+      [field](Config& config, const toml::node& node, const ValueReader& reader) {
+        std::vector<std::filesystem::path> paths;
+        for (const auto& item : reader.string_items(node)) {
+          if (item.text.empty()) reader.fail(item.node->source(), "got an empty path");
+          paths.push_back(reader.resolve_path(item.text));
+        }
+        config.*field = std::move(paths);
+      },
+      [field](const Config& config) { return show_paths(config.*field); });
+  rule.apply_environment = environment_override(environment_variable, [field](Config& config, std::string_view value) {
+    std::vector<std::filesystem::path> paths;
+    for (std::size_t start = 0; start <= value.size();) {
+      const std::size_t colon = std::min(value.find(':', start), value.size());
+      std::string_view directory = value.substr(start, colon - start);
+      const auto first = directory.find_first_not_of(" \t");
+      if (first != std::string_view::npos)
+        paths.emplace_back(directory.substr(first, directory.find_last_not_of(" \t") - first + 1));
+      start = colon + 1;
+    }
+    paths.insert(paths.end(), (config.*field).begin(), (config.*field).end());
+    config.*field = std::move(paths);
+  });
+  rule.environment_extends = true;
+  return rule;
 }
 
 // [backend.<name>] tables: free-form options, interpreted by that backend.
+// Their values are shown one option at a time (settings_entries).
 KeyRule backend_options_rule() {
-  return KeyRule{"backend",
-                 {"backend.<backend>.<option>", "string, integer or boolean", "none",
-                  "tables named after a backend ([backend.cuda]) of lower-case option names with string, integer or "
-                  "boolean values",
-                  "", "Options handed to one backend; each backend's README lists the ones it reads."},
-                 [](Config& config, const toml::node& node, const ValueReader& reader) {
-                   const auto* backends = node.as_table();
-                   if (backends == nullptr) reader.fail_type(node);
-                   for (const auto& [backend, options] : *backends) {
-                     if (!is_lower_case_name(backend.str())) {
-                       reader.fail(backend.source(), in_quotes(backend.str()) + " is not a backend name");
-                     }
-                     const auto* option_table = options.as_table();
-                     if (option_table == nullptr) {
-                       reader.fail(options.source(), std::string(backend.str()) + " is " + describe_type(options));
-                     }
-                     auto& stored = config.backend_options[std::string(backend.str())];
-                     for (const auto& [option, value] : *option_table) {
-                       std::string option_path = std::string(backend.str()) + "." + std::string(option.str());
-                       if (!is_lower_case_name(option.str())) {
-                         reader.fail(option.source(), in_quotes(option_path) + " is not a lower-case option name");
-                       }
-                       if (const auto* text = value.as_string()) {
-                         stored[std::string(option.str())] = text->get();
-                       } else if (const auto* integer = value.as_integer()) {
-                         stored[std::string(option.str())] = std::to_string(integer->get());
-                       } else if (const auto* boolean = value.as_boolean()) {
-                         stored[std::string(option.str())] = boolean->get() ? "true" : "false";
-                       } else {
-                         reader.fail(value.source(), option_path + " is " + describe_type(value));
-                       }
-                     }
-                   }
-                 }};
+  KeyRule rule = make_rule(
+      "backend", "string, integer or boolean", "none",
+      "tables named after a backend ([backend.cuda]) of lower-case option names with string, integer or boolean values",
+      "", "Options handed to one backend; each backend's README lists the ones it reads.",
+      [](Config& config, const toml::node& node, const ValueReader& reader) {
+        const auto* backends = node.as_table();
+        if (backends == nullptr) reader.fail_type(node);
+        for (const auto& [backend, options] : *backends) {
+          if (!is_lower_case_name(backend.str())) {
+            reader.fail(backend.source(), in_quotes(backend.str()) + " is not a backend name");
+          }
+          const auto* option_table = options.as_table();
+          if (option_table == nullptr) {
+            reader.fail(options.source(), std::string(backend.str()) + " is " + describe_type(options));
+          }
+          auto& stored = config.backend_options[std::string(backend.str())];
+          for (const auto& [option, value] : *option_table) {
+            std::string option_path = std::string(backend.str()) + "." + std::string(option.str());
+            if (!is_lower_case_name(option.str())) {
+              reader.fail(option.source(), in_quotes(option_path) + " is not a lower-case option name");
+            }
+            if (const auto* text = value.as_string()) {
+              stored[std::string(option.str())] = text->get();
+            } else if (const auto* integer = value.as_integer()) {
+              stored[std::string(option.str())] = std::to_string(integer->get());
+            } else if (const auto* boolean = value.as_boolean()) {
+              stored[std::string(option.str())] = boolean->get() ? "true" : "false";
+            } else {
+              reader.fail(value.source(), option_path + " is " + describe_type(value));
+            }
+            config.key_positions["backend." + option_path] = reader.position(option.source());
+          }
+        }
+      },
+      {});
+  rule.info.name = "backend.<backend>.<option>";
+  return rule;
+}
+
+// TransformerEngine's switches, each on unless "0", in the order fused,
+// flash, math: the attention order when any of them is set.
+std::optional<std::string> transformer_engine_order(Config& config) {
+  const std::pair<const char*, const char*> switches[] = {
+      {"NVTE_FUSED_ATTN", "fused"}, {"NVTE_FLASH_ATTN", "flash"}, {"NVTE_UNFUSED_ATTN", "math"}};
+  std::vector<std::string> order;
+  std::string decided;
+  for (const auto& [variable, implementation] : switches) {
+    const char* value = detail::environment(variable);
+    if (value != nullptr && std::string_view(value) != "0" && std::string_view(value) != "1")
+      throw Error(StatusCode::invalid_argument, std::string(variable) + "=" + value + " is not allowed; use 0 or 1");
+    if (value == nullptr || std::string_view(value) == "1") order.emplace_back(implementation);
+    if (value != nullptr) decided += (decided.empty() ? "" : " ") + std::string(variable) + "=" + value;
+  }
+  if (decided.empty()) return std::nullopt;
+  config.attention_order = std::move(order);
+  return decided;
+}
+
+KeyRule attention_order_key() {
+  KeyRule rule = choice_list_key("attention.order", &Config::attention_order, kAttentionBackends, "HAL_ATTN_BACKENDS",
+                                 "Attention implementations to try, in this order; empty uses each device's default "
+                                 "order. The TransformerEngine switches NVTE_FUSED_ATTN, NVTE_FLASH_ATTN and "
+                                 "NVTE_UNFUSED_ATTN (0 or 1) set it too when HAL_ATTN_BACKENDS is not set.");
+  rule.apply_environment = [by_name = std::move(rule.apply_environment)](Config& config) {
+    if (auto decided = by_name(config)) return decided;
+    return transformer_engine_order(config);
+  };
+  return rule;
+}
+
+constexpr std::string_view kCapabilityOverridesAllowed =
+    "capability=value items, e.g. \"attention.fused=false\" or \"attention.flash=true\"";
+
+std::optional<ItemProblem> check_capability_overrides(const std::vector<std::string>& items) {
+  for (std::size_t index = 0; index < items.size(); ++index) {
+    const std::size_t equals = items[index].find('=');
+    if (equals == std::string::npos || items[index].find_first_not_of(' ') == equals)
+      return ItemProblem{index, in_quotes(items[index]) + " is not capability=value"};
+  }
+  return std::nullopt;
 }
 
 // The schema: one line per key.
@@ -340,25 +495,31 @@ const std::vector<KeyRule>& key_rules() {
                       check_backend_filter, "HAL_BACKENDS",
                       "Which backends to load, or which to skip; empty loads every backend found."),
       path_list_key("backends.search_paths", &Config::backends_search_paths, "HAL_BACKEND_PATH",
-                    "Directories searched for backend plugins, before the directory of libhal and the system "
-                    "paths."),
+                    "Directories searched for backend plugins, after those in HAL_BACKEND_PATH and before the "
+                    "directory of libhal and the system paths."),
       backend_options_rule(),
       choice_key("log.level", &Config::log_level, {"debug", "info", "warning", "error"}, "HAL_LOG_LEVEL",
                  "The least severe message hal logs."),
-      choice_list_key("attention.order", &Config::attention_order, kAttentionBackends, "HAL_ATTN_BACKENDS",
-                      "Attention implementations to try, in this order; empty uses each device's default order."),
+      attention_order_key(),
       boolean_key("attention.strict", &Config::attention_strict, "HAL_ATTN_STRICT",
                   "Fail instead of falling back when no implementation of attention.order fits a call."),
       boolean_key("attention.debug", &Config::attention_debug, "HAL_ATTN_DEBUG",
                   "Log every attention selection with the reasons each candidate was taken or passed over."),
+      string_list_key("capabilities.overrides", &Config::capability_overrides, std::string(kCapabilityOverridesAllowed),
+                      check_capability_overrides, "HAL_CAPABILITY_OVERRIDES",
+                      "Capability values that outrank what backends declare, quirks and probes, on every device."),
       // HAL_PROBE_CACHE names the cache file itself, so it is not this key's variable.
       path_key("probes.cache_dir", &Config::probes_cache_dir, "",
                "Where verified capability probe results are cached (probes.json in it); \"\" means "
                "$XDG_CACHE_HOME/hal (~/.cache/hal). HAL_PROBE_CACHE, a file path, outranks it."),
       positive_number_key("collectives.timeout_seconds", &Config::collectives_timeout_seconds, "",
-                          "How long a collective operation may wait for its peers before it fails with a timeout."),
+                          "How long a collective operation may wait for its peers before it fails with a timeout, "
+                          "unless the communicator's options set their own."),
       choice_key("collectives.engine", &Config::collectives_engine, {"auto", "gloo", "mpi"}, "HAL_COLL_ENGINE",
                  "The host collectives engine; auto picks MPI when launched by mpirun or srun and libmpi loads, else Gloo."),
+      boolean_key("collectives.check", &Config::collectives_check, "HAL_COLL_CHECK",
+                  "Every rank checks that its peers call the same collective with the same count, type and root "
+                  "before running it."),
   };
   return rules;
 }
@@ -455,7 +616,9 @@ class DocumentReader {
       const toml::node& node = *node_pointer;
       std::string path = join_path(table_path, key.str());
       if (const KeyRule* rule = find_rule(path)) {
-        rule->apply(config_, node, ValueReader(file_, base_directory_, path, rule->info.allowed));
+        const ValueReader reader(file_, base_directory_, path, rule->info.allowed);
+        rule->apply(config_, node, reader);
+        if (rule->show) config_.key_positions[path] = reader.position(key.source());
         continue;
       }
       std::vector<std::string> children = known_children(path);
@@ -521,15 +684,6 @@ std::filesystem::path directory_of(const std::filesystem::path& file) {
   return (error ? file : absolute).parent_path();
 }
 
-std::vector<std::string> parse_list_from_text(std::string_view text, std::string_view origin,
-                                              const ListValidator& validator, std::string_view allowed) {
-  std::vector<std::string> items = split_comma_list(text);
-  if (auto problem = validator(items)) {
-    throw Error(StatusCode::invalid_argument,
-                std::string(origin) + ": " + problem->problem + ", expected " + std::string(allowed));
-  }
-  return items;
-}
 
 }  // namespace
 
@@ -629,6 +783,91 @@ std::vector<std::string> parse_backend_filter(std::string_view text, std::string
 std::vector<std::string> parse_attention_order(std::string_view text, std::string_view origin) {
   return parse_list_from_text(text, origin, choice_list_validator(kAttentionBackends),
                               choice_list_allowed(kAttentionBackends));
+}
+
+std::string_view to_string(SettingSource::Kind kind) {
+  switch (kind) {
+    case SettingSource::Kind::built_in: return "built-in";
+    case SettingSource::Kind::config_file: return "config file";
+    case SettingSource::Kind::environment: return "environment";
+  }
+  return "unknown";
+}
+
+std::string SettingSource::to_string() const { return kind == Kind::built_in ? "built-in default" : location; }
+
+std::string Setting::source_text() const {
+  std::string text;
+  for (const SettingSource& source : sources) text += (text.empty() ? "" : ", then ") + source.to_string();
+  return text;
+}
+
+std::string Setting::origin() const {
+  std::string text;
+  for (const SettingSource& source : sources)
+    text += (text.empty() ? "" : ", then ") +
+            (source.kind == SettingSource::Kind::config_file ? "config " + key + " (" + source.location + ")"
+                                                             : source.to_string());
+  return text;
+}
+
+bool Setting::from(SettingSource::Kind kind) const {
+  return std::any_of(sources.begin(), sources.end(), [kind](const SettingSource& source) { return source.kind == kind; });
+}
+
+namespace {
+
+// Every key's value in `values`, with its sources: the variables that
+// decided it (by key, from Settings::resolve), the file where it was set.
+std::vector<Setting> settings_entries(const Config& values, const std::map<std::string, std::string>& environment) {
+  std::vector<Setting> entries;
+  auto file_source = [&](const std::string& key) -> std::optional<SettingSource> {
+    const auto position = values.key_positions.find(key);
+    if (position == values.key_positions.end()) return std::nullopt;
+    return SettingSource{SettingSource::Kind::config_file, position->second};
+  };
+  for (const KeyRule& rule : key_rules()) {
+    if (!rule.show) {  // [backend.<name>]: one entry per option, from the file only
+      for (const auto& [backend, options] : values.backend_options)
+        for (const auto& [option, value] : options) {
+          const std::string key = "backend." + backend + "." + option;
+          entries.push_back({key, in_quotes(value), {file_source(key).value_or(SettingSource{})}, ""});
+        }
+      continue;
+    }
+    Setting setting{rule.table_path, rule.show(values), {}, rule.info.environment_variable};
+    const auto variables = environment.find(rule.table_path);
+    if (variables != environment.end())
+      setting.sources.push_back({SettingSource::Kind::environment, variables->second});
+    if (variables == environment.end() || rule.environment_extends)
+      if (auto file = file_source(rule.table_path)) setting.sources.push_back(*file);
+    if (setting.sources.empty()) setting.sources.emplace_back();
+    entries.push_back(std::move(setting));
+  }
+  return entries;
+}
+
+}  // namespace
+
+Settings::Settings() : entries_(settings_entries(values_, {})) {}
+
+Settings Settings::resolve(const Config& file) {
+  Settings settings;
+  settings.values_ = file;
+  std::map<std::string, std::string> environment;
+  for (const KeyRule& rule : key_rules())
+    if (rule.apply_environment)
+      if (auto variables = rule.apply_environment(settings.values_)) environment[rule.table_path] = *variables;
+  settings.entries_ = settings_entries(settings.values_, environment);
+  return settings;
+}
+
+const Setting& Settings::at(std::string_view key) const {
+  for (const Setting& setting : entries_)
+    if (setting.key == key) return setting;
+  std::string keys;
+  for (const Setting& setting : entries_) keys += (keys.empty() ? "" : ", ") + setting.key;
+  throw Error(StatusCode::invalid_argument, "there is no setting " + in_quotes(key) + "; the settings are " + keys);
 }
 
 }  // namespace hal

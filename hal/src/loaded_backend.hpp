@@ -15,7 +15,7 @@
 
 #include "hal/attention.hpp"
 #include "hal/backend_abi.h"
-#include "hal/config.hpp"
+#include "hal/settings.hpp"
 #include "hal/device.hpp"
 #include "hal/event.hpp"
 #include "hal/memory.hpp"
@@ -33,8 +33,8 @@ struct LoadedBackend {
   hal_backend_context* context = nullptr;
   std::string name;
   std::string path;
-  // The runtime's config, for settings read per call (attention order, ...).
-  std::shared_ptr<const Config> config = std::make_shared<const Config>();
+  // The runtime's settings, for what calls read (attention order, ...).
+  std::shared_ptr<const Settings> settings = std::make_shared<const Settings>();
 
   // Attention decisions per (params, order, settings), and which fallbacks
   // were already warned about, so each is explained once.

@@ -41,7 +41,7 @@ const char* level_name(hal_log_level level) {
 hal_log_level parse_log_level(std::string_view text, std::string_view source) {
   if (text == "debug") return HAL_LOG_DEBUG;
   if (text == "info") return HAL_LOG_INFO;
-  if (text == "warning" || text == "warn") return HAL_LOG_WARNING;
+  if (text == "warning") return HAL_LOG_WARNING;
   if (text == "error") return HAL_LOG_ERROR;
   throw Error(StatusCode::invalid_argument, std::string(source) + " is '" + std::string(text) +
                                                 "'; use one of debug, info, warning, error");

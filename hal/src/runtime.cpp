@@ -32,6 +32,7 @@ const std::vector<std::string>& known_backend_names() {
 
 struct Runtime::State {
   Config config;
+  Settings settings;  // config with the environment applied, resolved once
   std::vector<BackendReport> reports;
   std::vector<Device> devices;
   std::vector<std::string> search_directories;
@@ -80,7 +81,7 @@ using detail::environment;
 
 // Which backends may be opened: "host,cuda" keeps those, "!rocm" drops those.
 struct BackendFilter {
-  std::string source;  // "HAL_BACKENDS=..." or "config backends.filter"
+  std::string source;  // "HAL_BACKENDS=..." or "config backends.filter (file:line)"
   std::set<std::string> names;
   bool exclude = false;
   bool active = false;
@@ -114,11 +115,10 @@ std::string libhal_directory() {
   }
 }
 
-std::vector<std::string> plugin_directories(const Config& config) {
+// HAL_BACKEND_PATH's directories are already first in backends.search_paths.
+std::vector<std::string> plugin_directories(const Config& settings) {
   std::vector<std::string> directories;
-  if (const char* paths = environment("HAL_BACKEND_PATH"))
-    for (auto& directory : split(paths, ':')) directories.push_back(directory);
-  for (const auto& directory : config.backends_search_paths) directories.push_back(directory.string());
+  for (const auto& directory : settings.backends_search_paths) directories.push_back(directory.string());
   if (const std::string own = libhal_directory(); !own.empty()) directories.push_back(own + "/hal/backends");
   for (const char* system : {"/usr/local/lib/hal/backends", "/usr/lib/hal/backends",
                              "/usr/lib/x86_64-linux-gnu/hal/backends", "/usr/lib/aarch64-linux-gnu/hal/backends"})
@@ -266,11 +266,13 @@ void drop_cuda_devices_claimed_by_ppu(std::vector<Device>& devices, std::vector<
   devices.erase(std::remove_if(devices.begin(), devices.end(), claimed), devices.end());
 }
 
-BackendReport load_candidate(const Candidate& candidate, const Config& config, std::vector<Device>& devices) {
+BackendReport load_candidate(const Candidate& candidate, const std::shared_ptr<const Settings>& settings,
+                             std::vector<Device>& devices) {
   BackendReport report;
   report.name = candidate.name;
   report.paths_tried = candidate.paths_tried;
   std::map<std::string, std::string> options;
+  const Config& config = settings->values();
   if (auto found = config.backend_options.find(candidate.name); found != config.backend_options.end())
     options = found->second;
   detail::PluginLoad load = detail::load_plugin(candidate.path, options);
@@ -283,7 +285,7 @@ BackendReport load_candidate(const Candidate& candidate, const Config& config, s
     report.reason = load.reason;
     return report;
   }
-  load.backend->config = std::make_shared<const Config>(config);
+  load.backend->settings = settings;
   report.version = load.backend->table->version != nullptr ? load.backend->table->version : "";
   report.abi_version = load.backend->table->abi_version;
   if (load.backend->name != candidate.name)
@@ -299,22 +301,20 @@ Runtime Runtime::create(const RuntimeOptions& options) {
   auto state = std::make_shared<State>();
   state->config = options.config ? *options.config : Config::load_default();
   for (const auto& warning : state->config.warnings) detail::log_message(HAL_LOG_WARNING, warning.to_string());
-  if (!environment("HAL_LOG_LEVEL") && state->config.source)
-    detail::set_log_level(detail::parse_log_level(state->config.log_level, "config log.level"));
+  state->settings = Settings::resolve(state->config);
+  const auto settings = std::make_shared<const Settings>(state->settings);
+  const Config& values = settings->values();
+  if (!settings->at("log.level").from(SettingSource::Kind::built_in))
+    detail::set_log_level(detail::parse_log_level(values.log_level, "log.level"));
 
-  BackendFilter filter;
-  if (const char* variable = environment("HAL_BACKENDS"))
-    filter = BackendFilter::from_items(parse_backend_filter(variable, "HAL_BACKENDS"),
-                                       std::string("HAL_BACKENDS=") + variable);
-  else
-    filter = BackendFilter::from_items(state->config.backends_filter, "config backends.filter");
+  const BackendFilter filter = BackendFilter::from_items(values.backends_filter, settings->at("backends.filter").origin());
 
   std::vector<Candidate> candidates;
   if (const char* forced = environment("HAL_BACKENDS_FORCE")) {
     candidates = forced_candidates(split(forced, ':'));
     state->search_directories = {};
   } else {
-    state->search_directories = plugin_directories(state->config);
+    state->search_directories = plugin_directories(values);
     candidates = scan_directories(state->search_directories);
     // Known backends that have no plugin anywhere are reported, not hidden.
     for (const auto& name : known_backend_names()) {
@@ -358,7 +358,7 @@ Runtime Runtime::create(const RuntimeOptions& options) {
       state->reports.push_back(std::move(report));
       continue;
     }
-    state->reports.push_back(load_candidate(candidate, state->config, state->devices));
+    state->reports.push_back(load_candidate(candidate, settings, state->devices));
   }
   drop_cuda_devices_claimed_by_ppu(state->devices, state->reports);
   // Reports in the same fixed order as loading: known backends first.
@@ -410,6 +410,7 @@ Device Runtime::device(std::string_view id) const {
 }
 
 const Config& Runtime::config() const { return state_->config; }
+const Settings& Runtime::settings() const { return state_->settings; }
 const std::vector<std::string>& Runtime::search_directories() const { return state_->search_directories; }
 
 }  // namespace hal

@@ -32,6 +32,7 @@ from ._hal import (  # noqa: F401  (re-exported)
     DeviceInfo,
     Event,
     Runtime,
+    Setting,
     StatusCode,
     LaunchEnvironment,
     Store,
@@ -44,7 +45,7 @@ from ._hal import (  # noqa: F401  (re-exported)
 __all__ = [
     "AbortedError", "AttentionCandidate", "AttentionDecision", "AttentionParams", "BackendReport", "Communicator",
     "Device", "DeviceInfo", "DeviceLostError", "Error", "Event", "InternalError", "InvalidArgumentError",
-    "LaunchEnvironment", "NotPresentError", "OutOfMemoryError", "Runtime", "StatusCode", "Store", "Stream", "Tensor",
+    "LaunchEnvironment", "NotPresentError", "OutOfMemoryError", "Runtime", "Setting", "StatusCode", "Store", "Stream", "Tensor",
     "TimeoutError", "UnsupportedError",
     "attention_backward", "attention_forward", "attention_params", "default_stream", "dtype_name", "empty",
     "explain_attention", "from_dlpack", "known_backend_names", "runtime",
@@ -70,13 +71,15 @@ def runtime() -> Runtime:
 
 
 def default_stream(device: Device) -> Stream:
-    """A stream per device that hal's Python functions use when given none (created on first use)."""
-    stream = _default_streams.get(device.id)
+    """A stream per device that hal's Python functions use when given none (created on first use).
+
+    Keyed by the device itself, not its id: host:0 of another Runtime is another device."""
+    stream = _default_streams.get(device)
     if stream is None:
         with _lock:
-            stream = _default_streams.get(device.id)
+            stream = _default_streams.get(device)
             if stream is None:
-                stream = _default_streams[device.id] = device.create_stream()
+                stream = _default_streams[device] = device.create_stream()
     return stream
 
 

@@ -14,8 +14,9 @@ What hal cannot do runs torch's own SDPA instead, with one warning
 (``hal.torch.FallbackWarning``) per distinct reason: an ``attn_mask``,
 ``dropout_p > 0``, a dtype other than float32/float16/bfloat16, inputs that
 are not 4-D, a device hal has not loaded, or a problem every hal
-implementation refuses (its reasons are in the warning). With
-``HAL_ATTN_STRICT=1`` these raise ``hal.UnsupportedError`` instead.
+implementation refuses (its reasons are in the warning). In strict mode (the
+``attention.strict`` setting of ``hal.runtime()``: ``HAL_ATTN_STRICT=1`` or the
+config file) these raise ``hal.UnsupportedError`` instead.
 
 ``with hal.torch.use_hal_attention():`` makes
 ``torch.nn.functional.scaled_dot_product_attention`` this function within
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import threading
 import warnings
 from typing import Iterator, List, Optional, Tuple
@@ -52,8 +52,13 @@ class FallbackWarning(UserWarning):
 _warned: set = set()
 
 
-def _strict() -> bool:
-    return os.environ.get("HAL_ATTN_STRICT", "") == "1"
+@torch.compiler.assume_constant_result
+def _strict_origin() -> str:
+    """Who turned strict mode on (the attention.strict setting: HAL_ATTN_STRICT or the config file); "" when off.
+
+    A constant to torch.compile: the default runtime resolved it once."""
+    setting = hal.runtime().setting("attention.strict")
+    return setting.origin if setting.value == "true" else ""
 
 
 def _uuid_digits(text: str) -> str:
@@ -248,16 +253,18 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     (dividing it) with enable_gqa=True. is_causal masks key j > query i
     (top-left, as torch). scale defaults to 1/sqrt(E). Differentiable in all
     three inputs. Returns (B, Hq, L, Ev), allocated by torch. What hal cannot do
-    runs torch's SDPA with a FallbackWarning (HAL_ATTN_STRICT=1: raises
-    hal.UnsupportedError); see fallback_reasons().
+    runs torch's SDPA with a FallbackWarning (in strict mode, the
+    attention.strict setting or HAL_ATTN_STRICT=1 when the runtime was made:
+    raises hal.UnsupportedError); see fallback_reasons().
     """
     if _needs_torch_for_errors(query, key, value, enable_gqa):
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, enable_gqa=enable_gqa)
     reasons = fallback_reasons(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if reasons:
-        if _strict():
-            _refuse("hal.torch.scaled_dot_product_attention (HAL_ATTN_STRICT=1): " + "; ".join(reasons))
+        strict = _strict_origin()
+        if strict:
+            _refuse("hal.torch.scaled_dot_product_attention (strict mode, " + strict + "): " + "; ".join(reasons))
         for reason in reasons:
             _warn(reason)
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,

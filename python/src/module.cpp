@@ -397,6 +397,15 @@ NB_MODULE(_hal, m) {
       .def("__hash__", [](const hal::Device& d) { return std::hash<std::string>{}(d.id()); })
       .def("__repr__", [](const hal::Device& d) { return "<hal.Device " + d.id() + ">"; });
 
+  nb::class_<hal::Setting>(m, "Setting", "One setting in effect: its key, value (as TOML writes it) and source.")
+      .def_ro("key", &hal::Setting::key)
+      .def_ro("value", &hal::Setting::value)
+      .def_prop_ro("source", &hal::Setting::source_text,
+                   "'built-in default', the config file's 'path:line', or the variable: 'HAL_ATTN_STRICT=1'.")
+      .def_prop_ro("origin", &hal::Setting::origin, "Who set it, as messages cite it.")
+      .def_ro("environment_variable", &hal::Setting::environment_variable)
+      .def("__repr__", [](const hal::Setting& s) { return "<hal.Setting " + s.key + " = " + s.value + " (" + s.source_text() + ")>"; });
+
   nb::class_<hal::Runtime>(m, "Runtime",
                            "Finds and loads the backend plugins and owns their devices. hal.runtime() is the "
                            "process-wide default; hal.Runtime() makes another one.")
@@ -417,6 +426,10 @@ NB_MODULE(_hal, m) {
           "The device a DLPack (device_type, device_id) pair names: (1, 0) is the host, (2, N) cuda:N. Raises "
           "hal.NotPresentError when hal has no such device.")
       .def_prop_ro("search_directories", &hal::Runtime::search_directories, "Plugin directories, in search order.")
+      .def_prop_ro("settings", [](const hal::Runtime& r) { return r.settings().entries(); },
+                   "Every setting in effect (a Setting each), resolved when the runtime was made.")
+      .def("setting", [](const hal::Runtime& r, const std::string& key) { return r.settings().at(key); }, "key"_a,
+           "The Setting of one key ('attention.strict'); raises hal.InvalidArgumentError listing the keys.")
       .def("__repr__", [](const hal::Runtime& r) {
         std::string ids;
         for (const auto& d : r.devices()) ids += (ids.empty() ? "" : ", ") + d.id();

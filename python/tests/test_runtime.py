@@ -137,3 +137,20 @@ def test_the_extension_links_no_vendor_library():
         vendor = [n for n in needed if any(v in n for v in ("cuda", "cudnn", "cublas", "nccl", "amdhip", "rocm", "hip"))]
         assert not vendor, f"{library} links {vendor}"
     assert "libhal.so.0" in subprocess.run(["readelf", "-d", extension], capture_output=True, text=True).stdout
+
+
+def test_settings_say_where_each_value_came_from(monkeypatch):
+    monkeypatch.setenv("HAL_ATTN_DEBUG", "1")
+    monkeypatch.delenv("HAL_COLL_ENGINE", raising=False)
+    runtime = hal.Runtime()  # reads the environment now, once
+    debug = runtime.setting("attention.debug")
+    assert (debug.value, debug.source, debug.environment_variable) == ("true", "HAL_ATTN_DEBUG=1", "HAL_ATTN_DEBUG")
+    assert runtime.setting("collectives.engine").source == "built-in default"
+    assert "collectives.timeout_seconds" in {s.key for s in runtime.settings}
+    monkeypatch.setenv("HAL_ATTN_DEBUG", "0")
+    assert runtime.setting("attention.debug").value == "true"  # the runtime keeps what it resolved
+    with pytest.raises(hal.InvalidArgumentError, match="no setting \"attention.speed\""):
+        runtime.setting("attention.speed")
+    monkeypatch.setenv("HAL_ATTN_DEBUG", "sometimes")
+    with pytest.raises(hal.InvalidArgumentError, match="HAL_ATTN_DEBUG='sometimes' is not allowed"):
+        hal.Runtime()

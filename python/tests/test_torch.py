@@ -179,8 +179,15 @@ def test_unsupported_dtype_falls_back():
     assert ht.fallback_reasons(q, k, v) == ["dtype torch.float64 (hal's attention takes float32, float16 and bfloat16)"]
 
 
-def test_strict_mode_raises(monkeypatch):
+def strict_runtime(monkeypatch):
+    """HAL_ATTN_STRICT=1 in a default runtime made after it is set (a runtime reads its settings once)."""
     monkeypatch.setenv("HAL_ATTN_STRICT", "1")
+    monkeypatch.setattr(hal, "_default_runtime", None)
+    assert hal.runtime().setting("attention.strict").source == "HAL_ATTN_STRICT=1"
+
+
+def test_strict_mode_raises(monkeypatch):
+    strict_runtime(monkeypatch)
     q, k, v = inputs(1, 2, 2, 6, 6, 64)
     with pytest.raises(hal.UnsupportedError, match="attn_mask"):
         ht.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(6, 6, dtype=torch.bool))
@@ -237,7 +244,7 @@ def test_torch_compile_fullgraph_of_a_fallback_warns_at_trace_time():
 
 
 def test_strict_mode_under_torch_compile_names_the_reason(monkeypatch):
-    monkeypatch.setenv("HAL_ATTN_STRICT", "1")
+    strict_runtime(monkeypatch)
     q = torch.randn(1, 2, 6, 64)
     mask = torch.ones(6, 6, dtype=torch.bool)
     torch._dynamo.reset()

@@ -446,6 +446,23 @@ TEST_CASE("Communicator: bad arguments fail on the calling rank before anything 
   std::filesystem::remove_all(directory);
 }
 
+TEST_CASE("the collectives.timeout_seconds setting is a communicator's default timeout") {
+  ScopedEnvironment environment{{"HAL_BACKEND_PATH", HAL_PLUGIN_DIR}, {"HAL_BACKENDS", "host"},
+                                {"HAL_COLL_ENGINE", "gloo"}};
+  hal::RuntimeOptions options;
+  options.config = hal::Config::parse("[collectives]\ntimeout_seconds = 0.5\n", "hal.toml");
+  const hal::Runtime runtime = hal::Runtime::create(options);
+  const std::string directory = temporary_directory();
+  // Rank 0 of 2, and rank 1 never comes: creation fails after the setting's 0.5 s, not the 300 s default.
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(hal::Communicator::create(runtime.device("host:0"), 0, 2, std::make_shared<hal::FileStore>(directory)),
+                  hal::Error);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  CHECK(elapsed >= 500ms);
+  CHECK(elapsed < 20s);
+  std::filesystem::remove_all(directory);
+}
+
 TEST_CASE("every operation x type x in/out-of-place on 2, 3 and 4 ranks") {
   for (const int ranks : {2, 3, 4}) {
     CAPTURE(ranks);
@@ -537,9 +554,12 @@ TEST_CASE("Store::from_environment: srun's variables, and who wins") {
 TEST_CASE("collectives engine: a name other than auto, gloo or mpi is an error naming it") {
   ScopedEnvironment environment{{"HAL_BACKEND_PATH", HAL_PLUGIN_DIR}, {"HAL_BACKENDS", "host"},
                                 {"HAL_COLL_ENGINE", "nccl"}};
+  // The runtime resolves every setting when it is made.
+  CHECK_THROWS_WITH_AS(hal::Runtime::create(), doctest::Contains("HAL_COLL_ENGINE='nccl'"), hal::Error);
+  environment.set("HAL_COLL_ENGINE", "mpi");
   const hal::Runtime runtime = hal::Runtime::create();
   const hal::Device device = runtime.device("host:0");
-  CHECK_THROWS_WITH_AS(hal::collectives_engine(device), doctest::Contains("HAL_COLL_ENGINE='nccl'"), hal::Error);
+  CHECK(hal::collectives_engine(device).requested_by == "HAL_COLL_ENGINE=mpi");
   hal::CommunicatorOptions options;
   options.engine = "gloo";  // the per-communicator choice wins over the variable
   const hal::CollectivesEngineChoice choice = hal::collectives_engine(device, options);

@@ -9,6 +9,7 @@
 
 #include "hal/hal.hpp"
 #include "attention_view.hpp"
+#include "config_view.hpp"
 #include "info_json.hpp"
 #include "telemetry_view.hpp"
 #include "text_report.hpp"
@@ -34,11 +35,13 @@ Commands:
   attention         which attention implementation each device would run, and why
                     not the others (--shape, --dtype, --causal, --alignment,
                     --window, --backward; see docs/attention.md)
+  config            every setting in effect, its value and where it came from
+                    (built-in default, the config file's line, an environment variable)
 
 Options:
   -v, --verbose     everything: paths tried, version axes, capabilities
-  --json            one JSON document (schema hal.info/2, docs/halinfo.md); with watch,
-                    one JSON object per line
+  --json            one JSON document (schema hal.info/2, docs/halinfo.md; config:
+                    hal.settings/1); with watch, one JSON object per line
   --device ID       only this device: backend:index (host:0), UUID or PCI bus id
   --require N       exit 1 when fewer than N accelerator (non-CPU) devices are present
   -h, --help        this text
@@ -100,7 +103,8 @@ Options parse_arguments(int argc, char** argv) {
       options.interval = value_of(i, "--interval");
     } else if (argument == "--count") {
       options.count = value_of(i, "--count");
-    } else if ((argument == "topo" || argument == "attention" || argument == "health" || argument == "watch") &&
+    } else if ((argument == "topo" || argument == "attention" || argument == "health" || argument == "watch" ||
+                argument == "config") &&
                options.command.empty()) {
       options.command = argument;
     } else if (argument == "--shape") {
@@ -150,8 +154,26 @@ Options parse_arguments(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Options options = parse_arguments(argc, argv);
+  // hal failing to start (a bad config file or variable) is exit 3 whatever the command.
+  auto start = [](auto&& make) {
+    try {
+      return make();
+    } catch (const hal::Error& error) {
+      std::fprintf(stderr, "halinfo: %s\n", error.what());
+      std::exit(exit_runtime_error);
+    }
+  };
   try {
-    const hal::Runtime runtime = hal::Runtime::create();
+    if (options.command == "config") {  // what a runtime would resolve; no plugin is opened
+      const hal::Config file = start([] { return hal::Config::load_default(); });
+      const hal::Settings settings = start([&] { return hal::Settings::resolve(file); });
+      if (options.json)
+        std::cout << halinfo::settings_document(file, settings).dump(2) << "\n";
+      else
+        halinfo::print_settings(file, settings, std::cout);
+      return exit_ok;
+    }
+    const hal::Runtime runtime = start([] { return hal::Runtime::create(); });
     std::vector<hal::Device> devices = runtime.devices();
     if (options.device) devices = {runtime.device(*options.device)};
 

@@ -98,6 +98,14 @@ struct AttentionOptions {
   // buffer: the backend allocates its own. GPU backends take it; the host
   // backend's scratch is host memory of its own (unsupported there).
   TensorRef workspace = {};
+  // Fail instead of falling back from the order's first choice; nullopt: the
+  // attention.strict setting (HAL_ATTN_STRICT).
+  std::optional<bool> strict = std::nullopt;
+  // Print each new decision to stderr; nullopt: attention.debug (HAL_ATTN_DEBUG).
+  std::optional<bool> debug = std::nullopt;
+  // Capability values for this call ("attention.flash=false"), the top
+  // layer, above the capabilities.overrides setting.
+  std::vector<std::string> capability_overrides = {};
 };
 
 // Which implementation would run, and why each other did not. Reads the
@@ -112,7 +120,7 @@ std::uint64_t attention_workspace_size(const Device& device, const AttentionPara
 
 // Enqueue on the stream; returns the decision that was used. Throws
 // unsupported when nothing is eligible (listing each candidate's first
-// reason), or when HAL_ATTN_STRICT=1 and the first choice is not eligible.
+// reason), or in strict mode when the first choice is not eligible.
 AttentionDecision attention_forward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
                                     const TensorRef& k, const TensorRef& v, const TensorRef& o,
                                     const TensorRef& lse = {}, const AttentionOptions& options = {});

@@ -130,24 +130,25 @@ struct BufferView {
 };
 
 struct CommunicatorOptions {
-  // Default for every operation; an operation may pass its own.
-  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Default for every operation; an operation may pass its own. nullopt:
+  // the collectives.timeout_seconds setting (300 s unless configured).
+  std::optional<std::chrono::milliseconds> timeout;
   // Compare every collective's fingerprint across ranks before running it.
-  // nullopt: HAL_COLL_CHECK=1 turns it on.
+  // nullopt: the collectives.check setting (HAL_COLL_CHECK=1 turns it on).
   std::optional<bool> check;
   // Backend options, e.g. {"interface", "eth0"} or {"hostname", "10.0.0.5"}
   // for the host backend.
   std::vector<std::pair<std::string, std::string>> backend_options;
-  // The host backend's engine: "auto", "gloo" or "mpi". Empty: HAL_COLL_ENGINE,
-  // else the config's collectives.engine, else auto (MPI when launched by
-  // mpirun or srun and libmpi loads, Gloo otherwise).
+  // The host backend's engine: "auto", "gloo" or "mpi". Empty: the
+  // collectives.engine setting (HAL_COLL_ENGINE, the config file), else auto
+  // (MPI when launched by mpirun or srun and libmpi loads, Gloo otherwise).
   std::string engine;
 };
 
 // Which engine a communicator created now with these options would run on.
 struct CollectivesEngineChoice {
   std::string requested;     // "auto", "gloo" or "mpi"
-  std::string requested_by;  // "HAL_COLL_ENGINE=mpi", "config collectives.engine (/etc/hal/hal.toml)", ...
+  std::string requested_by;  // "HAL_COLL_ENGINE=mpi", "config collectives.engine (/etc/hal/hal.toml:12)", ...
   std::string engine;        // "gloo", "mpi"; empty when the request cannot be met
   std::string reason;        // why that engine, or why the request cannot be met
   std::string engines;       // every engine of the backend and whether it can run here

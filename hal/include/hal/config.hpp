@@ -1,6 +1,7 @@
 // hal's configuration file (TOML). Every key, its type, default and
 // overriding environment variable is listed in Config::schema() and in
-// docs/config.md.
+// docs/config.md. The values in effect, with the environment applied and
+// where each came from, are a Settings (hal/settings.hpp).
 #pragma once
 
 #include <filesystem>
@@ -59,6 +60,11 @@ struct Config {
   bool attention_strict = false;
   bool attention_debug = false;
 
+  // [capabilities]
+  // "key=value" items as in HAL_CAPABILITY_OVERRIDES ("attention.fused=false"):
+  // the top capability layer, above declarations, quirks and probes.
+  std::vector<std::string> capability_overrides;
+
   // [probes]
   // Where verified probe results are cached; empty means $XDG_CACHE_HOME/hal.
   std::filesystem::path probes_cache_dir;
@@ -66,9 +72,15 @@ struct Config {
   // [collectives]
   double collectives_timeout_seconds = 300;
   std::string collectives_engine = "auto";  // auto | gloo | mpi
+  // Every rank checks that its peers call the same collective with the same
+  // count, type and root before running it (costs a store round trip).
+  bool collectives_check = false;
 
   // Keys hal ignored, with their position.
   std::vector<ConfigWarning> warnings;
+  // Where each key set in the file was written ("/etc/hal/hal.toml:4"), by
+  // dotted name ("attention.order", "backend.cuda.driver").
+  std::map<std::string, std::string> key_positions;
 
   // Parses TOML text. `source_name` names the text in messages, and relative
   // paths in it resolve against its directory. Throws hal::Error

@@ -10,6 +10,7 @@
 #include "hal/interop.hpp"
 #include "hal/memory.hpp"
 #include "hal/runtime.hpp"
+#include "hal/settings.hpp"
 #include "hal/status.hpp"
 #include "hal/stream.hpp"
 #include "hal/telemetry.hpp"

@@ -10,6 +10,7 @@
 
 #include "hal/config.hpp"
 #include "hal/device.hpp"
+#include "hal/settings.hpp"
 
 namespace hal {
 
@@ -39,7 +40,9 @@ struct RuntimeOptions {
 class Runtime {
  public:
   // Never throws because a backend is missing or broken: that is reported in
-  // backends(). Throws for a bad config file or bad HAL_* variables.
+  // backends(). Throws for a bad config file or bad HAL_* variables. Reads
+  // the environment once, here (Settings); later changes to it do not
+  // reach this runtime.
   static Runtime create(const RuntimeOptions& options = {});
 
   const std::vector<BackendReport>& backends() const;
@@ -49,7 +52,11 @@ class Runtime {
   // the ids there are.
   Device device(std::string_view id) const;
   std::optional<Device> find_device(std::string_view id) const;
+  // The config file as read (or RuntimeOptions::config).
   const Config& config() const;
+  // What is in effect: the config with the environment applied, each value
+  // with its source; resolved once, here.
+  const Settings& settings() const;
   // Directories searched for plugins, in order.
   const std::vector<std::string>& search_directories() const;
 
