@@ -48,7 +48,7 @@ template <auto VendorContext, auto FillDeviceInfo>
 hal_status device_info(hal_backend_context* context, std::uint32_t device, hal_device_info_v1* info) {
   if (context == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "the backend context is null");
   if (hal_status status = (context->*VendorContext).check_device(device); status != HAL_OK) return status;
-  if (info == nullptr || info->struct_size < sizeof(hal_device_info_v1))
+  if (info == nullptr || info->struct_size < HAL_DEVICE_INFO_V1_MIN_SIZE)
     return fail(HAL_ERROR_INVALID_ARGUMENT, "device_info needs a v1 hal_device_info_v1 with struct_size set");
   FillDeviceInfo(context->*VendorContext, device, *info);
   return succeed();

@@ -93,6 +93,8 @@ struct Profile {
   // first snapshot, and its exported names' prefix ("nvml", "hgml").
   shims::LibraryRequest telemetry;
   std::string telemetry_prefix = "nvml";
+  // Backends whose view of these same devices is not listed (hal_device_info_v1::supersedes).
+  std::string supersedes;
   // Sets the device's vendor and NUMA node and adds its version axes and
   // identity capabilities (model, what its compute capability means). Runs
   // once the driver's identity, PCI bus id and attributes are read.

@@ -228,6 +228,7 @@ void fill_device_info(const Context& context, std::uint32_t index, hal_device_in
   info.clock_mhz = device.clock_mhz;
   info.memory_clock_mhz = device.memory_clock_mhz;
   device.description.describe(info);
+  if (HAL_DEVICE_INFO_HAS(&info, supersedes)) info.supersedes = context.profile.supersedes.c_str();
 }
 
 }  // namespace hal::cuda

@@ -90,7 +90,7 @@ hal_status device_count(hal_backend_context* context, std::uint32_t* count) {
 
 hal_status device_info(hal_backend_context* context, std::uint32_t device, hal_device_info_v1* info) {
   if (const hal_status status = check_device(context, device); status != HAL_OK) return status;
-  if (info == nullptr || info->struct_size < sizeof(hal_device_info_v1))
+  if (info == nullptr || info->struct_size < HAL_DEVICE_INFO_V1_MIN_SIZE)
     return fail(HAL_ERROR_INVALID_ARGUMENT, "device_info needs a v1 hal_device_info_v1 with struct_size set");
   fill_device_info(context->host.devices[device], context->host.multiple_numa_nodes, *info);
   return succeed();

@@ -104,6 +104,8 @@ cuda::Profile ppu_profile(const Software& software) {
   // HGML: NVML's API with an hgml prefix, from the SDK (HAL_HGML overrides).
   profile.telemetry = shims::Nvml::hgml_request({}, software.sdk.root);
   profile.telemetry_prefix = "hgml";
+  // In CUDA-compatible mode the cuda backend sees the same PPUs; they are this backend's.
+  profile.supersedes = "cuda";
   profile.identify = [software](const cuda::Context& context, cuda::CudaDevice& device) {
     identify_ppu(software, context, device);
   };

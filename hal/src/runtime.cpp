@@ -208,6 +208,8 @@ DeviceInfo convert_device_info(const std::string& backend, std::uint32_t index, 
     }
     info.capabilities.push_back(std::move(capability));
   }
+  if (HAL_DEVICE_INFO_HAS(&raw, supersedes) && raw.supersedes != nullptr)
+    info.supersedes = split(raw.supersedes, ',');
   return info;
 }
 
@@ -242,28 +244,38 @@ bool enumerate_devices(const std::shared_ptr<detail::LoadedBackend>& backend, Ba
 // that is not a PCI bus id stays as it is.
 std::string comparable_pci_bus_id(const std::string& id) { return normalize_pci_bus_id(id).value_or(id); }
 
-// A PPU in CUDA-compatible mode is also seen by the cuda backend. When the
-// ppu backend lists devices, a cuda device is dropped if its PCI bus id is a
-// ppu device's or, when the bus ids cannot tell, its name starts with "PPU".
-void drop_cuda_devices_claimed_by_ppu(std::vector<Device>& devices, std::vector<BackendReport>& reports) {
-  std::vector<std::string> ppu_bus_ids;
-  for (const auto& device : devices)
-    if (device.info().backend == "ppu") ppu_bus_ids.push_back(comparable_pci_bus_id(device.info().pci_bus_id));
-  if (ppu_bus_ids.empty()) return;
-  const auto claimed = [&](const Device& device) {
-    const DeviceInfo& info = device.info();
-    if (info.backend != "cuda") return false;
-    const std::string bus_id = comparable_pci_bus_id(info.pci_bus_id);
-    const bool same_bus =
-        !bus_id.empty() && std::find(ppu_bus_ids.begin(), ppu_bus_ids.end(), bus_id) != ppu_bus_ids.end();
-    if (!same_bus && !info.name.starts_with("PPU")) return false;
-    detail::log_message(HAL_LOG_INFO, "cuda device " + device.id() + " (" + info.name + ", " + info.pci_bus_id +
-                                          ") is a PPU the ppu backend lists; it is not listed twice");
-    for (auto& report : reports)
-      if (report.name == "cuda" && report.device_count > 0) --report.device_count;
-    return true;
+// One device reached through two backends (a PPU through ppu and cuda) is
+// listed once, by the backend that declares it supersedes the other: the
+// same PCI bus id, or the same UUID when either has no bus id.
+void drop_superseded_devices(std::vector<Device>& devices, std::vector<BackendReport>& reports) {
+  const auto same_device = [](const DeviceInfo& a, const DeviceInfo& b) {
+    if (!a.pci_bus_id.empty() && !b.pci_bus_id.empty())
+      return comparable_pci_bus_id(a.pci_bus_id) == comparable_pci_bus_id(b.pci_bus_id);
+    return !a.uuid.empty() && a.uuid == b.uuid;
   };
-  devices.erase(std::remove_if(devices.begin(), devices.end(), claimed), devices.end());
+  const auto superseded = [&](const Device& device) {
+    const DeviceInfo& info = device.info();
+    for (const Device& other : devices) {
+      const auto& names = other.info().supersedes;
+      if (std::find(names.begin(), names.end(), info.backend) == names.end() || !same_device(info, other.info()))
+        continue;
+      detail::log_message(HAL_LOG_INFO, device.id() + " (" + info.name + ", " + info.pci_bus_id + ") is " +
+                                            other.id() + ", whose backend supersedes " + info.backend +
+                                            "; it is listed once, as " + other.id());
+      return true;
+    }
+    return false;
+  };
+  std::vector<Device> kept;
+  for (const Device& device : devices) {
+    if (!superseded(device)) {
+      kept.push_back(device);
+      continue;
+    }
+    for (auto& report : reports)
+      if (report.name == device.info().backend && report.device_count > 0) --report.device_count;
+  }
+  devices = std::move(kept);
 }
 
 BackendReport load_candidate(const Candidate& candidate, const std::shared_ptr<const Settings>& settings,
@@ -360,7 +372,7 @@ Runtime Runtime::create(const RuntimeOptions& options) {
     }
     state->reports.push_back(load_candidate(candidate, settings, state->devices));
   }
-  drop_cuda_devices_claimed_by_ppu(state->devices, state->reports);
+  drop_superseded_devices(state->devices, state->reports);
   // Reports in the same fixed order as loading: known backends first.
   std::stable_sort(state->reports.begin(), state->reports.end(),
                    [](const auto& a, const auto& b) { return backend_rank(a.name) < backend_rank(b.name); });

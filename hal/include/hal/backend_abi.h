@@ -120,7 +120,20 @@ typedef struct hal_device_info_v1 {
   uint32_t version_axis_count;
   const hal_capability_v1* capabilities;
   uint32_t capability_count;
+  /* Added within v1, so written only where HAL_DEVICE_INFO_HAS(info,
+   * supersedes): backend names, comma-separated ("cuda"), whose device at
+   * the same PCI bus id (or, when either has none, the same UUID) is this
+   * very device reached another way; libhal lists it once, as this one.
+   * NULL or "" for none. */
+  const char* supersedes;
 } hal_device_info_v1;
+
+/* What a caller built before supersedes passes: the smallest struct_size a
+ * backend accepts. */
+#define HAL_DEVICE_INFO_V1_MIN_SIZE offsetof(hal_device_info_v1, supersedes)
+/* The caller's struct is large enough to hold this field. */
+#define HAL_DEVICE_INFO_HAS(info, field) \
+  ((info)->struct_size >= offsetof(hal_device_info_v1, field) + sizeof((info)->field))
 
 typedef enum hal_memory_kind {
   HAL_MEMORY_DEVICE = 0,
@@ -579,7 +592,7 @@ HAL_ABI_PIN_SIZE(hal_error_info_v1, 32);
 HAL_ABI_PIN_SIZE(hal_key_value_v1, 16);
 HAL_ABI_PIN_SIZE(hal_backend_init_v1, 48);
 HAL_ABI_PIN_SIZE(hal_capability_v1, 48);
-HAL_ABI_PIN_SIZE(hal_device_info_v1, 120);
+HAL_ABI_PIN_SIZE(hal_device_info_v1, 128);
 HAL_ABI_PIN_SIZE(hal_attention_params_v1, 368);
 HAL_ABI_PIN_SIZE(hal_tensor_ref_v1, 16);
 HAL_ABI_PIN_SIZE(hal_attention_v1, 40);

@@ -56,6 +56,9 @@ struct DeviceInfo {
   // Each version axis on its own: driver, runtime, every vendor library.
   std::vector<std::pair<std::string, std::string>> version_axes;
   std::vector<Capability> capabilities;
+  // Backends whose view of this same device (same PCI bus id, or UUID) the
+  // runtime does not list: a PPU is also a CUDA device to the cuda backend.
+  std::vector<std::string> supersedes;
 
   const Capability* find_capability(std::string_view key) const;
   std::optional<std::string> version(std::string_view axis) const;
