@@ -49,8 +49,8 @@ summary="$out/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 
 # What a JSON document holds, in a few words: results and skipped entries of
-# hal.bench/1, devices of halinfo, errors of the PyTorch reference. "nothing
-# measured" when a benchmark wrote no result at all.
+# hal.bench/1 (for coll: sizes and #wrong), devices of halinfo, errors of the
+# PyTorch reference. "nothing measured" when a benchmark wrote no result at all.
 describe_json() {
   python3 - "$1" <<'EOF' 2>&1
 import json, sys
@@ -65,11 +65,14 @@ except Exception as error:
     print(f"not valid JSON ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'empty'})")
     sys.exit()
 parts = []
-if isinstance(document.get("results"), list):
-    parts.append(f"{len(document['results'])} results" if document["results"] else "NOTHING MEASURED")
-if isinstance(document.get("rows"), list):  # hal.bench.coll/1
-    wrong = sum(row.get(place, {}).get("wrong", 0) for row in document["rows"] for place in ("out_of_place", "in_place"))
-    parts.append(f"{len(document['rows'])} sizes, {wrong} wrong" if document["rows"] else "NOTHING MEASURED")
+results = document.get("results")
+if isinstance(results, list) and not results:
+    parts.append("NOTHING MEASURED")
+elif isinstance(results, list) and document.get("benchmark") == "coll":  # one result per size
+    wrong = sum(row.get(place, {}).get("wrong", 0) for row in results for place in ("out_of_place", "in_place"))
+    parts.append(f"{len(results)} sizes, {wrong} wrong")
+elif isinstance(results, list):
+    parts.append(f"{len(results)} results")
 if document.get("skipped"):
     parts.append(f"{len(document['skipped'])} skipped, first: {document['skipped'][0].get('reason', '?')[:160]}")
 if isinstance(document.get("devices"), list):
@@ -299,9 +302,9 @@ step halbench-dispatch 10 hal-gpu "$out/halbench-dispatch.json" "$bundle/bin/hal
 
 # 6. Collectives on cuda:0 through the NCCL engine (NCCL from PyTorch's
 #    wheel or the system), one rank (RANK=0, WORLD_SIZE=1, a FileStore),
-#    nccl-tests columns in the JSON. NCCL puts one rank per GPU, so with one
-#    GPU only world size 1 is measured: the engine's path end to end, no data
-#    crossing between GPUs.
+#    nccl-tests columns in its hal.bench/1 results. NCCL puts one rank per
+#    GPU, so with one GPU only world size 1 is measured: the engine's path
+#    end to end, no data crossing between GPUs.
 if [ "$gpu_count" -le 1 ]; then
   note "halbench-coll: $gpu_count GPU on this machine: world size 1 only, no multi-GPU figures"
 fi

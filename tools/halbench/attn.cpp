@@ -103,11 +103,9 @@ std::int64_t parse_positive(std::string_view flag, std::string_view text) {
 }
 
 double parse_seconds(std::string_view flag, std::string_view text) {
-  std::string copy(text);
-  char* end = nullptr;
-  const double value = std::strtod(copy.c_str(), &end);
-  if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value) || value < 0)
-    throw UsageError(std::string(flag) + ": '" + copy + "' is not a number of seconds; expected a number >= 0");
+  constexpr std::string_view expected = "a number of seconds; expected a number >= 0";
+  const double value = parse_real(flag, text, expected);
+  if (value < 0) throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not " + std::string(expected));
   return value;
 }
 

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <thread>
@@ -19,17 +20,32 @@ OptionParser::OptionParser(std::string command, std::string description)
     : command_(std::move(command)), description_(std::move(description)) {}
 
 void OptionParser::add_switch(std::string name, std::string help, bool& target) {
-  options_.push_back({std::move(name), "", std::move(help), [&target](std::string_view) { target = true; }});
+  options_.push_back({std::move(name), "", std::move(help), [&target](std::string_view) { target = true; }, {}});
 }
 
 void OptionParser::add_value(std::string name, std::string value_name, std::string help,
                              std::function<void(std::string_view)> parse) {
-  options_.push_back({std::move(name), std::move(value_name), std::move(help), std::move(parse)});
+  options_.push_back({std::move(name), std::move(value_name), std::move(help), std::move(parse), {}});
+}
+
+void OptionParser::add_alias(std::string alias, std::string_view name) {
+  const auto option = std::find_if(options_.begin(), options_.end(), [&](const Option& o) { return o.name == name; });
+  if (option == options_.end() || find(alias) != nullptr)
+    throw std::logic_error("add_alias: '" + alias + "' for '" + std::string(name) + "' names no option or is taken");
+  option->aliases.push_back(std::move(alias));
 }
 
 const OptionParser::Option* OptionParser::find(std::string_view name) const {
-  const auto found = std::find_if(options_.begin(), options_.end(), [&](const Option& o) { return o.name == name; });
+  const auto found = std::find_if(options_.begin(), options_.end(), [&](const Option& o) {
+    return o.name == name || std::find(o.aliases.begin(), o.aliases.end(), name) != o.aliases.end();
+  });
   return found == options_.end() ? nullptr : &*found;
+}
+
+std::string OptionParser::names_of(const Option& option, std::string_view separator) {
+  std::string names;
+  for (const std::string& alias : option.aliases) names += alias + std::string(separator);
+  return names + option.name;
 }
 
 bool OptionParser::parse(std::span<const std::string_view> arguments) {
@@ -39,15 +55,15 @@ bool OptionParser::parse(std::span<const std::string_view> arguments) {
       std::fputs(usage().c_str(), stdout);
       return false;
     }
-    if (!argument.starts_with("--"))
+    if (!argument.starts_with("-"))
       throw UsageError("unexpected argument '" + std::string(argument) + "' for " + command_ +
-                       "; every option is a --flag");
+                       "; every option is a flag such as --help");
     const std::size_t equals = argument.find('=');
     const std::string_view name = argument.substr(0, equals);
     const Option* option = find(name);
     if (option == nullptr) {
       std::string known;
-      for (const Option& candidate : options_) known += (known.empty() ? "" : ", ") + candidate.name;
+      for (const Option& candidate : options_) known += (known.empty() ? "" : ", ") + names_of(candidate, "/");
       throw UsageError("unknown flag '" + std::string(name) + "' for " + command_ + "; its flags are " + known +
                        ", --help");
     }
@@ -71,7 +87,7 @@ std::string OptionParser::usage() const {
   std::vector<std::string> left_columns;
   std::size_t width = std::string_view("--help").size();
   for (const Option& option : options_) {
-    left_columns.push_back(option.name + (option.value_name.empty() ? "" : " " + option.value_name));
+    left_columns.push_back(names_of(option, ", ") + (option.value_name.empty() ? "" : " " + option.value_name));
     width = std::max(width, left_columns.back().size());
   }
   auto add_line = [&](const std::string& left, const std::string& help) {
@@ -89,10 +105,9 @@ std::string OptionParser::usage() const {
   return text;
 }
 
-void add_common_options(OptionParser& parser, CommonOptions& options, std::string iterations_help) {
-  parser.add_value("--device", "ID",
-                   "device to measure: an id (host:0, cuda:1), UUID or PCI bus id\n"
-                   "(default: the first accelerator, else the first device)",
+void add_common_options(OptionParser& parser, CommonOptions& options, std::string iterations_help,
+                        std::string_view device_help) {
+  parser.add_value("--device", "ID", std::string(device_help),
                    [&options](std::string_view text) { options.device_id = std::string(text); });
   parser.add_value("--iters", "N", std::move(iterations_help),
                    [&options](std::string_view text) { options.iterations = parse_count("--iters", text); });
@@ -127,7 +142,7 @@ std::uint64_t parse_count(std::string_view flag, std::string_view text, std::uin
   return value;
 }
 
-std::uint64_t parse_byte_size(std::string_view flag, std::string_view text) {
+std::uint64_t parse_byte_size(std::string_view flag, std::string_view text, std::uint64_t minimum) {
   const std::string expected = "a size; expected bytes such as 4096, 64K, 256MiB or 1G (K, M, G are powers of 1024)";
   std::uint64_t value = 0;
   const std::size_t digits = parse_leading_integer(flag, text, value, expected);
@@ -143,8 +158,19 @@ std::uint64_t parse_byte_size(std::string_view flag, std::string_view text) {
   if (unit == units.end()) throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is not " + expected);
   if (value > (std::numeric_limits<std::uint64_t>::max() >> unit->shift))
     throw UsageError(std::string(flag) + ": '" + std::string(text) + "' is too large");
-  if (value == 0) throw UsageError(std::string(flag) + ": the size must be at least 1 byte, got '" + std::string(text) + "'");
+  if ((value << unit->shift) < minimum)
+    throw UsageError(std::string(flag) + ": the size must be at least " + std::to_string(minimum) + " byte" +
+                     (minimum == 1 ? "" : "s") + ", got '" + std::string(text) + "'");
   return value << unit->shift;
+}
+
+double parse_real(std::string_view flag, std::string_view text, std::string_view expected) {
+  const std::string copy(text);
+  char* end = nullptr;
+  const double value = std::strtod(copy.c_str(), &end);
+  if (copy.empty() || end != copy.c_str() + copy.size() || !std::isfinite(value))
+    throw UsageError(std::string(flag) + ": '" + copy + "' is not " + std::string(expected));
+  return value;
 }
 
 std::vector<std::string> split_list(std::string_view flag, std::string_view text) {

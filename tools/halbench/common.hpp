@@ -37,6 +37,8 @@ class UsageError : public std::runtime_error {
 };
 
 // A minimal "--flag value" / "--flag=value" parser that also writes --help.
+// An option may have short aliases ("-b" for "--minbytes"), so that a
+// benchmark can keep the flags its users know from other tools.
 class OptionParser {
  public:
   // command: "halbench mem"; description: the paragraphs after the usage line.
@@ -46,6 +48,8 @@ class OptionParser {
   // parse gets the raw text and throws UsageError for a bad one.
   void add_value(std::string name, std::string value_name, std::string help,
                  std::function<void(std::string_view)> parse);
+  // Another name for the option added as name; --help lists it beside that name.
+  void add_alias(std::string alias, std::string_view name);
 
   // Returns false when --help was asked for (the usage is then printed).
   bool parse(std::span<const std::string_view> arguments);
@@ -57,8 +61,11 @@ class OptionParser {
     std::string value_name;  // empty for a switch
     std::string help;
     std::function<void(std::string_view)> apply;
+    std::vector<std::string> aliases;  // short names such as "-b"
   };
   const Option* find(std::string_view name) const;
+  // "-b, --minbytes" with separator ", "
+  static std::string names_of(const Option& option, std::string_view separator);
 
   std::string command_;
   std::string description_;
@@ -72,13 +79,22 @@ struct CommonOptions {
   std::optional<std::uint64_t> iterations;
 };
 
-// Adds --device, --json and --iters; iterations_help says what one iteration is.
-void add_common_options(OptionParser& parser, CommonOptions& options, std::string iterations_help);
+inline constexpr std::string_view default_device_help =
+    "device to measure: an id (host:0, cuda:1), UUID or PCI bus id\n"
+    "(default: the first accelerator, else the first device)";
+
+// Adds --device, --json and --iters; iterations_help says what one iteration
+// is, device_help what --device picks when it is not given.
+void add_common_options(OptionParser& parser, CommonOptions& options, std::string iterations_help,
+                        std::string_view device_help = default_device_help);
 
 // "--iters", "100" -> 100; rejects signs, junk and values below minimum.
 std::uint64_t parse_count(std::string_view flag, std::string_view text, std::uint64_t minimum = 1);
-// Plain bytes or a binary suffix: 4096, 4K, 4KiB, 256M, 1GiB.
-std::uint64_t parse_byte_size(std::string_view flag, std::string_view text);
+// Plain bytes or a binary suffix: 4096, 4K, 4KiB, 256M, 1GiB; at least minimum.
+std::uint64_t parse_byte_size(std::string_view flag, std::string_view text, std::uint64_t minimum = 1);
+// A finite decimal number ("2", "1.5", "1e-3"); expected completes "'x' is not ..."
+// and says what is allowed, e.g. "a number of seconds; expected a number >= 0".
+double parse_real(std::string_view flag, std::string_view text, std::string_view expected);
 // "a,b,c" -> {"a","b","c"}; empty items are a usage error.
 std::vector<std::string> split_list(std::string_view flag, std::string_view text);
 
