@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <variant>
 
 #include "vendor_library.hpp"
@@ -32,14 +30,6 @@ std::uint64_t pcie_generation_of_rate(std::uint64_t megatransfers_per_second) {
 namespace {
 
 using Empty = SmiResult<std::monostate>;
-
-std::vector<std::pair<std::string, std::string>> rocm_library_directories() {
-  std::vector<std::pair<std::string, std::string>> directories;
-  if (const char* rocm_path = std::getenv("ROCM_PATH"); rocm_path != nullptr && *rocm_path != '\0')
-    directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
-  directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
-  return directories;
-}
 
 // A reading the library left at its "unsupported" mark (0xFFFF in the 16-bit
 // metrics it copies, UINT32_MAX or UINT64_MAX in its own fields).

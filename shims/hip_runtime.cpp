@@ -1,6 +1,5 @@
 #include "hip_runtime.hpp"
 
-#include <cstdlib>
 #include <filesystem>
 
 #include "vendor_library.hpp"
@@ -16,9 +15,7 @@ LibraryRequest HipRuntime::library_request(const std::string& configured_path) {
   request.configured_path = configured_path;
   request.search_toolkit = false;
   request.search_python_packages = false;
-  if (const char* rocm_path = std::getenv("ROCM_PATH"); rocm_path != nullptr && *rocm_path != '\0')
-    request.install_directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
-  request.install_directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
+  request.install_directories = rocm_library_directories();
   // The runtime starts threads (HSA) and registers exit handlers.
   request.never_unload = true;
   return request;

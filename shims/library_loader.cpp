@@ -159,6 +159,14 @@ std::vector<std::string> toolkit_library_directories() {
   return directories;
 }
 
+std::vector<std::pair<std::string, std::string>> rocm_library_directories() {
+  std::vector<std::pair<std::string, std::string>> directories;
+  if (const std::string rocm_path = environment("ROCM_PATH"); !rocm_path.empty())
+    directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
+  directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
+  return directories;
+}
+
 namespace {
 
 // A virtual environment is a prefix with pyvenv.cfg; its interpreter is in bin/.

@@ -71,6 +71,9 @@ LibraryLoad load_library(const LibraryRequest& request);
 
 // The search stages, exposed for tests and for halinfo-style reports.
 std::vector<std::string> toolkit_library_directories();
+// The ROCm install's library directories, as install_directories lists
+// them: $ROCM_PATH/lib when ROCM_PATH is set, then /opt/rocm/lib.
+std::vector<std::pair<std::string, std::string>> rocm_library_directories();
 // site-packages / dist-packages directories found from prefixes derived
 // without running Python: virtualenv, conda, pyenv, user and system paths.
 std::vector<std::string> python_site_package_directories();

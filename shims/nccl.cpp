@@ -1,8 +1,5 @@
 #include "nccl.hpp"
 
-#include <cstdlib>
-#include <filesystem>
-
 namespace hal::shims {
 
 std::vector<SymbolSpec> nccl_symbols(NcclApi& api) {
@@ -53,9 +50,7 @@ LibraryRequest Nccl::amd_request(const std::string& configured_path) {
   request.configured_path = configured_path;
   request.search_toolkit = false;
   request.search_python_packages = false;
-  if (const char* rocm_path = std::getenv("ROCM_PATH"); rocm_path != nullptr && *rocm_path != '\0')
-    request.install_directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
-  request.install_directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
+  request.install_directories = rocm_library_directories();
   request.never_unload = true;
   return request;
 }
