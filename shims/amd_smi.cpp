@@ -201,64 +201,67 @@ EventRecord event_record(const unsigned char* records, std::size_t index) {
           std::string(record.message, strnlen(record.message, sizeof(record.message)))};
 }
 
+#define HAL_AMD_SMI_FUNCTIONS(X)                                                                                       \
+  X(init, amdsmi::Status (*)(std::uint64_t flags), required, "amdsmi_init")                                            \
+  X(shut_down, amdsmi::Status (*)(), required, "amdsmi_shut_down")                                                     \
+  /* version: a Version24 or a Version25 */                                                                            \
+  X(get_lib_version, amdsmi::Status (*)(void* version), required, "amdsmi_get_lib_version")                            \
+  X(get_socket_handles, amdsmi::Status (*)(std::uint32_t* count, amdsmi::SocketHandle* sockets), required,             \
+    "amdsmi_get_socket_handles")                                                                                       \
+  X(get_processor_handles,                                                                                             \
+    amdsmi::Status (*)(amdsmi::SocketHandle socket, std::uint32_t* count, amdsmi::ProcessorHandle* processors),        \
+    required, "amdsmi_get_processor_handles")                                                                          \
+  X(get_gpu_bdf_id, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint64_t* bdf_id), required,            \
+    "amdsmi_get_gpu_bdf_id")                                                                                           \
+  X(status_code_to_string, amdsmi::Status (*)(amdsmi::Status status, const char** text), optional,                     \
+    "amdsmi_status_code_to_string")                                                                                    \
+  X(get_temp_metric,                                                                                                   \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint32_t sensor, std::uint32_t metric,                  \
+                       std::int64_t* celsius),                                                                         \
+    optional, "amdsmi_get_temp_metric")                                                                                \
+  /* info: a PowerInfo24 or a PowerInfo26 */                                                                           \
+  X(get_power_info, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, void* info), optional,                       \
+    "amdsmi_get_power_info")                                                                                           \
+  X(get_power_cap_info,                                                                                                \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint32_t sensor, amdsmi::PowerCapInfo* info),           \
+    optional, "amdsmi_get_power_cap_info")                                                                             \
+  X(get_energy_count,                                                                                                  \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint64_t* counter, float* resolution_uj,                \
+                       std::uint64_t* timestamp_ns),                                                                   \
+    optional, "amdsmi_get_energy_count")                                                                               \
+  X(get_clk_freq,                                                                                                      \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint32_t clock, amdsmi::Frequencies* frequencies),      \
+    optional, "amdsmi_get_clk_freq")                                                                                   \
+  X(get_gpu_activity, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, amdsmi::EngineUsage* usage), optional,     \
+    "amdsmi_get_gpu_activity")                                                                                         \
+  X(get_gpu_ecc_enabled, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint64_t* blocks), optional,       \
+    "amdsmi_get_gpu_ecc_enabled")                                                                                      \
+  X(get_gpu_total_ecc_count,                                                                                           \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, amdsmi::ErrorCount* count),                                  \
+    optional, "amdsmi_get_gpu_total_ecc_count")                                                                        \
+  X(get_gpu_bad_page_info,                                                                                             \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint32_t* count, amdsmi::RetiredPageRecord* records),   \
+    optional, "amdsmi_get_gpu_bad_page_info")                                                                          \
+  X(get_pcie_info, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, amdsmi::PcieInfo* info), optional,            \
+    "amdsmi_get_pcie_info")                                                                                            \
+  X(get_gpu_pci_replay_counter, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint64_t* count), optional, \
+    "amdsmi_get_gpu_pci_replay_counter")                                                                               \
+  X(init_gpu_event_notification, amdsmi::Status (*)(amdsmi::ProcessorHandle processor), optional,                      \
+    "amdsmi_init_gpu_event_notification")                                                                              \
+  X(set_gpu_event_notification_mask,                                                                                   \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint64_t mask),                                         \
+    optional, "amdsmi_set_gpu_event_notification_mask")                                                                \
+  /* records: EventRecord24 or EventRecord26, *count of them */                                                        \
+  X(get_gpu_event_notification, amdsmi::Status (*)(int timeout_ms, std::uint32_t* count, void* records), optional,     \
+    "amdsmi_get_gpu_event_notification")                                                                               \
+  X(stop_gpu_event_notification, amdsmi::Status (*)(amdsmi::ProcessorHandle processor), optional,                      \
+    "amdsmi_stop_gpu_event_notification")
+
 struct AmdSmiApi {
-  amdsmi::Status (*init)(std::uint64_t flags) = nullptr;
-  amdsmi::Status (*shut_down)() = nullptr;
-  amdsmi::Status (*get_lib_version)(void* version) = nullptr;  // Version24 or Version25
-  amdsmi::Status (*get_socket_handles)(std::uint32_t* count, amdsmi::SocketHandle* sockets) = nullptr;
-  amdsmi::Status (*get_processor_handles)(amdsmi::SocketHandle socket, std::uint32_t* count,
-                                          amdsmi::ProcessorHandle* processors) = nullptr;
-  amdsmi::Status (*get_gpu_bdf_id)(amdsmi::ProcessorHandle processor, std::uint64_t* bdf_id) = nullptr;
-  amdsmi::Status (*status_code_to_string)(amdsmi::Status status, const char** text) = nullptr;
-  amdsmi::Status (*get_temp_metric)(amdsmi::ProcessorHandle processor, std::uint32_t sensor, std::uint32_t metric,
-                                    std::int64_t* celsius) = nullptr;
-  amdsmi::Status (*get_power_info)(amdsmi::ProcessorHandle processor, void* info) = nullptr;  // PowerInfo24/26
-  amdsmi::Status (*get_power_cap_info)(amdsmi::ProcessorHandle processor, std::uint32_t sensor,
-                                       amdsmi::PowerCapInfo* info) = nullptr;
-  amdsmi::Status (*get_energy_count)(amdsmi::ProcessorHandle processor, std::uint64_t* counter, float* resolution_uj,
-                                     std::uint64_t* timestamp_ns) = nullptr;
-  amdsmi::Status (*get_clk_freq)(amdsmi::ProcessorHandle processor, std::uint32_t clock,
-                                 amdsmi::Frequencies* frequencies) = nullptr;
-  amdsmi::Status (*get_gpu_activity)(amdsmi::ProcessorHandle processor, amdsmi::EngineUsage* usage) = nullptr;
-  amdsmi::Status (*get_gpu_ecc_enabled)(amdsmi::ProcessorHandle processor, std::uint64_t* blocks) = nullptr;
-  amdsmi::Status (*get_gpu_total_ecc_count)(amdsmi::ProcessorHandle processor, amdsmi::ErrorCount* count) = nullptr;
-  amdsmi::Status (*get_gpu_bad_page_info)(amdsmi::ProcessorHandle processor, std::uint32_t* count,
-                                          amdsmi::RetiredPageRecord* records) = nullptr;
-  amdsmi::Status (*get_pcie_info)(amdsmi::ProcessorHandle processor, amdsmi::PcieInfo* info) = nullptr;
-  amdsmi::Status (*get_gpu_pci_replay_counter)(amdsmi::ProcessorHandle processor, std::uint64_t* count) = nullptr;
-  amdsmi::Status (*init_gpu_event_notification)(amdsmi::ProcessorHandle processor) = nullptr;
-  amdsmi::Status (*set_gpu_event_notification_mask)(amdsmi::ProcessorHandle processor, std::uint64_t mask) = nullptr;
-  // records: EventRecord24 or EventRecord26, *count of them
-  amdsmi::Status (*get_gpu_event_notification)(int timeout_ms, std::uint32_t* count, void* records) = nullptr;
-  amdsmi::Status (*stop_gpu_event_notification)(amdsmi::ProcessorHandle processor) = nullptr;
+  HAL_SYMBOL_FIELDS(HAL_AMD_SMI_FUNCTIONS)
 };
 
-std::vector<SymbolSpec> amd_smi_symbols(AmdSmiApi& api) {
-  return {
-      symbol(api.init, {"amdsmi_init"}, true),
-      symbol(api.shut_down, {"amdsmi_shut_down"}, true),
-      symbol(api.get_lib_version, {"amdsmi_get_lib_version"}, true),
-      symbol(api.get_socket_handles, {"amdsmi_get_socket_handles"}, true),
-      symbol(api.get_processor_handles, {"amdsmi_get_processor_handles"}, true),
-      symbol(api.get_gpu_bdf_id, {"amdsmi_get_gpu_bdf_id"}, true),
-      symbol(api.status_code_to_string, {"amdsmi_status_code_to_string"}, false),
-      symbol(api.get_temp_metric, {"amdsmi_get_temp_metric"}, false),
-      symbol(api.get_power_info, {"amdsmi_get_power_info"}, false),
-      symbol(api.get_power_cap_info, {"amdsmi_get_power_cap_info"}, false),
-      symbol(api.get_energy_count, {"amdsmi_get_energy_count"}, false),
-      symbol(api.get_clk_freq, {"amdsmi_get_clk_freq"}, false),
-      symbol(api.get_gpu_activity, {"amdsmi_get_gpu_activity"}, false),
-      symbol(api.get_gpu_ecc_enabled, {"amdsmi_get_gpu_ecc_enabled"}, false),
-      symbol(api.get_gpu_total_ecc_count, {"amdsmi_get_gpu_total_ecc_count"}, false),
-      symbol(api.get_gpu_bad_page_info, {"amdsmi_get_gpu_bad_page_info"}, false),
-      symbol(api.get_pcie_info, {"amdsmi_get_pcie_info"}, false),
-      symbol(api.get_gpu_pci_replay_counter, {"amdsmi_get_gpu_pci_replay_counter"}, false),
-      symbol(api.init_gpu_event_notification, {"amdsmi_init_gpu_event_notification"}, false),
-      symbol(api.set_gpu_event_notification_mask, {"amdsmi_set_gpu_event_notification_mask"}, false),
-      symbol(api.get_gpu_event_notification, {"amdsmi_get_gpu_event_notification"}, false),
-      symbol(api.stop_gpu_event_notification, {"amdsmi_stop_gpu_event_notification"}, false),
-  };
-}
+std::vector<SymbolSpec> amd_smi_symbols(AmdSmiApi& api) { return HAL_SYMBOL_SPECS(HAL_AMD_SMI_FUNCTIONS, api, ""); }
 
 // Which struct layouts a release has. The layouts were read from AMD SMI's
 // amdsmi.h at ROCm 6.0.0 (23.4.0), 6.1.0/6.1.2 (24.5.x), 6.2.0/6.2.2
@@ -595,52 +598,48 @@ class AmdSmiReader final : public SmiReader {
 
 // ---- rocm_smi --------------------------------------------------------------
 
+#define HAL_ROCM_SMI_FUNCTIONS(X)                                                                                      \
+  X(init, rsmi::Status (*)(std::uint64_t flags), required, "rsmi_init")                                                \
+  X(shut_down, rsmi::Status (*)(), required, "rsmi_shut_down")                                                         \
+  X(version_get, rsmi::Status (*)(rsmi::Version* version), required, "rsmi_version_get")                               \
+  X(num_monitor_devices, rsmi::Status (*)(std::uint32_t* count), required, "rsmi_num_monitor_devices")                 \
+  X(dev_pci_id_get, rsmi::Status (*)(std::uint32_t device, std::uint64_t* bdf_id), required, "rsmi_dev_pci_id_get")    \
+  X(status_string, rsmi::Status (*)(rsmi::Status status, const char** text), optional, "rsmi_status_string")           \
+  X(dev_temp_metric_get,                                                                                               \
+    rsmi::Status (*)(std::uint32_t device, std::uint32_t sensor, std::uint32_t metric, std::int64_t* millicelsius),    \
+    optional, "rsmi_dev_temp_metric_get")                                                                              \
+  X(dev_power_ave_get,                                                                                                 \
+    rsmi::Status (*)(std::uint32_t device, std::uint32_t sensor, std::uint64_t* microwatts),                           \
+    optional, "rsmi_dev_power_ave_get")                                                                                \
+  X(dev_power_cap_get,                                                                                                 \
+    rsmi::Status (*)(std::uint32_t device, std::uint32_t sensor, std::uint64_t* microwatts),                           \
+    optional, "rsmi_dev_power_cap_get")                                                                                \
+  X(dev_energy_count_get,                                                                                              \
+    rsmi::Status (*)(std::uint32_t device, std::uint64_t* counter, float* resolution_uj, std::uint64_t* timestamp_ns), \
+    optional, "rsmi_dev_energy_count_get")                                                                             \
+  X(dev_busy_percent_get, rsmi::Status (*)(std::uint32_t device, std::uint32_t* percent), optional,                    \
+    "rsmi_dev_busy_percent_get")                                                                                       \
+  X(dev_memory_busy_percent_get, rsmi::Status (*)(std::uint32_t device, std::uint32_t* percent), optional,             \
+    "rsmi_dev_memory_busy_percent_get")                                                                                \
+  X(dev_gpu_clk_freq_get, rsmi::Status (*)(std::uint32_t device, std::uint32_t clock, void* frequencies), optional,    \
+    "rsmi_dev_gpu_clk_freq_get")                                                                                       \
+  X(dev_pci_bandwidth_get, rsmi::Status (*)(std::uint32_t device, void* bandwidth), optional,                          \
+    "rsmi_dev_pci_bandwidth_get")                                                                                      \
+  X(dev_ecc_enabled_get, rsmi::Status (*)(std::uint32_t device, std::uint64_t* blocks), optional,                      \
+    "rsmi_dev_ecc_enabled_get")                                                                                        \
+  X(dev_ecc_count_get, rsmi::Status (*)(std::uint32_t device, std::uint64_t block, rsmi::ErrorCount* count), optional, \
+    "rsmi_dev_ecc_count_get")                                                                                          \
+  X(dev_memory_reserved_pages_get,                                                                                     \
+    rsmi::Status (*)(std::uint32_t device, std::uint32_t* count, rsmi::RetiredPageRecord* records),                    \
+    optional, "rsmi_dev_memory_reserved_pages_get")                                                                    \
+  X(dev_pci_replay_counter_get, rsmi::Status (*)(std::uint32_t device, std::uint64_t* count), optional,                \
+    "rsmi_dev_pci_replay_counter_get")
+
 struct RocmSmiApi {
-  rsmi::Status (*init)(std::uint64_t flags) = nullptr;
-  rsmi::Status (*shut_down)() = nullptr;
-  rsmi::Status (*version_get)(rsmi::Version* version) = nullptr;
-  rsmi::Status (*status_string)(rsmi::Status status, const char** text) = nullptr;
-  rsmi::Status (*num_monitor_devices)(std::uint32_t* count) = nullptr;
-  rsmi::Status (*dev_pci_id_get)(std::uint32_t device, std::uint64_t* bdf_id) = nullptr;
-  rsmi::Status (*dev_temp_metric_get)(std::uint32_t device, std::uint32_t sensor, std::uint32_t metric,
-                                      std::int64_t* millicelsius) = nullptr;
-  rsmi::Status (*dev_power_ave_get)(std::uint32_t device, std::uint32_t sensor, std::uint64_t* microwatts) = nullptr;
-  rsmi::Status (*dev_power_cap_get)(std::uint32_t device, std::uint32_t sensor, std::uint64_t* microwatts) = nullptr;
-  rsmi::Status (*dev_energy_count_get)(std::uint32_t device, std::uint64_t* counter, float* resolution_uj,
-                                       std::uint64_t* timestamp_ns) = nullptr;
-  rsmi::Status (*dev_busy_percent_get)(std::uint32_t device, std::uint32_t* percent) = nullptr;
-  rsmi::Status (*dev_memory_busy_percent_get)(std::uint32_t device, std::uint32_t* percent) = nullptr;
-  rsmi::Status (*dev_gpu_clk_freq_get)(std::uint32_t device, std::uint32_t clock, void* frequencies) = nullptr;
-  rsmi::Status (*dev_pci_bandwidth_get)(std::uint32_t device, void* bandwidth) = nullptr;
-  rsmi::Status (*dev_ecc_enabled_get)(std::uint32_t device, std::uint64_t* blocks) = nullptr;
-  rsmi::Status (*dev_ecc_count_get)(std::uint32_t device, std::uint64_t block, rsmi::ErrorCount* count) = nullptr;
-  rsmi::Status (*dev_memory_reserved_pages_get)(std::uint32_t device, std::uint32_t* count,
-                                                rsmi::RetiredPageRecord* records) = nullptr;
-  rsmi::Status (*dev_pci_replay_counter_get)(std::uint32_t device, std::uint64_t* count) = nullptr;
+  HAL_SYMBOL_FIELDS(HAL_ROCM_SMI_FUNCTIONS)
 };
 
-std::vector<SymbolSpec> rocm_smi_symbols(RocmSmiApi& api) {
-  return {
-      symbol(api.init, {"rsmi_init"}, true),
-      symbol(api.shut_down, {"rsmi_shut_down"}, true),
-      symbol(api.version_get, {"rsmi_version_get"}, true),
-      symbol(api.num_monitor_devices, {"rsmi_num_monitor_devices"}, true),
-      symbol(api.dev_pci_id_get, {"rsmi_dev_pci_id_get"}, true),
-      symbol(api.status_string, {"rsmi_status_string"}, false),
-      symbol(api.dev_temp_metric_get, {"rsmi_dev_temp_metric_get"}, false),
-      symbol(api.dev_power_ave_get, {"rsmi_dev_power_ave_get"}, false),
-      symbol(api.dev_power_cap_get, {"rsmi_dev_power_cap_get"}, false),
-      symbol(api.dev_energy_count_get, {"rsmi_dev_energy_count_get"}, false),
-      symbol(api.dev_busy_percent_get, {"rsmi_dev_busy_percent_get"}, false),
-      symbol(api.dev_memory_busy_percent_get, {"rsmi_dev_memory_busy_percent_get"}, false),
-      symbol(api.dev_gpu_clk_freq_get, {"rsmi_dev_gpu_clk_freq_get"}, false),
-      symbol(api.dev_pci_bandwidth_get, {"rsmi_dev_pci_bandwidth_get"}, false),
-      symbol(api.dev_ecc_enabled_get, {"rsmi_dev_ecc_enabled_get"}, false),
-      symbol(api.dev_ecc_count_get, {"rsmi_dev_ecc_count_get"}, false),
-      symbol(api.dev_memory_reserved_pages_get, {"rsmi_dev_memory_reserved_pages_get"}, false),
-      symbol(api.dev_pci_replay_counter_get, {"rsmi_dev_pci_replay_counter_get"}, false),
-  };
-}
+std::vector<SymbolSpec> rocm_smi_symbols(RocmSmiApi& api) { return HAL_SYMBOL_SPECS(HAL_ROCM_SMI_FUNCTIONS, api, ""); }
 
 // rsmi_frequencies_t gained has_deep_sleep (shifting every member) between
 // rocm_smi 5.x (ROCm 5) and 7.0 (ROCm 6.0); 6.x was never released. Read

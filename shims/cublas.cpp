@@ -15,14 +15,7 @@ Cublas::LoadResult Cublas::load(const std::string& configured_path) {
   request.never_unload = true;
   auto cublas = std::unique_ptr<Cublas>(new Cublas());
   CublasApi& api = cublas->api_;
-  VendorLibraryLoad load = open_vendor_library(
-      request, {symbol(api.cublasCreate, {"cublasCreate_v2"}, true),
-                symbol(api.cublasDestroy, {"cublasDestroy_v2"}, true),
-                symbol(api.cublasSetStream, {"cublasSetStream_v2"}, true),
-                symbol(api.cublasGetVersion, {"cublasGetVersion_v2"}, true),
-                symbol(api.cublasGemmStridedBatchedEx, {"cublasGemmStridedBatchedEx"}, true),
-                symbol(api.cublasGetProperty, {"cublasGetProperty"}, false),
-                symbol(api.cublasGetStatusString, {"cublasGetStatusString"}, false)});
+  VendorLibraryLoad load = open_vendor_library(request, HAL_SYMBOL_SPECS(HAL_CUBLAS_FUNCTIONS, api, ""));
   if (!load.ok()) return {nullptr, load.error};
   cublas->library_ = std::move(load.library);
   return {std::move(cublas), {}};

@@ -7,24 +7,6 @@ namespace {
 using GetProcAddressV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
 using GetProcAddressV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
-struct DriverSymbol {
-  const char* base_name;
-  const char* exported_name;
-  int cuda_version;
-  bool required;
-};
-
-// Where a function of the table is also found, with the same prototype, in
-// drivers that lack the versioned entry: a CUDA-compatible SDK's libcuda may
-// stop at CUDA 11.3 for cuDeviceGetUuid (its _v2 came with 11.4 and only adds
-// MIG instance UUIDs, which such devices do not have).
-struct OlderName {
-  const char* base_name;
-  const char* exported_name;
-  int cuda_version;
-};
-constexpr OlderName older_names[] = {{"cuDeviceGetUuid", "cuDeviceGetUuid", 9020}};
-
 }  // namespace
 
 LibraryRequest CudaDriver::nvidia_request(const std::string& configured_path) {
@@ -65,42 +47,24 @@ CudaDriver::LoadResult CudaDriver::load(const LibraryRequest& request) {
       get_proc_v2 == nullptr ? reinterpret_cast<GetProcAddressV1>(library.find("cuGetProcAddress")) : nullptr;
   driver->resolution_method_ = get_proc_v2 ? "cuGetProcAddress_v2" : get_proc_v1 ? "cuGetProcAddress" : "dlsym";
 
-  std::vector<SymbolSpec> specs;
-  std::vector<DriverSymbol> symbols;
-#define HAL_CUDA_DRIVER_SPEC(function, exported, version, is_required) \
-  specs.push_back(symbol(api.function, {#function}, is_required));     \
-  symbols.push_back({#function, exported, version, is_required});
-  HAL_CUDA_DRIVER_FUNCTIONS(HAL_CUDA_DRIVER_SPEC)
-#undef HAL_CUDA_DRIVER_SPEC
-
-  // One entry point at one ABI version: cuGetProcAddress, then the exported name.
-  const auto find = [&](const char* base_name, const char* exported_name, int cuda_version) -> void* {
+  // Each alternative at its ABI version: cuGetProcAddress for the base name
+  // (the field's), then the exported name.
+  const auto find = [&](const SymbolSpec& spec, const SymbolName& name) -> void* {
     void* address = nullptr;
     if (get_proc_v2 != nullptr) {
       CUdriverProcAddressQueryResult status{};
-      if (get_proc_v2(base_name, &address, cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status) !=
+      if (get_proc_v2(spec.field, &address, name.version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status) !=
               CUDA_SUCCESS ||
           status != CU_GET_PROC_ADDRESS_SUCCESS)
         address = nullptr;
     } else if (get_proc_v1 != nullptr) {
-      if (get_proc_v1(base_name, &address, cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM) != CUDA_SUCCESS)
+      if (get_proc_v1(spec.field, &address, name.version, CU_GET_PROC_ADDRESS_LEGACY_STREAM) != CUDA_SUCCESS)
         address = nullptr;
     }
     // A driver without cuGetProcAddress, or one that does not list a symbol there.
-    return address != nullptr ? address : library.find(exported_name);
+    return address != nullptr ? address : library.find(name.name.c_str());
   };
-  // Each spec carries its base name; the lookup maps it to the versioned entry, then to older ones.
-  const SymbolResolution resolution = resolve_symbols(specs, [&](const char* base_name) -> void* {
-    const DriverSymbol* entry = nullptr;
-    for (const auto& candidate : symbols)
-      if (std::string_view(candidate.base_name) == base_name) entry = &candidate;
-    if (entry == nullptr) return nullptr;
-    if (void* address = find(base_name, entry->exported_name, entry->cuda_version)) return address;
-    for (const OlderName& older : older_names)
-      if (std::string_view(older.base_name) == base_name)
-        if (void* address = find(base_name, older.exported_name, older.cuda_version)) return address;
-    return nullptr;
-  });
+  const SymbolResolution resolution = resolve_symbols(HAL_SYMBOL_SPECS(HAL_CUDA_DRIVER_FUNCTIONS, api, ""), find);
   if (!resolution.complete()) {
     return {nullptr, false,
             "the CUDA driver at " + library.path() + " lacks required functions (" +

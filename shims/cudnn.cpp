@@ -20,10 +20,7 @@ Cudnn::LoadResult Cudnn::load(const LibraryRequest& requested) {
   request.never_unload = true;
   auto cudnn = std::unique_ptr<Cudnn>(new Cudnn());
   CudnnApi& api = cudnn->api_;
-  VendorLibraryLoad load = open_vendor_library(
-      request, {symbol(api.cudnnGetVersion, {"cudnnGetVersion"}, true),
-                symbol(api.cudnnGetCudartVersion, {"cudnnGetCudartVersion"}, false),
-                symbol(api.cudnnGetErrorString, {"cudnnGetErrorString"}, false)});
+  VendorLibraryLoad load = open_vendor_library(request, HAL_SYMBOL_SPECS(HAL_CUDNN_FUNCTIONS, api, ""));
   if (!load.ok()) return {nullptr, load.error};
   cudnn->library_ = std::move(load.library);
   return {std::move(cudnn), {}};

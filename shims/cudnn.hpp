@@ -11,10 +11,14 @@
 
 namespace hal::shims {
 
+// X(field, type, requirement, names...), as symbol_table.hpp lists functions.
+#define HAL_CUDNN_FUNCTIONS(X)                                                                                         \
+  X(cudnnGetVersion, std::size_t (*)(), required)                                                                      \
+  X(cudnnGetCudartVersion, std::size_t (*)(), optional)                                                                \
+  X(cudnnGetErrorString, const char* (*)(int status), optional)
+
 struct CudnnApi {
-  std::size_t (*cudnnGetVersion)() = nullptr;
-  std::size_t (*cudnnGetCudartVersion)() = nullptr;  // optional
-  const char* (*cudnnGetErrorString)(int status) = nullptr;  // optional
+  HAL_SYMBOL_FIELDS(HAL_CUDNN_FUNCTIONS)
 };
 
 class Cudnn {

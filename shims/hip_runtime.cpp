@@ -34,17 +34,8 @@ std::string HipRuntime::search_description() {
 HipRuntime::LoadResult HipRuntime::load(const std::string& configured_path) {
   auto runtime = std::unique_ptr<HipRuntime>(new HipRuntime());
   HipRuntimeApi& api = runtime->api_;
-  std::vector<SymbolSpec> specs;
-#define HAL_HIP_RUNTIME_SPEC(function, is_required) specs.push_back(symbol(api.function, {#function}, is_required));
-  HAL_HIP_RUNTIME_FUNCTIONS(HAL_HIP_RUNTIME_SPEC)
-#undef HAL_HIP_RUNTIME_SPEC
-  specs.push_back(symbol(api.hipMalloc, {"hipMalloc"}, true));
-  specs.push_back(symbol(api.hipHostMalloc, {"hipHostMalloc"}, true));
-  specs.push_back(symbol(api.hipMallocManaged, {"hipMallocManaged"}, true));
-  specs.push_back(symbol(api.hipGetDevicePropertiesR0000, {"hipGetDevicePropertiesR0000", "hipGetDeviceProperties"}, true));
-
   const LibraryRequest request = library_request(configured_path);
-  VendorLibraryLoad load = open_vendor_library(request, specs);
+  VendorLibraryLoad load = open_vendor_library(request, HAL_SYMBOL_SPECS(HAL_HIP_RUNTIME_FUNCTIONS, api, ""));
   if (!load.ok()) {
     std::string message = load.error;
     if (load.library_missing)

@@ -2,36 +2,6 @@
 
 namespace hal::shims {
 
-std::vector<SymbolSpec> nccl_symbols(NcclApi& api) {
-  return {
-      symbol(api.GetVersion, {"ncclGetVersion"}, true),
-      symbol(api.GetUniqueId, {"ncclGetUniqueId"}, true),
-      symbol(api.CommInitRank, {"ncclCommInitRank"}, true),
-      symbol(api.CommDestroy, {"ncclCommDestroy"}, true),
-      symbol(api.CommAbort, {"ncclCommAbort"}, true),
-      symbol(api.CommGetAsyncError, {"ncclCommGetAsyncError"}, true),
-      symbol(api.CommCount, {"ncclCommCount"}, true),
-      symbol(api.CommUserRank, {"ncclCommUserRank"}, true),
-      symbol(api.GetErrorString, {"ncclGetErrorString"}, true),
-      symbol(api.AllReduce, {"ncclAllReduce"}, true),
-      symbol(api.Broadcast, {"ncclBroadcast"}, true),
-      symbol(api.Reduce, {"ncclReduce"}, true),
-      symbol(api.AllGather, {"ncclAllGather"}, true),
-      symbol(api.ReduceScatter, {"ncclReduceScatter"}, true),
-      symbol(api.Send, {"ncclSend"}, true),
-      symbol(api.Recv, {"ncclRecv"}, true),
-      symbol(api.GroupStart, {"ncclGroupStart"}, true),
-      symbol(api.GroupEnd, {"ncclGroupEnd"}, true),
-      // NCCL 2.28 spells it ncclAlltoAll, RCCL ncclAllToAll; older NCCL has neither.
-      symbol(api.AllToAll, {"ncclAlltoAll", "ncclAllToAll"}, false),
-      symbol(api.CommFinalize, {"ncclCommFinalize"}, false),
-      symbol(api.GetLastError, {"ncclGetLastError"}, false),
-      symbol(api.CommInitRankConfig, {"ncclCommInitRankConfig"}, false),
-      symbol(api.Gather, {"ncclGather"}, false),
-      symbol(api.Scatter, {"ncclScatter"}, false),
-  };
-}
-
 LibraryRequest Nccl::nvidia_request(const std::string& configured_path) {
   LibraryRequest request;
   request.display_name = "NCCL (libnccl.so.2)";
@@ -57,7 +27,7 @@ LibraryRequest Nccl::amd_request(const std::string& configured_path) {
 
 Nccl::LoadResult Nccl::load(const LibraryRequest& request) {
   auto nccl = std::unique_ptr<Nccl>(new Nccl());
-  VendorLibraryLoad load = open_vendor_library(request, nccl_symbols(nccl->api_));
+  VendorLibraryLoad load = open_vendor_library(request, HAL_SYMBOL_SPECS(HAL_NCCL_FUNCTIONS, nccl->api_, ""));
   if (!load.ok()) return {nullptr, load.error};
   nccl->library_ = std::move(load.library);
   nccl->missing_optional_ = std::move(load.missing_optional);

@@ -49,49 +49,64 @@ struct NcclConfig {
   static constexpr int undefined = -2147483647 - 1;  // NCCL_CONFIG_UNDEF_INT
 };
 
-struct NcclApi {
-  NcclResult (*GetVersion)(int* version) = nullptr;
-  NcclResult (*GetUniqueId)(NcclUniqueId* id) = nullptr;
-  NcclResult (*CommInitRank)(NcclCommunicator* communicator, int ranks, NcclUniqueId id, int rank) = nullptr;
-  NcclResult (*CommDestroy)(NcclCommunicator communicator) = nullptr;
-  NcclResult (*CommAbort)(NcclCommunicator communicator) = nullptr;
-  NcclResult (*CommGetAsyncError)(NcclCommunicator communicator, NcclResult* async_error) = nullptr;
-  NcclResult (*CommCount)(NcclCommunicator communicator, int* count) = nullptr;
-  NcclResult (*CommUserRank)(NcclCommunicator communicator, int* rank) = nullptr;
-  const char* (*GetErrorString)(NcclResult result) = nullptr;
-  NcclResult (*AllReduce)(const void* send, void* receive, std::size_t count, NcclDataType type, NcclReduction op,
-                          NcclCommunicator communicator, NcclStream stream) = nullptr;
-  NcclResult (*Broadcast)(const void* send, void* receive, std::size_t count, NcclDataType type, int root,
-                          NcclCommunicator communicator, NcclStream stream) = nullptr;
-  NcclResult (*Reduce)(const void* send, void* receive, std::size_t count, NcclDataType type, NcclReduction op,
-                       int root, NcclCommunicator communicator, NcclStream stream) = nullptr;
-  NcclResult (*AllGather)(const void* send, void* receive, std::size_t send_count, NcclDataType type,
-                          NcclCommunicator communicator, NcclStream stream) = nullptr;
-  NcclResult (*ReduceScatter)(const void* send, void* receive, std::size_t receive_count, NcclDataType type,
-                              NcclReduction op, NcclCommunicator communicator, NcclStream stream) = nullptr;
-  NcclResult (*Send)(const void* send, std::size_t count, NcclDataType type, int peer, NcclCommunicator communicator,
-                     NcclStream stream) = nullptr;
-  NcclResult (*Recv)(void* receive, std::size_t count, NcclDataType type, int peer, NcclCommunicator communicator,
-                     NcclStream stream) = nullptr;
-  NcclResult (*GroupStart)() = nullptr;
-  NcclResult (*GroupEnd)() = nullptr;
-  // Optional: not in every implementation or release.
-  NcclResult (*AllToAll)(const void* send, void* receive, std::size_t count, NcclDataType type,
-                         NcclCommunicator communicator, NcclStream stream) = nullptr;
-  NcclResult (*CommFinalize)(NcclCommunicator communicator) = nullptr;
-  const char* (*GetLastError)(NcclCommunicator communicator) = nullptr;
-  // NCCL 2.14+: lets init be non-blocking, so a missing peer can time out.
-  NcclResult (*CommInitRankConfig)(NcclCommunicator* communicator, int ranks, NcclUniqueId id, int rank,
-                                   NcclConfig* config) = nullptr;
-  // NCCL 2.28+.
-  NcclResult (*Gather)(const void* send, void* receive, std::size_t count, NcclDataType type, int root,
-                       NcclCommunicator communicator, NcclStream stream) = nullptr;
-  NcclResult (*Scatter)(const void* send, void* receive, std::size_t count, NcclDataType type, int root,
-                        NcclCommunicator communicator, NcclStream stream) = nullptr;
-};
+// The collectives' prototypes shared by several functions: a reduction
+// (AllReduce, ReduceScatter: count per rank's result), one with a root
+// (Broadcast, Gather, Scatter) and an exchange (AllGather, AllToAll: count
+// per rank's block).
+using NcclReducing = NcclResult (*)(const void* send, void* receive, std::size_t count, NcclDataType type,
+                                    NcclReduction op, NcclCommunicator communicator, NcclStream stream);
+using NcclRooted = NcclResult (*)(const void* send, void* receive, std::size_t count, NcclDataType type, int root,
+                                  NcclCommunicator communicator, NcclStream stream);
+using NcclExchange = NcclResult (*)(const void* send, void* receive, std::size_t count, NcclDataType type,
+                                    NcclCommunicator communicator, NcclStream stream);
 
-// The symbol table, for any library that speaks the NCCL API.
-std::vector<SymbolSpec> nccl_symbols(NcclApi& api);
+// The functions, as symbol_table.hpp lists them: X(field, type, requirement,
+// names...). Optional ones are not in every implementation or release.
+#define HAL_NCCL_FUNCTIONS(X)                                                                                          \
+  X(GetVersion, NcclResult (*)(int* version), required, "ncclGetVersion")                                              \
+  X(GetUniqueId, NcclResult (*)(NcclUniqueId* id), required, "ncclGetUniqueId")                                        \
+  X(CommInitRank, NcclResult (*)(NcclCommunicator* communicator, int ranks, NcclUniqueId id, int rank), required,      \
+    "ncclCommInitRank")                                                                                                \
+  X(CommDestroy, NcclResult (*)(NcclCommunicator communicator), required, "ncclCommDestroy")                           \
+  X(CommAbort, NcclResult (*)(NcclCommunicator communicator), required, "ncclCommAbort")                               \
+  X(CommGetAsyncError, NcclResult (*)(NcclCommunicator communicator, NcclResult* async_error), required,               \
+    "ncclCommGetAsyncError")                                                                                           \
+  X(CommCount, NcclResult (*)(NcclCommunicator communicator, int* count), required, "ncclCommCount")                   \
+  X(CommUserRank, NcclResult (*)(NcclCommunicator communicator, int* rank), required, "ncclCommUserRank")              \
+  X(GetErrorString, const char* (*)(NcclResult result), required, "ncclGetErrorString")                                \
+  X(AllReduce, NcclReducing, required, "ncclAllReduce")                                                                \
+  X(Broadcast, NcclRooted, required, "ncclBroadcast")                                                                  \
+  X(Reduce,                                                                                                            \
+    NcclResult (*)(const void* send, void* receive, std::size_t count, NcclDataType type, NcclReduction op, int root,  \
+                   NcclCommunicator communicator, NcclStream stream),                                                  \
+    required, "ncclReduce")                                                                                            \
+  X(AllGather, NcclExchange, required, "ncclAllGather")                                                                \
+  X(ReduceScatter, NcclReducing, required, "ncclReduceScatter")                                                        \
+  X(Send,                                                                                                              \
+    NcclResult (*)(const void* send, std::size_t count, NcclDataType type, int peer, NcclCommunicator communicator,    \
+                   NcclStream stream),                                                                                 \
+    required, "ncclSend")                                                                                              \
+  X(Recv,                                                                                                              \
+    NcclResult (*)(void* receive, std::size_t count, NcclDataType type, int peer, NcclCommunicator communicator,       \
+                   NcclStream stream),                                                                                 \
+    required, "ncclRecv")                                                                                              \
+  X(GroupStart, NcclResult (*)(), required, "ncclGroupStart")                                                          \
+  X(GroupEnd, NcclResult (*)(), required, "ncclGroupEnd")                                                              \
+  /* NCCL 2.28 spells it ncclAlltoAll, RCCL ncclAllToAll; older NCCL has neither. */                                   \
+  X(AllToAll, NcclExchange, optional, "ncclAlltoAll", "ncclAllToAll")                                                  \
+  X(CommFinalize, NcclResult (*)(NcclCommunicator communicator), optional, "ncclCommFinalize")                         \
+  X(GetLastError, const char* (*)(NcclCommunicator communicator), optional, "ncclGetLastError")                        \
+  /* NCCL 2.14+: lets init be non-blocking, so a missing peer can time out. */                                         \
+  X(CommInitRankConfig,                                                                                                \
+    NcclResult (*)(NcclCommunicator* communicator, int ranks, NcclUniqueId id, int rank, NcclConfig* config),          \
+    optional, "ncclCommInitRankConfig")                                                                                \
+  /* NCCL 2.28+. */                                                                                                    \
+  X(Gather, NcclRooted, optional, "ncclGather")                                                                        \
+  X(Scatter, NcclRooted, optional, "ncclScatter")
+
+struct NcclApi {
+  HAL_SYMBOL_FIELDS(HAL_NCCL_FUNCTIONS)
+};
 
 class Nccl {
  public:

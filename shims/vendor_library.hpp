@@ -29,8 +29,8 @@ inline VendorLibraryLoad open_vendor_library(const LibraryRequest& request, cons
     result.library_missing = true;
     return result;
   }
-  const SymbolResolution resolution =
-      resolve_symbols(symbols, [&](const char* name) { return load.library.find(name); });
+  const SymbolResolution resolution = resolve_symbols(
+      symbols, [&](const SymbolSpec&, const SymbolName& name) { return load.library.find(name.name.c_str()); });
   if (!resolution.complete()) {
     result.error = request.display_name + " at " + load.library.path() + " lacks required functions (" +
                    SymbolResolution::join(resolution.missing_required) + "); install a newer release";

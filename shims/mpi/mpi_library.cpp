@@ -18,65 +18,6 @@ std::string resolved_path(void* handle, const std::string& fallback) {
   return fallback;
 }
 
-// Resolves every symbol hal needs; returns the names that are missing.
-std::string resolve(void* handle, Library& library) {
-  std::string missing;
-  const auto function = [&](auto& slot, const char* name) {
-    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(dlsym(handle, name));
-    if (slot == nullptr) missing += (missing.empty() ? "" : ", ") + std::string(name);
-  };
-  const auto object = [&](void*& slot, const char* name) {
-    slot = dlsym(handle, name);
-    if (slot == nullptr) missing += (missing.empty() ? "" : ", ") + std::string(name);
-  };
-  function(library.Initialized, "MPI_Initialized");
-  function(library.Finalized, "MPI_Finalized");
-  function(library.Init_thread, "MPI_Init_thread");
-  function(library.Query_thread, "MPI_Query_thread");
-  function(library.Finalize, "MPI_Finalize");
-  function(library.Abort, "MPI_Abort");
-  function(library.Comm_rank, "MPI_Comm_rank");
-  function(library.Comm_size, "MPI_Comm_size");
-  function(library.Comm_group, "MPI_Comm_group");
-  function(library.Group_incl, "MPI_Group_incl");
-  function(library.Group_free, "MPI_Group_free");
-  function(library.Comm_create_group, "MPI_Comm_create_group");
-  function(library.Comm_split, "MPI_Comm_split");
-  function(library.Comm_free, "MPI_Comm_free");
-  function(library.Comm_set_errhandler, "MPI_Comm_set_errhandler");
-  function(library.Error_string, "MPI_Error_string");
-  function(library.Get_library_version, "MPI_Get_library_version");
-  function(library.Op_create, "MPI_Op_create");
-  function(library.Op_free, "MPI_Op_free");
-  function(library.Allreduce, "MPI_Allreduce");
-  function(library.Reduce, "MPI_Reduce");
-  function(library.Bcast, "MPI_Bcast");
-  function(library.Allgather, "MPI_Allgather");
-  function(library.Reduce_scatter_block, "MPI_Reduce_scatter_block");
-  function(library.Alltoall, "MPI_Alltoall");
-  function(library.Gather, "MPI_Gather");
-  function(library.Scatter, "MPI_Scatter");
-  function(library.Barrier, "MPI_Barrier");
-  function(library.Isend, "MPI_Isend");
-  function(library.Irecv, "MPI_Irecv");
-  function(library.Waitall, "MPI_Waitall");
-  object(library.comm_world, "ompi_mpi_comm_world");
-  object(library.byte, "ompi_mpi_byte");
-  object(library.float32, "ompi_mpi_float");
-  object(library.float64, "ompi_mpi_double");
-  object(library.int8, "ompi_mpi_int8_t");
-  object(library.uint8, "ompi_mpi_uint8_t");
-  object(library.uint16, "ompi_mpi_uint16_t");
-  object(library.int32, "ompi_mpi_int32_t");
-  object(library.int64, "ompi_mpi_int64_t");
-  object(library.sum, "ompi_mpi_op_sum");
-  object(library.prod, "ompi_mpi_op_prod");
-  object(library.min, "ompi_mpi_op_min");
-  object(library.max, "ompi_mpi_op_max");
-  object(library.errors_return, "ompi_mpi_errors_return");
-  return missing;
-}
-
 LoadResult load_once() {
   std::vector<std::string> candidates;
   if (const char* explicit_file = std::getenv("HAL_MPI_LIBRARY"); explicit_file != nullptr && *explicit_file != '\0')
@@ -102,8 +43,12 @@ LoadResult load_once() {
                ": not OpenMPI (no ompi_mpi_comm_world); hal's MPI shim targets OpenMPI's ABI";
       continue;
     }
-    if (const std::string missing = resolve(handle, library); !missing.empty()) {
-      tried += (tried.empty() ? "" : "; ") + library.path + ": lacks " + missing + " (MPI-3 is needed)";
+    const SymbolResolution resolution =
+        resolve_symbols(HAL_SYMBOL_SPECS(HAL_MPI_SYMBOLS, library, ""),
+                        [&](const SymbolSpec&, const SymbolName& name) { return dlsym(handle, name.name.c_str()); });
+    if (!resolution.complete()) {
+      tried += (tried.empty() ? "" : "; ") + library.path + ": lacks " +
+               SymbolResolution::join(resolution.missing_required) + " (MPI-3 is needed)";
       continue;
     }
     char version[max_library_version_string] = "";
