@@ -5,8 +5,6 @@
 #include <cstring>
 #include <variant>
 
-#include "vendor_library.hpp"
-
 namespace hal::shims {
 
 std::string pci_bus_id_from_bdf_id(std::uint64_t bdf_id) {
@@ -57,7 +55,7 @@ const char* limit_name(SmiTemperatureLimit limit) {
 
 // What both readers share: the library, its status codes, how a failed call
 // becomes a reading's reason, and the devices by PCI bus id.
-class SmiReader : public AmdGpuManagement {
+class SmiReader : public AmdGpuManagement, public VendorLibrary {
  public:
   struct StatusCodes {
     std::uint32_t success, not_supported, not_yet_implemented, permission;
@@ -68,8 +66,7 @@ class SmiReader : public AmdGpuManagement {
   const std::vector<std::string>& device_pci_bus_ids() const override { return pci_bus_ids_; }
 
  protected:
-  SmiReader(SharedLibrary library, StatusCodes codes, std::string name)
-      : library_(std::move(library)), codes_(codes), name_(std::move(name)) {}
+  SmiReader(StatusCodes codes, std::string name) : codes_(codes), name_(std::move(name)) {}
 
   // The library's own words for a status: "AMDSMI_STATUS_NO_PERM - Permission denied".
   virtual std::string status_text(std::uint32_t status) const = 0;
@@ -88,7 +85,7 @@ class SmiReader : public AmdGpuManagement {
     const std::string call = std::string(symbol) + (what.empty() ? "" : "(" + what + ")");
     if (function == nullptr)
       return Empty::missing(SmiProblem::not_supported,
-                            description() + " at " + library_.path() + " has no " + symbol);
+                            description() + " at " + path() + " has no " + symbol);
     const std::uint32_t status = function(arguments...);
     if (status == codes_.success) return Empty::of({});
     return Empty::missing(problem_of(status), call + ": " + status_text(status));
@@ -109,7 +106,6 @@ class SmiReader : public AmdGpuManagement {
     handles.push_back(handle);
   }
 
-  SharedLibrary library_;
   StatusCodes codes_;
   std::string name_;  // "amd-smi", "rocm-smi"
   SmiLibraryVersion version_;
@@ -261,8 +257,6 @@ struct AmdSmiApi {
   HAL_SYMBOL_FIELDS(HAL_AMD_SMI_FUNCTIONS)
 };
 
-std::vector<SymbolSpec> amd_smi_symbols(AmdSmiApi& api) { return HAL_SYMBOL_SPECS(HAL_AMD_SMI_FUNCTIONS, api, ""); }
-
 // Which struct layouts a release has. The layouts were read from AMD SMI's
 // amdsmi.h at ROCm 6.0.0 (23.4.0), 6.1.0/6.1.2 (24.5.x), 6.2.0/6.2.2
 // (24.6.x), 24.7.0 and 26.1.0.
@@ -287,23 +281,23 @@ AmdSmiLayouts layouts_of(const SmiLibraryVersion& version) {
 
 class AmdSmiReader final : public SmiReader {
  public:
-  AmdSmiReader(SharedLibrary library, const AmdSmiApi& api)
-      : SmiReader(std::move(library), {amdsmi::success, amdsmi::not_supported, amdsmi::not_yet_implemented,
-                                       amdsmi::no_permission},
-                  "amd-smi"),
-        api_(api) {}
+  AmdSmiReader()
+      : SmiReader({amdsmi::success, amdsmi::not_supported, amdsmi::not_yet_implemented, amdsmi::no_permission},
+                  "amd-smi") {}
   ~AmdSmiReader() override {
     if (initialized_) api_.shut_down();
   }
 
+  std::vector<SymbolSpec> symbols() { return HAL_SYMBOL_SPECS(HAL_AMD_SMI_FUNCTIONS, api_, ""); }
+
   // Initializes the library and lists its GPUs; "" or why it cannot be used.
   std::string start() {
     if (const amdsmi::Status status = api_.init(amdsmi::init_amd_gpus); status != amdsmi::success)
-      return "amdsmi_init(AMDSMI_INIT_AMD_GPUS) at " + library_.path() + " failed: " + status_text(status);
+      return "amdsmi_init(AMDSMI_INIT_AMD_GPUS) at " + path() + " failed: " + status_text(status);
     initialized_ = true;
     if (std::string error = read_version(); !error.empty()) return error;
     if (version_ < oldest_amd_smi)
-      return "AMD SMI " + version_.text() + " at " + library_.path() + " predates " + oldest_amd_smi.text() +
+      return "AMD SMI " + version_.text() + " at " + path() + " predates " + oldest_amd_smi.text() +
              " (ROCm 6.0), the oldest release whose struct layouts hal knows";
     return list_devices();
   }
@@ -553,7 +547,7 @@ class AmdSmiReader final : public SmiReader {
       unsigned char room[256];
     } version{};
     if (const amdsmi::Status status = api_.get_lib_version(&version); status != amdsmi::success)
-      return "amdsmi_get_lib_version at " + library_.path() + " failed: " + status_text(status);
+      return "amdsmi_get_lib_version at " + path() + " failed: " + status_text(status);
     // 25.x dropped the year: a first word of 25 or more is a major version,
     // 24 or less a year (23.4.0 is ROCm 6.0's, 24.6.2 ROCm 6.2's).
     if (version.release_24.year >= 25)
@@ -639,8 +633,6 @@ struct RocmSmiApi {
   HAL_SYMBOL_FIELDS(HAL_ROCM_SMI_FUNCTIONS)
 };
 
-std::vector<SymbolSpec> rocm_smi_symbols(RocmSmiApi& api) { return HAL_SYMBOL_SPECS(HAL_ROCM_SMI_FUNCTIONS, api, ""); }
-
 // rsmi_frequencies_t gained has_deep_sleep (shifting every member) between
 // rocm_smi 5.x (ROCm 5) and 7.0 (ROCm 6.0); 6.x was never released. Read
 // from rocm_smi.h at ROCm 5.0.0, 5.7.0 and 6.0.0.
@@ -654,18 +646,17 @@ RocmSmiLayouts layouts_of_rocm_smi(const SmiLibraryVersion& version) {
 
 class RocmSmiReader final : public SmiReader {
  public:
-  RocmSmiReader(SharedLibrary library, const RocmSmiApi& api)
-      : SmiReader(std::move(library), {rsmi::success, rsmi::not_supported, rsmi::not_yet_implemented,
-                                       rsmi::permission},
-                  "rocm-smi"),
-        api_(api) {}
+  RocmSmiReader()
+      : SmiReader({rsmi::success, rsmi::not_supported, rsmi::not_yet_implemented, rsmi::permission}, "rocm-smi") {}
   ~RocmSmiReader() override {
     if (initialized_) api_.shut_down();
   }
 
+  std::vector<SymbolSpec> symbols() { return HAL_SYMBOL_SPECS(HAL_ROCM_SMI_FUNCTIONS, api_, ""); }
+
   std::string start() {
     if (const rsmi::Status status = api_.init(0); status != rsmi::success)
-      return "rsmi_init at " + library_.path() + " failed: " + status_text(status);
+      return "rsmi_init at " + path() + " failed: " + status_text(status);
     initialized_ = true;
     rsmi::Version version{};
     if (const rsmi::Status status = api_.version_get(&version); status != rsmi::success)
@@ -865,14 +856,14 @@ class RocmSmiReader final : public SmiReader {
 };
 
 // Opens one library: its reader, or why not (and whether it was found at all).
-template <typename Reader, typename Api>
-AmdGpuManagementOpening open_reader(const LibraryRequest& request, std::vector<SymbolSpec> (*symbols)(Api&)) {
-  Api api;
-  VendorLibraryLoad load = open_vendor_library(request, symbols(api));
-  if (!load.ok()) return {nullptr, load.error, load.library_missing};
-  auto reader = std::make_unique<Reader>(std::move(load.library), api);
-  if (std::string error = reader->start(); !error.empty()) return {nullptr, error, false};
-  return {std::move(reader), {}, false};
+template <typename Reader>
+LoadResult<AmdGpuManagement> open_reader(const LibraryRequest& request) {
+  auto reader = std::make_unique<Reader>();
+  const std::vector<SymbolSpec> symbols = reader->symbols();
+  LoadResult<Reader> load = open_vendor_library(std::move(reader), request, symbols);
+  if (!load.library) return {nullptr, std::move(load.message), load.library_missing};
+  if (std::string error = load.library->start(); !error.empty()) return {nullptr, error, false};
+  return {std::move(load.library), {}, false};
 }
 
 }  // namespace
@@ -902,12 +893,12 @@ LibraryRequest rocm_smi_request() {
   return request;
 }
 
-AmdGpuManagementOpening open_amd_gpu_management() {
-  AmdGpuManagementOpening amd_smi = open_reader<AmdSmiReader>(amd_smi_request(), amd_smi_symbols);
+LoadResult<AmdGpuManagement> open_amd_gpu_management() {
+  LoadResult<AmdGpuManagement> amd_smi = open_reader<AmdSmiReader>(amd_smi_request());
   if (amd_smi.library) return amd_smi;
-  AmdGpuManagementOpening rocm_smi = open_reader<RocmSmiReader>(rocm_smi_request(), rocm_smi_symbols);
+  LoadResult<AmdGpuManagement> rocm_smi = open_reader<RocmSmiReader>(rocm_smi_request());
   if (rocm_smi.library) return rocm_smi;
-  return {nullptr, amd_smi.error + "; " + rocm_smi.error, amd_smi.library_missing && rocm_smi.library_missing};
+  return {nullptr, amd_smi.message + "; " + rocm_smi.message, amd_smi.library_missing && rocm_smi.library_missing};
 }
 
 }  // namespace hal::shims

@@ -5,7 +5,6 @@
 
 #include <cublas_api.h>
 
-#include <memory>
 #include <string>
 
 #include "vendor_library.hpp"
@@ -27,24 +26,18 @@ struct CublasApi {
   HAL_SYMBOL_FIELDS(HAL_CUBLAS_FUNCTIONS)
 };
 
-class Cublas {
+class Cublas : public VendorLibrary {
  public:
-  struct LoadResult {
-    std::unique_ptr<Cublas> library;  // null when unusable
-    std::string message;              // why, with every path tried
-  };
   // configured_path: the backend option `cublas`; HAL_CUBLAS wins over it.
-  static LoadResult load(const std::string& configured_path);
+  static LoadResult<Cublas> load(const std::string& configured_path);
 
   const CublasApi& api() const { return api_; }
-  const std::string& path() const { return library_.path(); }
   // "13.0.2" from cublasGetProperty; "" when the library lacks it.
   std::string version() const;
   // "CUBLAS_STATUS_NOT_SUPPORTED (the functionality requested is not supported)" or the number.
   std::string describe(cublasStatus_t status) const;
 
  private:
-  SharedLibrary library_;
   CublasApi api_;
 };
 

@@ -19,32 +19,33 @@ LibraryRequest CudaDriver::nvidia_request(const std::string& configured_path) {
   return request;
 }
 
-CudaDriver::LoadResult CudaDriver::load(const std::string& configured_path) {
+LoadResult<CudaDriver> CudaDriver::load(const std::string& configured_path) {
   return load(nvidia_request(configured_path));
 }
 
-CudaDriver::LoadResult CudaDriver::load(const LibraryRequest& request) {
+LoadResult<CudaDriver> CudaDriver::load(const LibraryRequest& request) {
   LibraryLoad load = load_library(request);
   if (!load.loaded()) {
     const std::string remedy = request.environment_variable.empty()
                                    ? ""
                                    : "; install the driver or set " + request.environment_variable + " to its path";
-    return {nullptr, true, "the " + request.display_name + " was not found or could not be opened" + remedy +
-                               ". Tried: " + load.describe_attempts()};
+    return {nullptr,
+            "the " + request.display_name + " was not found or could not be opened" + remedy +
+                ". Tried: " + load.describe_attempts(),
+            true};
   }
 
   auto driver = std::unique_ptr<CudaDriver>(new CudaDriver());
-  driver->library_ = std::move(load.library);
-  const SharedLibrary& library = driver->library_;
+  driver->adopt(std::move(load.library), request.display_name, load.describe_attempts());
   CudaDriverApi& api = driver->api_;
 
   // cuInit and cuGetProcAddress come from plain dlsym: they are how the rest is found.
-  api.cuInit = reinterpret_cast<decltype(api.cuInit)>(library.find("cuInit"));
+  api.cuInit = reinterpret_cast<decltype(api.cuInit)>(driver->find("cuInit"));
   if (api.cuInit == nullptr)
-    return {nullptr, false, library.path() + " does not export cuInit; it is not a CUDA driver"};
-  const auto get_proc_v2 = reinterpret_cast<GetProcAddressV2>(library.find("cuGetProcAddress_v2"));
+    return {nullptr, driver->path() + " does not export cuInit; it is not a CUDA driver", false};
+  const auto get_proc_v2 = reinterpret_cast<GetProcAddressV2>(driver->find("cuGetProcAddress_v2"));
   const auto get_proc_v1 =
-      get_proc_v2 == nullptr ? reinterpret_cast<GetProcAddressV1>(library.find("cuGetProcAddress")) : nullptr;
+      get_proc_v2 == nullptr ? reinterpret_cast<GetProcAddressV1>(driver->find("cuGetProcAddress")) : nullptr;
   driver->resolution_method_ = get_proc_v2 ? "cuGetProcAddress_v2" : get_proc_v1 ? "cuGetProcAddress" : "dlsym";
 
   // Each alternative at its ABI version: cuGetProcAddress for the base name
@@ -62,17 +63,18 @@ CudaDriver::LoadResult CudaDriver::load(const LibraryRequest& request) {
         address = nullptr;
     }
     // A driver without cuGetProcAddress, or one that does not list a symbol there.
-    return address != nullptr ? address : library.find(name.name.c_str());
+    return address != nullptr ? address : driver->find(name.name.c_str());
   };
   const SymbolResolution resolution = resolve_symbols(HAL_SYMBOL_SPECS(HAL_CUDA_DRIVER_FUNCTIONS, api, ""), find);
   if (!resolution.complete()) {
-    return {nullptr, false,
-            "the CUDA driver at " + library.path() + " lacks required functions (" +
+    return {nullptr,
+            "the CUDA driver at " + driver->path() + " lacks required functions (" +
                 SymbolResolution::join(resolution.missing_required) +
-                "); it is too old or not a CUDA driver: update the NVIDIA driver"};
+                "); it is too old or not a CUDA driver: update the NVIDIA driver",
+            false};
   }
   driver->missing_optional_ = resolution.missing_optional;
-  return {std::move(driver), false, {}};
+  return {std::move(driver), {}, false};
 }
 
 std::string CudaDriver::describe(CUresult result) const {

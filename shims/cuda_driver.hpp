@@ -4,11 +4,9 @@
 
 #include <cuda.h>
 
-#include <memory>
 #include <string>
 
-#include "library_loader.hpp"
-#include "symbol_table.hpp"
+#include "vendor_library.hpp"
 
 namespace hal::shims {
 
@@ -99,25 +97,18 @@ struct CudaDriverApi {
 };
 
 // The loaded driver: library, function table and how it was found.
-class CudaDriver {
+class CudaDriver : public VendorLibrary {
  public:
-  struct LoadResult {
-    std::unique_ptr<CudaDriver> driver;  // null on failure
-    bool library_missing = false;        // true: no library; false with no driver: unusable library
-    std::string message;                 // why it failed, every path tried included
-  };
   // NVIDIA's defaults: libcuda.so.1, HAL_CUDA_DRIVER, then the `driver`
   // option (configured_path, "" when unset), then the usual search.
   static LibraryRequest nvidia_request(const std::string& configured_path);
-  static LoadResult load(const std::string& configured_path);
+  static LoadResult<CudaDriver> load(const std::string& configured_path);
   // Any CUDA driver API library (a CUDA-compatible SDK's own libcuda).
-  static LoadResult load(const LibraryRequest& request);
+  static LoadResult<CudaDriver> load(const LibraryRequest& request);
 
   const CudaDriverApi& api() const { return api_; }
-  const std::string& path() const { return library_.path(); }
   // "cuGetProcAddress_v2", "cuGetProcAddress" or "dlsym": how symbols were found.
   const std::string& resolution_method() const { return resolution_method_; }
-  const std::vector<std::string>& missing_optional() const { return missing_optional_; }
   bool has_module_api() const {
     return api_.cuModuleLoadData && api_.cuModuleUnload && api_.cuModuleGetFunction && api_.cuLaunchKernel;
   }
@@ -126,10 +117,8 @@ class CudaDriver {
   std::string describe(CUresult result) const;
 
  private:
-  SharedLibrary library_;
   CudaDriverApi api_;
   std::string resolution_method_;
-  std::vector<std::string> missing_optional_;
 };
 
 }  // namespace hal::shims

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 #include <string>
 
 #include "vendor_library.hpp"
@@ -21,28 +20,21 @@ struct CudnnApi {
   HAL_SYMBOL_FIELDS(HAL_CUDNN_FUNCTIONS)
 };
 
-class Cudnn {
+class Cudnn : public VendorLibrary {
  public:
-  struct LoadResult {
-    std::unique_ptr<Cudnn> library;  // null when unusable
-    std::string message;
-  };
   // NVIDIA's defaults: libcudnn.so.9, HAL_CUDNN, the `cudnn` backend option.
   static LibraryRequest nvidia_request(const std::string& configured_path);
-  static LoadResult load(const std::string& configured_path);
+  static LoadResult<Cudnn> load(const std::string& configured_path);
   // Any cuDNN-compatible library (a CUDA-compatible SDK's own).
-  static LoadResult load(const LibraryRequest& request);
+  static LoadResult<Cudnn> load(const LibraryRequest& request);
 
   const CudnnApi& api() const { return api_; }
-  const std::string& path() const { return library_.path(); }
-  void* native_handle() const { return library_.native_handle(); }
   // "9.19.0"
   std::string version() const;
   // cudnnGetVersion's number in cuDNN's encoding (9.x: 91900, 8.x: 8907).
   static std::string format_version(std::size_t encoded);
 
  private:
-  SharedLibrary library_;
   CudnnApi api_;
 };
 

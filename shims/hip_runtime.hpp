@@ -8,12 +8,10 @@
 #include <hip/hip_runtime_api.h>
 
 #include <cstddef>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "library_loader.hpp"
-#include "symbol_table.hpp"
+#include "vendor_library.hpp"
 
 namespace hal::shims {
 
@@ -83,15 +81,10 @@ struct HipRuntimeApi {
 };
 
 // The loaded runtime: library, function table and how it was found.
-class HipRuntime {
+class HipRuntime : public VendorLibrary {
  public:
-  struct LoadResult {
-    std::unique_ptr<HipRuntime> runtime;  // null on failure
-    bool library_missing = false;         // true: no library; false with no runtime: unusable library
-    std::string message;                  // why it failed, every path tried included
-  };
   // configured_path: the backend's `runtime` option ("" when unset).
-  static LoadResult load(const std::string& configured_path);
+  static LoadResult<HipRuntime> load(const std::string& configured_path);
   // The search: HAL_HIP_RUNTIME, the configured path, $ROCM_PATH/lib,
   // /opt/rocm/lib, then the system's library path.
   static LibraryRequest library_request(const std::string& configured_path);
@@ -100,10 +93,6 @@ class HipRuntime {
   static std::string search_description();
 
   const HipRuntimeApi& api() const { return api_; }
-  const std::string& path() const { return library_.path(); }
-  // "[HAL_HIP_RUNTIME] ...: not found; [system] libamdhip64.so.6: loaded ..."
-  const std::string& attempts() const { return attempts_; }
-  const std::vector<std::string>& missing_optional() const { return missing_optional_; }
   bool has_module_api() const {
     return api_.hipModuleLoadData && api_.hipModuleUnload && api_.hipModuleGetFunction && api_.hipModuleLaunchKernel;
   }
@@ -114,10 +103,7 @@ class HipRuntime {
   static std::string format_version(int version);
 
  private:
-  SharedLibrary library_;
   HipRuntimeApi api_;
-  std::string attempts_;
-  std::vector<std::string> missing_optional_;
 };
 
 }  // namespace hal::shims

@@ -25,14 +25,10 @@ LibraryRequest Nccl::amd_request(const std::string& configured_path) {
   return request;
 }
 
-Nccl::LoadResult Nccl::load(const LibraryRequest& request) {
+LoadResult<Nccl> Nccl::load(const LibraryRequest& request) {
   auto nccl = std::unique_ptr<Nccl>(new Nccl());
-  VendorLibraryLoad load = open_vendor_library(request, HAL_SYMBOL_SPECS(HAL_NCCL_FUNCTIONS, nccl->api_, ""));
-  if (!load.ok()) return {nullptr, load.error};
-  nccl->library_ = std::move(load.library);
-  nccl->missing_optional_ = std::move(load.missing_optional);
-  nccl->display_name_ = request.display_name;
-  return {std::move(nccl), {}};
+  const std::vector<SymbolSpec> symbols = HAL_SYMBOL_SPECS(HAL_NCCL_FUNCTIONS, nccl->api_, "");
+  return open_vendor_library(std::move(nccl), request, symbols);
 }
 
 std::string Nccl::format_version(int encoded) {

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -108,35 +107,24 @@ struct NcclApi {
   HAL_SYMBOL_FIELDS(HAL_NCCL_FUNCTIONS)
 };
 
-class Nccl {
+class Nccl : public VendorLibrary {
  public:
-  struct LoadResult {
-    std::unique_ptr<Nccl> library;  // null when unusable
-    std::string message;
-  };
   // NVIDIA's defaults: libnccl.so.2, HAL_NCCL, the `nccl` backend option.
   static LibraryRequest nvidia_request(const std::string& configured_path);
   // AMD's: librccl.so.1, HAL_RCCL, the `rccl` backend option, then
   // $ROCM_PATH/lib and /opt/rocm/lib.
   static LibraryRequest amd_request(const std::string& configured_path);
   // Any NCCL-compatible library: RCCL (librccl.so.1), ACCL, pccl.
-  static LoadResult load(const LibraryRequest& request);
+  static LoadResult<Nccl> load(const LibraryRequest& request);
 
   const NcclApi& api() const { return api_; }
-  const std::string& path() const { return library_.path(); }
-  // What the request called it: "NCCL (libnccl.so.2)", "RCCL (librccl.so.1)".
-  const std::string& display_name() const { return display_name_; }
-  const std::vector<std::string>& missing_optional() const { return missing_optional_; }
   // "2.28.9"
   std::string version() const;
   // ncclGetVersion's number: 2.9 and later major*10000 + minor*100 + patch, before major*1000.
   static std::string format_version(int encoded);
 
  private:
-  SharedLibrary library_;
   NcclApi api_;
-  std::vector<std::string> missing_optional_;
-  std::string display_name_;
 };
 
 }  // namespace hal::shims

@@ -31,23 +31,23 @@ LibraryRequest Nvml::hgml_request(const std::string& configured_path, const std:
   return request;
 }
 
-Nvml::LoadResult Nvml::load(const LibraryRequest& request, const std::string& prefix) {
+LoadResult<Nvml> Nvml::load(const LibraryRequest& request, const std::string& prefix) {
   auto nvml = std::unique_ptr<Nvml>(new Nvml());
-  VendorLibraryLoad load = open_vendor_library(request, HAL_SYMBOL_SPECS(HAL_NVML_FUNCTIONS, nvml->api_, prefix));
-  if (!load.ok()) return {nullptr, load.error, load.library_missing};
-  nvml->library_ = std::move(load.library);
   nvml->prefix_ = prefix;
-  if (const NvmlReturn result = nvml->api_.Init(); result != nvml_success) {
-    std::string message = request.display_name + " at " + nvml->library_.path() + ": " + prefix + "Init failed: " +
-                          nvml->error_text(result) + " (is the driver loaded?)";
-    nvml->api_.Shutdown = nullptr;  // nothing to shut down
+  const std::vector<SymbolSpec> symbols = HAL_SYMBOL_SPECS(HAL_NVML_FUNCTIONS, nvml->api_, prefix);
+  LoadResult<Nvml> load = open_vendor_library(std::move(nvml), request, symbols);
+  if (!load.library) return load;
+  if (const NvmlReturn result = load.library->api_.Init(); result != nvml_success) {
+    std::string message = request.display_name + " at " + load.library->path() + ": " + prefix + "Init failed: " +
+                          load.library->error_text(result) + " (is the driver loaded?)";
     return {nullptr, std::move(message), false};
   }
-  return {std::move(nvml), {}, false};
+  load.library->initialized_ = true;
+  return load;
 }
 
 Nvml::~Nvml() {
-  if (api_.Shutdown != nullptr) api_.Shutdown();
+  if (initialized_) api_.Shutdown();
 }
 
 std::string Nvml::describe() const {

@@ -189,15 +189,11 @@ struct NvmlApi {
 };
 
 // A loaded and initialized NVML-family library; shut down when destroyed.
-class Nvml {
+class Nvml : public VendorLibrary {
  public:
-  struct LoadResult {
-    std::unique_ptr<Nvml> library;
-    std::string message;          // why not, when library is null
-    bool library_missing = true;  // false: found, but unusable or its init failed
-  };
-  // prefix: "nvml" or "hgml", the start of every exported name.
-  static LoadResult load(const LibraryRequest& request, const std::string& prefix);
+  // prefix: "nvml" or "hgml", the start of every exported name. Found but
+  // failing its init: unusable (library_missing false).
+  static LoadResult<Nvml> load(const LibraryRequest& request, const std::string& prefix);
   static LibraryRequest nvidia_request(const std::string& configured_path);
   // The PPU SDK's HGML: its lib directories under sdk_root, then the system.
   static LibraryRequest hgml_request(const std::string& configured_path, const std::string& sdk_root);
@@ -207,7 +203,6 @@ class Nvml {
   ~Nvml();
 
   const NvmlApi& api() const { return api_; }
-  const std::string& path() const { return library_.path(); }
   const std::string& prefix() const { return prefix_; }
   // "nvml 550.54.15", or "nvml" when the driver version is not readable.
   std::string describe() const;
@@ -218,9 +213,9 @@ class Nvml {
 
  private:
   Nvml() = default;
-  SharedLibrary library_;
   NvmlApi api_;
   std::string prefix_;
+  bool initialized_ = false;  // Init succeeded: Shutdown when destroyed
 };
 
 }  // namespace hal::shims

@@ -214,13 +214,13 @@ TEST_SUITE("shims") {
 
   TEST_CASE("cuBLAS: a missing library names every path tried, one without its GEMM is unusable") {
     ScopedEnvironment missing{{"HAL_CUBLAS", "/nonexistent/lib/libcublas.so.13"}};
-    const shims::Cublas::LoadResult absent = shims::Cublas::load("");
+    const shims::LoadResult<shims::Cublas> absent = shims::Cublas::load("");
     CHECK(absent.library == nullptr);
     CHECK(contains(absent.message, "cuBLAS (libcublas.so.13 or libcublas.so.12) was not found"));
     CHECK(contains(absent.message, "[HAL_CUBLAS] /nonexistent/lib/libcublas.so.13: not found"));
     // The fake driver is a library, but not cuBLAS.
     ScopedEnvironment wrong{{"HAL_CUBLAS", HAL_FAKE_CUDA_DRIVER_PATH}};
-    const shims::Cublas::LoadResult unusable = shims::Cublas::load("");
+    const shims::LoadResult<shims::Cublas> unusable = shims::Cublas::load("");
     CHECK(unusable.library == nullptr);
     CHECK(contains(unusable.message, "lacks required functions (cublasCreate_v2"));
     CHECK(contains(unusable.message, "cublasGemmStridedBatchedEx"));
@@ -233,7 +233,7 @@ TEST_SUITE("shims") {
       return;
     }
     ScopedEnvironment environment{{"HAL_CUBLAS", std::nullopt}};
-    const shims::Cublas::LoadResult load = shims::Cublas::load(toolkit_cublas);
+    const shims::LoadResult<shims::Cublas> load = shims::Cublas::load(toolkit_cublas);
     REQUIRE_MESSAGE(load.library != nullptr, load.message);
     CHECK(load.library->version().rfind("13.", 0) == 0);
     CHECK(contains(load.library->describe(CUBLAS_STATUS_NOT_SUPPORTED), "cuBLAS status 15"));
@@ -243,14 +243,14 @@ TEST_SUITE("shims") {
     // The fake driver exports none of NCCL's functions.
     shims::LibraryRequest request = shims::Nccl::nvidia_request(HAL_FAKE_CUDA_DRIVER_PATH);
     ScopedEnvironment environment{{"HAL_NCCL", std::nullopt}};
-    const shims::Nccl::LoadResult load = shims::Nccl::load(request);
+    const shims::LoadResult<shims::Nccl> load = shims::Nccl::load(request);
     CHECK(load.library == nullptr);
     CHECK(contains(load.message, "lacks required functions (ncclGetVersion"));
   }
 
   TEST_CASE("NCCL-compatible libraries: optional entries by release, RCCL's spelling and search") {
     ScopedEnvironment environment{{"HAL_NCCL", std::nullopt}, {"HAL_RCCL", std::nullopt}};
-    const shims::Nccl::LoadResult modern = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_PATH));
+    const shims::LoadResult<shims::Nccl> modern = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_PATH));
     REQUIRE_MESSAGE(modern.library != nullptr, modern.message);
     CHECK(modern.library->version() == "2.28.9");
     CHECK(modern.library->display_name() == "NCCL (libnccl.so.2)");
@@ -259,7 +259,7 @@ TEST_SUITE("shims") {
     CHECK((modern.library->api().Gather != nullptr));
     CHECK(modern.library->missing_optional() == std::vector<std::string>{"ncclCommFinalize"});
 
-    const shims::Nccl::LoadResult legacy = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_LEGACY_PATH));
+    const shims::LoadResult<shims::Nccl> legacy = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_LEGACY_PATH));
     REQUIRE_MESSAGE(legacy.library != nullptr, legacy.message);
     CHECK(legacy.library->version() == "2.8.4");
     CHECK((legacy.library->api().CommInitRankConfig == nullptr));

@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "symbol_table.hpp"
+#include "vendor_library.hpp"
 
 namespace hal::shims::mpi {
 
@@ -76,25 +76,27 @@ constexpr int max_library_version_string = 256;
   X(max, Op, required, "ompi_mpi_op_max")                                                                              \
   X(errors_return, Errhandler, required, "ompi_mpi_errors_return")
 
-struct Library {
-  std::string path;     // the file the dynamic linker opened
-  std::string version;  // first line of MPI_Get_library_version
+class Library : public VendorLibrary {
+ public:
   HAL_SYMBOL_FIELDS(HAL_MPI_SYMBOLS)
 
+  // First line of MPI_Get_library_version.
+  const std::string& version() const { return version_; }
   // "MPI_ERR_TRUNCATE: message truncated (code 15)".
   std::string error_text(int code) const;
-};
 
-struct LoadResult {
-  const Library* library = nullptr;  // nullptr when libmpi could not be used
-  std::string error;                 // why not, with every path tried
+ private:
+  friend const LoadResult<Library>& load();
+  static LoadResult<Library> open();
+  std::string version_;
 };
 
 // Opens libmpi once per process: MPI is process-wide state (one MPI_Init per
 // process), so every user in the process shares one library and one answer.
 // HAL_MPI_LIBRARY names the file to use instead of searching libmpi.so.40,
-// then libmpi.so. Never throws.
-const LoadResult& load();
+// then libmpi.so. No library: the message says why, with every path tried.
+// Never throws.
+const LoadResult<Library>& load();
 
 // The process's MPI session. The first acquire() calls MPI_Init_thread asking
 // for MPI_THREAD_MULTIPLE, unless the program initialized MPI itself; the
