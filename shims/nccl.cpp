@@ -39,7 +39,7 @@ std::string Nccl::format_version(int encoded) {
 
 std::string Nccl::version() const {
   int encoded = 0;
-  if (api_.GetVersion(&encoded) != 0) return "unknown (ncclGetVersion failed)";
+  if (api_.GetVersion(&encoded) != nccl_success) return "unknown (ncclGetVersion failed)";
   return format_version(encoded);
 }
 

@@ -22,30 +22,62 @@ struct NcclUniqueId {
 };
 struct NcclCommunicatorTag;
 using NcclCommunicator = NcclCommunicatorTag*;
-using NcclResult = int;       // ncclResult_t: 0 = ncclSuccess, 7 = ncclInProgress
+using NcclResult = int;       // ncclResult_t
 using NcclDataType = int;     // ncclDataType_t
 using NcclReduction = int;    // ncclRedOp_t
 using NcclStream = void*;     // cudaStream_t / hipStream_t: a pointer either way
 
-// ncclResult_t values the callers act on.
+// ncclResult_t.
 constexpr NcclResult nccl_success = 0;
+constexpr NcclResult nccl_unhandled_cuda_error = 1;
+constexpr NcclResult nccl_system_error = 2;
+constexpr NcclResult nccl_internal_error = 3;
 constexpr NcclResult nccl_invalid_argument = 4;
-constexpr NcclResult nccl_in_progress = 7;
+constexpr NcclResult nccl_invalid_usage = 5;
+constexpr NcclResult nccl_remote_error = 6;  // a peer is gone
+constexpr NcclResult nccl_in_progress = 7;   // a non-blocking call has not taken effect yet
+
+// ncclDataType_t.
+constexpr NcclDataType nccl_int8 = 0;
+constexpr NcclDataType nccl_uint8 = 1;
+constexpr NcclDataType nccl_int32 = 2;
+constexpr NcclDataType nccl_uint32 = 3;
+constexpr NcclDataType nccl_int64 = 4;
+constexpr NcclDataType nccl_uint64 = 5;
+constexpr NcclDataType nccl_float16 = 6;
+constexpr NcclDataType nccl_float32 = 7;
+constexpr NcclDataType nccl_float64 = 8;
+constexpr NcclDataType nccl_bfloat16 = 9;  // NCCL 2.10
+
+// ncclRedOp_t (note max before min).
+constexpr NcclReduction nccl_sum = 0;
+constexpr NcclReduction nccl_prod = 1;
+constexpr NcclReduction nccl_max = 2;
+constexpr NcclReduction nccl_min = 3;
+constexpr NcclReduction nccl_avg = 4;  // NCCL 2.10
+
+// The release that added ncclBfloat16 and ncclAvg, as ncclGetVersion encodes it.
+constexpr int nccl_version_with_bf16_and_avg = 21000;  // NCCL 2.10
+
+// ncclConfig_t's constants: NCCL_CONFIG_INITIALIZER's magic, the version
+// whose layout NcclConfig has (NCCL_VERSION(2, 14, 0)), NCCL_CONFIG_UNDEF_INT.
+constexpr unsigned int nccl_config_magic = 0xcafebeef;
+constexpr unsigned int nccl_config_version = 21400;
+constexpr int nccl_config_undefined = -2147483647 - 1;
 
 // ncclConfig_t as NCCL 2.14 defined it, the first release with
 // ncclCommInitRankConfig. Later releases append fields and read only
 // `size` bytes of a caller's config, so this prefix stays valid.
 struct NcclConfig {
   std::size_t size = sizeof(NcclConfig);
-  unsigned int magic = 0xcafebeef;
-  unsigned int version = 21400;  // NCCL_VERSION(2, 14, 0)
-  int blocking = undefined;
-  int cga_cluster_size = undefined;
-  int min_ctas = undefined;
-  int max_ctas = undefined;
+  unsigned int magic = nccl_config_magic;
+  unsigned int version = nccl_config_version;
+  int blocking = nccl_config_undefined;
+  int cga_cluster_size = nccl_config_undefined;
+  int min_ctas = nccl_config_undefined;
+  int max_ctas = nccl_config_undefined;
   const char* net_name = nullptr;
-  int split_share = undefined;
-  static constexpr int undefined = -2147483647 - 1;  // NCCL_CONFIG_UNDEF_INT
+  int split_share = nccl_config_undefined;
 };
 
 // The collectives' prototypes shared by several functions: a reduction
