@@ -2,12 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <variant>
-
-#include "vendor_library.hpp"
 
 namespace hal::shims {
 
@@ -32,14 +28,6 @@ std::uint64_t pcie_generation_of_rate(std::uint64_t megatransfers_per_second) {
 namespace {
 
 using Empty = SmiResult<std::monostate>;
-
-std::vector<std::pair<std::string, std::string>> rocm_library_directories() {
-  std::vector<std::pair<std::string, std::string>> directories;
-  if (const char* rocm_path = std::getenv("ROCM_PATH"); rocm_path != nullptr && *rocm_path != '\0')
-    directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
-  directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
-  return directories;
-}
 
 // A reading the library left at its "unsupported" mark (0xFFFF in the 16-bit
 // metrics it copies, UINT32_MAX or UINT64_MAX in its own fields).
@@ -67,7 +55,7 @@ const char* limit_name(SmiTemperatureLimit limit) {
 
 // What both readers share: the library, its status codes, how a failed call
 // becomes a reading's reason, and the devices by PCI bus id.
-class SmiReader : public AmdGpuManagement {
+class SmiReader : public AmdGpuManagement, public VendorLibrary {
  public:
   struct StatusCodes {
     std::uint32_t success, not_supported, not_yet_implemented, permission;
@@ -78,8 +66,7 @@ class SmiReader : public AmdGpuManagement {
   const std::vector<std::string>& device_pci_bus_ids() const override { return pci_bus_ids_; }
 
  protected:
-  SmiReader(SharedLibrary library, StatusCodes codes, std::string name)
-      : library_(std::move(library)), codes_(codes), name_(std::move(name)) {}
+  SmiReader(StatusCodes codes, std::string name) : codes_(codes), name_(std::move(name)) {}
 
   // The library's own words for a status: "AMDSMI_STATUS_NO_PERM - Permission denied".
   virtual std::string status_text(std::uint32_t status) const = 0;
@@ -98,7 +85,7 @@ class SmiReader : public AmdGpuManagement {
     const std::string call = std::string(symbol) + (what.empty() ? "" : "(" + what + ")");
     if (function == nullptr)
       return Empty::missing(SmiProblem::not_supported,
-                            description() + " at " + library_.path() + " has no " + symbol);
+                            description() + " at " + path() + " has no " + symbol);
     const std::uint32_t status = function(arguments...);
     if (status == codes_.success) return Empty::of({});
     return Empty::missing(problem_of(status), call + ": " + status_text(status));
@@ -119,7 +106,6 @@ class SmiReader : public AmdGpuManagement {
     handles.push_back(handle);
   }
 
-  SharedLibrary library_;
   StatusCodes codes_;
   std::string name_;  // "amd-smi", "rocm-smi"
   SmiLibraryVersion version_;
@@ -211,64 +197,65 @@ EventRecord event_record(const unsigned char* records, std::size_t index) {
           std::string(record.message, strnlen(record.message, sizeof(record.message)))};
 }
 
-struct AmdSmiApi {
-  amdsmi::Status (*init)(std::uint64_t flags) = nullptr;
-  amdsmi::Status (*shut_down)() = nullptr;
-  amdsmi::Status (*get_lib_version)(void* version) = nullptr;  // Version24 or Version25
-  amdsmi::Status (*get_socket_handles)(std::uint32_t* count, amdsmi::SocketHandle* sockets) = nullptr;
-  amdsmi::Status (*get_processor_handles)(amdsmi::SocketHandle socket, std::uint32_t* count,
-                                          amdsmi::ProcessorHandle* processors) = nullptr;
-  amdsmi::Status (*get_gpu_bdf_id)(amdsmi::ProcessorHandle processor, std::uint64_t* bdf_id) = nullptr;
-  amdsmi::Status (*status_code_to_string)(amdsmi::Status status, const char** text) = nullptr;
-  amdsmi::Status (*get_temp_metric)(amdsmi::ProcessorHandle processor, std::uint32_t sensor, std::uint32_t metric,
-                                    std::int64_t* celsius) = nullptr;
-  amdsmi::Status (*get_power_info)(amdsmi::ProcessorHandle processor, void* info) = nullptr;  // PowerInfo24/26
-  amdsmi::Status (*get_power_cap_info)(amdsmi::ProcessorHandle processor, std::uint32_t sensor,
-                                       amdsmi::PowerCapInfo* info) = nullptr;
-  amdsmi::Status (*get_energy_count)(amdsmi::ProcessorHandle processor, std::uint64_t* counter, float* resolution_uj,
-                                     std::uint64_t* timestamp_ns) = nullptr;
-  amdsmi::Status (*get_clk_freq)(amdsmi::ProcessorHandle processor, std::uint32_t clock,
-                                 amdsmi::Frequencies* frequencies) = nullptr;
-  amdsmi::Status (*get_gpu_activity)(amdsmi::ProcessorHandle processor, amdsmi::EngineUsage* usage) = nullptr;
-  amdsmi::Status (*get_gpu_ecc_enabled)(amdsmi::ProcessorHandle processor, std::uint64_t* blocks) = nullptr;
-  amdsmi::Status (*get_gpu_total_ecc_count)(amdsmi::ProcessorHandle processor, amdsmi::ErrorCount* count) = nullptr;
-  amdsmi::Status (*get_gpu_bad_page_info)(amdsmi::ProcessorHandle processor, std::uint32_t* count,
-                                          amdsmi::RetiredPageRecord* records) = nullptr;
-  amdsmi::Status (*get_pcie_info)(amdsmi::ProcessorHandle processor, amdsmi::PcieInfo* info) = nullptr;
-  amdsmi::Status (*get_gpu_pci_replay_counter)(amdsmi::ProcessorHandle processor, std::uint64_t* count) = nullptr;
-  amdsmi::Status (*init_gpu_event_notification)(amdsmi::ProcessorHandle processor) = nullptr;
-  amdsmi::Status (*set_gpu_event_notification_mask)(amdsmi::ProcessorHandle processor, std::uint64_t mask) = nullptr;
-  // records: EventRecord24 or EventRecord26, *count of them
-  amdsmi::Status (*get_gpu_event_notification)(int timeout_ms, std::uint32_t* count, void* records) = nullptr;
-  amdsmi::Status (*stop_gpu_event_notification)(amdsmi::ProcessorHandle processor) = nullptr;
-};
+#define HAL_AMD_SMI_FUNCTIONS(X)                                                                                       \
+  X(init, amdsmi::Status (*)(std::uint64_t flags), required, "amdsmi_init")                                            \
+  X(shut_down, amdsmi::Status (*)(), required, "amdsmi_shut_down")                                                     \
+  /* version: a Version24 or a Version25 */                                                                            \
+  X(get_lib_version, amdsmi::Status (*)(void* version), required, "amdsmi_get_lib_version")                            \
+  X(get_socket_handles, amdsmi::Status (*)(std::uint32_t* count, amdsmi::SocketHandle* sockets), required,             \
+    "amdsmi_get_socket_handles")                                                                                       \
+  X(get_processor_handles,                                                                                             \
+    amdsmi::Status (*)(amdsmi::SocketHandle socket, std::uint32_t* count, amdsmi::ProcessorHandle* processors),        \
+    required, "amdsmi_get_processor_handles")                                                                          \
+  X(get_gpu_bdf_id, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint64_t* bdf_id), required,            \
+    "amdsmi_get_gpu_bdf_id")                                                                                           \
+  X(status_code_to_string, amdsmi::Status (*)(amdsmi::Status status, const char** text), optional,                     \
+    "amdsmi_status_code_to_string")                                                                                    \
+  X(get_temp_metric,                                                                                                   \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint32_t sensor, std::uint32_t metric,                  \
+                       std::int64_t* celsius),                                                                         \
+    optional, "amdsmi_get_temp_metric")                                                                                \
+  /* info: a PowerInfo24 or a PowerInfo26 */                                                                           \
+  X(get_power_info, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, void* info), optional,                       \
+    "amdsmi_get_power_info")                                                                                           \
+  X(get_power_cap_info,                                                                                                \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint32_t sensor, amdsmi::PowerCapInfo* info),           \
+    optional, "amdsmi_get_power_cap_info")                                                                             \
+  X(get_energy_count,                                                                                                  \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint64_t* counter, float* resolution_uj,                \
+                       std::uint64_t* timestamp_ns),                                                                   \
+    optional, "amdsmi_get_energy_count")                                                                               \
+  X(get_clk_freq,                                                                                                      \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint32_t clock, amdsmi::Frequencies* frequencies),      \
+    optional, "amdsmi_get_clk_freq")                                                                                   \
+  X(get_gpu_activity, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, amdsmi::EngineUsage* usage), optional,     \
+    "amdsmi_get_gpu_activity")                                                                                         \
+  X(get_gpu_ecc_enabled, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint64_t* blocks), optional,       \
+    "amdsmi_get_gpu_ecc_enabled")                                                                                      \
+  X(get_gpu_total_ecc_count,                                                                                           \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, amdsmi::ErrorCount* count),                                  \
+    optional, "amdsmi_get_gpu_total_ecc_count")                                                                        \
+  X(get_gpu_bad_page_info,                                                                                             \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint32_t* count, amdsmi::RetiredPageRecord* records),   \
+    optional, "amdsmi_get_gpu_bad_page_info")                                                                          \
+  X(get_pcie_info, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, amdsmi::PcieInfo* info), optional,            \
+    "amdsmi_get_pcie_info")                                                                                            \
+  X(get_gpu_pci_replay_counter, amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint64_t* count), optional, \
+    "amdsmi_get_gpu_pci_replay_counter")                                                                               \
+  X(init_gpu_event_notification, amdsmi::Status (*)(amdsmi::ProcessorHandle processor), optional,                      \
+    "amdsmi_init_gpu_event_notification")                                                                              \
+  X(set_gpu_event_notification_mask,                                                                                   \
+    amdsmi::Status (*)(amdsmi::ProcessorHandle processor, std::uint64_t mask),                                         \
+    optional, "amdsmi_set_gpu_event_notification_mask")                                                                \
+  /* records: EventRecord24 or EventRecord26, *count of them */                                                        \
+  X(get_gpu_event_notification, amdsmi::Status (*)(int timeout_ms, std::uint32_t* count, void* records), optional,     \
+    "amdsmi_get_gpu_event_notification")                                                                               \
+  X(stop_gpu_event_notification, amdsmi::Status (*)(amdsmi::ProcessorHandle processor), optional,                      \
+    "amdsmi_stop_gpu_event_notification")
 
-std::vector<SymbolSpec> amd_smi_symbols(AmdSmiApi& api) {
-  return {
-      symbol(api.init, {"amdsmi_init"}, true),
-      symbol(api.shut_down, {"amdsmi_shut_down"}, true),
-      symbol(api.get_lib_version, {"amdsmi_get_lib_version"}, true),
-      symbol(api.get_socket_handles, {"amdsmi_get_socket_handles"}, true),
-      symbol(api.get_processor_handles, {"amdsmi_get_processor_handles"}, true),
-      symbol(api.get_gpu_bdf_id, {"amdsmi_get_gpu_bdf_id"}, true),
-      symbol(api.status_code_to_string, {"amdsmi_status_code_to_string"}, false),
-      symbol(api.get_temp_metric, {"amdsmi_get_temp_metric"}, false),
-      symbol(api.get_power_info, {"amdsmi_get_power_info"}, false),
-      symbol(api.get_power_cap_info, {"amdsmi_get_power_cap_info"}, false),
-      symbol(api.get_energy_count, {"amdsmi_get_energy_count"}, false),
-      symbol(api.get_clk_freq, {"amdsmi_get_clk_freq"}, false),
-      symbol(api.get_gpu_activity, {"amdsmi_get_gpu_activity"}, false),
-      symbol(api.get_gpu_ecc_enabled, {"amdsmi_get_gpu_ecc_enabled"}, false),
-      symbol(api.get_gpu_total_ecc_count, {"amdsmi_get_gpu_total_ecc_count"}, false),
-      symbol(api.get_gpu_bad_page_info, {"amdsmi_get_gpu_bad_page_info"}, false),
-      symbol(api.get_pcie_info, {"amdsmi_get_pcie_info"}, false),
-      symbol(api.get_gpu_pci_replay_counter, {"amdsmi_get_gpu_pci_replay_counter"}, false),
-      symbol(api.init_gpu_event_notification, {"amdsmi_init_gpu_event_notification"}, false),
-      symbol(api.set_gpu_event_notification_mask, {"amdsmi_set_gpu_event_notification_mask"}, false),
-      symbol(api.get_gpu_event_notification, {"amdsmi_get_gpu_event_notification"}, false),
-      symbol(api.stop_gpu_event_notification, {"amdsmi_stop_gpu_event_notification"}, false),
-  };
-}
+struct AmdSmiApi {
+  HAL_SYMBOL_FIELDS(HAL_AMD_SMI_FUNCTIONS)
+};
 
 // Which struct layouts a release has. The layouts were read from AMD SMI's
 // amdsmi.h at ROCm 6.0.0 (23.4.0), 6.1.0/6.1.2 (24.5.x), 6.2.0/6.2.2
@@ -294,23 +281,23 @@ AmdSmiLayouts layouts_of(const SmiLibraryVersion& version) {
 
 class AmdSmiReader final : public SmiReader {
  public:
-  AmdSmiReader(SharedLibrary library, const AmdSmiApi& api)
-      : SmiReader(std::move(library), {amdsmi::success, amdsmi::not_supported, amdsmi::not_yet_implemented,
-                                       amdsmi::no_permission},
-                  "amd-smi"),
-        api_(api) {}
+  AmdSmiReader()
+      : SmiReader({amdsmi::success, amdsmi::not_supported, amdsmi::not_yet_implemented, amdsmi::no_permission},
+                  "amd-smi") {}
   ~AmdSmiReader() override {
     if (initialized_) api_.shut_down();
   }
 
+  std::vector<SymbolSpec> symbols() { return HAL_SYMBOL_SPECS(HAL_AMD_SMI_FUNCTIONS, api_, ""); }
+
   // Initializes the library and lists its GPUs; "" or why it cannot be used.
   std::string start() {
     if (const amdsmi::Status status = api_.init(amdsmi::init_amd_gpus); status != amdsmi::success)
-      return "amdsmi_init(AMDSMI_INIT_AMD_GPUS) at " + library_.path() + " failed: " + status_text(status);
+      return "amdsmi_init(AMDSMI_INIT_AMD_GPUS) at " + path() + " failed: " + status_text(status);
     initialized_ = true;
     if (std::string error = read_version(); !error.empty()) return error;
     if (version_ < oldest_amd_smi)
-      return "AMD SMI " + version_.text() + " at " + library_.path() + " predates " + oldest_amd_smi.text() +
+      return "AMD SMI " + version_.text() + " at " + path() + " predates " + oldest_amd_smi.text() +
              " (ROCm 6.0), the oldest release whose struct layouts hal knows";
     return list_devices();
   }
@@ -560,7 +547,7 @@ class AmdSmiReader final : public SmiReader {
       unsigned char room[256];
     } version{};
     if (const amdsmi::Status status = api_.get_lib_version(&version); status != amdsmi::success)
-      return "amdsmi_get_lib_version at " + library_.path() + " failed: " + status_text(status);
+      return "amdsmi_get_lib_version at " + path() + " failed: " + status_text(status);
     // 25.x dropped the year: a first word of 25 or more is a major version,
     // 24 or less a year (23.4.0 is ROCm 6.0's, 24.6.2 ROCm 6.2's).
     if (version.release_24.year >= 25)
@@ -605,52 +592,46 @@ class AmdSmiReader final : public SmiReader {
 
 // ---- rocm_smi --------------------------------------------------------------
 
-struct RocmSmiApi {
-  rsmi::Status (*init)(std::uint64_t flags) = nullptr;
-  rsmi::Status (*shut_down)() = nullptr;
-  rsmi::Status (*version_get)(rsmi::Version* version) = nullptr;
-  rsmi::Status (*status_string)(rsmi::Status status, const char** text) = nullptr;
-  rsmi::Status (*num_monitor_devices)(std::uint32_t* count) = nullptr;
-  rsmi::Status (*dev_pci_id_get)(std::uint32_t device, std::uint64_t* bdf_id) = nullptr;
-  rsmi::Status (*dev_temp_metric_get)(std::uint32_t device, std::uint32_t sensor, std::uint32_t metric,
-                                      std::int64_t* millicelsius) = nullptr;
-  rsmi::Status (*dev_power_ave_get)(std::uint32_t device, std::uint32_t sensor, std::uint64_t* microwatts) = nullptr;
-  rsmi::Status (*dev_power_cap_get)(std::uint32_t device, std::uint32_t sensor, std::uint64_t* microwatts) = nullptr;
-  rsmi::Status (*dev_energy_count_get)(std::uint32_t device, std::uint64_t* counter, float* resolution_uj,
-                                       std::uint64_t* timestamp_ns) = nullptr;
-  rsmi::Status (*dev_busy_percent_get)(std::uint32_t device, std::uint32_t* percent) = nullptr;
-  rsmi::Status (*dev_memory_busy_percent_get)(std::uint32_t device, std::uint32_t* percent) = nullptr;
-  rsmi::Status (*dev_gpu_clk_freq_get)(std::uint32_t device, std::uint32_t clock, void* frequencies) = nullptr;
-  rsmi::Status (*dev_pci_bandwidth_get)(std::uint32_t device, void* bandwidth) = nullptr;
-  rsmi::Status (*dev_ecc_enabled_get)(std::uint32_t device, std::uint64_t* blocks) = nullptr;
-  rsmi::Status (*dev_ecc_count_get)(std::uint32_t device, std::uint64_t block, rsmi::ErrorCount* count) = nullptr;
-  rsmi::Status (*dev_memory_reserved_pages_get)(std::uint32_t device, std::uint32_t* count,
-                                                rsmi::RetiredPageRecord* records) = nullptr;
-  rsmi::Status (*dev_pci_replay_counter_get)(std::uint32_t device, std::uint64_t* count) = nullptr;
-};
+#define HAL_ROCM_SMI_FUNCTIONS(X)                                                                                      \
+  X(init, rsmi::Status (*)(std::uint64_t flags), required, "rsmi_init")                                                \
+  X(shut_down, rsmi::Status (*)(), required, "rsmi_shut_down")                                                         \
+  X(version_get, rsmi::Status (*)(rsmi::Version* version), required, "rsmi_version_get")                               \
+  X(num_monitor_devices, rsmi::Status (*)(std::uint32_t* count), required, "rsmi_num_monitor_devices")                 \
+  X(dev_pci_id_get, rsmi::Status (*)(std::uint32_t device, std::uint64_t* bdf_id), required, "rsmi_dev_pci_id_get")    \
+  X(status_string, rsmi::Status (*)(rsmi::Status status, const char** text), optional, "rsmi_status_string")           \
+  X(dev_temp_metric_get,                                                                                               \
+    rsmi::Status (*)(std::uint32_t device, std::uint32_t sensor, std::uint32_t metric, std::int64_t* millicelsius),    \
+    optional, "rsmi_dev_temp_metric_get")                                                                              \
+  X(dev_power_ave_get,                                                                                                 \
+    rsmi::Status (*)(std::uint32_t device, std::uint32_t sensor, std::uint64_t* microwatts),                           \
+    optional, "rsmi_dev_power_ave_get")                                                                                \
+  X(dev_power_cap_get,                                                                                                 \
+    rsmi::Status (*)(std::uint32_t device, std::uint32_t sensor, std::uint64_t* microwatts),                           \
+    optional, "rsmi_dev_power_cap_get")                                                                                \
+  X(dev_energy_count_get,                                                                                              \
+    rsmi::Status (*)(std::uint32_t device, std::uint64_t* counter, float* resolution_uj, std::uint64_t* timestamp_ns), \
+    optional, "rsmi_dev_energy_count_get")                                                                             \
+  X(dev_busy_percent_get, rsmi::Status (*)(std::uint32_t device, std::uint32_t* percent), optional,                    \
+    "rsmi_dev_busy_percent_get")                                                                                       \
+  X(dev_memory_busy_percent_get, rsmi::Status (*)(std::uint32_t device, std::uint32_t* percent), optional,             \
+    "rsmi_dev_memory_busy_percent_get")                                                                                \
+  X(dev_gpu_clk_freq_get, rsmi::Status (*)(std::uint32_t device, std::uint32_t clock, void* frequencies), optional,    \
+    "rsmi_dev_gpu_clk_freq_get")                                                                                       \
+  X(dev_pci_bandwidth_get, rsmi::Status (*)(std::uint32_t device, void* bandwidth), optional,                          \
+    "rsmi_dev_pci_bandwidth_get")                                                                                      \
+  X(dev_ecc_enabled_get, rsmi::Status (*)(std::uint32_t device, std::uint64_t* blocks), optional,                      \
+    "rsmi_dev_ecc_enabled_get")                                                                                        \
+  X(dev_ecc_count_get, rsmi::Status (*)(std::uint32_t device, std::uint64_t block, rsmi::ErrorCount* count), optional, \
+    "rsmi_dev_ecc_count_get")                                                                                          \
+  X(dev_memory_reserved_pages_get,                                                                                     \
+    rsmi::Status (*)(std::uint32_t device, std::uint32_t* count, rsmi::RetiredPageRecord* records),                    \
+    optional, "rsmi_dev_memory_reserved_pages_get")                                                                    \
+  X(dev_pci_replay_counter_get, rsmi::Status (*)(std::uint32_t device, std::uint64_t* count), optional,                \
+    "rsmi_dev_pci_replay_counter_get")
 
-std::vector<SymbolSpec> rocm_smi_symbols(RocmSmiApi& api) {
-  return {
-      symbol(api.init, {"rsmi_init"}, true),
-      symbol(api.shut_down, {"rsmi_shut_down"}, true),
-      symbol(api.version_get, {"rsmi_version_get"}, true),
-      symbol(api.num_monitor_devices, {"rsmi_num_monitor_devices"}, true),
-      symbol(api.dev_pci_id_get, {"rsmi_dev_pci_id_get"}, true),
-      symbol(api.status_string, {"rsmi_status_string"}, false),
-      symbol(api.dev_temp_metric_get, {"rsmi_dev_temp_metric_get"}, false),
-      symbol(api.dev_power_ave_get, {"rsmi_dev_power_ave_get"}, false),
-      symbol(api.dev_power_cap_get, {"rsmi_dev_power_cap_get"}, false),
-      symbol(api.dev_energy_count_get, {"rsmi_dev_energy_count_get"}, false),
-      symbol(api.dev_busy_percent_get, {"rsmi_dev_busy_percent_get"}, false),
-      symbol(api.dev_memory_busy_percent_get, {"rsmi_dev_memory_busy_percent_get"}, false),
-      symbol(api.dev_gpu_clk_freq_get, {"rsmi_dev_gpu_clk_freq_get"}, false),
-      symbol(api.dev_pci_bandwidth_get, {"rsmi_dev_pci_bandwidth_get"}, false),
-      symbol(api.dev_ecc_enabled_get, {"rsmi_dev_ecc_enabled_get"}, false),
-      symbol(api.dev_ecc_count_get, {"rsmi_dev_ecc_count_get"}, false),
-      symbol(api.dev_memory_reserved_pages_get, {"rsmi_dev_memory_reserved_pages_get"}, false),
-      symbol(api.dev_pci_replay_counter_get, {"rsmi_dev_pci_replay_counter_get"}, false),
-  };
-}
+struct RocmSmiApi {
+  HAL_SYMBOL_FIELDS(HAL_ROCM_SMI_FUNCTIONS)
+};
 
 // rsmi_frequencies_t gained has_deep_sleep (shifting every member) between
 // rocm_smi 5.x (ROCm 5) and 7.0 (ROCm 6.0); 6.x was never released. Read
@@ -665,18 +646,17 @@ RocmSmiLayouts layouts_of_rocm_smi(const SmiLibraryVersion& version) {
 
 class RocmSmiReader final : public SmiReader {
  public:
-  RocmSmiReader(SharedLibrary library, const RocmSmiApi& api)
-      : SmiReader(std::move(library), {rsmi::success, rsmi::not_supported, rsmi::not_yet_implemented,
-                                       rsmi::permission},
-                  "rocm-smi"),
-        api_(api) {}
+  RocmSmiReader()
+      : SmiReader({rsmi::success, rsmi::not_supported, rsmi::not_yet_implemented, rsmi::permission}, "rocm-smi") {}
   ~RocmSmiReader() override {
     if (initialized_) api_.shut_down();
   }
 
+  std::vector<SymbolSpec> symbols() { return HAL_SYMBOL_SPECS(HAL_ROCM_SMI_FUNCTIONS, api_, ""); }
+
   std::string start() {
     if (const rsmi::Status status = api_.init(0); status != rsmi::success)
-      return "rsmi_init at " + library_.path() + " failed: " + status_text(status);
+      return "rsmi_init at " + path() + " failed: " + status_text(status);
     initialized_ = true;
     rsmi::Version version{};
     if (const rsmi::Status status = api_.version_get(&version); status != rsmi::success)
@@ -876,14 +856,14 @@ class RocmSmiReader final : public SmiReader {
 };
 
 // Opens one library: its reader, or why not (and whether it was found at all).
-template <typename Reader, typename Api>
-AmdGpuManagementOpening open_reader(const LibraryRequest& request, std::vector<SymbolSpec> (*symbols)(Api&)) {
-  Api api;
-  VendorLibraryLoad load = open_vendor_library(request, symbols(api));
-  if (!load.ok()) return {nullptr, load.error, load.library_missing};
-  auto reader = std::make_unique<Reader>(std::move(load.library), api);
-  if (std::string error = reader->start(); !error.empty()) return {nullptr, error, false};
-  return {std::move(reader), {}, false};
+template <typename Reader>
+LoadResult<AmdGpuManagement> open_reader(const LibraryRequest& request) {
+  auto reader = std::make_unique<Reader>();
+  const std::vector<SymbolSpec> symbols = reader->symbols();
+  LoadResult<Reader> load = open_vendor_library(std::move(reader), request, symbols);
+  if (!load.library) return {nullptr, std::move(load.message), load.library_missing};
+  if (std::string error = load.library->start(); !error.empty()) return {nullptr, error, false};
+  return {std::move(load.library), {}, false};
 }
 
 }  // namespace
@@ -913,12 +893,12 @@ LibraryRequest rocm_smi_request() {
   return request;
 }
 
-AmdGpuManagementOpening open_amd_gpu_management() {
-  AmdGpuManagementOpening amd_smi = open_reader<AmdSmiReader>(amd_smi_request(), amd_smi_symbols);
+LoadResult<AmdGpuManagement> open_amd_gpu_management() {
+  LoadResult<AmdGpuManagement> amd_smi = open_reader<AmdSmiReader>(amd_smi_request());
   if (amd_smi.library) return amd_smi;
-  AmdGpuManagementOpening rocm_smi = open_reader<RocmSmiReader>(rocm_smi_request(), rocm_smi_symbols);
+  LoadResult<AmdGpuManagement> rocm_smi = open_reader<RocmSmiReader>(rocm_smi_request());
   if (rocm_smi.library) return rocm_smi;
-  return {nullptr, amd_smi.error + "; " + rocm_smi.error, amd_smi.library_missing && rocm_smi.library_missing};
+  return {nullptr, amd_smi.message + "; " + rocm_smi.message, amd_smi.library_missing && rocm_smi.library_missing};
 }
 
 }  // namespace hal::shims

@@ -20,7 +20,7 @@
 #include <variant>
 #include <vector>
 
-#include "library_loader.hpp"
+#include "vendor_library.hpp"
 
 namespace hal::shims {
 
@@ -143,19 +143,15 @@ class AmdGpuManagement {
   virtual SmiResult<std::vector<SmiEvent>> wait_events(int timeout_ms) = 0;
 };
 
-struct AmdGpuManagementOpening {
-  std::unique_ptr<AmdGpuManagement> library;  // null when neither library could be used
-  std::string error;                          // why not: every path tried, each init failure
-  bool library_missing = true;                // false: one was found but could not be used
-};
-
 // AMD SMI through HAL_AMD_SMI, $ROCM_PATH/lib, /opt/rocm/lib and the system's
 // search path.
 LibraryRequest amd_smi_request();
 // rocm_smi through HAL_ROCM_SMI and the same directories.
 LibraryRequest rocm_smi_request();
 // AMD SMI first; rocm_smi when AMD SMI is missing or will not initialize.
-AmdGpuManagementOpening open_amd_gpu_management();
+// Neither: the message has every path tried and each init failure, and
+// library_missing says whether both were missing.
+LoadResult<AmdGpuManagement> open_amd_gpu_management();
 
 // ---- the libraries' own types, for the readers and the fakes ---------------
 

@@ -4,7 +4,7 @@
 
 namespace hal::shims {
 
-Cublas::LoadResult Cublas::load(const std::string& configured_path) {
+LoadResult<Cublas> Cublas::load(const std::string& configured_path) {
   LibraryRequest request;
   request.display_name = "cuBLAS (libcublas.so.13 or libcublas.so.12)";
   request.sonames = {"libcublas.so.13", "libcublas.so.12"};
@@ -14,18 +14,8 @@ Cublas::LoadResult Cublas::load(const std::string& configured_path) {
   // exit handlers) that must not outlive their code, as the driver's.
   request.never_unload = true;
   auto cublas = std::unique_ptr<Cublas>(new Cublas());
-  CublasApi& api = cublas->api_;
-  VendorLibraryLoad load = open_vendor_library(
-      request, {symbol(api.cublasCreate, {"cublasCreate_v2"}, true),
-                symbol(api.cublasDestroy, {"cublasDestroy_v2"}, true),
-                symbol(api.cublasSetStream, {"cublasSetStream_v2"}, true),
-                symbol(api.cublasGetVersion, {"cublasGetVersion_v2"}, true),
-                symbol(api.cublasGemmStridedBatchedEx, {"cublasGemmStridedBatchedEx"}, true),
-                symbol(api.cublasGetProperty, {"cublasGetProperty"}, false),
-                symbol(api.cublasGetStatusString, {"cublasGetStatusString"}, false)});
-  if (!load.ok()) return {nullptr, load.error};
-  cublas->library_ = std::move(load.library);
-  return {std::move(cublas), {}};
+  const std::vector<SymbolSpec> symbols = HAL_SYMBOL_SPECS(HAL_CUBLAS_FUNCTIONS, cublas->api_, "");
+  return open_vendor_library(std::move(cublas), request, symbols);
 }
 
 std::string Cublas::version() const {

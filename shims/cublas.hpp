@@ -5,47 +5,39 @@
 
 #include <cublas_api.h>
 
-#include <memory>
 #include <string>
 
 #include "vendor_library.hpp"
 
 namespace hal::shims {
 
+// X(field, type, requirement, names...), as symbol_table.hpp lists functions.
+#define HAL_CUBLAS_FUNCTIONS(X)                                                                                        \
+  X(cublasCreate, cublasStatus_t (*)(cublasHandle_t* handle), required, "cublasCreate_v2")                             \
+  X(cublasDestroy, cublasStatus_t (*)(cublasHandle_t handle), required, "cublasDestroy_v2")                            \
+  X(cublasSetStream, cublasStatus_t (*)(cublasHandle_t handle, cudaStream_t stream), required, "cublasSetStream_v2")   \
+  X(cublasGetVersion, cublasStatus_t (*)(cublasHandle_t handle, int* version), required, "cublasGetVersion_v2")        \
+  X(cublasGemmStridedBatchedEx, cublasStatus_t (*)(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k, const void* alpha, const void* a, cudaDataType a_type, int lda, long long stride_a, const void* b, cudaDataType b_type, int ldb, long long stride_b, const void* beta, void* c, cudaDataType c_type, int ldc, long long stride_c, int batch_count, cublasComputeType_t compute_type, cublasGemmAlgo_t algorithm), required) \
+  /* The version without a handle. */                                                                                  \
+  X(cublasGetProperty, cublasStatus_t (*)(libraryPropertyType type, int* value), optional)                             \
+  X(cublasGetStatusString, const char* (*)(cublasStatus_t status), optional)
+
 struct CublasApi {
-  cublasStatus_t (*cublasCreate)(cublasHandle_t* handle) = nullptr;
-  cublasStatus_t (*cublasDestroy)(cublasHandle_t handle) = nullptr;
-  cublasStatus_t (*cublasSetStream)(cublasHandle_t handle, cudaStream_t stream) = nullptr;
-  cublasStatus_t (*cublasGetVersion)(cublasHandle_t handle, int* version) = nullptr;
-  cublasStatus_t (*cublasGemmStridedBatchedEx)(cublasHandle_t handle, cublasOperation_t transa,
-                                               cublasOperation_t transb, int m, int n, int k, const void* alpha,
-                                               const void* a, cudaDataType a_type, int lda, long long stride_a,
-                                               const void* b, cudaDataType b_type, int ldb, long long stride_b,
-                                               const void* beta, void* c, cudaDataType c_type, int ldc,
-                                               long long stride_c, int batch_count, cublasComputeType_t compute_type,
-                                               cublasGemmAlgo_t algorithm) = nullptr;
-  cublasStatus_t (*cublasGetProperty)(libraryPropertyType type, int* value) = nullptr;  // optional: version without a handle
-  const char* (*cublasGetStatusString)(cublasStatus_t status) = nullptr;    // optional
+  HAL_SYMBOL_FIELDS(HAL_CUBLAS_FUNCTIONS)
 };
 
-class Cublas {
+class Cublas : public VendorLibrary {
  public:
-  struct LoadResult {
-    std::unique_ptr<Cublas> library;  // null when unusable
-    std::string message;              // why, with every path tried
-  };
   // configured_path: the backend option `cublas`; HAL_CUBLAS wins over it.
-  static LoadResult load(const std::string& configured_path);
+  static LoadResult<Cublas> load(const std::string& configured_path);
 
   const CublasApi& api() const { return api_; }
-  const std::string& path() const { return library_.path(); }
   // "13.0.2" from cublasGetProperty; "" when the library lacks it.
   std::string version() const;
   // "CUBLAS_STATUS_NOT_SUPPORTED (the functionality requested is not supported)" or the number.
   std::string describe(cublasStatus_t status) const;
 
  private:
-  SharedLibrary library_;
   CublasApi api_;
 };
 

@@ -7,24 +7,6 @@ namespace {
 using GetProcAddressV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
 using GetProcAddressV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
-struct DriverSymbol {
-  const char* base_name;
-  const char* exported_name;
-  int cuda_version;
-  bool required;
-};
-
-// Where a function of the table is also found, with the same prototype, in
-// drivers that lack the versioned entry: a CUDA-compatible SDK's libcuda may
-// stop at CUDA 11.3 for cuDeviceGetUuid (its _v2 came with 11.4 and only adds
-// MIG instance UUIDs, which such devices do not have).
-struct OlderName {
-  const char* base_name;
-  const char* exported_name;
-  int cuda_version;
-};
-constexpr OlderName older_names[] = {{"cuDeviceGetUuid", "cuDeviceGetUuid", 9020}};
-
 }  // namespace
 
 LibraryRequest CudaDriver::nvidia_request(const std::string& configured_path) {
@@ -37,78 +19,62 @@ LibraryRequest CudaDriver::nvidia_request(const std::string& configured_path) {
   return request;
 }
 
-CudaDriver::LoadResult CudaDriver::load(const std::string& configured_path) {
+LoadResult<CudaDriver> CudaDriver::load(const std::string& configured_path) {
   return load(nvidia_request(configured_path));
 }
 
-CudaDriver::LoadResult CudaDriver::load(const LibraryRequest& request) {
+LoadResult<CudaDriver> CudaDriver::load(const LibraryRequest& request) {
   LibraryLoad load = load_library(request);
   if (!load.loaded()) {
     const std::string remedy = request.environment_variable.empty()
                                    ? ""
                                    : "; install the driver or set " + request.environment_variable + " to its path";
-    return {nullptr, true, "the " + request.display_name + " was not found or could not be opened" + remedy +
-                               ". Tried: " + load.describe_attempts()};
+    return {nullptr,
+            "the " + request.display_name + " was not found or could not be opened" + remedy +
+                ". Tried: " + load.describe_attempts(),
+            true};
   }
 
   auto driver = std::unique_ptr<CudaDriver>(new CudaDriver());
-  driver->library_ = std::move(load.library);
-  const SharedLibrary& library = driver->library_;
+  driver->adopt(std::move(load.library), request.display_name, load.describe_attempts());
   CudaDriverApi& api = driver->api_;
 
   // cuInit and cuGetProcAddress come from plain dlsym: they are how the rest is found.
-  api.cuInit = reinterpret_cast<decltype(api.cuInit)>(library.find("cuInit"));
+  api.cuInit = reinterpret_cast<decltype(api.cuInit)>(driver->find("cuInit"));
   if (api.cuInit == nullptr)
-    return {nullptr, false, library.path() + " does not export cuInit; it is not a CUDA driver"};
-  const auto get_proc_v2 = reinterpret_cast<GetProcAddressV2>(library.find("cuGetProcAddress_v2"));
+    return {nullptr, driver->path() + " does not export cuInit; it is not a CUDA driver", false};
+  const auto get_proc_v2 = reinterpret_cast<GetProcAddressV2>(driver->find("cuGetProcAddress_v2"));
   const auto get_proc_v1 =
-      get_proc_v2 == nullptr ? reinterpret_cast<GetProcAddressV1>(library.find("cuGetProcAddress")) : nullptr;
+      get_proc_v2 == nullptr ? reinterpret_cast<GetProcAddressV1>(driver->find("cuGetProcAddress")) : nullptr;
   driver->resolution_method_ = get_proc_v2 ? "cuGetProcAddress_v2" : get_proc_v1 ? "cuGetProcAddress" : "dlsym";
 
-  std::vector<SymbolSpec> specs;
-  std::vector<DriverSymbol> symbols;
-#define HAL_CUDA_DRIVER_SPEC(function, exported, version, is_required) \
-  specs.push_back(symbol(api.function, {#function}, is_required));     \
-  symbols.push_back({#function, exported, version, is_required});
-  HAL_CUDA_DRIVER_FUNCTIONS(HAL_CUDA_DRIVER_SPEC)
-#undef HAL_CUDA_DRIVER_SPEC
-
-  // One entry point at one ABI version: cuGetProcAddress, then the exported name.
-  const auto find = [&](const char* base_name, const char* exported_name, int cuda_version) -> void* {
+  // Each alternative at its ABI version: cuGetProcAddress for the base name
+  // (the field's), then the exported name.
+  const auto find = [&](const SymbolSpec& spec, const SymbolName& name) -> void* {
     void* address = nullptr;
     if (get_proc_v2 != nullptr) {
       CUdriverProcAddressQueryResult status{};
-      if (get_proc_v2(base_name, &address, cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status) !=
+      if (get_proc_v2(spec.field, &address, name.version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status) !=
               CUDA_SUCCESS ||
           status != CU_GET_PROC_ADDRESS_SUCCESS)
         address = nullptr;
     } else if (get_proc_v1 != nullptr) {
-      if (get_proc_v1(base_name, &address, cuda_version, CU_GET_PROC_ADDRESS_LEGACY_STREAM) != CUDA_SUCCESS)
+      if (get_proc_v1(spec.field, &address, name.version, CU_GET_PROC_ADDRESS_LEGACY_STREAM) != CUDA_SUCCESS)
         address = nullptr;
     }
     // A driver without cuGetProcAddress, or one that does not list a symbol there.
-    return address != nullptr ? address : library.find(exported_name);
+    return address != nullptr ? address : driver->find(name.name.c_str());
   };
-  // Each spec carries its base name; the lookup maps it to the versioned entry, then to older ones.
-  const SymbolResolution resolution = resolve_symbols(specs, [&](const char* base_name) -> void* {
-    const DriverSymbol* entry = nullptr;
-    for (const auto& candidate : symbols)
-      if (std::string_view(candidate.base_name) == base_name) entry = &candidate;
-    if (entry == nullptr) return nullptr;
-    if (void* address = find(base_name, entry->exported_name, entry->cuda_version)) return address;
-    for (const OlderName& older : older_names)
-      if (std::string_view(older.base_name) == base_name)
-        if (void* address = find(base_name, older.exported_name, older.cuda_version)) return address;
-    return nullptr;
-  });
+  const SymbolResolution resolution = resolve_symbols(HAL_SYMBOL_SPECS(HAL_CUDA_DRIVER_FUNCTIONS, api, ""), find);
   if (!resolution.complete()) {
-    return {nullptr, false,
-            "the CUDA driver at " + library.path() + " lacks required functions (" +
+    return {nullptr,
+            "the CUDA driver at " + driver->path() + " lacks required functions (" +
                 SymbolResolution::join(resolution.missing_required) +
-                "); it is too old or not a CUDA driver: update the NVIDIA driver"};
+                "); it is too old or not a CUDA driver: update the NVIDIA driver",
+            false};
   }
   driver->missing_optional_ = resolution.missing_optional;
-  return {std::move(driver), false, {}};
+  return {std::move(driver), {}, false};
 }
 
 std::string CudaDriver::describe(CUresult result) const {

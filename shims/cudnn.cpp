@@ -11,22 +11,16 @@ LibraryRequest Cudnn::nvidia_request(const std::string& configured_path) {
   return request;
 }
 
-Cudnn::LoadResult Cudnn::load(const std::string& configured_path) { return load(nvidia_request(configured_path)); }
+LoadResult<Cudnn> Cudnn::load(const std::string& configured_path) { return load(nvidia_request(configured_path)); }
 
-Cudnn::LoadResult Cudnn::load(const LibraryRequest& requested) {
+LoadResult<Cudnn> Cudnn::load(const LibraryRequest& requested) {
   // The cuDNN frontend keeps the function pointers it resolves for the life of
   // the process; the library must stay mapped for them, whoever's it is.
   LibraryRequest request = requested;
   request.never_unload = true;
   auto cudnn = std::unique_ptr<Cudnn>(new Cudnn());
-  CudnnApi& api = cudnn->api_;
-  VendorLibraryLoad load = open_vendor_library(
-      request, {symbol(api.cudnnGetVersion, {"cudnnGetVersion"}, true),
-                symbol(api.cudnnGetCudartVersion, {"cudnnGetCudartVersion"}, false),
-                symbol(api.cudnnGetErrorString, {"cudnnGetErrorString"}, false)});
-  if (!load.ok()) return {nullptr, load.error};
-  cudnn->library_ = std::move(load.library);
-  return {std::move(cudnn), {}};
+  const std::vector<SymbolSpec> symbols = HAL_SYMBOL_SPECS(HAL_CUDNN_FUNCTIONS, cudnn->api_, "");
+  return open_vendor_library(std::move(cudnn), request, symbols);
 }
 
 std::string Cudnn::format_version(std::size_t encoded) {

@@ -4,41 +4,37 @@
 #pragma once
 
 #include <cstddef>
-#include <memory>
 #include <string>
 
 #include "vendor_library.hpp"
 
 namespace hal::shims {
 
+// X(field, type, requirement, names...), as symbol_table.hpp lists functions.
+#define HAL_CUDNN_FUNCTIONS(X)                                                                                         \
+  X(cudnnGetVersion, std::size_t (*)(), required)                                                                      \
+  X(cudnnGetCudartVersion, std::size_t (*)(), optional)                                                                \
+  X(cudnnGetErrorString, const char* (*)(int status), optional)
+
 struct CudnnApi {
-  std::size_t (*cudnnGetVersion)() = nullptr;
-  std::size_t (*cudnnGetCudartVersion)() = nullptr;  // optional
-  const char* (*cudnnGetErrorString)(int status) = nullptr;  // optional
+  HAL_SYMBOL_FIELDS(HAL_CUDNN_FUNCTIONS)
 };
 
-class Cudnn {
+class Cudnn : public VendorLibrary {
  public:
-  struct LoadResult {
-    std::unique_ptr<Cudnn> library;  // null when unusable
-    std::string message;
-  };
   // NVIDIA's defaults: libcudnn.so.9, HAL_CUDNN, the `cudnn` backend option.
   static LibraryRequest nvidia_request(const std::string& configured_path);
-  static LoadResult load(const std::string& configured_path);
+  static LoadResult<Cudnn> load(const std::string& configured_path);
   // Any cuDNN-compatible library (a CUDA-compatible SDK's own).
-  static LoadResult load(const LibraryRequest& request);
+  static LoadResult<Cudnn> load(const LibraryRequest& request);
 
   const CudnnApi& api() const { return api_; }
-  const std::string& path() const { return library_.path(); }
-  void* native_handle() const { return library_.native_handle(); }
   // "9.19.0"
   std::string version() const;
   // cudnnGetVersion's number in cuDNN's encoding (9.x: 91900, 8.x: 8907).
   static std::string format_version(std::size_t encoded);
 
  private:
-  SharedLibrary library_;
   CudnnApi api_;
 };
 

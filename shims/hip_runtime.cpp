@@ -1,9 +1,6 @@
 #include "hip_runtime.hpp"
 
-#include <cstdlib>
 #include <filesystem>
-
-#include "vendor_library.hpp"
 
 namespace hal::shims {
 
@@ -16,9 +13,8 @@ LibraryRequest HipRuntime::library_request(const std::string& configured_path) {
   request.configured_path = configured_path;
   request.search_toolkit = false;
   request.search_python_packages = false;
-  if (const char* rocm_path = std::getenv("ROCM_PATH"); rocm_path != nullptr && *rocm_path != '\0')
-    request.install_directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
-  request.install_directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
+  request.install_directories = rocm_library_directories();
+  request.not_found_advice = "install ROCm, set ROCM_PATH, or set HAL_HIP_RUNTIME to the library";
   // The runtime starts threads (HSA) and registers exit handlers.
   request.never_unload = true;
   return request;
@@ -34,32 +30,10 @@ std::string HipRuntime::search_description() {
   return text + " on the system library path";
 }
 
-HipRuntime::LoadResult HipRuntime::load(const std::string& configured_path) {
+LoadResult<HipRuntime> HipRuntime::load(const std::string& configured_path) {
   auto runtime = std::unique_ptr<HipRuntime>(new HipRuntime());
-  HipRuntimeApi& api = runtime->api_;
-  std::vector<SymbolSpec> specs;
-#define HAL_HIP_RUNTIME_SPEC(function, is_required) specs.push_back(symbol(api.function, {#function}, is_required));
-  HAL_HIP_RUNTIME_FUNCTIONS(HAL_HIP_RUNTIME_SPEC)
-#undef HAL_HIP_RUNTIME_SPEC
-  specs.push_back(symbol(api.hipMalloc, {"hipMalloc"}, true));
-  specs.push_back(symbol(api.hipHostMalloc, {"hipHostMalloc"}, true));
-  specs.push_back(symbol(api.hipMallocManaged, {"hipMallocManaged"}, true));
-  specs.push_back(symbol(api.hipGetDevicePropertiesR0000, {"hipGetDevicePropertiesR0000", "hipGetDeviceProperties"}, true));
-
-  const LibraryRequest request = library_request(configured_path);
-  VendorLibraryLoad load = open_vendor_library(request, specs);
-  if (!load.ok()) {
-    std::string message = load.error;
-    if (load.library_missing)
-      message = "the HIP runtime (libamdhip64.so) was not found; install ROCm, set ROCM_PATH, or set HAL_HIP_RUNTIME "
-                "to the library. Tried: " +
-                load.attempts;
-    return {nullptr, load.library_missing, message};
-  }
-  runtime->library_ = std::move(load.library);
-  runtime->attempts_ = load.attempts;
-  runtime->missing_optional_ = std::move(load.missing_optional);
-  return {std::move(runtime), false, std::string()};
+  const std::vector<SymbolSpec> symbols = HAL_SYMBOL_SPECS(HAL_HIP_RUNTIME_FUNCTIONS, runtime->api_, "");
+  return open_vendor_library(std::move(runtime), library_request(configured_path), symbols);
 }
 
 std::string HipRuntime::describe(hipError_t error) const {

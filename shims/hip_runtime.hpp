@@ -8,96 +8,83 @@
 #include <hip/hip_runtime_api.h>
 
 #include <cstddef>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "library_loader.hpp"
+#include "vendor_library.hpp"
 
 namespace hal::shims {
 
-// The prototype of each function; in C++ the header overloads a few with
-// templates, so those are spelled out.
-using HipMallocPrototype = hipError_t (*)(void**, std::size_t);
-using HipHostMallocPrototype = hipError_t (*)(void**, std::size_t, unsigned int);
-using HipMallocManagedPrototype = hipError_t (*)(void**, std::size_t, unsigned int);
-
-// X(function, required). Optional functions disable only what needs them.
-#define HAL_HIP_RUNTIME_FUNCTIONS(X)  \
-  X(hipInit, true)                    \
-  X(hipDriverGetVersion, true)        \
-  X(hipRuntimeGetVersion, true)       \
-  X(hipGetErrorName, true)            \
-  X(hipGetErrorString, true)          \
-  X(hipGetDeviceCount, true)          \
-  X(hipSetDevice, true)               \
-  X(hipGetDevice, true)               \
-  X(hipDeviceGetName, true)           \
-  X(hipDeviceGetPCIBusId, true)       \
-  X(hipDeviceTotalMem, true)          \
-  X(hipDeviceGetAttribute, true)      \
-  X(hipMemGetInfo, true)              \
-  X(hipFree, true)                    \
-  X(hipHostFree, true)                \
-  X(hipHostGetDevicePointer, true)    \
-  X(hipMemcpy, true)                  \
-  X(hipMemcpyAsync, true)             \
-  X(hipMemsetD8, true)                \
-  X(hipMemsetD16, true)               \
-  X(hipMemsetD32, true)               \
-  X(hipMemsetD8Async, true)           \
-  X(hipMemsetD16Async, true)          \
-  X(hipMemsetD32Async, true)          \
-  X(hipStreamCreateWithFlags, true)   \
-  X(hipStreamDestroy, true)           \
-  X(hipStreamSynchronize, true)       \
-  X(hipStreamQuery, true)             \
-  X(hipStreamWaitEvent, true)         \
-  X(hipStreamAddCallback, true)       \
-  X(hipThreadExchangeStreamCaptureMode, false) \
-  X(hipEventCreateWithFlags, true)    \
-  X(hipEventDestroy, true)            \
-  X(hipEventRecord, true)             \
-  X(hipEventQuery, true)              \
-  X(hipEventSynchronize, true)        \
-  X(hipEventElapsedTime, true)        \
-  X(hipDeviceGetUuid, false)          \
-  X(hipDeviceCanAccessPeer, false)    \
-  X(hipModuleLoadData, false)         \
-  X(hipModuleUnload, false)           \
-  X(hipModuleGetFunction, false)      \
-  X(hipModuleLaunchKernel, false)      \
-  /* Interop: checking and registering memory other code allocated. */ \
-  X(hipPointerGetAttributes, false)    \
-  X(hipMemGetAddressRange, false)      \
-  X(hipHostRegister, false)            \
-  X(hipHostUnregister, false)          \
-  X(hipDeviceSynchronize, false)
+// The runtime's functions, as symbol_table.hpp lists them: X(field, type,
+// requirement, names...). Optional functions disable only what needs them.
+#define HAL_HIP_RUNTIME_FUNCTIONS(X)                                                                                   \
+  X(hipInit, decltype(&::hipInit), required)                                                                           \
+  X(hipDriverGetVersion, decltype(&::hipDriverGetVersion), required)                                                   \
+  X(hipRuntimeGetVersion, decltype(&::hipRuntimeGetVersion), required)                                                 \
+  X(hipGetErrorName, decltype(&::hipGetErrorName), required)                                                           \
+  X(hipGetErrorString, decltype(&::hipGetErrorString), required)                                                       \
+  X(hipGetDeviceCount, decltype(&::hipGetDeviceCount), required)                                                       \
+  X(hipSetDevice, decltype(&::hipSetDevice), required)                                                                 \
+  X(hipGetDevice, decltype(&::hipGetDevice), required)                                                                 \
+  X(hipDeviceGetName, decltype(&::hipDeviceGetName), required)                                                         \
+  X(hipDeviceGetPCIBusId, decltype(&::hipDeviceGetPCIBusId), required)                                                 \
+  X(hipDeviceTotalMem, decltype(&::hipDeviceTotalMem), required)                                                       \
+  X(hipDeviceGetAttribute, decltype(&::hipDeviceGetAttribute), required)                                               \
+  X(hipMemGetInfo, decltype(&::hipMemGetInfo), required)                                                               \
+  X(hipFree, decltype(&::hipFree), required)                                                                           \
+  X(hipHostFree, decltype(&::hipHostFree), required)                                                                   \
+  X(hipHostGetDevicePointer, decltype(&::hipHostGetDevicePointer), required)                                           \
+  X(hipMemcpy, decltype(&::hipMemcpy), required)                                                                       \
+  X(hipMemcpyAsync, decltype(&::hipMemcpyAsync), required)                                                             \
+  X(hipMemsetD8, decltype(&::hipMemsetD8), required)                                                                   \
+  X(hipMemsetD16, decltype(&::hipMemsetD16), required)                                                                 \
+  X(hipMemsetD32, decltype(&::hipMemsetD32), required)                                                                 \
+  X(hipMemsetD8Async, decltype(&::hipMemsetD8Async), required)                                                         \
+  X(hipMemsetD16Async, decltype(&::hipMemsetD16Async), required)                                                       \
+  X(hipMemsetD32Async, decltype(&::hipMemsetD32Async), required)                                                       \
+  X(hipStreamCreateWithFlags, decltype(&::hipStreamCreateWithFlags), required)                                         \
+  X(hipStreamDestroy, decltype(&::hipStreamDestroy), required)                                                         \
+  X(hipStreamSynchronize, decltype(&::hipStreamSynchronize), required)                                                 \
+  X(hipStreamQuery, decltype(&::hipStreamQuery), required)                                                             \
+  X(hipStreamWaitEvent, decltype(&::hipStreamWaitEvent), required)                                                     \
+  X(hipStreamAddCallback, decltype(&::hipStreamAddCallback), required)                                                 \
+  X(hipThreadExchangeStreamCaptureMode, decltype(&::hipThreadExchangeStreamCaptureMode), optional)                     \
+  X(hipEventCreateWithFlags, decltype(&::hipEventCreateWithFlags), required)                                           \
+  X(hipEventDestroy, decltype(&::hipEventDestroy), required)                                                           \
+  X(hipEventRecord, decltype(&::hipEventRecord), required)                                                             \
+  X(hipEventQuery, decltype(&::hipEventQuery), required)                                                               \
+  X(hipEventSynchronize, decltype(&::hipEventSynchronize), required)                                                   \
+  X(hipEventElapsedTime, decltype(&::hipEventElapsedTime), required)                                                   \
+  X(hipDeviceGetUuid, decltype(&::hipDeviceGetUuid), optional)                                                         \
+  X(hipDeviceCanAccessPeer, decltype(&::hipDeviceCanAccessPeer), optional)                                             \
+  X(hipModuleLoadData, decltype(&::hipModuleLoadData), optional)                                                       \
+  X(hipModuleUnload, decltype(&::hipModuleUnload), optional)                                                           \
+  X(hipModuleGetFunction, decltype(&::hipModuleGetFunction), optional)                                                 \
+  X(hipModuleLaunchKernel, decltype(&::hipModuleLaunchKernel), optional)                                               \
+  /* Interop: checking and registering memory other code allocated. */                                                 \
+  X(hipPointerGetAttributes, decltype(&::hipPointerGetAttributes), optional)                                           \
+  X(hipMemGetAddressRange, decltype(&::hipMemGetAddressRange), optional)                                               \
+  X(hipHostRegister, decltype(&::hipHostRegister), optional)                                                           \
+  X(hipHostUnregister, decltype(&::hipHostUnregister), optional)                                                       \
+  X(hipDeviceSynchronize, decltype(&::hipDeviceSynchronize), optional)                                                 \
+  /* The header overloads these with templates in C++, so their prototypes are spelled out. */                         \
+  X(hipMalloc, hipError_t (*)(void** pointer, std::size_t size), required)                                             \
+  X(hipHostMalloc, hipError_t (*)(void** pointer, std::size_t size, unsigned int flags), required)                     \
+  X(hipMallocManaged, hipError_t (*)(void** pointer, std::size_t size, unsigned int flags), required)                  \
+  /* ROCm 6 changed hipDeviceProp_t and renamed the new layout's function; this one takes the layout of the */         \
+  /* headers hal is built with (R0000: ROCm 5), exported before ROCm 6 as hipGetDeviceProperties. */                   \
+  X(hipGetDevicePropertiesR0000, hipError_t (*)(hipDeviceProp_t* properties, int device), required,                    \
+    "hipGetDevicePropertiesR0000", "hipGetDeviceProperties")
 
 struct HipRuntimeApi {
-#define HAL_HIP_RUNTIME_FIELD(function, required) decltype(&::function) function = nullptr;
-  HAL_HIP_RUNTIME_FUNCTIONS(HAL_HIP_RUNTIME_FIELD)
-#undef HAL_HIP_RUNTIME_FIELD
-  HipMallocPrototype hipMalloc = nullptr;
-  HipHostMallocPrototype hipHostMalloc = nullptr;
-  HipMallocManagedPrototype hipMallocManaged = nullptr;
-  // ROCm 6 changed hipDeviceProp_t and renamed the new layout's function;
-  // this pointer always takes the layout of the headers hal is built with
-  // (R0000: ROCm 5), resolved as hipGetDevicePropertiesR0000 or, before
-  // ROCm 6, hipGetDeviceProperties.
-  hipError_t (*hipGetDevicePropertiesR0000)(hipDeviceProp_t* properties, int device) = nullptr;
+  HAL_SYMBOL_FIELDS(HAL_HIP_RUNTIME_FUNCTIONS)
 };
 
 // The loaded runtime: library, function table and how it was found.
-class HipRuntime {
+class HipRuntime : public VendorLibrary {
  public:
-  struct LoadResult {
-    std::unique_ptr<HipRuntime> runtime;  // null on failure
-    bool library_missing = false;         // true: no library; false with no runtime: unusable library
-    std::string message;                  // why it failed, every path tried included
-  };
   // configured_path: the backend's `runtime` option ("" when unset).
-  static LoadResult load(const std::string& configured_path);
+  static LoadResult<HipRuntime> load(const std::string& configured_path);
   // The search: HAL_HIP_RUNTIME, the configured path, $ROCM_PATH/lib,
   // /opt/rocm/lib, then the system's library path.
   static LibraryRequest library_request(const std::string& configured_path);
@@ -106,10 +93,6 @@ class HipRuntime {
   static std::string search_description();
 
   const HipRuntimeApi& api() const { return api_; }
-  const std::string& path() const { return library_.path(); }
-  // "[HAL_HIP_RUNTIME] ...: not found; [system] libamdhip64.so.6: loaded ..."
-  const std::string& attempts() const { return attempts_; }
-  const std::vector<std::string>& missing_optional() const { return missing_optional_; }
   bool has_module_api() const {
     return api_.hipModuleLoadData && api_.hipModuleUnload && api_.hipModuleGetFunction && api_.hipModuleLaunchKernel;
   }
@@ -120,10 +103,7 @@ class HipRuntime {
   static std::string format_version(int version);
 
  private:
-  SharedLibrary library_;
   HipRuntimeApi api_;
-  std::string attempts_;
-  std::vector<std::string> missing_optional_;
 };
 
 }  // namespace hal::shims

@@ -58,13 +58,6 @@ bool is_link_time_stub(const std::string& path) {
   return false;
 }
 
-std::string resolved_path(void* handle, const std::string& fallback) {
-  link_map* map = nullptr;
-  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && *map->l_name != '\0')
-    return map->l_name;
-  return fallback;
-}
-
 class Search {
  public:
   explicit Search(const LibraryRequest& request) : request_(request) {}
@@ -83,14 +76,13 @@ class Search {
       note(where, path, error != nullptr ? error : "dlopen failed without a message");
       return false;
     }
-    const std::string opened = resolved_path(handle, path);
-    if (is_link_time_stub(opened)) {
-      dlclose(handle);
-      note(where, path, "rejected: resolved to the link-time stub " + opened);
-      return false;
+    SharedLibrary library = SharedLibrary::from_handle(handle, path);
+    if (is_link_time_stub(library.path())) {
+      note(where, path, "rejected: resolved to the link-time stub " + library.path());
+      return false;  // library closes here
     }
-    note(where, path, "loaded " + opened);
-    result_.library = SharedLibrary(handle, opened);
+    note(where, path, "loaded " + library.path());
+    result_.library = std::move(library);
     return true;
   }
 
@@ -128,6 +120,13 @@ SharedLibrary& SharedLibrary::operator=(SharedLibrary&& other) noexcept {
   return *this;
 }
 
+SharedLibrary SharedLibrary::from_handle(void* handle, const std::string& requested) {
+  link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr && *map->l_name != '\0')
+    return SharedLibrary(handle, map->l_name);
+  return SharedLibrary(handle, requested);
+}
+
 void* SharedLibrary::find(const char* symbol) const {
   return handle_ != nullptr ? dlsym(handle_, symbol) : nullptr;
 }
@@ -156,6 +155,14 @@ std::vector<std::string> toolkit_library_directories() {
       if (is_directory(directory)) append_unique(directories, seen, directory);
     }
   }
+  return directories;
+}
+
+std::vector<std::pair<std::string, std::string>> rocm_library_directories() {
+  std::vector<std::pair<std::string, std::string>> directories;
+  if (const std::string rocm_path = environment("ROCM_PATH"); !rocm_path.empty())
+    directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
+  directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
   return directories;
 }
 

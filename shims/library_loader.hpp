@@ -14,6 +14,9 @@ class SharedLibrary {
  public:
   SharedLibrary() = default;
   SharedLibrary(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}
+  // Takes a dlopen handle; path() is the file the dynamic linker resolved
+  // `requested` (a soname or a path) to.
+  static SharedLibrary from_handle(void* handle, const std::string& requested);
   SharedLibrary(SharedLibrary&& other) noexcept { *this = std::move(other); }
   SharedLibrary& operator=(SharedLibrary&& other) noexcept;
   SharedLibrary(const SharedLibrary&) = delete;
@@ -53,6 +56,10 @@ struct LibraryRequest {
   // Vendor install directories searched after an explicit path and before
   // the CUDA stages, each reported under its label: {"ROCM_PATH", "/opt/rocm-6.1/lib"}.
   std::vector<std::pair<std::string, std::string>> install_directories;
+  // What to do when nothing is found, for the message ("install ROCm, set
+  // ROCM_PATH, or set HAL_HIP_RUNTIME to the library"); empty: set the
+  // environment variable.
+  std::string not_found_advice;
   // Keeps the library mapped after close: drivers start threads and
   // register exit handlers that must not outlive their code.
   bool never_unload = false;
@@ -71,6 +78,9 @@ LibraryLoad load_library(const LibraryRequest& request);
 
 // The search stages, exposed for tests and for halinfo-style reports.
 std::vector<std::string> toolkit_library_directories();
+// The ROCm install's library directories, as install_directories lists
+// them: $ROCM_PATH/lib when ROCM_PATH is set, then /opt/rocm/lib.
+std::vector<std::pair<std::string, std::string>> rocm_library_directories();
 // site-packages / dist-packages directories found from prefixes derived
 // without running Python: virtualenv, conda, pyenv, user and system paths.
 std::vector<std::string> python_site_package_directories();

@@ -1,39 +1,6 @@
 #include "nccl.hpp"
 
-#include <cstdlib>
-#include <filesystem>
-
 namespace hal::shims {
-
-std::vector<SymbolSpec> nccl_symbols(NcclApi& api) {
-  return {
-      symbol(api.GetVersion, {"ncclGetVersion"}, true),
-      symbol(api.GetUniqueId, {"ncclGetUniqueId"}, true),
-      symbol(api.CommInitRank, {"ncclCommInitRank"}, true),
-      symbol(api.CommDestroy, {"ncclCommDestroy"}, true),
-      symbol(api.CommAbort, {"ncclCommAbort"}, true),
-      symbol(api.CommGetAsyncError, {"ncclCommGetAsyncError"}, true),
-      symbol(api.CommCount, {"ncclCommCount"}, true),
-      symbol(api.CommUserRank, {"ncclCommUserRank"}, true),
-      symbol(api.GetErrorString, {"ncclGetErrorString"}, true),
-      symbol(api.AllReduce, {"ncclAllReduce"}, true),
-      symbol(api.Broadcast, {"ncclBroadcast"}, true),
-      symbol(api.Reduce, {"ncclReduce"}, true),
-      symbol(api.AllGather, {"ncclAllGather"}, true),
-      symbol(api.ReduceScatter, {"ncclReduceScatter"}, true),
-      symbol(api.Send, {"ncclSend"}, true),
-      symbol(api.Recv, {"ncclRecv"}, true),
-      symbol(api.GroupStart, {"ncclGroupStart"}, true),
-      symbol(api.GroupEnd, {"ncclGroupEnd"}, true),
-      // NCCL 2.28 spells it ncclAlltoAll, RCCL ncclAllToAll; older NCCL has neither.
-      symbol(api.AllToAll, {"ncclAlltoAll", "ncclAllToAll"}, false),
-      symbol(api.CommFinalize, {"ncclCommFinalize"}, false),
-      symbol(api.GetLastError, {"ncclGetLastError"}, false),
-      symbol(api.CommInitRankConfig, {"ncclCommInitRankConfig"}, false),
-      symbol(api.Gather, {"ncclGather"}, false),
-      symbol(api.Scatter, {"ncclScatter"}, false),
-  };
-}
 
 LibraryRequest Nccl::nvidia_request(const std::string& configured_path) {
   LibraryRequest request;
@@ -53,21 +20,15 @@ LibraryRequest Nccl::amd_request(const std::string& configured_path) {
   request.configured_path = configured_path;
   request.search_toolkit = false;
   request.search_python_packages = false;
-  if (const char* rocm_path = std::getenv("ROCM_PATH"); rocm_path != nullptr && *rocm_path != '\0')
-    request.install_directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
-  request.install_directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
+  request.install_directories = rocm_library_directories();
   request.never_unload = true;
   return request;
 }
 
-Nccl::LoadResult Nccl::load(const LibraryRequest& request) {
+LoadResult<Nccl> Nccl::load(const LibraryRequest& request) {
   auto nccl = std::unique_ptr<Nccl>(new Nccl());
-  VendorLibraryLoad load = open_vendor_library(request, nccl_symbols(nccl->api_));
-  if (!load.ok()) return {nullptr, load.error};
-  nccl->library_ = std::move(load.library);
-  nccl->missing_optional_ = std::move(load.missing_optional);
-  nccl->display_name_ = request.display_name;
-  return {std::move(nccl), {}};
+  const std::vector<SymbolSpec> symbols = HAL_SYMBOL_SPECS(HAL_NCCL_FUNCTIONS, nccl->api_, "");
+  return open_vendor_library(std::move(nccl), request, symbols);
 }
 
 std::string Nccl::format_version(int encoded) {
@@ -78,7 +39,7 @@ std::string Nccl::format_version(int encoded) {
 
 std::string Nccl::version() const {
   int encoded = 0;
-  if (api_.GetVersion(&encoded) != 0) return "unknown (ncclGetVersion failed)";
+  if (api_.GetVersion(&encoded) != nccl_success) return "unknown (ncclGetVersion failed)";
   return format_version(encoded);
 }
 

@@ -108,60 +108,92 @@ struct NvmlFieldValue {
 };
 static_assert(sizeof(NvmlFieldValue) == 40, "nvmlFieldValue_t is 40 bytes");
 
+// The functions, as symbol_table.hpp lists them, each name without its
+// prefix ("nvml" or "hgml", chosen at load). Versioned names first, the
+// deprecated ones older drivers export as fallbacks; every function but
+// init, device count, handle and PCI info is optional: a missing one makes
+// its fields "not supported", never a failure.
+#define HAL_NVML_FUNCTIONS(X)                                                                                          \
+  X(Init, NvmlReturn (*)(), required, "Init_v2", "Init")                                                               \
+  X(Shutdown, NvmlReturn (*)(), required, "Shutdown")                                                                  \
+  X(ErrorString, const char* (*)(NvmlReturn result), required, "ErrorString")                                          \
+  X(DeviceGetCount, NvmlReturn (*)(unsigned* count), required, "DeviceGetCount_v2", "DeviceGetCount")                  \
+  X(DeviceGetHandleByIndex, NvmlReturn (*)(unsigned index, NvmlDevice* device), required,                              \
+    "DeviceGetHandleByIndex_v2", "DeviceGetHandleByIndex")                                                             \
+  X(DeviceGetPciInfo, NvmlReturn (*)(NvmlDevice device, NvmlPciInfo* info), required, "DeviceGetPciInfo_v3",           \
+    "DeviceGetPciInfo_v2")                                                                                             \
+  X(SystemGetDriverVersion, NvmlReturn (*)(char* version, unsigned length), optional, "SystemGetDriverVersion")        \
+  X(DeviceGetUUID, NvmlReturn (*)(NvmlDevice device, char* uuid, unsigned length), optional, "DeviceGetUUID")          \
+  X(DeviceGetMigMode, NvmlReturn (*)(NvmlDevice device, unsigned* current, unsigned* pending), optional,               \
+    "DeviceGetMigMode")                                                                                                \
+  X(DeviceGetTemperature, NvmlReturn (*)(NvmlDevice device, int sensor, unsigned* celsius), optional,                  \
+    "DeviceGetTemperature")                                                                                            \
+  X(DeviceGetTemperatureThreshold, NvmlReturn (*)(NvmlDevice device, int threshold, unsigned* celsius), optional,      \
+    "DeviceGetTemperatureThreshold")                                                                                   \
+  X(DeviceGetFieldValues, NvmlReturn (*)(NvmlDevice device, int count, NvmlFieldValue* values), optional,              \
+    "DeviceGetFieldValues")                                                                                            \
+  X(DeviceGetPowerUsage, NvmlReturn (*)(NvmlDevice device, unsigned* milliwatts), optional, "DeviceGetPowerUsage")     \
+  X(DeviceGetEnforcedPowerLimit, NvmlReturn (*)(NvmlDevice device, unsigned* milliwatts), optional,                    \
+    "DeviceGetEnforcedPowerLimit")                                                                                     \
+  X(DeviceGetTotalEnergyConsumption, NvmlReturn (*)(NvmlDevice device, unsigned long long* millijoules), optional,     \
+    "DeviceGetTotalEnergyConsumption")                                                                                 \
+  X(DeviceGetClockInfo, NvmlReturn (*)(NvmlDevice device, int clock, unsigned* mhz), optional, "DeviceGetClockInfo")   \
+  X(DeviceGetMaxClockInfo, NvmlReturn (*)(NvmlDevice device, int clock, unsigned* mhz), optional,                      \
+    "DeviceGetMaxClockInfo")                                                                                           \
+  X(DeviceGetUtilizationRates, NvmlReturn (*)(NvmlDevice device, NvmlUtilization* utilization), optional,              \
+    "DeviceGetUtilizationRates")                                                                                       \
+  /* Renamed in NVML 12.2; the old name stays exported, and is all older drivers have. */                              \
+  X(DeviceGetCurrentClocksEventReasons, NvmlReturn (*)(NvmlDevice device, unsigned long long* reasons), optional,      \
+    "DeviceGetCurrentClocksEventReasons", "DeviceGetCurrentClocksThrottleReasons")                                     \
+  X(DeviceGetEccMode, NvmlReturn (*)(NvmlDevice device, unsigned* current, unsigned* pending), optional,               \
+    "DeviceGetEccMode")                                                                                                \
+  X(DeviceGetTotalEccErrors,                                                                                           \
+    NvmlReturn (*)(NvmlDevice device, int error_type, int counter_type, unsigned long long* count), optional,          \
+    "DeviceGetTotalEccErrors")                                                                                         \
+  X(DeviceGetRetiredPages,                                                                                             \
+    NvmlReturn (*)(NvmlDevice device, int cause, unsigned* count, unsigned long long* addresses), optional,            \
+    "DeviceGetRetiredPages")                                                                                           \
+  X(DeviceGetRetiredPagesPendingStatus, NvmlReturn (*)(NvmlDevice device, unsigned* pending), optional,                \
+    "DeviceGetRetiredPagesPendingStatus")                                                                              \
+  X(DeviceGetRemappedRows,                                                                                             \
+    NvmlReturn (*)(NvmlDevice device, unsigned* corrected, unsigned* uncorrected, unsigned* pending,                   \
+                   unsigned* failed),                                                                                  \
+    optional, "DeviceGetRemappedRows")                                                                                 \
+  X(DeviceGetCurrPcieLinkGeneration, NvmlReturn (*)(NvmlDevice device, unsigned* generation), optional,                \
+    "DeviceGetCurrPcieLinkGeneration")                                                                                 \
+  X(DeviceGetMaxPcieLinkGeneration, NvmlReturn (*)(NvmlDevice device, unsigned* generation), optional,                 \
+    "DeviceGetMaxPcieLinkGeneration")                                                                                  \
+  X(DeviceGetCurrPcieLinkWidth, NvmlReturn (*)(NvmlDevice device, unsigned* width), optional,                          \
+    "DeviceGetCurrPcieLinkWidth")                                                                                      \
+  X(DeviceGetMaxPcieLinkWidth, NvmlReturn (*)(NvmlDevice device, unsigned* width), optional,                           \
+    "DeviceGetMaxPcieLinkWidth")                                                                                       \
+  X(DeviceGetPcieReplayCounter, NvmlReturn (*)(NvmlDevice device, unsigned* count), optional,                          \
+    "DeviceGetPcieReplayCounter")                                                                                      \
+  X(DeviceGetNvLinkState, NvmlReturn (*)(NvmlDevice device, unsigned link, unsigned* active), optional,                \
+    "DeviceGetNvLinkState")                                                                                            \
+  X(DeviceGetNvLinkErrorCounter,                                                                                       \
+    NvmlReturn (*)(NvmlDevice device, unsigned link, int counter, unsigned long long* count), optional,                \
+    "DeviceGetNvLinkErrorCounter")                                                                                     \
+  X(EventSetCreate, NvmlReturn (*)(NvmlEventSet* set), optional, "EventSetCreate")                                     \
+  X(DeviceRegisterEvents, NvmlReturn (*)(NvmlDevice device, unsigned long long types, NvmlEventSet set), optional,     \
+    "DeviceRegisterEvents")                                                                                            \
+  X(DeviceGetSupportedEventTypes, NvmlReturn (*)(NvmlDevice device, unsigned long long* types), optional,              \
+    "DeviceGetSupportedEventTypes")                                                                                    \
+  /* _v2 only changed the timeout's meaning for MIG; the data layout is the same. */                                   \
+  X(EventSetWait, NvmlReturn (*)(NvmlEventSet set, NvmlEventData* data, unsigned timeout_ms), optional,                \
+    "EventSetWait_v2", "EventSetWait")                                                                                 \
+  X(EventSetFree, NvmlReturn (*)(NvmlEventSet set), optional, "EventSetFree")
+
 struct NvmlApi {
-  NvmlReturn (*Init)() = nullptr;
-  NvmlReturn (*Shutdown)() = nullptr;
-  const char* (*ErrorString)(NvmlReturn result) = nullptr;
-  NvmlReturn (*DeviceGetCount)(unsigned* count) = nullptr;
-  NvmlReturn (*DeviceGetHandleByIndex)(unsigned index, NvmlDevice* device) = nullptr;
-  NvmlReturn (*DeviceGetPciInfo)(NvmlDevice device, NvmlPciInfo* info) = nullptr;
-  // Optional: a missing one makes its fields "not supported", never a failure.
-  NvmlReturn (*SystemGetDriverVersion)(char* version, unsigned length) = nullptr;
-  NvmlReturn (*DeviceGetUUID)(NvmlDevice device, char* uuid, unsigned length) = nullptr;
-  NvmlReturn (*DeviceGetMigMode)(NvmlDevice device, unsigned* current, unsigned* pending) = nullptr;
-  NvmlReturn (*DeviceGetTemperature)(NvmlDevice device, int sensor, unsigned* celsius) = nullptr;
-  NvmlReturn (*DeviceGetTemperatureThreshold)(NvmlDevice device, int threshold, unsigned* celsius) = nullptr;
-  NvmlReturn (*DeviceGetFieldValues)(NvmlDevice device, int count, NvmlFieldValue* values) = nullptr;
-  NvmlReturn (*DeviceGetPowerUsage)(NvmlDevice device, unsigned* milliwatts) = nullptr;
-  NvmlReturn (*DeviceGetEnforcedPowerLimit)(NvmlDevice device, unsigned* milliwatts) = nullptr;
-  NvmlReturn (*DeviceGetTotalEnergyConsumption)(NvmlDevice device, unsigned long long* millijoules) = nullptr;
-  NvmlReturn (*DeviceGetClockInfo)(NvmlDevice device, int clock, unsigned* mhz) = nullptr;
-  NvmlReturn (*DeviceGetMaxClockInfo)(NvmlDevice device, int clock, unsigned* mhz) = nullptr;
-  NvmlReturn (*DeviceGetUtilizationRates)(NvmlDevice device, NvmlUtilization* utilization) = nullptr;
-  NvmlReturn (*DeviceGetCurrentClocksEventReasons)(NvmlDevice device, unsigned long long* reasons) = nullptr;
-  NvmlReturn (*DeviceGetEccMode)(NvmlDevice device, unsigned* current, unsigned* pending) = nullptr;
-  NvmlReturn (*DeviceGetTotalEccErrors)(NvmlDevice device, int error_type, int counter_type,
-                                        unsigned long long* count) = nullptr;
-  NvmlReturn (*DeviceGetRetiredPages)(NvmlDevice device, int cause, unsigned* count,
-                                      unsigned long long* addresses) = nullptr;
-  NvmlReturn (*DeviceGetRetiredPagesPendingStatus)(NvmlDevice device, unsigned* pending) = nullptr;
-  NvmlReturn (*DeviceGetRemappedRows)(NvmlDevice device, unsigned* corrected, unsigned* uncorrected,
-                                      unsigned* pending, unsigned* failed) = nullptr;
-  NvmlReturn (*DeviceGetCurrPcieLinkGeneration)(NvmlDevice device, unsigned* generation) = nullptr;
-  NvmlReturn (*DeviceGetMaxPcieLinkGeneration)(NvmlDevice device, unsigned* generation) = nullptr;
-  NvmlReturn (*DeviceGetCurrPcieLinkWidth)(NvmlDevice device, unsigned* width) = nullptr;
-  NvmlReturn (*DeviceGetMaxPcieLinkWidth)(NvmlDevice device, unsigned* width) = nullptr;
-  NvmlReturn (*DeviceGetPcieReplayCounter)(NvmlDevice device, unsigned* count) = nullptr;
-  NvmlReturn (*DeviceGetNvLinkState)(NvmlDevice device, unsigned link, unsigned* active) = nullptr;
-  NvmlReturn (*DeviceGetNvLinkErrorCounter)(NvmlDevice device, unsigned link, int counter,
-                                            unsigned long long* count) = nullptr;
-  NvmlReturn (*EventSetCreate)(NvmlEventSet* set) = nullptr;
-  NvmlReturn (*DeviceRegisterEvents)(NvmlDevice device, unsigned long long types, NvmlEventSet set) = nullptr;
-  NvmlReturn (*DeviceGetSupportedEventTypes)(NvmlDevice device, unsigned long long* types) = nullptr;
-  NvmlReturn (*EventSetWait)(NvmlEventSet set, NvmlEventData* data, unsigned timeout_ms) = nullptr;
-  NvmlReturn (*EventSetFree)(NvmlEventSet set) = nullptr;
+  HAL_SYMBOL_FIELDS(HAL_NVML_FUNCTIONS)
 };
 
 // A loaded and initialized NVML-family library; shut down when destroyed.
-class Nvml {
+class Nvml : public VendorLibrary {
  public:
-  struct LoadResult {
-    std::unique_ptr<Nvml> library;
-    std::string message;          // why not, when library is null
-    bool library_missing = true;  // false: found, but unusable or its init failed
-  };
-  // prefix: "nvml" or "hgml", the start of every exported name.
-  static LoadResult load(const LibraryRequest& request, const std::string& prefix);
+  // prefix: "nvml" or "hgml", the start of every exported name. Found but
+  // failing its init: unusable (library_missing false).
+  static LoadResult<Nvml> load(const LibraryRequest& request, const std::string& prefix);
   static LibraryRequest nvidia_request(const std::string& configured_path);
   // The PPU SDK's HGML: its lib directories under sdk_root, then the system.
   static LibraryRequest hgml_request(const std::string& configured_path, const std::string& sdk_root);
@@ -171,7 +203,6 @@ class Nvml {
   ~Nvml();
 
   const NvmlApi& api() const { return api_; }
-  const std::string& path() const { return library_.path(); }
   const std::string& prefix() const { return prefix_; }
   // "nvml 550.54.15", or "nvml" when the driver version is not readable.
   std::string describe() const;
@@ -182,9 +213,9 @@ class Nvml {
 
  private:
   Nvml() = default;
-  SharedLibrary library_;
   NvmlApi api_;
   std::string prefix_;
+  bool initialized_ = false;  // Init succeeded: Shutdown when destroyed
 };
 
 }  // namespace hal::shims

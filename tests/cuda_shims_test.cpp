@@ -34,6 +34,17 @@ struct TemporaryDirectory {
   }
 };
 
+// An RCCL-like list: all-to-all spelled two ways, one function without names.
+#define HAL_TEST_FUNCTIONS(X)                                                                                          \
+  X(all_to_all, int (*)(), optional, "ncclAlltoAll", "ncclAllToAll")                                                   \
+  X(get_version, int (*)(), required, "ncclGetVersion")                                                                \
+  X(finalize, int (*)(), optional, "ncclCommFinalize")                                                                 \
+  X(init_rank, int (*)(), required, "ncclCommInitRank")                                                                \
+  X(ncclCommDestroy, int (*)(), required)
+struct TestApi {
+  HAL_SYMBOL_FIELDS(HAL_TEST_FUNCTIONS)
+};
+
 shims::LibraryRequest fake_driver_request() {
   shims::LibraryRequest request;
   request.display_name = "test library";
@@ -149,26 +160,49 @@ TEST_SUITE("shims") {
 
   TEST_CASE("symbol tables take the first alternative found and report what is missing") {
     // An RCCL-like library: all-to-all spelled ncclAllToAll, no ncclCommFinalize.
-    const std::map<std::string, int> exported = {{"ncclAllToAll", 1}, {"ncclGetVersion", 2}};
-    int (*all_to_all)() = nullptr;
-    int (*get_version)() = nullptr;
-    int (*finalize)() = nullptr;
-    int (*init_rank)() = nullptr;
+    const std::map<std::string, int> exported = {{"ncclAllToAll", 1}, {"ncclGetVersion", 2}, {"ncclCommDestroy", 3}};
+    TestApi api;
     const shims::SymbolResolution resolution = shims::resolve_symbols(
-        {shims::symbol(all_to_all, {"ncclAlltoAll", "ncclAllToAll"}, false),
-         shims::symbol(get_version, {"ncclGetVersion"}, true), shims::symbol(finalize, {"ncclCommFinalize"}, false),
-         shims::symbol(init_rank, {"ncclCommInitRank"}, true)},
-        [&](const char* name) -> void* {
-          auto found = exported.find(name);
+        HAL_SYMBOL_SPECS(HAL_TEST_FUNCTIONS, api, ""), [&](const shims::SymbolSpec&, const shims::SymbolName& name) {
+          auto found = exported.find(name.name);
           // Distinct non-null addresses stand for the exported functions.
           return found == exported.end() ? nullptr : reinterpret_cast<void*>(static_cast<std::uintptr_t>(found->second));
         });
-    CHECK(reinterpret_cast<std::uintptr_t>(all_to_all) == 1);
-    CHECK(reinterpret_cast<std::uintptr_t>(get_version) == 2);
-    CHECK(reinterpret_cast<void*>(finalize) == nullptr);
+    CHECK(reinterpret_cast<std::uintptr_t>(api.all_to_all) == 1);
+    CHECK(reinterpret_cast<std::uintptr_t>(api.get_version) == 2);
+    CHECK(reinterpret_cast<void*>(api.finalize) == nullptr);
+    CHECK(reinterpret_cast<std::uintptr_t>(api.ncclCommDestroy) == 3);  // no names: the field's own
     CHECK_FALSE(resolution.complete());
     CHECK(resolution.missing_required == std::vector<std::string>{"ncclCommInitRank"});
     CHECK(resolution.missing_optional == std::vector<std::string>{"ncclCommFinalize"});
+  }
+
+  TEST_CASE("a prefix goes before every listed name; a versioned function is named by its field") {
+    TestApi api;
+    std::vector<std::string> asked;
+    const shims::SymbolResolution prefixed = shims::resolve_symbols(
+        HAL_SYMBOL_SPECS(HAL_TEST_FUNCTIONS, api, "x_"), [&](const shims::SymbolSpec&, const shims::SymbolName& name) {
+          asked.push_back(name.name);
+          return nullptr;
+        });
+    CHECK(asked.front() == "x_ncclAlltoAll");
+    CHECK(prefixed.missing_optional.front() == "x_ncclAlltoAll|x_ncclAllToAll");
+    CHECK(prefixed.missing_required.back() == "x_ncclCommDestroy");
+
+    int (*versioned)() = nullptr;
+    const std::vector<shims::SymbolSpec> specs = {
+        shims::symbol(versioned, "cuDeviceGetUuid", shims::Requirement::required, "",
+                      {{"cuDeviceGetUuid_v2", 11040}, {"cuDeviceGetUuid", 9020}})};
+    std::vector<int> versions;
+    const shims::SymbolResolution missing =
+        shims::resolve_symbols(specs, [&](const shims::SymbolSpec& spec, const shims::SymbolName& name) {
+          CHECK(std::string(spec.field) == "cuDeviceGetUuid");
+          versions.push_back(name.version);
+          return nullptr;
+        });
+    CHECK(versions == std::vector<int>{11040, 9020});
+    CHECK(missing.missing_required == std::vector<std::string>{"cuDeviceGetUuid"});
+    CHECK(shims::absent_symbols(specs).missing_required == std::vector<std::string>{"cuDeviceGetUuid"});
   }
 
   TEST_CASE("vendor version numbers are decoded in each release's encoding") {
@@ -180,13 +214,13 @@ TEST_SUITE("shims") {
 
   TEST_CASE("cuBLAS: a missing library names every path tried, one without its GEMM is unusable") {
     ScopedEnvironment missing{{"HAL_CUBLAS", "/nonexistent/lib/libcublas.so.13"}};
-    const shims::Cublas::LoadResult absent = shims::Cublas::load("");
+    const shims::LoadResult<shims::Cublas> absent = shims::Cublas::load("");
     CHECK(absent.library == nullptr);
     CHECK(contains(absent.message, "cuBLAS (libcublas.so.13 or libcublas.so.12) was not found"));
     CHECK(contains(absent.message, "[HAL_CUBLAS] /nonexistent/lib/libcublas.so.13: not found"));
     // The fake driver is a library, but not cuBLAS.
     ScopedEnvironment wrong{{"HAL_CUBLAS", HAL_FAKE_CUDA_DRIVER_PATH}};
-    const shims::Cublas::LoadResult unusable = shims::Cublas::load("");
+    const shims::LoadResult<shims::Cublas> unusable = shims::Cublas::load("");
     CHECK(unusable.library == nullptr);
     CHECK(contains(unusable.message, "lacks required functions (cublasCreate_v2"));
     CHECK(contains(unusable.message, "cublasGemmStridedBatchedEx"));
@@ -199,7 +233,7 @@ TEST_SUITE("shims") {
       return;
     }
     ScopedEnvironment environment{{"HAL_CUBLAS", std::nullopt}};
-    const shims::Cublas::LoadResult load = shims::Cublas::load(toolkit_cublas);
+    const shims::LoadResult<shims::Cublas> load = shims::Cublas::load(toolkit_cublas);
     REQUIRE_MESSAGE(load.library != nullptr, load.message);
     CHECK(load.library->version().rfind("13.", 0) == 0);
     CHECK(contains(load.library->describe(CUBLAS_STATUS_NOT_SUPPORTED), "cuBLAS status 15"));
@@ -209,14 +243,14 @@ TEST_SUITE("shims") {
     // The fake driver exports none of NCCL's functions.
     shims::LibraryRequest request = shims::Nccl::nvidia_request(HAL_FAKE_CUDA_DRIVER_PATH);
     ScopedEnvironment environment{{"HAL_NCCL", std::nullopt}};
-    const shims::Nccl::LoadResult load = shims::Nccl::load(request);
+    const shims::LoadResult<shims::Nccl> load = shims::Nccl::load(request);
     CHECK(load.library == nullptr);
     CHECK(contains(load.message, "lacks required functions (ncclGetVersion"));
   }
 
   TEST_CASE("NCCL-compatible libraries: optional entries by release, RCCL's spelling and search") {
     ScopedEnvironment environment{{"HAL_NCCL", std::nullopt}, {"HAL_RCCL", std::nullopt}};
-    const shims::Nccl::LoadResult modern = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_PATH));
+    const shims::LoadResult<shims::Nccl> modern = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_PATH));
     REQUIRE_MESSAGE(modern.library != nullptr, modern.message);
     CHECK(modern.library->version() == "2.28.9");
     CHECK(modern.library->display_name() == "NCCL (libnccl.so.2)");
@@ -225,7 +259,7 @@ TEST_SUITE("shims") {
     CHECK((modern.library->api().Gather != nullptr));
     CHECK(modern.library->missing_optional() == std::vector<std::string>{"ncclCommFinalize"});
 
-    const shims::Nccl::LoadResult legacy = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_LEGACY_PATH));
+    const shims::LoadResult<shims::Nccl> legacy = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_LEGACY_PATH));
     REQUIRE_MESSAGE(legacy.library != nullptr, legacy.message);
     CHECK(legacy.library->version() == "2.8.4");
     CHECK((legacy.library->api().CommInitRankConfig == nullptr));

@@ -32,10 +32,10 @@ struct FakeCudaContext {
   hal::cuda::Context context;
   explicit FakeCudaContext(const std::string& cudnn_path) {
     ScopedEnvironment environment{{"HAL_CUDNN", cudnn_path}};
-    shims::CudaDriver::LoadResult driver = shims::CudaDriver::load(HAL_FAKE_CUDA_DRIVER_PATH);
-    REQUIRE_MESSAGE(driver.driver, driver.message);
-    context.driver = std::move(driver.driver);
-    shims::Cudnn::LoadResult cudnn = shims::Cudnn::load("");
+    shims::LoadResult<shims::CudaDriver> driver = shims::CudaDriver::load(HAL_FAKE_CUDA_DRIVER_PATH);
+    REQUIRE_MESSAGE(driver.library, driver.message);
+    context.driver = std::move(driver.library);
+    shims::LoadResult<shims::Cudnn> cudnn = shims::Cudnn::load("");
     context.cudnn = std::move(cudnn.library);
     context.cudnn_status = context.cudnn ? "loaded " + context.cudnn->path() : cudnn.message;
     // The cuda plugin's profile, as far as discovery needs it.

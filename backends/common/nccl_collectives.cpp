@@ -68,8 +68,8 @@ using shims::NcclResult;
 hal_status status_of(NcclResult result) {
   switch (result) {
     case nccl_success: return HAL_OK;
-    case 4: case 5: return HAL_ERROR_INVALID_ARGUMENT;  // ncclInvalidArgument, ncclInvalidUsage
-    case 6: return HAL_ERROR_DEVICE_LOST;               // ncclRemoteError
+    case shims::nccl_invalid_argument: case shims::nccl_invalid_usage: return HAL_ERROR_INVALID_ARGUMENT;
+    case shims::nccl_remote_error: return HAL_ERROR_DEVICE_LOST;
     default: return HAL_ERROR_INTERNAL;
   }
 }
@@ -82,31 +82,29 @@ std::string engine_of_library(const std::string& path) {
   return "nccl";
 }
 
-constexpr int version_with_bf16_and_avg = 21000;  // NCCL 2.10
-
 // ncclDataType_t for a hal dtype; -1 when the library lacks it.
-int nccl_type(hal_dtype dtype, int version) {
+shims::NcclDataType nccl_type(hal_dtype dtype, int version) {
   switch (dtype) {
-    case HAL_DTYPE_I8: return 0;
-    case HAL_DTYPE_U8: return 1;
-    case HAL_DTYPE_I32: return 2;
-    case HAL_DTYPE_I64: return 4;
-    case HAL_DTYPE_F16: return 6;
-    case HAL_DTYPE_F32: return 7;
-    case HAL_DTYPE_F64: return 8;
-    case HAL_DTYPE_BF16: return version >= version_with_bf16_and_avg ? 9 : -1;
+    case HAL_DTYPE_I8: return shims::nccl_int8;
+    case HAL_DTYPE_U8: return shims::nccl_uint8;
+    case HAL_DTYPE_I32: return shims::nccl_int32;
+    case HAL_DTYPE_I64: return shims::nccl_int64;
+    case HAL_DTYPE_F16: return shims::nccl_float16;
+    case HAL_DTYPE_F32: return shims::nccl_float32;
+    case HAL_DTYPE_F64: return shims::nccl_float64;
+    case HAL_DTYPE_BF16: return version >= shims::nccl_version_with_bf16_and_avg ? shims::nccl_bfloat16 : -1;
   }
   return -1;
 }
 
-// ncclRedOp_t (note max = 2, min = 3); -1 when the library lacks it.
-int nccl_reduction(hal_reduce_op op, int version) {
+// ncclRedOp_t for a hal reduction; -1 when the library lacks it.
+shims::NcclReduction nccl_reduction(hal_reduce_op op, int version) {
   switch (op) {
-    case HAL_REDUCE_SUM: return 0;
-    case HAL_REDUCE_PROD: return 1;
-    case HAL_REDUCE_MAX: return 2;
-    case HAL_REDUCE_MIN: return 3;
-    case HAL_REDUCE_AVG: return version >= version_with_bf16_and_avg ? 4 : -1;
+    case HAL_REDUCE_SUM: return shims::nccl_sum;
+    case HAL_REDUCE_PROD: return shims::nccl_prod;
+    case HAL_REDUCE_MAX: return shims::nccl_max;
+    case HAL_REDUCE_MIN: return shims::nccl_min;
+    case HAL_REDUCE_AVG: return version >= shims::nccl_version_with_bf16_and_avg ? shims::nccl_avg : -1;
   }
   return -1;
 }
@@ -240,7 +238,7 @@ NcclResult NcclCommunicator::wait_while_in_progress(shims::NcclCommunicator hand
                                                     Clock::time_point deadline) {
   while (result == nccl_in_progress && handle != nullptr && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
-    if (api_.CommGetAsyncError(handle, &result) != nccl_success) return 3;
+    if (api_.CommGetAsyncError(handle, &result) != nccl_success) return shims::nccl_internal_error;
   }
   return result;
 }
@@ -369,8 +367,8 @@ hal_status NcclCommunicator::issue(hal_stream* stream, const hal_collective_op_v
   void* native = port_.native_stream(stream);
   void* send = port_.device_address(op.send);
   void* recv = port_.device_address(op.recv);
-  const int type = nccl_type(op.dtype, version_);
-  const int reduction = nccl_reduction(op.reduce_op, version_);
+  const shims::NcclDataType type = nccl_type(op.dtype, version_);
+  const shims::NcclReduction reduction = nccl_reduction(op.reduce_op, version_);
   const std::size_t count = op.count;
   const std::size_t block = count * element_size(op.dtype);
   const auto at = [](void* base, std::size_t offset) { return static_cast<std::uint8_t*>(base) + offset; };
@@ -408,7 +406,8 @@ hal_status NcclCommunicator::issue(hal_stream* stream, const hal_collective_op_v
       return checked("ncclReduceScatter", api_.ReduceScatter(send, recv, count, type, reduction, handle, native));
     case HAL_COLLECTIVE_BARRIER: {
       void* flag = port_.device_address({barrier_buffer_, 0});
-      return checked("ncclAllReduce (barrier)", api_.AllReduce(flag, flag, 1, 2, 0, handle, native));
+      return checked("ncclAllReduce (barrier)",
+                     api_.AllReduce(flag, flag, 1, shims::nccl_int32, shims::nccl_sum, handle, native));
     }
     case HAL_COLLECTIVE_SEND:
       return checked("ncclSend", api_.Send(send, count, type, op.root, handle, native));

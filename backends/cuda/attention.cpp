@@ -161,7 +161,7 @@ backend::GpuAttention* attention_of_stream(hal_stream* stream) { return stream->
 }  // namespace
 
 void load_cublas(Context& context, const std::string& configured_path) {
-  shims::Cublas::LoadResult cublas = shims::Cublas::load(configured_path);
+  shims::LoadResult<shims::Cublas> cublas = shims::Cublas::load(configured_path);
   context.cublas = std::move(cublas.library);
   context.cublas_status = context.cublas ? "loaded " + context.cublas->path() : cublas.message;
 }

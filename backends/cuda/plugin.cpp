@@ -17,14 +17,14 @@ namespace {
 void load_optional_libraries(Context& context) {
   const Profile& profile = context.profile;
   if (profile.dnn_absent.empty()) {
-    shims::Cudnn::LoadResult cudnn = shims::Cudnn::load(profile.dnn);
+    shims::LoadResult<shims::Cudnn> cudnn = shims::Cudnn::load(profile.dnn);
     context.cudnn = std::move(cudnn.library);
     context.cudnn_status = context.cudnn ? "loaded " + context.cudnn->path() : cudnn.message;
   } else {
     context.cudnn_status = profile.dnn_absent;
   }
   if (profile.collectives_absent.empty()) {
-    shims::Nccl::LoadResult nccl = shims::Nccl::load(profile.collectives);
+    shims::LoadResult<shims::Nccl> nccl = shims::Nccl::load(profile.collectives);
     context.nccl = std::move(nccl.library);
     context.nccl_status = context.nccl ? "loaded " + context.nccl->path() : nccl.message;
   } else {
@@ -45,9 +45,9 @@ hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1&
   Context& context = backend.cuda;
   context.log = init.log;
   context.log_user_data = init.log_user_data;
-  shims::CudaDriver::LoadResult driver = shims::CudaDriver::load(context.profile.driver);
-  if (!driver.driver) return fail(driver.library_missing ? HAL_ERROR_NOT_PRESENT : HAL_ERROR_UNSUPPORTED, driver.message);
-  context.driver = std::move(driver.driver);
+  shims::LoadResult<shims::CudaDriver> driver = shims::CudaDriver::load(context.profile.driver);
+  if (!driver.library) return fail(driver.library_missing ? HAL_ERROR_NOT_PRESENT : HAL_ERROR_UNSUPPORTED, driver.message);
+  context.driver = std::move(driver.library);
   context.log_message(HAL_LOG_INFO, "CUDA driver " + context.driver->path() + " (symbols through " +
                                         context.driver->resolution_method() + ")");
   for (const auto& missing : context.driver->missing_optional())

@@ -416,7 +416,7 @@ backend::TelemetryDevice telemetry_device(const Context& context, std::uint32_t 
 std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile) {
   return std::make_unique<backend::LazyTelemetry>(
       [request = profile.telemetry, prefix = profile.telemetry_prefix]() -> backend::TelemetryOpening {
-        shims::Nvml::LoadResult loaded = shims::Nvml::load(request, prefix);
+        shims::LoadResult<shims::Nvml> loaded = shims::Nvml::load(request, prefix);
         if (!loaded.library) return {nullptr, loaded.message, loaded.library_missing};
         return {std::make_unique<NvmlTelemetry>(std::move(loaded.library)), {}, false};
       });

@@ -655,10 +655,10 @@ void MpiCommunicator::release() {
 }  // namespace
 
 MpiAvailability mpi_availability() {
-  const mpi::LoadResult& loaded = mpi::load();
-  if (loaded.library == nullptr) return {false, loaded.error};
-  return {true, (loaded.library->version.empty() ? std::string("MPI") : loaded.library->version) + " from " +
-                    loaded.library->path};
+  const hal::shims::LoadResult<mpi::Library>& loaded = mpi::load();
+  if (loaded.library == nullptr) return {false, loaded.message};
+  return {true, (loaded.library->version().empty() ? std::string("MPI") : loaded.library->version()) + " from " +
+                    loaded.library->path()};
 }
 
 hal_status create_mpi_engine(hal_backend_context& context, const hal_communicator_config_v1& config,

@@ -38,15 +38,15 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
                       "loaded; load the amdgpu driver, or set HAL_HIP_RUNTIME (or [backend.rocm] runtime) to a "
                       "libamdhip64.so to load it anyway. It would be searched in: " +
                       shims::HipRuntime::search_description());
-    shims::HipRuntime::LoadResult runtime = shims::HipRuntime::load(options["runtime"]);
-    if (!runtime.runtime)
+    shims::LoadResult<shims::HipRuntime> runtime = shims::HipRuntime::load(options["runtime"]);
+    if (!runtime.library)
       return fail(runtime.library_missing ? HAL_ERROR_NOT_PRESENT : HAL_ERROR_UNSUPPORTED, runtime.message);
-    context.runtime = std::move(runtime.runtime);
+    context.runtime = std::move(runtime.library);
     context.log_message(HAL_LOG_INFO, "HIP runtime " + context.runtime->path());
     for (const auto& missing : context.runtime->missing_optional())
       context.log_message(HAL_LOG_INFO, "the HIP runtime lacks optional " + missing);
     // RCCL is optional: without it the backend has no collectives, and says why.
-    shims::Nccl::LoadResult rccl = shims::Nccl::load(shims::Nccl::amd_request(options["rccl"]));
+    shims::LoadResult<shims::Nccl> rccl = shims::Nccl::load(shims::Nccl::amd_request(options["rccl"]));
     context.rccl = std::move(rccl.library);
     context.rccl_status = context.rccl ? "loaded " + context.rccl->path() : rccl.message;
     context.log_message(HAL_LOG_INFO, "RCCL: " + context.rccl_status);

@@ -313,9 +313,9 @@ backend::TelemetryDevice telemetry_device(const Context& context, std::uint32_t 
 
 std::unique_ptr<backend::LazyTelemetry> make_telemetry() {
   return std::make_unique<backend::LazyTelemetry>([] {
-    shims::AmdGpuManagementOpening opening = shims::open_amd_gpu_management();
+    shims::LoadResult<shims::AmdGpuManagement> opening = shims::open_amd_gpu_management();
     backend::TelemetryOpening result;
-    result.error = std::move(opening.error);
+    result.error = std::move(opening.message);
     result.library_missing = opening.library_missing;
     if (opening.library) result.source = std::make_unique<AmdSmiTelemetry>(std::move(opening.library));
     return result;

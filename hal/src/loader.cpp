@@ -1,11 +1,12 @@
 #include "loader.hpp"
 
-#include <cstring>
+#include <cstddef>
 #include <vector>
 
 #include <boost/dll/shared_library.hpp>
 
 #include "abi.hpp"
+#include "symbol_table.hpp"
 
 namespace hal::detail {
 
@@ -69,38 +70,39 @@ namespace {
 constexpr std::string_view plugin_prefix = "libhal_backend_";
 constexpr std::string_view plugin_suffix = ".so";
 
-// Names of the v1 functions that must be present, with their offsets.
-struct RequiredFunction {
-  const char* name;
-  std::size_t offset;
-};
+// The v1 table's functions, as shims/symbol_table.hpp lists a vendor
+// library's: X(field, type, requirement). Every one of them is required.
+#define HAL_BACKEND_V1_FUNCTIONS(X)                                                                                    \
+  X(get_last_error, decltype(hal_backend_v1::get_last_error), required)                                                \
+  X(initialize, decltype(hal_backend_v1::initialize), required)                                                        \
+  X(shutdown, decltype(hal_backend_v1::shutdown), required)                                                            \
+  X(device_count, decltype(hal_backend_v1::device_count), required)                                                    \
+  X(device_info, decltype(hal_backend_v1::device_info), required)                                                      \
+  X(buffer_allocate, decltype(hal_backend_v1::buffer_allocate), required)                                              \
+  X(buffer_free, decltype(hal_backend_v1::buffer_free), required)                                                      \
+  X(buffer_host_address, decltype(hal_backend_v1::buffer_host_address), required)                                      \
+  X(buffer_device_address, decltype(hal_backend_v1::buffer_device_address), required)                                  \
+  X(copy_host_to_device, decltype(hal_backend_v1::copy_host_to_device), required)                                      \
+  X(copy_device_to_host, decltype(hal_backend_v1::copy_device_to_host), required)                                      \
+  X(copy_device_to_device, decltype(hal_backend_v1::copy_device_to_device), required)                                  \
+  X(fill, decltype(hal_backend_v1::fill), required)                                                                    \
+  X(stream_create, decltype(hal_backend_v1::stream_create), required)                                                  \
+  X(stream_destroy, decltype(hal_backend_v1::stream_destroy), required)                                                \
+  X(stream_synchronize, decltype(hal_backend_v1::stream_synchronize), required)                                        \
+  X(stream_query, decltype(hal_backend_v1::stream_query), required)                                                    \
+  X(stream_wait_event, decltype(hal_backend_v1::stream_wait_event), required)                                          \
+  X(stream_host_callback, decltype(hal_backend_v1::stream_host_callback), required)                                    \
+  X(event_create, decltype(hal_backend_v1::event_create), required)                                                    \
+  X(event_destroy, decltype(hal_backend_v1::event_destroy), required)                                                  \
+  X(event_record, decltype(hal_backend_v1::event_record), required)                                                    \
+  X(event_query, decltype(hal_backend_v1::event_query), required)                                                      \
+  X(event_synchronize, decltype(hal_backend_v1::event_synchronize), required)                                          \
+  X(event_elapsed_milliseconds, decltype(hal_backend_v1::event_elapsed_milliseconds), required)
 
-#define HAL_REQUIRED(field) RequiredFunction{#field, offsetof(hal_backend_v1, field)}
-constexpr RequiredFunction required_functions[] = {
-    HAL_REQUIRED(get_last_error),      HAL_REQUIRED(initialize),
-    HAL_REQUIRED(shutdown),            HAL_REQUIRED(device_count),
-    HAL_REQUIRED(device_info),         HAL_REQUIRED(buffer_allocate),
-    HAL_REQUIRED(buffer_free),         HAL_REQUIRED(buffer_host_address),
-    HAL_REQUIRED(buffer_device_address), HAL_REQUIRED(copy_host_to_device),
-    HAL_REQUIRED(copy_device_to_host), HAL_REQUIRED(copy_device_to_device),
-    HAL_REQUIRED(fill),                HAL_REQUIRED(stream_create),
-    HAL_REQUIRED(stream_destroy),      HAL_REQUIRED(stream_synchronize),
-    HAL_REQUIRED(stream_query),        HAL_REQUIRED(stream_wait_event),
-    HAL_REQUIRED(stream_host_callback), HAL_REQUIRED(event_create),
-    HAL_REQUIRED(event_destroy),       HAL_REQUIRED(event_record),
-    HAL_REQUIRED(event_query),         HAL_REQUIRED(event_synchronize),
-    HAL_REQUIRED(event_elapsed_milliseconds),
-};
-#undef HAL_REQUIRED
-
+// "device_info, fill" for the required functions the plugin left NULL.
 std::string missing_functions(const hal_backend_v1& table) {
-  std::string missing;
-  for (const auto& function : required_functions) {
-    void* pointer = nullptr;
-    std::memcpy(&pointer, reinterpret_cast<const char*>(&table) + function.offset, sizeof(pointer));
-    if (pointer == nullptr) missing += (missing.empty() ? "" : ", ") + std::string(function.name);
-  }
-  return missing;
+  return shims::SymbolResolution::join(
+      shims::absent_symbols(HAL_SYMBOL_SPECS(HAL_BACKEND_V1_FUNCTIONS, table, "")).missing_required);
 }
 
 void forward_backend_log(void* user_data, hal_log_level level, const char* message) {

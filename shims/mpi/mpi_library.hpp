@@ -4,6 +4,8 @@
 #include <memory>
 #include <string>
 
+#include "vendor_library.hpp"
+
 namespace hal::shims::mpi {
 
 // OpenMPI's handles are pointers to objects the library exports.
@@ -24,63 +26,77 @@ constexpr int thread_multiple = 3;
 constexpr int max_error_string = 256;
 constexpr int max_library_version_string = 256;
 
-struct Library {
-  std::string path;     // the file the dynamic linker opened
-  std::string version;  // first line of MPI_Get_library_version
+// What hal resolves, as symbol_table.hpp lists it: the functions, then
+// OpenMPI's predefined handles, which are the addresses of its global objects.
+#define HAL_MPI_SYMBOLS(X)                                                                                             \
+  X(Initialized, int (*)(int*), required, "MPI_Initialized")                                                           \
+  X(Finalized, int (*)(int*), required, "MPI_Finalized")                                                               \
+  X(Init_thread, int (*)(int*, char***, int, int*), required, "MPI_Init_thread")                                       \
+  X(Query_thread, int (*)(int*), required, "MPI_Query_thread")                                                         \
+  X(Finalize, int (*)(), required, "MPI_Finalize")                                                                     \
+  X(Abort, int (*)(Comm, int), required, "MPI_Abort")                                                                  \
+  X(Comm_rank, int (*)(Comm, int*), required, "MPI_Comm_rank")                                                         \
+  X(Comm_size, int (*)(Comm, int*), required, "MPI_Comm_size")                                                         \
+  X(Comm_group, int (*)(Comm, Group*), required, "MPI_Comm_group")                                                     \
+  X(Group_incl, int (*)(Group, int, const int*, Group*), required, "MPI_Group_incl")                                   \
+  X(Group_free, int (*)(Group*), required, "MPI_Group_free")                                                           \
+  X(Comm_create_group, int (*)(Comm, Group, int, Comm*), required, "MPI_Comm_create_group")                            \
+  X(Comm_split, int (*)(Comm, int, int, Comm*), required, "MPI_Comm_split")                                            \
+  X(Comm_free, int (*)(Comm*), required, "MPI_Comm_free")                                                              \
+  X(Comm_set_errhandler, int (*)(Comm, Errhandler), required, "MPI_Comm_set_errhandler")                               \
+  X(Error_string, int (*)(int, char*, int*), required, "MPI_Error_string")                                             \
+  X(Get_library_version, int (*)(char*, int*), required, "MPI_Get_library_version")                                    \
+  X(Op_create, int (*)(UserFunction*, int, Op*), required, "MPI_Op_create")                                            \
+  X(Op_free, int (*)(Op*), required, "MPI_Op_free")                                                                    \
+  X(Allreduce, int (*)(const void*, void*, int, Datatype, Op, Comm), required, "MPI_Allreduce")                        \
+  X(Reduce, int (*)(const void*, void*, int, Datatype, Op, int, Comm), required, "MPI_Reduce")                         \
+  X(Bcast, int (*)(void*, int, Datatype, int, Comm), required, "MPI_Bcast")                                            \
+  X(Allgather, int (*)(const void*, int, Datatype, void*, int, Datatype, Comm), required, "MPI_Allgather")             \
+  X(Reduce_scatter_block, int (*)(const void*, void*, int, Datatype, Op, Comm), required, "MPI_Reduce_scatter_block")  \
+  X(Alltoall, int (*)(const void*, int, Datatype, void*, int, Datatype, Comm), required, "MPI_Alltoall")               \
+  X(Gather, int (*)(const void*, int, Datatype, void*, int, Datatype, int, Comm), required, "MPI_Gather")              \
+  X(Scatter, int (*)(const void*, int, Datatype, void*, int, Datatype, int, Comm), required, "MPI_Scatter")            \
+  X(Barrier, int (*)(Comm), required, "MPI_Barrier")                                                                   \
+  X(Isend, int (*)(const void*, int, Datatype, int, int, Comm, Request*), required, "MPI_Isend")                       \
+  X(Irecv, int (*)(void*, int, Datatype, int, int, Comm, Request*), required, "MPI_Irecv")                             \
+  /* statuses: nullptr is MPI_STATUSES_IGNORE */                                                                       \
+  X(Waitall, int (*)(int, Request*, void* statuses), required, "MPI_Waitall")                                          \
+  X(comm_world, Comm, required, "ompi_mpi_comm_world")                                                                 \
+  X(byte, Datatype, required, "ompi_mpi_byte")                                                                         \
+  X(float32, Datatype, required, "ompi_mpi_float")                                                                     \
+  X(float64, Datatype, required, "ompi_mpi_double")                                                                    \
+  X(int8, Datatype, required, "ompi_mpi_int8_t")                                                                       \
+  X(uint8, Datatype, required, "ompi_mpi_uint8_t")                                                                     \
+  X(uint16, Datatype, required, "ompi_mpi_uint16_t")                                                                   \
+  X(int32, Datatype, required, "ompi_mpi_int32_t")                                                                     \
+  X(int64, Datatype, required, "ompi_mpi_int64_t")                                                                     \
+  X(sum, Op, required, "ompi_mpi_op_sum")                                                                              \
+  X(prod, Op, required, "ompi_mpi_op_prod")                                                                            \
+  X(min, Op, required, "ompi_mpi_op_min")                                                                              \
+  X(max, Op, required, "ompi_mpi_op_max")                                                                              \
+  X(errors_return, Errhandler, required, "ompi_mpi_errors_return")
 
-  int (*Initialized)(int*) = nullptr;
-  int (*Finalized)(int*) = nullptr;
-  int (*Init_thread)(int*, char***, int, int*) = nullptr;
-  int (*Query_thread)(int*) = nullptr;
-  int (*Finalize)() = nullptr;
-  int (*Abort)(Comm, int) = nullptr;
-  int (*Comm_rank)(Comm, int*) = nullptr;
-  int (*Comm_size)(Comm, int*) = nullptr;
-  int (*Comm_group)(Comm, Group*) = nullptr;
-  int (*Group_incl)(Group, int, const int*, Group*) = nullptr;
-  int (*Group_free)(Group*) = nullptr;
-  int (*Comm_create_group)(Comm, Group, int, Comm*) = nullptr;
-  int (*Comm_split)(Comm, int, int, Comm*) = nullptr;
-  int (*Comm_free)(Comm*) = nullptr;
-  int (*Comm_set_errhandler)(Comm, Errhandler) = nullptr;
-  int (*Error_string)(int, char*, int*) = nullptr;
-  int (*Get_library_version)(char*, int*) = nullptr;
-  int (*Op_create)(UserFunction*, int, Op*) = nullptr;
-  int (*Op_free)(Op*) = nullptr;
-  int (*Allreduce)(const void*, void*, int, Datatype, Op, Comm) = nullptr;
-  int (*Reduce)(const void*, void*, int, Datatype, Op, int, Comm) = nullptr;
-  int (*Bcast)(void*, int, Datatype, int, Comm) = nullptr;
-  int (*Allgather)(const void*, int, Datatype, void*, int, Datatype, Comm) = nullptr;
-  int (*Reduce_scatter_block)(const void*, void*, int, Datatype, Op, Comm) = nullptr;
-  int (*Alltoall)(const void*, int, Datatype, void*, int, Datatype, Comm) = nullptr;
-  int (*Gather)(const void*, int, Datatype, void*, int, Datatype, int, Comm) = nullptr;
-  int (*Scatter)(const void*, int, Datatype, void*, int, Datatype, int, Comm) = nullptr;
-  int (*Barrier)(Comm) = nullptr;
-  int (*Isend)(const void*, int, Datatype, int, int, Comm, Request*) = nullptr;
-  int (*Irecv)(void*, int, Datatype, int, int, Comm, Request*) = nullptr;
-  int (*Waitall)(int, Request*, void* statuses) = nullptr;  // statuses: nullptr is MPI_STATUSES_IGNORE
+class Library : public VendorLibrary {
+ public:
+  HAL_SYMBOL_FIELDS(HAL_MPI_SYMBOLS)
 
-  // Predefined handles: the addresses of OpenMPI's global objects.
-  Comm comm_world = nullptr;
-  Datatype byte = nullptr, float32 = nullptr, float64 = nullptr, int8 = nullptr, uint8 = nullptr,
-           uint16 = nullptr, int32 = nullptr, int64 = nullptr;
-  Op sum = nullptr, prod = nullptr, min = nullptr, max = nullptr;
-  Errhandler errors_return = nullptr;
-
+  // First line of MPI_Get_library_version.
+  const std::string& version() const { return version_; }
   // "MPI_ERR_TRUNCATE: message truncated (code 15)".
   std::string error_text(int code) const;
-};
 
-struct LoadResult {
-  const Library* library = nullptr;  // nullptr when libmpi could not be used
-  std::string error;                 // why not, with every path tried
+ private:
+  friend const LoadResult<Library>& load();
+  static LoadResult<Library> open();
+  std::string version_;
 };
 
 // Opens libmpi once per process: MPI is process-wide state (one MPI_Init per
 // process), so every user in the process shares one library and one answer.
 // HAL_MPI_LIBRARY names the file to use instead of searching libmpi.so.40,
-// then libmpi.so. Never throws.
-const LoadResult& load();
+// then libmpi.so. No library: the message says why, with every path tried.
+// Never throws.
+const LoadResult<Library>& load();
 
 // The process's MPI session. The first acquire() calls MPI_Init_thread asking
 // for MPI_THREAD_MULTIPLE, unless the program initialized MPI itself; the

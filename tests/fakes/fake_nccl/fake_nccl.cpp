@@ -42,8 +42,10 @@
 namespace {
 
 // ---- NCCL's ABI (values from nccl.h) ------------------------------------------
+// Declared here, not taken from shims/nccl.hpp: the fake plays the vendor, so
+// a value the shim gets wrong shows up instead of agreeing with itself.
 using Result = int;
-constexpr Result success = 0, unhandled_device_error = 1, system_error = 2, invalid_argument = 4,
+constexpr Result success = 0, unhandled_device_error = 1, system_error = 2, internal_error = 3, invalid_argument = 4,
                  invalid_usage = 5, remote_error = 6, in_progress = 7;
 enum DataType { i8 = 0, u8 = 1, i32 = 2, u32 = 3, i64 = 4, u64 = 5, f16 = 6, f32 = 7, f64 = 8, bf16 = 9 };
 enum Reduction { sum = 0, prod = 1, max = 2, min = 3, avg = 4 };
@@ -55,6 +57,8 @@ struct Config {  // the NCCL 2.14 prefix
   unsigned int magic, version;
   int blocking;
 };
+constexpr unsigned int config_magic = 0xcafebeef;  // what NCCL_CONFIG_INITIALIZER sets
+constexpr int version_with_bf16_and_avg = 21000;   // NCCL 2.10
 
 #ifdef FAKE_NCCL_LEGACY
 constexpr int default_version = 2804;
@@ -67,7 +71,7 @@ int environment_int(const char* name, int fallback) {
   return value != nullptr && *value != '\0' ? std::atoi(value) : fallback;
 }
 int library_version() { return environment_int("HAL_FAKE_NCCL_VERSION", default_version); }
-bool has_bf16_and_avg() { return library_version() >= 21000; }
+bool has_bf16_and_avg() { return library_version() >= version_with_bf16_and_avg; }
 
 // "R:N" matches rank R's operation N.
 bool fault_matches(const char* variable, int rank, std::uint64_t operation) {
@@ -656,7 +660,7 @@ FAKE_EXPORT Result ncclCommInitRank(ncclComm** comm, int ranks, UniqueId id, int
 
 #ifndef FAKE_NCCL_LEGACY
 FAKE_EXPORT Result ncclCommInitRankConfig(ncclComm** comm, int ranks, UniqueId id, int rank, Config* config) {
-  if (config != nullptr && (config->magic != 0xcafebeef || config->size < sizeof(Config)))
+  if (config != nullptr && (config->magic != config_magic || config->size < sizeof(Config)))
     return failure(invalid_argument, "the config was not initialized with NCCL_CONFIG_INITIALIZER");
   return create(comm, ranks, id, rank, config == nullptr || config->blocking != 0);
 }
@@ -703,7 +707,7 @@ FAKE_EXPORT const char* ncclGetErrorString(Result result) {
     case success: return "no error";
     case unhandled_device_error: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
     case system_error: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case 3: return "internal error - please report this issue to the NCCL developers";
+    case internal_error: return "internal error - please report this issue to the NCCL developers";
     case invalid_argument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
     case invalid_usage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
     case remote_error: return "remote process exited or there was a network error";
