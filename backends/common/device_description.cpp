@@ -50,17 +50,6 @@ void DeviceDescription::describe(hal_device_info_v1& info) const {
   info.capability_count = static_cast<std::uint32_t>(capabilities_.size());
 }
 
-std::string normalize_pci_bus_id(std::string_view text) {
-  unsigned domain = 0, bus = 0, slot = 0, function = 0;
-  char trailing = 0;
-  const std::string copy(text);
-  if (std::sscanf(copy.c_str(), "%x:%x:%x.%x%c", &domain, &bus, &slot, &function, &trailing) != 4) return {};
-  if (domain > 0xffff || bus > 0xff || slot > 0x1f || function > 0x7) return {};
-  char normalized[16];
-  std::snprintf(normalized, sizeof(normalized), "%04x:%02x:%02x.%x", domain, bus, slot, function);
-  return normalized;
-}
-
 std::string read_pci_sysfs(const std::string& pci_bus_id, const std::string& attribute) {
   if (pci_bus_id.empty()) return {};
   std::ifstream file("/sys/bus/pci/devices/" + pci_bus_id + "/" + attribute);

@@ -41,8 +41,6 @@ class DeviceDescription {
   std::vector<hal_capability_v1> capabilities_;
 };
 
-// "00000000:3B:00.0" -> "0000:3b:00.0"; "" when the text is not a PCI address.
-std::string normalize_pci_bus_id(std::string_view text);
 // The first line of /sys/bus/pci/devices/<pci_bus_id>/<attribute>; "" when
 // absent (no sysfs, a device the kernel does not list, an empty id).
 std::string read_pci_sysfs(const std::string& pci_bus_id, const std::string& attribute);

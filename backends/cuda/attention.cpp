@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels.hpp"
+#include "environment.hpp"
 
 namespace hal::cuda {
 namespace {
@@ -20,7 +21,7 @@ constexpr std::uint32_t default_shared_limit = 48 * 1024;
 class CudaPlatform final : public backend::GpuPlatform {
  public:
   explicit CudaPlatform(const Context& context) : context_(context) {
-    const char* tf32 = std::getenv("HAL_CUBLAS_TF32");
+    const char* tf32 = shared::environment("HAL_CUBLAS_TF32");
     allow_tf32_ = tf32 != nullptr && std::string_view(tf32) == "1";
   }
   ~CudaPlatform() override {

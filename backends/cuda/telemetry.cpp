@@ -11,6 +11,7 @@
 #include "gpu_telemetry.hpp"
 #include "nvml.hpp"
 #include "telemetry_writer.hpp"
+#include "pci_bus_id.hpp"
 
 namespace hal::cuda {
 namespace {
@@ -340,7 +341,7 @@ class NvmlTelemetry : public backend::TelemetrySource {
       if (api.DeviceGetHandleByIndex(index, &handle) != shims::nvml_success ||
           api.DeviceGetPciInfo(handle, &pci) != shims::nvml_success)
         continue;  // a GPU NVML cannot open (lost, no permission) is reported as not found below
-      const std::string bus_id = backend::normalize_pci_bus_id(pci.bus_id);
+      const std::string bus_id = shared::normalize_pci_bus_id(pci.bus_id).value_or("");
       listed_ += (listed_.empty() ? "" : ", ") + bus_id;
       by_pci_bus_id_[bus_id] = handle;
       char uuid[96] = {};
@@ -408,7 +409,7 @@ class NvmlTelemetry : public backend::TelemetrySource {
 
 backend::TelemetryDevice telemetry_device(const Context& context, std::uint32_t device) {
   const CudaDevice& found = *context.devices[device];
-  return {context.device_id(device), backend::normalize_pci_bus_id(found.pci_bus_id), found.uuid};
+  return {context.device_id(device), shared::normalize_pci_bus_id(found.pci_bus_id).value_or(""), found.uuid};
 }
 
 }  // namespace

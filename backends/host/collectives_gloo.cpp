@@ -39,6 +39,7 @@
 
 #include "collectives.hpp"
 #include "collectives_engine.hpp"
+#include "gloo_listen.hpp"
 #include "host_backend.hpp"
 #include "reduction.hpp"
 
@@ -95,10 +96,6 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   Milliseconds timeout_;
 };
 
-std::string environment_value(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
 
 
 // "[127.0.0.1]:5000", the way Gloo prints addresses in its errors.
@@ -615,18 +612,13 @@ hal_status create_gloo_engine(const hal_communicator_config_v1& config, std::sha
 
   // Where to listen: an interface name, a host name/address, else loopback
   // (single node). Options beat the environment.
+  const shared::GlooListen listen = shared::gloo_listen(option_value(config, "interface"), option_value(config, "hostname"));
   gloo::transport::tcp::attr attributes;
-  std::string interface_name = option_value(config, "interface");
-  std::string host_name = option_value(config, "hostname");
-  if (interface_name.empty() && host_name.empty()) {
-    interface_name = environment_value("HAL_GLOO_INTERFACE");
-    host_name = environment_value("HAL_GLOO_HOSTNAME");
-  }
-  if (!interface_name.empty())
-    attributes.iface = interface_name;
+  if (!listen.interface_name.empty())
+    attributes.iface = listen.interface_name;
   else
-    attributes.hostname = host_name.empty() ? "127.0.0.1" : host_name;
-  const std::string listen_on = !interface_name.empty() ? "interface " + interface_name : "address " + attributes.hostname;
+    attributes.hostname = listen.host_name;
+  const std::string listen_on = listen.describe();
 
   // The connections that appear while connecting are this communicator's,
   // except those accepted by a server that listened before (the store's).

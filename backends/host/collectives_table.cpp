@@ -6,19 +6,15 @@
 
 #include "collectives.hpp"
 #include "collectives_engine.hpp"
+#include "environment.hpp"
 
 namespace hal::host {
 
 std::string mpi_launcher() {
-  const auto variable = [](const char* name) -> std::string {
-    const char* value = std::getenv(name);
-    return value != nullptr ? value : "";
-  };
   // OpenMPI's variables first: mpirun inside a Slurm allocation inherits the
   // allocation's SLURM_* too.
-  if (const std::string size = variable("OMPI_COMM_WORLD_SIZE"); !size.empty())
-    return "mpirun (OMPI_COMM_WORLD_SIZE=" + size + ")";
-  if (const std::string rank = variable("SLURM_PROCID"); !rank.empty()) return "srun (SLURM_PROCID=" + rank + ")";
+  if (const char* size = shared::environment("OMPI_COMM_WORLD_SIZE")) return "mpirun (OMPI_COMM_WORLD_SIZE=" + std::string(size) + ")";
+  if (const char* rank = shared::environment("SLURM_PROCID")) return "srun (SLURM_PROCID=" + std::string(rank) + ")";
   return {};
 }
 

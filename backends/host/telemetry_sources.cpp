@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "telemetry_writer.hpp"
+#include "environment.hpp"
 
 namespace hal::host {
 namespace {
@@ -108,7 +109,7 @@ int package_of(const fs::path& sys, int cpu) {
 }  // namespace
 
 fs::path choose_telemetry_root(const std::string& option_value) {
-  if (const char* variable = std::getenv("HAL_HOST_TELEMETRY_ROOT"); variable != nullptr && *variable != '\0')
+  if (const char* variable = shared::environment("HAL_HOST_TELEMETRY_ROOT"))
     return variable;
   if (!option_value.empty()) return option_value;
   return "/";

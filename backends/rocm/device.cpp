@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "rocm_backend.hpp"
+#include "pci_bus_id.hpp"
 
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
@@ -87,7 +88,7 @@ hal_status describe_device(const Context& context, int ordinal, RocmDevice& devi
 
   char bus_id[64] = {};
   if (api.hipDeviceGetPCIBusId(bus_id, sizeof(bus_id) - 1, ordinal) == hipSuccess)
-    device.pci_bus_id = backend::normalize_pci_bus_id(bus_id);
+    device.pci_bus_id = shared::normalize_pci_bus_id(bus_id).value_or("");
   device.numa_node = backend::numa_node_from_sysfs(device.pci_bus_id);
   device.vendor = vendor_from_sysfs(device.pci_bus_id);
 

@@ -7,6 +7,7 @@
 #include "backend_options.hpp"
 #include "gpu_plugin.hpp"
 #include "rocm_backend.hpp"
+#include "environment.hpp"
 
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
@@ -29,8 +30,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     // Loading libamdhip64 costs about 100 ms, which every hal process would
     // pay on machines without an AMD GPU; the kernel driver's device node
     // tells cheaply. An explicit runtime path is always loaded.
-    const char* explicit_runtime = std::getenv("HAL_HIP_RUNTIME");
-    const bool runtime_named = !options["runtime"].empty() || (explicit_runtime != nullptr && *explicit_runtime != '\0');
+    const bool runtime_named = !options["runtime"].empty() || shared::environment("HAL_HIP_RUNTIME") != nullptr;
     if (!runtime_named && !std::filesystem::exists(kfd_device_node))
       return fail(HAL_ERROR_NOT_PRESENT,
                   std::string("no AMD GPU driver: ") + kfd_device_node +

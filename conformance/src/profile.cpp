@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <toml++/toml.h>
+#include "environment.hpp"
 
 namespace hal::conformance {
 namespace {
@@ -173,7 +174,7 @@ Profile load_profile(const std::filesystem::path& path) {
 
 std::vector<std::filesystem::path> profile_directories() {
   std::vector<std::filesystem::path> directories;
-  if (const char* paths = std::getenv("HAL_PROFILE_PATH"); paths != nullptr && *paths != '\0') {
+  if (const char* paths = shared::environment("HAL_PROFILE_PATH")) {
     std::stringstream list(paths);
     for (std::string directory; std::getline(list, directory, ':');)
       if (!directory.empty()) directories.emplace_back(directory);

@@ -10,7 +10,7 @@ namespace hal::detail {
 namespace {
 
 hal_log_level initial_level() {
-  const char* text = environment("HAL_LOG_LEVEL");
+  const char* text = shared::environment("HAL_LOG_LEVEL");
   if (text == nullptr) return HAL_LOG_WARNING;
   try {
     return parse_log_level(text, "HAL_LOG_LEVEL");

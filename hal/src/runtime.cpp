@@ -77,7 +77,7 @@ std::string upper(std::string text) {
   return text;
 }
 
-using detail::environment;
+using shared::environment;
 
 // Which backends may be opened: "host,cuda" keeps those, "!rocm" drops those.
 struct BackendFilter {

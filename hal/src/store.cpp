@@ -149,11 +149,7 @@ std::int64_t FileStore::add(std::string_view key, std::int64_t delta) {
 
 namespace {
 
-std::optional<std::string> environment(const char* name) {
-  const char* value = detail::environment(name);
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
-}
+using shared::environment_value;
 
 long long parse_integer(const char* name, const std::string& text, long long minimum, long long maximum) {
   long long value = 0;
@@ -170,8 +166,8 @@ struct LauncherRanks {
 };
 
 std::optional<LauncherRanks> read_ranks(const char* rank_name, const char* size_name, const char* local_name) {
-  const auto rank_text = environment(rank_name);
-  const auto size_text = environment(size_name);
+  const auto rank_text = environment_value(rank_name);
+  const auto size_text = environment_value(size_name);
   if (!rank_text && !size_text) return std::nullopt;
   if (!rank_text || !size_text)
     throw Error(StatusCode::invalid_argument, std::string(rank_text ? size_name : rank_name) + " is not set but " +
@@ -180,7 +176,7 @@ std::optional<LauncherRanks> read_ranks(const char* rank_name, const char* size_
   LauncherRanks ranks;
   ranks.world_size = static_cast<int>(parse_integer(size_name, *size_text, 1, 1 << 24));
   ranks.rank = static_cast<int>(parse_integer(rank_name, *rank_text, 0, ranks.world_size - 1));
-  if (const auto local = environment(local_name)) {
+  if (const auto local = environment_value(local_name)) {
     ranks.local_rank = static_cast<int>(parse_integer(local_name, *local, 0, 1 << 24));
     ranks.local_rank_set = true;
   }
@@ -208,7 +204,7 @@ std::pair<std::string, std::size_t> first_of_bracket(std::string_view list, std:
 // torchrun (torch.distributed.elastic) tells its workers that they share the
 // agent's store at MASTER_ADDR:MASTER_PORT.
 bool agent_store_in_use() {
-  const auto value = environment("TORCHELASTIC_USE_AGENT_STORE");
+  const auto value = environment_value("TORCHELASTIC_USE_AGENT_STORE");
   return value && (*value == "True" || *value == "true" || *value == "1");
 }
 
@@ -296,26 +292,26 @@ Store::FromEnvironment Store::from_environment(std::chrono::milliseconds connect
   }
   const std::string launcher = chosen->name;
 
-  if (const auto directory = environment("HAL_STORE_DIR")) {
+  if (const auto directory = environment_value("HAL_STORE_DIR")) {
     result.store = std::make_shared<FileStore>(*directory);
     result.source += ", FileStore HAL_STORE_DIR=" + *directory;
     return result;
   }
-  auto address = environment("MASTER_ADDR");
-  auto port = environment("MASTER_PORT");
+  auto address = environment_value("MASTER_ADDR");
+  auto port = environment_value("MASTER_PORT");
   std::string address_origin = "MASTER_ADDR", port_origin = "MASTER_PORT";
   if (launcher == "srun") {
     // Rank 0 runs on the first node of the step.
     if (!address) {
-      const char* list_name = environment("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_NODELIST";
-      if (const auto list = environment(list_name)) {
+      const char* list_name = environment_value("SLURM_STEP_NODELIST") ? "SLURM_STEP_NODELIST" : "SLURM_NODELIST";
+      if (const auto list = environment_value(list_name)) {
         address = first_host_of_slurm_nodelist(*list);
         address_origin = std::string("first host of ") + list_name;
       }
     }
     if (!port) {
-      if (const auto job = environment("SLURM_JOB_ID")) {
-        const auto step = environment("SLURM_STEP_ID");
+      if (const auto job = environment_value("SLURM_JOB_ID")) {
+        const auto step = environment_value("SLURM_STEP_ID");
         port = std::to_string(derived_port(static_cast<std::uint64_t>(parse_integer("SLURM_JOB_ID", *job, 0, LLONG_MAX)),
                                            step ? static_cast<std::uint64_t>(parse_integer("SLURM_STEP_ID", *step, 0, LLONG_MAX)) : 0));
         port_origin = "port from SLURM_JOB_ID/SLURM_STEP_ID";
@@ -324,15 +320,15 @@ Store::FromEnvironment Store::from_environment(std::chrono::milliseconds connect
   } else if (launcher == "mpirun" && !address && !port) {
     // Every rank on this node: a FileStore in the job's session directory,
     // which mpirun removes at the end, needs no port at all.
-    const auto local_size = environment("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const auto local_size = environment_value("OMPI_COMM_WORLD_LOCAL_SIZE");
     if (local_size && parse_integer("OMPI_COMM_WORLD_LOCAL_SIZE", *local_size, 1, 1 << 24) == result.world_size) {
-      if (const auto session = environment("OMPI_MCA_orte_jobfam_session_dir")) {
+      if (const auto session = environment_value("OMPI_MCA_orte_jobfam_session_dir")) {
         const std::string directory = *session + "/hal-store";
         result.store = std::make_shared<FileStore>(directory);
         result.source += ", FileStore in mpirun's session directory " + directory;
         return result;
       }
-      if (const auto job = environment("PMIX_NAMESPACE")) {
+      if (const auto job = environment_value("PMIX_NAMESPACE")) {
         address = "127.0.0.1";
         port = std::to_string(derived_port(std::hash<std::string>{}(*job), 0));
         address_origin = "every rank on this node";
@@ -340,7 +336,7 @@ Store::FromEnvironment Store::from_environment(std::chrono::milliseconds connect
       }
     }
   }
-  if (const auto store_port = environment("HAL_STORE_PORT")) {
+  if (const auto store_port = environment_value("HAL_STORE_PORT")) {
     port = store_port;
     port_origin = "HAL_STORE_PORT";
   } else if (launcher == "torchrun" && port && agent_store_in_use()) {
@@ -360,8 +356,8 @@ Store::FromEnvironment Store::from_environment(std::chrono::milliseconds connect
   options.port = static_cast<std::uint16_t>(parse_integer(port_origin.c_str(), *port, 1, 65535));
   options.is_server = result.rank == 0;
   options.connect_timeout = connect_timeout;
-  if (const auto token = environment("HAL_STORE_TOKEN")) options.token = *token;
-  if (const auto limit = environment("HAL_STORE_MAX_VALUE_BYTES"))
+  if (const auto token = environment_value("HAL_STORE_TOKEN")) options.token = *token;
+  if (const auto limit = environment_value("HAL_STORE_MAX_VALUE_BYTES"))
     options.max_value_bytes =
         static_cast<std::uint64_t>(parse_integer("HAL_STORE_MAX_VALUE_BYTES", *limit, 1, std::int64_t{1} << 40));
   result.store = std::make_shared<TcpStore>(options);

@@ -1,4 +1,5 @@
 #include "hal/topology.hpp"
+#include "pci_bus_id.hpp"
 
 #include <hwloc.h>
 #include <unistd.h>
@@ -215,30 +216,7 @@ int Topology::numa_node_of_cpu(int cpu) const {
 }
 
 std::optional<std::string> normalize_pci_bus_id(std::string_view bus_id) {
-  // [domain:]bus:device.function, each part hexadecimal.
-  auto parse_hex = [](std::string_view text, unsigned max_value) -> std::optional<unsigned> {
-    unsigned value = 0;
-    if (text.empty() || text.size() > 8) return std::nullopt;
-    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
-    if (error != std::errc() || end != text.data() + text.size() || value > max_value) return std::nullopt;
-    return value;
-  };
-  std::size_t dot = bus_id.rfind('.');
-  std::size_t last_colon = bus_id.rfind(':', dot);
-  if (dot == std::string_view::npos || last_colon == std::string_view::npos) return std::nullopt;
-  std::size_t first_colon = bus_id.rfind(':', last_colon == 0 ? 0 : last_colon - 1);
-  bool has_domain = first_colon != std::string_view::npos && first_colon != last_colon;
-  std::string_view domain_text = has_domain ? bus_id.substr(0, first_colon) : "0";
-  std::string_view bus_text =
-      has_domain ? bus_id.substr(first_colon + 1, last_colon - first_colon - 1) : bus_id.substr(0, last_colon);
-  auto domain = parse_hex(domain_text, 0xffffffff);
-  auto bus = parse_hex(bus_text, 0xff);
-  auto device = parse_hex(bus_id.substr(last_colon + 1, dot - last_colon - 1), 0x1f);
-  auto function = parse_hex(bus_id.substr(dot + 1), 0x7);
-  if (!domain || !bus || !device || !function) return std::nullopt;
-  char normalized[32];
-  std::snprintf(normalized, sizeof normalized, "%04x:%02x:%02x.%x", *domain, *bus, *device, *function);
-  return std::string(normalized);
+  return shared::normalize_pci_bus_id(bus_id);
 }
 
 }  // namespace hal

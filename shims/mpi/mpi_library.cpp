@@ -6,6 +6,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <vector>
+#include "environment.hpp"
 
 namespace hal::shims::mpi {
 namespace {
@@ -17,7 +18,7 @@ std::weak_ptr<Session> current_session;  // process-wide, as MPI_Init is
 
 LoadResult<Library> Library::open() {
   std::vector<std::string> candidates;
-  if (const char* explicit_file = std::getenv("HAL_MPI_LIBRARY"); explicit_file != nullptr && *explicit_file != '\0')
+  if (const char* explicit_file = shared::environment("HAL_MPI_LIBRARY"))
     candidates.emplace_back(explicit_file);  // the user chose: nothing else is searched
   else
     candidates = {"libmpi.so.40", "libmpi.so"};

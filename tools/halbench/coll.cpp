@@ -25,6 +25,7 @@
 #include "common.hpp"
 #include "hal/collectives.hpp"
 #include "mpi_library.hpp"
+#include "gloo_listen.hpp"
 
 namespace halbench {
 namespace {
@@ -235,7 +236,7 @@ mpi::Op mpi_op_of(const mpi::Library& library, hal::ReduceOp op) {
 // MPI only when an MPI launcher started the ranks, so that MPI's world is hal's.
 Baseline<mpi::Session> open_mpi(const CollOptions& options, const Job& job) {
   if (options.no_mpi) return {nullptr, "off (--no-mpi)"};
-  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("SLURM_PROCID") == nullptr)
+  if (hal::shared::environment("OMPI_COMM_WORLD_SIZE") == nullptr && hal::shared::environment("SLURM_PROCID") == nullptr)
     return {nullptr, "only under mpirun or srun"};
   try {
     std::shared_ptr<mpi::Session> session = mpi::Session::acquire();
@@ -281,13 +282,12 @@ Baseline<gloo::Context> open_gloo(const CollOptions& options, const Job& job) {
       options.type != hal::DType::f32 || options.op != hal::ReduceOp::sum)
     return {nullptr, "only for all_reduce, all_gather, all_to_all and broadcast of f32 with sum"};
   // Listen where hal's Gloo engine does, so the baseline runs across hosts too.
+  const hal::shared::GlooListen listen = hal::shared::gloo_listen();
   gloo::transport::tcp::attr attributes;
-  if (const char* interface_name = std::getenv("HAL_GLOO_INTERFACE"); interface_name != nullptr && *interface_name)
-    attributes.iface = interface_name;
-  else if (const char* host_name = std::getenv("HAL_GLOO_HOSTNAME"); host_name != nullptr && *host_name)
-    attributes.hostname = host_name;
+  if (!listen.interface_name.empty())
+    attributes.iface = listen.interface_name;
   else
-    attributes.hostname = "127.0.0.1";
+    attributes.hostname = listen.host_name;
   std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attributes);
   auto context = std::make_shared<gloo::rendezvous::Context>(job.rank(), job.ranks());
   GlooStore store(*job.launcher.store);
