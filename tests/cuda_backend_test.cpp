@@ -234,6 +234,16 @@ TEST_SUITE("cuda interop") {
 #include "gpu_interop_cases.inc"
 }
 
+// The memory test kernel on the fake driver (in the SIMT emulator), and on a
+// real GPU with HAL_TEST_CUDA_DRIVER=system (scripts/gpu-check.sh).
+using GpuMemoryTestFixture = FakeDriverFixture;
+constexpr const char* stuck_bits_variable = "HAL_FAKE_CUDA_STUCK_BITS";
+bool faults_injectable() { return driver_under_test().has_value(); }
+
+TEST_SUITE("cuda memory test") {
+#include "gpu_memory_test_cases.inc"
+}
+
 TEST_SUITE("cuda semantics") {
 #include "gpu_semantics_cases.inc"
 
