@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,11 +21,14 @@
 
 #include <dlfcn.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cuda.h>
 #include <cudnn_version.h>
 #include <nccl.h>
 
 #include "command_output.hpp"
+#include "memtest_report.hpp"
 #include "core_test_support.hpp"
 #include "hal/capabilities.hpp"
 #include "hal/collectives.hpp"
@@ -990,6 +994,36 @@ TEST_SUITE("halconform on cuda") {
     CHECK(contains(run.output, "PASS     numerics.collectives.all_reduce on cuda:0"));
     CHECK(contains(run.output, "SKIPPED  numerics.collectives.all_reduce on cuda:1"));
     CHECK(contains(run.output, "the cuda collectives run once, one rank on each of its 2 devices, from cuda:0"));
+  }
+
+  // The memory test kernel over 90% of a small fake GPU's free memory, in
+  // the emulator; stuck bits in the fake's memory are caught where they are.
+  TEST_CASE("the memory test runs on the GPU and catches stuck bits at exactly their offsets") {
+    ScopedEnvironment small{{"HAL_FAKE_CUDA_MEMORY", "4M"}, {"HAL_FAKE_CUDA_STUCK_BITS", std::nullopt}};
+    const auto clean = run_halconform("--tier stress --filter stress.memory.memtest --device cuda:0");
+    CAPTURE(clean.run.output);
+    CHECK(clean.run.exit_code == 0);
+    CHECK(contains(clean.run.output, "PASS     stress.memory.memtest on cuda:0"));
+
+    ScopedEnvironment stuck{{"HAL_FAKE_CUDA_STUCK_BITS", "0x12345:3=1,0x80006:6=0"}};
+    const auto [run, json] = run_halconform("--tier stress --filter stress.memory.memtest --device cuda:0");
+    CAPTURE(run.output);
+    CHECK(run.exit_code == 1);
+    const nlohmann::json report = nlohmann::json::parse(json);
+    REQUIRE(report["results"].size() == 1);
+    const nlohmann::json& result = report["results"][0];
+    CHECK(result["outcome"] == "FAIL");
+    std::map<std::string, double> measured;
+    for (const auto& m : result["evidence"]["measurements"]) measured[m["name"]] = m["value"];
+    CHECK(measured["tested_bytes"] >= 0.9 * measured["free_bytes"]);
+    const std::string message = result["evidence"]["message"];
+    CAPTURE(message);
+    CHECK(contains(message, "run by the device (the cuda backend's memory test)"));
+    CHECK(hal::testing::memtest_failing_offsets(message) ==
+          hal::testing::offsets_in_every_chunk(static_cast<std::uint64_t>(measured["chunk_bytes"]),
+                                               static_cast<std::uint64_t>(measured["tested_bytes"]), {0x12345, 0x80006}));
+    CHECK(contains(message, "bits 0x8 read 1 where 0 was written"));
+    CHECK(contains(message, "bits 0x40 read 0 where 1 was written; failed walking ones bit 6"));
   }
 
   TEST_CASE("the peer-to-peer matrix measures both directions between the two GPUs, every transfer checked") {

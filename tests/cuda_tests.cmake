@@ -39,13 +39,15 @@ foreach(fake fake_nvml fake_hgml)
   target_link_libraries(${fake} PRIVATE hal_warnings Threads::Threads)
 endforeach()
 
+find_package(nlohmann_json 3 REQUIRED)  # the halconform reports the tests read
 add_executable(hal_cuda_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_backend_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_shims_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpu_attention_test.cpp)
 target_include_directories(hal_cuda_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
-target_link_libraries(hal_cuda_tests PRIVATE hal::hal hal_internal hal_shims hal_warnings Threads::Threads)
+target_link_libraries(hal_cuda_tests PRIVATE hal::hal hal_internal hal_shims hal_warnings Threads::Threads
+  nlohmann_json::nlohmann_json)
 target_compile_definitions(hal_cuda_tests PRIVATE
   HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
   HAL_FAKE_CUDA_DRIVER_DIR="${HAL_FAKE_CUDA_DRIVER_DIR}"
