@@ -70,6 +70,7 @@ hal_backend_v1 make_table(const char* name, InitializeFunction initialize) {
   table.interop = &interop_table;
   table.telemetry = &telemetry_table;
   table.memory_test = &memory_test_table;
+  table.topology = &topology_table;
   return table;
 }
 

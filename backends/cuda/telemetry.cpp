@@ -3,6 +3,8 @@
 // Devices are matched by PCI bus id, then UUID, never by index: NVML orders
 // devices by PCI bus while CUDA puts the fastest first unless
 // CUDA_DEVICE_ORDER=PCI_BUS_ID.
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -347,6 +349,37 @@ class NvmlTelemetry : public backend::TelemetrySource {
       if (api.DeviceGetUUID != nullptr && api.DeviceGetUUID(handle, uuid, sizeof(uuid)) == shims::nvml_success)
         by_uuid_[uuid] = handle;
     }
+    // Which device each NVLink reaches: an optional entry point of the loaded
+    // library, looked up by its prefixed name (NVML 11 and newer have _v2).
+    if (void* library = dlopen(nvml_->path().c_str(), RTLD_NOW | RTLD_NOLOAD); library != nullptr) {
+      for (const char* suffix : {"DeviceGetNvLinkRemotePciInfo_v2", "DeviceGetNvLinkRemotePciInfo"}) {
+        remote_pci_info_ = reinterpret_cast<RemotePciInfo>(dlsym(library, nvml_->function_name(suffix).c_str()));
+        if (remote_pci_info_ != nullptr) break;
+      }
+      dlclose(library);  // the shim keeps it loaded
+    }
+  }
+
+  // Every NVLink of the device, numbered from 0 until the library says there
+  // are no more, with the PCI bus id of the device each active one reaches.
+  hal_status links(const backend::TelemetryDevice& device, std::vector<backend::DeviceLinkInfo>& out) override {
+    const shims::NvmlApi& api = nvml_->api();
+    const NvmlDevice handle = find(device);
+    if (handle == nullptr) return backend::fail(HAL_ERROR_UNSUPPORTED, not_found(device));
+    if (api.DeviceGetNvLinkState == nullptr)
+      return backend::fail(HAL_ERROR_UNSUPPORTED, nvml_->prefix() + " at " + nvml_->path() + " lacks " +
+                                                      nvml_->function_name("DeviceGetNvLinkState"));
+    for (unsigned link = 0; link < shims::nvml_nvlink_max_links; ++link) {
+      unsigned active = 0;
+      if (api.DeviceGetNvLinkState(handle, link, &active) != shims::nvml_success) break;
+      backend::DeviceLinkInfo info;
+      info.active = active == 1;
+      shims::NvmlPciInfo peer{};
+      if (info.active && remote_pci_info_ != nullptr && remote_pci_info_(handle, link, &peer) == shims::nvml_success)
+        info.peer_pci_bus_id = backend::normalize_pci_bus_id(peer.bus_id);
+      out.push_back(std::move(info));
+    }
+    return backend::succeed();
   }
 
   hal_status read(const backend::TelemetryDevice& device, hal_telemetry_snapshot_v1& out) override {
@@ -401,7 +434,10 @@ class NvmlTelemetry : public backend::TelemetrySource {
            (listed_.empty() ? std::string("none") : listed_);
   }
 
+  using RemotePciInfo = NvmlReturn (*)(NvmlDevice device, unsigned link, shims::NvmlPciInfo* pci);
+
   std::unique_ptr<shims::Nvml> nvml_;
+  RemotePciInfo remote_pci_info_ = nullptr;
   std::map<std::string, NvmlDevice> by_pci_bus_id_, by_uuid_;
   std::string listed_, enumeration_error_;
 };
@@ -423,5 +459,6 @@ std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile) {
 }
 
 const hal_telemetry_v1 telemetry_table = backend::GpuTelemetryTable<&hal_backend_context::cuda, telemetry_device>::table;
+const hal_topology_v1 topology_table = backend::GpuTelemetryTable<&hal_backend_context::cuda, telemetry_device>::topology;
 
 }  // namespace hal::cuda

@@ -97,6 +97,15 @@ std::string last_lines(const std::string& text, std::size_t lines) {
   return text.substr(position == 0 ? 0 : position + 1);
 }
 
+// Every device of `device`'s backend, in index order.
+std::vector<Device> backend_devices(const Device& device) {
+  const Runtime runtime = Runtime::create();
+  std::vector<Device> devices;
+  for (const Device& candidate : runtime.devices())
+    if (candidate.backend_name() == device.backend_name()) devices.push_back(candidate);
+  return devices;
+}
+
 // The devices the ranks run on. A GPU backend's collectives run the way
 // clusters run them, one rank on each of its devices (NCCL refuses two ranks
 // on one GPU), once, from its first device; a CPU device takes every rank
@@ -105,10 +114,7 @@ std::vector<Device> rank_devices(CaseContext& context) {
   const Device& device = context.device();
   if (device.info().type == DeviceType::cpu)
     return std::vector<Device>(static_cast<std::size_t>(world_size_for(context)), device);
-  const Runtime runtime = Runtime::create();
-  std::vector<Device> peers;
-  for (const Device& candidate : runtime.devices())
-    if (candidate.backend_name() == device.backend_name()) peers.push_back(candidate);
+  const std::vector<Device> peers = backend_devices(device);
   if (peers.empty() || peers.size() > largest_world_size)
     throw HarnessError("the " + device.backend_name() + " backend lists " + std::to_string(peers.size()) +
                        " devices; one rank per device needs 1 to " + std::to_string(largest_world_size));
@@ -544,10 +550,41 @@ void all_reduce_bandwidth(CaseContext& context, Rank& rank) {
   }
 }
 
+// Each pair's rate against the link the topology reports between its
+// devices: a pair joined by NVLink must beat what PCIe could carry between
+// them. Returns one line per pair that does not; notes every pair's link.
+std::string compare_with_links(CaseContext& context, const std::vector<Device>& devices,
+                               const std::vector<float>& matrix) {
+  const std::size_t n = devices.size();
+  std::string links, slower;
+  for (std::size_t source = 0; source < n; ++source)
+    for (std::size_t target = 0; target < n; ++target) {
+      if (source == target) continue;
+      const double rate = matrix[source * n + target];
+      const DeviceLink link = device_link(devices[source], devices[target]);
+      const std::string pair = devices[source].id() + " -> " + devices[target].id();
+      const std::string pcie =
+          link.pcie_gbps ? link.pcie + " (" + with_precision(*link.pcie_gbps, 1) + " GB/s)" : link.pcie;
+      links += "\n  " + pair + ": " + std::string(to_string(link.kind)) +
+               (link.kind == DeviceLinkKind::nvlink ? " x" + std::to_string(link.nvlinks) : "") + ", " + pcie +
+               (link.kind == DeviceLinkKind::unknown ? "; not compared: " + link.detail : "");
+      if (link.kind != DeviceLinkKind::nvlink) continue;
+      context.measure({"p2p " + pair + " nvlinks", static_cast<double>(link.nvlinks), "", {}, {}, "", ""});
+      if (!link.pcie_gbps) continue;
+      context.measure({"p2p " + pair + " pcie ceiling", *link.pcie_gbps, "GB/s", {}, {}, "", ""});
+      if (rate <= *link.pcie_gbps)
+        slower += "\n  " + pair + ": " + with_precision(rate, 2) + " GB/s over " + std::to_string(link.nvlinks) +
+                  " NVLink" + (link.nvlinks == 1 ? "" : "s") + ", no better than " + pcie;
+    }
+  context.note("links, as the topology reports them:" + links);
+  return slower;
+}
+
 // Every ordered pair of devices, one pair at a time: the source sends a
 // buffer of finite f32 bit patterns to the destination, which checks it bit
-// for bit; the source times its sends. The rows are gathered on every rank,
-// and a pair below half the median of all pairs fails (a degraded link).
+// for bit; the source times its sends. The rows are gathered on every rank;
+// a pair below half the median of all pairs fails (a degraded link), and so
+// does a pair joined by NVLink that measures no better than PCIe.
 void p2p_matrix(CaseContext& context, Rank& rank) {
   const Device& device = context.device();
   if (device.info().type == DeviceType::cpu)
@@ -614,9 +651,18 @@ void p2p_matrix(CaseContext& context, Rank& rank) {
     for (int target = 0; target < rank.world_size; ++target)
       if (source != target && rates[static_cast<std::size_t>(pair++)] < 0.5 * median)
         slow += (slow.empty() ? "" : ", ") + name(source) + " -> " + name(target);
+  const std::vector<Device> devices = backend_devices(device);
+  if (devices.size() != static_cast<std::size_t>(rank.world_size))
+    throw HarnessError("the " + device.backend_name() + " backend lists " + std::to_string(devices.size()) +
+                       " devices to this rank and ran " + std::to_string(rank.world_size) + " ranks");
+  const std::string slower_than_pcie = compare_with_links(context, devices, matrix);
+  std::string failures;
   if (!slow.empty())
-    context.fail("below half the median " + std::to_string(median) + " GB/s of the " + std::to_string(rates.size()) +
-                 " pairs: " + slow + " (a degraded or slower link)");
+    failures = "below half the median " + std::to_string(median) + " GB/s of the " + std::to_string(rates.size()) +
+               " pairs: " + slow + " (a degraded or slower link)";
+  if (!slower_than_pcie.empty())
+    failures += (failures.empty() ? "" : "; ") + std::string("joined by NVLink, no faster than PCIe:") + slower_than_pcie;
+  if (!failures.empty()) context.fail(failures);
   context.note(std::to_string(rates.size()) + " pairs of " + byte_count(bytes) + " sends, each checked bit for bit; "
                "median " + std::to_string(median) + " GB/s");
 }
@@ -661,7 +707,8 @@ void register_cases_collectives(Registry& registry) {
 
   registry.add({"performance.collectives.p2p_matrix", Tier::performance,
                 "send/recv bandwidth of every ordered pair of devices of a GPU backend, one rank per device, each "
-                "transfer checked bit for bit; a pair below half the median of all pairs fails",
+                "transfer checked bit for bit; a pair below half the median of all pairs fails, and so does a pair "
+                "joined by NVLink (the topology's) that measures no better than PCIe",
                 "collectives", false, 0,
                 collective_body("performance.collectives.p2p_matrix", Tier::performance, p2p_matrix),
                 [](const CaseSettings& settings) { return settings.quick ? 4.0 : 15.0; }});

@@ -66,6 +66,7 @@ struct LoadedBackend {
   const hal_interop_v1* interop() const;
   const hal_telemetry_v1* telemetry() const;
   const hal_memory_test_v1* memory_test() const;
+  const hal_topology_v1* topology() const;
 };
 
 // The API objects' private state, for libhal's own code (the public headers

@@ -65,6 +65,14 @@ const hal_memory_test_v1* LoadedBackend::memory_test() const {
   return memory_test;
 }
 
+const hal_topology_v1* LoadedBackend::topology() const {
+  if (!table_has(table, offsetof(hal_backend_v1, topology), sizeof(table->topology))) return nullptr;
+  const hal_topology_v1* topology = table->topology;
+  if (topology == nullptr || topology->struct_size < sizeof(hal_topology_v1) || topology->device_links == nullptr)
+    return nullptr;
+  return topology;
+}
+
 const hal_collectives_v1* LoadedBackend::collectives() const {
   if (!table_has(table, offsetof(hal_backend_v1, collectives), sizeof(table->collectives))) return nullptr;
   const hal_collectives_v1* collectives = table->collectives;

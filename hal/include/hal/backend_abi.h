@@ -555,6 +555,28 @@ typedef struct hal_memory_test_v1 {
                             const hal_memory_test_element_v1* element, hal_tensor_ref_v1 report, uint32_t capacity);
 } hal_memory_test_v1;
 
+/* Point-to-point links between devices (NVLink), as the device's management
+ * library reports them: one entry per link the device has. */
+typedef enum hal_device_link_kind {
+  HAL_DEVICE_LINK_NVLINK = 1
+} hal_device_link_kind;
+
+typedef struct hal_device_link_v1 {
+  size_t struct_size;
+  uint32_t kind;               /* hal_device_link_kind */
+  uint32_t active;             /* nonzero: the link is up */
+  char peer_pci_bus_id[32];    /* the device at its far end ("0000:e2:00.0"); "" when unknown */
+} hal_device_link_v1;
+
+typedef struct hal_topology_v1 {
+  size_t struct_size;
+  /* Fills up to `capacity` links of the device (each entry's struct_size set
+   * by the caller) and sets *count to how many it has; HAL_ERROR_UNSUPPORTED
+   * with the reason when they cannot be read (no management library). */
+  hal_status (*device_links)(hal_backend_context* context, uint32_t device, hal_device_link_v1* out, uint32_t capacity,
+                             uint32_t* count);
+} hal_topology_v1;
+
 /* Copies and fills take a stream; stream == NULL means a synchronous
  * operation that returns when the bytes are in place. Offsets and sizes have
  * already been checked by libhal against the buffer sizes. */
@@ -615,6 +637,8 @@ typedef struct hal_backend_v1 {
   const struct hal_telemetry_v1* telemetry;
   /* Appended: a plugin whose struct_size ends before it offers no device memory test. */
   const struct hal_memory_test_v1* memory_test;
+  /* Appended: a plugin whose struct_size ends before it reports no links between devices. */
+  const struct hal_topology_v1* topology;
 } hal_backend_v1;
 
 typedef const hal_backend_v1* (*hal_backend_query_fn)(uint32_t host_max_abi_version);
@@ -636,7 +660,7 @@ HAL_ABI_PIN_SIZE(hal_attention_params_v1, 368);
 HAL_ABI_PIN_SIZE(hal_tensor_ref_v1, 16);
 HAL_ABI_PIN_SIZE(hal_attention_v1, 40);
 HAL_ABI_PIN_SIZE(hal_attention_v2, 48);
-HAL_ABI_PIN_SIZE(hal_backend_v1, 272);
+HAL_ABI_PIN_SIZE(hal_backend_v1, 280);
 HAL_ABI_PIN_SIZE(hal_store_v1, 32);
 HAL_ABI_PIN_SIZE(hal_communicator_config_v1, 64);
 HAL_ABI_PIN_SIZE(hal_collective_op_v1, 80);
@@ -654,6 +678,8 @@ HAL_ABI_PIN_SIZE(hal_memory_test_element_v1, 48);
 HAL_ABI_PIN_SIZE(hal_memory_test_failure_v1, 24);
 HAL_ABI_PIN_SIZE(hal_memory_test_report_v1, 8);
 HAL_ABI_PIN_SIZE(hal_memory_test_v1, 16);
+HAL_ABI_PIN_SIZE(hal_device_link_v1, 48);
+HAL_ABI_PIN_SIZE(hal_topology_v1, 16);
 #undef HAL_ABI_PIN_SIZE
 #endif
 
