@@ -319,6 +319,9 @@ TEST_CASE("performance cases check their output: attention and all_reduce that c
   CHECK(run.outcome("performance.collectives.all_reduce_bus_bandwidth", "fake_lazy:0") == "FAIL");
   CHECK(message_of(run, "performance.collectives.all_reduce_bus_bandwidth", "fake_lazy:0").find("wrong sum") !=
         std::string::npos);
+  // As nccl-tests counts them: the wrong elements of every size, summed over the ranks.
+  CHECK(message_of(run, "performance.collectives.all_reduce_bus_bandwidth", "fake_lazy:0").find("#wrong ") !=
+        std::string::npos);
 }
 
 TEST_CASE("without a floor a measurement is MEASURED, meets no requirement and shows beside the verdict") {
