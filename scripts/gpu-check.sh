@@ -25,7 +25,7 @@
 #     reference (built by gpu-bundle.sh, or here with nvcc when missing);
 #  2. the carried CUDA backend when it loads there, else one built there
 #     from source (nvcc fatbin + g++, needing only the CUDA headers);
-#  3. halinfo -v and --json; the "cuda semantics" unit tests on the GPU;
+#  3. halinfo -v and --json; the "cuda semantics" and "cuda memory test" unit tests on the GPU;
 #  4. attention on cuda:0: numerics against the host backend (flash, math,
 #     fused where eligible), and halbench attn for each implementation;
 #  5. halconform on cuda:0; halbench mem and dispatch on cuda:0;
@@ -264,13 +264,13 @@ if [ -n "$fake_driver" ]; then
 fi
 
 # 3. What hal sees, and the unit tests on the GPU ("no driver" checks that
-#    the driver is found with no hint; "cuda semantics" runs on it).
+#    the driver is found with no hint; "cuda semantics" and the memory test kernel run on it).
 step halinfo 5 - - "$bundle/bin/halinfo" -v
 step halinfo-json 5 - "$out/halinfo.json" "$bundle/bin/halinfo" --json
 step core-tests-host 5 - - env HAL_BACKENDS=host "$bundle/bin/hal_core_tests"
 step unit-tests-gpu 30 hal-gpu - env HAL_TEST_CUDA_DRIVER="$unit_test_driver" \
   HAL_TEST_FAKE_CUDA_DRIVER="$bundle/fakes/libcuda.so.1" HAL_BACKENDS=host,cuda \
-  "$bundle/bin/hal_cuda_tests" "--test-suite=cuda semantics,no driver" --duration=true
+  "$bundle/bin/hal_cuda_tests" "--test-suite=cuda semantics,cuda memory test,no driver" --duration=true
 
 # 4. Attention on the GPU: numerics against the host (exit 77: nothing was
 # eligible, the output says why), then halbench attn per implementation on

@@ -174,6 +174,9 @@ static_assert(sizeof(NvmlFieldValue) == 40, "nvmlFieldValue_t is 40 bytes");
   X(DeviceGetNvLinkErrorCounter,                                                                                       \
     NvmlReturn (*)(NvmlDevice device, unsigned link, int counter, unsigned long long* count), optional,                \
     "DeviceGetNvLinkErrorCounter")                                                                                     \
+  /* The device at a link's far end; NVML 11 and newer have _v2, same layout. */                                       \
+  X(DeviceGetNvLinkRemotePciInfo, NvmlReturn (*)(NvmlDevice device, unsigned link, NvmlPciInfo* pci), optional,        \
+    "DeviceGetNvLinkRemotePciInfo_v2", "DeviceGetNvLinkRemotePciInfo")                                                 \
   X(EventSetCreate, NvmlReturn (*)(NvmlEventSet* set), optional, "EventSetCreate")                                     \
   X(DeviceRegisterEvents, NvmlReturn (*)(NvmlDevice device, unsigned long long types, NvmlEventSet set), optional,     \
     "DeviceRegisterEvents")                                                                                            \

@@ -20,6 +20,10 @@ foreach(mode crash hang overclaim bitflip zerotime nostreams lazy badmemory eccr
   list(APPEND HAL_FAKE_BACKENDS hal_backend_fake_${mode})
 endforeach()
 
+# A plugin without the device memory test sub-table, for the API's unsupported case.
+target_compile_definitions(hal_core_tests PRIVATE HAL_FAKE_BADMEMORY_PLUGIN="$<TARGET_FILE:hal_backend_fake_badmemory>")
+add_dependencies(hal_core_tests hal_backend_fake_badmemory)
+
 add_executable(conformance_tests test_main.cpp conformance_test.cpp attention_reference_test.cpp)
 target_include_directories(conformance_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
 target_link_libraries(conformance_tests PRIVATE hal_conformance hal_internal hal_warnings)

@@ -5,6 +5,7 @@ find_package(doctest REQUIRED)
 add_executable(hal_core_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
   ${CMAKE_CURRENT_LIST_DIR}/memory_test.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/device_memory_test_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/stream_event_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/public_api_test.cpp)
 target_link_libraries(hal_core_tests PRIVATE hal::hal hal_internal doctest::doctest hal_warnings Threads::Threads)

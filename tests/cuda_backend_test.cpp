@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,11 +21,14 @@
 
 #include <dlfcn.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cuda.h>
 #include <cudnn_version.h>
 #include <nccl.h>
 
 #include "command_output.hpp"
+#include "memtest_report.hpp"
 #include "core_test_support.hpp"
 #include "hal/capabilities.hpp"
 #include "hal/collectives.hpp"
@@ -232,6 +236,16 @@ using GpuInteropFixture = CudaInteropFixture;
 
 TEST_SUITE("cuda interop") {
 #include "gpu_interop_cases.inc"
+}
+
+// The memory test kernel on the fake driver (in the SIMT emulator), and on a
+// real GPU with HAL_TEST_CUDA_DRIVER=system (scripts/gpu-check.sh).
+using GpuMemoryTestFixture = FakeDriverFixture;
+constexpr const char* stuck_bits_variable = "HAL_FAKE_CUDA_STUCK_BITS";
+bool faults_injectable() { return driver_under_test().has_value(); }
+
+TEST_SUITE("cuda memory test") {
+#include "gpu_memory_test_cases.inc"
 }
 
 TEST_SUITE("cuda semantics") {
@@ -876,6 +890,59 @@ TEST_SUITE("nvml telemetry") {
     CHECK(snapshot.interconnect.error_count.value() == 16 * 4 * 2);  // replay, recovery, CRC flit, CRC data
   }
 
+  // NVML lists e2 first: its device 0 is cuda:1, its device 1 is cuda:0.
+  TEST_CASE("device links: NVLink where NVML names the other device at an active link's end, else PCIe") {
+    const NvmlFixture fixture;
+    const hal::Device first = fixture.driver.device(0), second = fixture.driver.device(1);
+    {
+      ScopedEnvironment none{{"HAL_FAKE_NVML_NVLINKS", std::nullopt}, {"HAL_FAKE_NVML_NVLINK_PEER", std::nullopt}};
+      const hal::DeviceLink link = hal::device_link(first, second);
+      CHECK(link.kind == hal::DeviceLinkKind::pcie);
+      CHECK(link.nvlinks == 0);
+      REQUIRE(link.pcie_gbps.has_value());
+      CHECK(*link.pcie_gbps == doctest::Approx(16.0 * 128 / 130 / 8 * 16));  // gen4 x16: 31.5 GB/s
+      CHECK(link.pcie == "PCIe gen4 x16");
+    }
+    {
+      // cuda:1's link is the narrower one: the pair's ceiling is its gen3 x8.
+      ScopedEnvironment links{{"HAL_FAKE_NVML_NVLINKS", "4"}, {"HAL_FAKE_NVML_NVLINKS_ACTIVE", "4,3"},
+                              {"HAL_FAKE_NVML_NVLINK_PEER", "1,0"}, {"HAL_FAKE_NVML_PCIE_GENERATION_MAX", "3,4"},
+                              {"HAL_FAKE_NVML_PCIE_WIDTH_MAX", "8,16"}};
+      const hal::DeviceLink there = hal::device_link(first, second), back = hal::device_link(second, first);
+      CHECK(there.kind == hal::DeviceLinkKind::nvlink);
+      CHECK(there.nvlinks == 3);
+      CHECK(back.nvlinks == 4);
+      CHECK(contains(there.detail, "3 active NVLinks from cuda:0 reach cuda:1"));
+      CHECK(there.pcie == "PCIe gen3 x8");
+      CHECK(*there.pcie_gbps == doctest::Approx(8.0 * 128 / 130 / 8 * 8));
+    }
+    {
+      ScopedEnvironment unnamed{{"HAL_FAKE_NVML_NVLINKS", "2"}, {"HAL_FAKE_NVML_NVLINK_PEER", std::nullopt}};
+      const hal::DeviceLink link = hal::device_link(first, second);
+      CHECK(link.kind == hal::DeviceLinkKind::unknown);
+      CHECK(contains(link.detail, "2 active NVLinks of cuda:0 reach devices its management library does not name"));
+    }
+    {
+      ScopedEnvironment unreported{{"HAL_FAKE_NVML_PCIE_GENERATION_MAX", "unsupported"},
+                                   {"HAL_FAKE_NVML_PCIE_GENERATION", "unsupported"}};
+      const hal::DeviceLink link = hal::device_link(first, second);
+      CHECK_FALSE(link.pcie_gbps.has_value());
+      CHECK(contains(link.pcie, "PCIe link is not reported"));
+    }
+    check_error([&] { (void)hal::device_link(first, first); }, hal::StatusCode::invalid_argument, {"cuda:0 twice"});
+    check_error([&] { (void)hal::device_link(first, fixture.driver.runtime.device("host:0")); },
+                hal::StatusCode::invalid_argument, {"devices of two backends"});
+  }
+
+  TEST_CASE("device links are unknown, saying why, where NVML cannot be opened") {
+    ScopedEnvironment missing{{"HAL_NVML", "/nonexistent/libnvidia-ml.so.1"}};
+    const FakeDriverFixture driver;
+    const hal::DeviceLink link = hal::device_link(driver.device(0), driver.device(1));
+    CHECK(link.kind == hal::DeviceLinkKind::unknown);
+    CHECK(contains(link.detail, "the links of cuda:0 are unknown"));
+    CHECK(contains(link.detail, "/nonexistent/libnvidia-ml.so.1"));
+  }
+
   TEST_CASE("health monitor: an XID from NVML's event API, then rising uncorrected ECC errors and a pending remap") {
     const NvmlFixture fixture;
     ScopedEnvironment quiet{{"HAL_FAKE_NVML_XID", std::nullopt}};
@@ -980,6 +1047,75 @@ TEST_SUITE("halconform on cuda") {
     CHECK(contains(run.output, "PASS     numerics.collectives.all_reduce on cuda:0"));
     CHECK(contains(run.output, "SKIPPED  numerics.collectives.all_reduce on cuda:1"));
     CHECK(contains(run.output, "the cuda collectives run once, one rank on each of its 2 devices, from cuda:0"));
+  }
+
+  // The memory test kernel over 90% of a small fake GPU's free memory, in
+  // the emulator; stuck bits in the fake's memory are caught where they are.
+  TEST_CASE("the memory test runs on the GPU and catches stuck bits at exactly their offsets") {
+    ScopedEnvironment small{{"HAL_FAKE_CUDA_MEMORY", "4M"}, {"HAL_FAKE_CUDA_STUCK_BITS", std::nullopt}};
+    const auto clean = run_halconform("--tier stress --filter stress.memory.memtest --device cuda:0");
+    CAPTURE(clean.run.output);
+    CHECK(clean.run.exit_code == 0);
+    CHECK(contains(clean.run.output, "PASS     stress.memory.memtest on cuda:0"));
+
+    ScopedEnvironment stuck{{"HAL_FAKE_CUDA_STUCK_BITS", "0x12345:3=1,0x80006:6=0"}};
+    const auto [run, json] = run_halconform("--tier stress --filter stress.memory.memtest --device cuda:0");
+    CAPTURE(run.output);
+    CHECK(run.exit_code == 1);
+    const nlohmann::json report = nlohmann::json::parse(json);
+    REQUIRE(report["results"].size() == 1);
+    const nlohmann::json& result = report["results"][0];
+    CHECK(result["outcome"] == "FAIL");
+    std::map<std::string, double> measured;
+    for (const auto& m : result["evidence"]["measurements"]) measured[m["name"]] = m["value"];
+    CHECK(measured["tested_bytes"] >= 0.9 * measured["free_bytes"]);
+    const std::string message = result["evidence"]["message"];
+    CAPTURE(message);
+    CHECK(contains(message, "run by the device (the cuda backend's memory test)"));
+    CHECK(hal::testing::memtest_failing_offsets(message) ==
+          hal::testing::offsets_in_every_chunk(static_cast<std::uint64_t>(measured["chunk_bytes"]),
+                                               static_cast<std::uint64_t>(measured["tested_bytes"]), {0x12345, 0x80006}));
+    CHECK(contains(message, "bits 0x8 read 1 where 0 was written"));
+    CHECK(contains(message, "bits 0x40 read 0 where 1 was written; failed walking ones bit 6"));
+  }
+
+  // The fake NCCL's transport (files) is far slower than any PCIe link: two
+  // GPUs that NVML says are joined by NVLink measure no better than PCIe.
+  TEST_CASE("the peer-to-peer matrix fails a pair joined by NVLink that measures no better than PCIe") {
+    ScopedEnvironment nvml{{"HAL_NVML", HAL_FAKE_NVML_PATH},
+                           {"HAL_FAKE_NVML_PCI_BUS_IDS", "00000000:E1:00.0,00000000:E2:00.0"},
+                           {"HAL_FAKE_NVML_PCIE_GENERATION_MAX", "5"}};
+    auto p2p_message = [](const std::string& json) {
+      const nlohmann::json report = nlohmann::json::parse(json);
+      for (const auto& result : report["results"])
+        if (result["case"] == "performance.collectives.p2p_matrix" && result["device"] == "cuda:0")
+          return result["evidence"]["message"].get<std::string>();
+      return std::string();
+    };
+    {
+      const auto [run, json] = run_halconform("--tier performance --filter performance.collectives.p2p_matrix");
+      const std::string message = p2p_message(json);
+      CAPTURE(message);
+      CHECK(contains(message, "cuda:0 -> cuda:1: PCIe, PCIe gen5 x16 (63.0 GB/s)"));
+      CHECK_FALSE(contains(message, "no faster than PCIe"));
+    }
+    ScopedEnvironment nvlink{{"HAL_FAKE_NVML_NVLINKS", "4"}, {"HAL_FAKE_NVML_NVLINK_PEER", "1,0"}};
+    const auto [run, json] = run_halconform("--tier performance --filter performance.collectives.p2p_matrix");
+    CAPTURE(run.output);
+    CHECK(run.exit_code == 1);
+    CHECK(contains(run.output, "FAIL     performance.collectives.p2p_matrix on cuda:0"));
+    const std::string message = p2p_message(json);
+    CAPTURE(message);
+    CHECK(contains(message, "cuda:0 -> cuda:1: NVLink x4, PCIe gen5 x16 (63.0 GB/s)"));
+    const auto failures = message.find("joined by NVLink, no faster than PCIe:");
+    REQUIRE(failures != std::string::npos);
+    for (const char* pair : {"cuda:0 -> cuda:1: ", "cuda:1 -> cuda:0: "}) {
+      const auto at = message.find(pair, failures);
+      REQUIRE(at != std::string::npos);
+      const std::string line = message.substr(at, message.find('\n', at) - at);
+      CHECK(contains(line, " GB/s over 4 NVLinks, no better than PCIe gen5 x16 (63.0 GB/s)"));
+    }
+    CHECK(contains(json, "\"p2p cuda:0 -> cuda:1 pcie ceiling\""));
   }
 
   TEST_CASE("the peer-to-peer matrix measures both directions between the two GPUs, every transfer checked") {

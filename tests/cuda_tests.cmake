@@ -12,6 +12,7 @@ set_target_properties(fake_cuda_driver PROPERTIES
   LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_CUDA_DRIVER_DIR}
   CXX_VISIBILITY_PRESET hidden)
 target_include_directories(fake_cuda_driver SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_include_directories(fake_cuda_driver PRIVATE ${CMAKE_CURRENT_LIST_DIR}/fakes)
 target_link_libraries(fake_cuda_driver PRIVATE hal_simt_kernels hal_warnings Threads::Threads)
 # The flavour of a CUDA-compatible SDK's libcuda that stops before cuDeviceGetUuid_v2 (CUDA 11.4).
 add_library(fake_cuda_driver_no_uuid_v2 SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_driver/fake_cuda_driver.cpp)
@@ -21,6 +22,7 @@ set_target_properties(fake_cuda_driver_no_uuid_v2 PROPERTIES
   CXX_VISIBILITY_PRESET hidden)
 target_compile_definitions(fake_cuda_driver_no_uuid_v2 PRIVATE HAL_FAKE_CUDA_NO_UUID_V2=1)
 target_include_directories(fake_cuda_driver_no_uuid_v2 SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+target_include_directories(fake_cuda_driver_no_uuid_v2 PRIVATE ${CMAKE_CURRENT_LIST_DIR}/fakes)
 target_link_libraries(fake_cuda_driver_no_uuid_v2 PRIVATE hal_simt_kernels hal_warnings Threads::Threads)
 
 # NVML and the PPU SDK's HGML, one source built with either prefix, each
@@ -37,13 +39,15 @@ foreach(fake fake_nvml fake_hgml)
   target_link_libraries(${fake} PRIVATE hal_warnings Threads::Threads)
 endforeach()
 
+find_package(nlohmann_json 3 REQUIRED)  # the halconform reports the tests read
 add_executable(hal_cuda_tests
   ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_backend_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/cuda_shims_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpu_attention_test.cpp)
 target_include_directories(hal_cuda_tests PRIVATE ${DOCTEST_INCLUDE_DIR})
-target_link_libraries(hal_cuda_tests PRIVATE hal::hal hal_internal hal_shims hal_warnings Threads::Threads)
+target_link_libraries(hal_cuda_tests PRIVATE hal::hal hal_internal hal_shims hal_warnings Threads::Threads
+  nlohmann_json::nlohmann_json)
 target_compile_definitions(hal_cuda_tests PRIVATE
   HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
   HAL_FAKE_CUDA_DRIVER_DIR="${HAL_FAKE_CUDA_DRIVER_DIR}"
@@ -71,6 +75,8 @@ hal_add_suite_test(cuda_fake_interop_tests hal_cuda_tests "cuda interop"
 # A V100 (7.0): the image has no sm_70 cubin and its PTX is compute_90, so no kernels load.
 hal_add_suite_test(cuda_fake_attention_tests hal_cuda_tests "gpu attention"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1;HAL_FAKE_CUDA_COMPUTE_CAPABILITY=7.0")
+hal_add_suite_test(cuda_fake_memory_test_tests hal_cuda_tests "cuda memory test"
+  "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1")
 hal_add_suite_test(cuda_fake_nvml_telemetry_tests hal_cuda_tests "nvml telemetry"
   "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=2")
 hal_add_suite_test(cuda_fake_halconform_tests hal_cuda_tests "halconform on cuda"

@@ -133,6 +133,17 @@ TEST_SUITE("rocm interop") {
 #include "gpu_interop_cases.inc"
 }
 
+// The memory test kernel on the fake runtime, which loads the code object's
+// entry for the device (HAL_FAKE_HIP_CODE_OBJECTS=1, set by the test's
+// environment) and runs the kernel in the SIMT emulator.
+using GpuMemoryTestFixture = FakeRuntimeFixture;
+constexpr const char* stuck_bits_variable = "HAL_FAKE_HIP_STUCK_BITS";
+bool faults_injectable() { return true; }
+
+TEST_SUITE("rocm memory test") {
+#include "gpu_memory_test_cases.inc"
+}
+
 TEST_SUITE("fake runtime") {
 #include "gpu_semantics_cases.inc"
 

@@ -12,6 +12,7 @@ foreach(variant rocm6 rocm5)
     OUTPUT_NAME amdhip64 PREFIX lib LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_HIP_RUNTIME_DIR}/${variant}
     CXX_VISIBILITY_PRESET hidden)
   target_include_directories(fake_hip_runtime_${variant} SYSTEM PRIVATE ${HAL_HIP_INCLUDE_DIR})
+  target_include_directories(fake_hip_runtime_${variant} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/fakes)
   target_link_libraries(fake_hip_runtime_${variant} PRIVATE hal_simt_kernels hal_warnings Threads::Threads)
 endforeach()
 set_target_properties(fake_hip_runtime_rocm6 PROPERTIES SUFFIX .so.6)
@@ -81,6 +82,11 @@ if(HAL_HIPCC AND HAL_ROCM_ARCHITECTURES MATCHES "gfx90a")
   add_test(NAME rocm_fake_attention_numerics COMMAND hal_gpu_attention_numerics --small --device rocm:0 --require flash,math)
   set_tests_properties(rocm_fake_attention_numerics PROPERTIES LABELS unit TIMEOUT 300 ENVIRONMENT
     "${HAL_ROCM_TEST_ENVIRONMENT};HAL_BACKENDS=host,rocm;HAL_HIP_RUNTIME=$<TARGET_FILE:fake_hip_runtime_rocm6>;HAL_FAKE_HIP_CODE_OBJECTS=1;HAL_FAKE_HIP_DEVICES=1")
+endif()
+# The memory test kernel from the embedded code object's gfx90a entry, run in the SIMT emulator.
+if(HAL_HIPCC AND HAL_ROCM_ARCHITECTURES MATCHES "gfx90a")
+  hal_add_suite_test(rocm_fake_memory_test_tests hal_rocm_tests "rocm memory test"
+    "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_DEVICES=1;HAL_FAKE_HIP_CODE_OBJECTS=1")
 endif()
 hal_add_suite_test(rocm_fake_rocm5_tests hal_rocm_tests "rocm5 runtime" "${HAL_ROCM_TEST_ENVIRONMENT};HAL_FAKE_HIP_MANAGED=0")
 hal_add_suite_test(rocm_fake_no_device_tests hal_rocm_tests "no device"

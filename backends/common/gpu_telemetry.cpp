@@ -1,6 +1,7 @@
 #include "gpu_telemetry.hpp"
 
 #include <cstddef>
+#include <cstdio>
 
 #include "last_error.hpp"
 #include "telemetry_writer.hpp"
@@ -76,6 +77,32 @@ hal_status LazyTelemetry::watch_create(const TelemetryDevice& device, hal_health
     return succeed();
   } catch (const std::exception& error) {
     return fail(HAL_ERROR_INTERNAL, "registering for health events of " + device.id + " failed: " + error.what());
+  }
+}
+
+hal_status LazyTelemetry::links(const TelemetryDevice& device, hal_device_link_v1* out, std::uint32_t capacity,
+                                std::uint32_t* count) {
+  if (capacity > 0 && out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "device_links needs out for its capacity");
+  for (std::uint32_t i = 0; i < capacity; ++i)
+    if (out[i].struct_size < sizeof(hal_device_link_v1))
+      return fail(HAL_ERROR_INVALID_ARGUMENT, "device_links: entry " + std::to_string(i) + "'s struct_size " +
+                                                  std::to_string(out[i].struct_size) + " is below the v1 struct");
+  begin_telemetry_call();
+  try {
+    std::lock_guard lock(mutex_);
+    TelemetrySource* opened = source();
+    if (opened == nullptr) return fail(HAL_ERROR_UNSUPPORTED, "the links of " + device.id + " are unknown: " + opening_.error);
+    std::vector<DeviceLinkInfo> links;
+    if (hal_status status = opened->links(device, links); status != HAL_OK) return status;
+    *count = static_cast<std::uint32_t>(links.size());
+    for (std::uint32_t i = 0; i < capacity && i < links.size(); ++i) {
+      out[i].kind = links[i].kind;
+      out[i].active = links[i].active ? 1 : 0;
+      std::snprintf(out[i].peer_pci_bus_id, sizeof(out[i].peer_pci_bus_id), "%s", links[i].peer_pci_bus_id.c_str());
+    }
+    return succeed();
+  } catch (const std::exception& error) {
+    return fail(HAL_ERROR_INTERNAL, "reading the links of " + device.id + " failed: " + error.what());
   }
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "hal/backend_abi.h"
 #include "last_error.hpp"
@@ -30,6 +31,13 @@ class HealthWatch {
   virtual hal_status wait(std::int64_t timeout_ms, hal_health_event_v1& out) = 0;
 };
 
+// One link of a device to another (NVLink).
+struct DeviceLinkInfo {
+  hal_device_link_kind kind = HAL_DEVICE_LINK_NVLINK;
+  bool active = false;
+  std::string peer_pci_bus_id;  // normalised; empty when the library does not say
+};
+
 // One opened vendor management library.
 class TelemetrySource {
  public:
@@ -42,6 +50,13 @@ class TelemetrySource {
     (void)device;
     out.reset();
     return HAL_OK;
+  }
+  // The device's links to other devices; unsupported, saying why, where the
+  // library cannot tell them.
+  virtual hal_status links(const TelemetryDevice& device, std::vector<DeviceLinkInfo>& out) {
+    (void)device;
+    (void)out;
+    return fail(HAL_ERROR_UNSUPPORTED, "this backend's management library does not report links between devices");
   }
 };
 
@@ -60,6 +75,8 @@ class LazyTelemetry {
   hal_status snapshot(const TelemetryDevice& device, hal_telemetry_snapshot_v1& out);
   // *out is null (with HAL_OK) where the device has no event stream.
   hal_status watch_create(const TelemetryDevice& device, hal_health_watch** out);
+  // The topology sub-table's device_links.
+  hal_status links(const TelemetryDevice& device, hal_device_link_v1* out, std::uint32_t capacity, std::uint32_t* count);
 
  private:
   TelemetrySource* source();
@@ -95,6 +112,15 @@ struct GpuTelemetryTable {
   }
   static constexpr hal_telemetry_v1 table = {sizeof(hal_telemetry_v1), snapshot, watch_create, health_watch_wait,
                                              health_watch_destroy};
+  // The topology sub-table: links between devices, from the same library.
+  static hal_status device_links(hal_backend_context* backend, std::uint32_t device, hal_device_link_v1* out,
+                                 std::uint32_t capacity, std::uint32_t* count) {
+    if (backend == nullptr || count == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "device_links needs count");
+    const auto& context = backend->*Member;
+    if (hal_status status = context.check_device(device); status != HAL_OK) return status;
+    return context.telemetry->links(DeviceOf(context, device), out, capacity, count);
+  }
+  static constexpr hal_topology_v1 topology = {sizeof(hal_topology_v1), device_links};
 };
 
 }  // namespace hal::backend

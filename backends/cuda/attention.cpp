@@ -11,6 +11,7 @@
 
 #include "kernels.hpp"
 #include "environment.hpp"
+#include "memory_test.hpp"
 
 namespace hal::cuda {
 namespace {
@@ -98,7 +99,7 @@ class CudaPlatform final : public backend::GpuPlatform {
 
   hal_status device_address(hal_stream* stream, const hal_tensor_ref_v1& tensor, std::uint64_t* address) override {
     if (tensor.buffer == nullptr || tensor.buffer->device != stream->device)
-      return backend::fail(HAL_ERROR_INVALID_ARGUMENT, "an attention tensor is not in a buffer of cuda:" +
+      return backend::fail(HAL_ERROR_INVALID_ARGUMENT, "a tensor is not in a buffer of cuda:" +
                                                            std::to_string(stream->device) + ", the stream's device");
     *address = static_cast<std::uint64_t>(tensor.buffer->address) + tensor.offset;
     return HAL_OK;
@@ -172,5 +173,12 @@ void create_attention(Context& context) {
 }
 
 const hal_attention_v2 attention_table = backend::GpuAttentionTable<attention_of_context, attention_of_stream>::table;
+
+namespace {
+backend::GpuPlatform* platform_of_stream(hal_stream* stream) { return &stream->context->attention->platform(); }
+}  // namespace
+
+// The memory test's kernel runs through the platform the attention engine holds.
+const hal_memory_test_v1 memory_test_table = backend::GpuMemoryTestTable<platform_of_stream>::table;
 
 }  // namespace hal::cuda

@@ -14,5 +14,6 @@ void load_cublas(Context& context, const std::string& configured_path);
 // Before discover_devices: the devices' capabilities are described by it.
 void create_attention(Context& context);
 extern const hal_attention_v2 attention_table;
+extern const hal_memory_test_v1 memory_test_table;
 
 }  // namespace hal::cuda

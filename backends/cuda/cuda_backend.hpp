@@ -169,6 +169,7 @@ hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1&
 // telemetry.cpp: snapshots and health events through profile.telemetry.
 std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile);
 extern const hal_telemetry_v1 telemetry_table;
+extern const hal_topology_v1 topology_table;  // NVLink peers, from the same library
 
 using InitializeFunction = hal_status (*)(const hal_backend_init_v1*, hal_backend_context**);
 // The table of a plugin built on this core: its name and initialize differ,

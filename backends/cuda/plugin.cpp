@@ -69,6 +69,8 @@ hal_backend_v1 make_table(const char* name, InitializeFunction initialize) {
   static const hal_interop_v1 interop_table = make_interop_table();
   table.interop = &interop_table;
   table.telemetry = &telemetry_table;
+  table.memory_test = &memory_test_table;
+  table.topology = &topology_table;
   return table;
 }
 

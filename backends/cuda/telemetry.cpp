@@ -3,6 +3,7 @@
 // Devices are matched by PCI bus id, then UUID, never by index: NVML orders
 // devices by PCI bus while CUDA puts the fastest first unless
 // CUDA_DEVICE_ORDER=PCI_BUS_ID.
+
 #include <algorithm>
 #include <map>
 #include <optional>
@@ -350,6 +351,29 @@ class NvmlTelemetry : public backend::TelemetrySource {
     }
   }
 
+  // Every NVLink of the device, numbered from 0 until the library says there
+  // are no more, with the PCI bus id of the device each active one reaches.
+  hal_status links(const backend::TelemetryDevice& device, std::vector<backend::DeviceLinkInfo>& out) override {
+    const shims::NvmlApi& api = nvml_->api();
+    const NvmlDevice handle = find(device);
+    if (handle == nullptr) return backend::fail(HAL_ERROR_UNSUPPORTED, not_found(device));
+    if (api.DeviceGetNvLinkState == nullptr)
+      return backend::fail(HAL_ERROR_UNSUPPORTED, nvml_->prefix() + " at " + nvml_->path() + " lacks " +
+                                                      nvml_->function_name("DeviceGetNvLinkState"));
+    for (unsigned link = 0; link < shims::nvml_nvlink_max_links; ++link) {
+      unsigned active = 0;
+      if (api.DeviceGetNvLinkState(handle, link, &active) != shims::nvml_success) break;
+      backend::DeviceLinkInfo info;
+      info.active = active == 1;
+      shims::NvmlPciInfo peer{};
+      if (info.active && api.DeviceGetNvLinkRemotePciInfo != nullptr &&
+          api.DeviceGetNvLinkRemotePciInfo(handle, link, &peer) == shims::nvml_success)
+        info.peer_pci_bus_id = shared::normalize_pci_bus_id(peer.bus_id).value_or("");
+      out.push_back(std::move(info));
+    }
+    return backend::succeed();
+  }
+
   hal_status read(const backend::TelemetryDevice& device, hal_telemetry_snapshot_v1& out) override {
     out.source = backend::keep_telemetry_text(nvml_->describe());
     const NvmlDevice handle = find(device);
@@ -424,5 +448,6 @@ std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile) {
 }
 
 const hal_telemetry_v1 telemetry_table = backend::GpuTelemetryTable<&hal_backend_context::cuda, telemetry_device>::table;
+const hal_topology_v1 topology_table = backend::GpuTelemetryTable<&hal_backend_context::cuda, telemetry_device>::topology;
 
 }  // namespace hal::cuda

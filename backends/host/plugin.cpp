@@ -6,6 +6,7 @@
 #include "attention/thread_pool.hpp"
 #include "collectives.hpp"
 #include "host_backend.hpp"
+#include "memory_test.hpp"
 #include "telemetry_sources.hpp"
 
 #ifndef HAL_VERSION_STRING
@@ -142,6 +143,26 @@ hal_status fill(hal_stream* stream, hal_buffer* destination, std::uint64_t offse
   return run_or_enqueue(stream, [allocation = destination->allocation, target = bytes(destination, offset), size,
                                  value, pattern_size] { fill_bytes(target, size, &value, pattern_size); });
 }
+
+hal_status memory_test_element(hal_stream* stream, hal_tensor_ref_v1 tested, std::uint64_t size,
+                               const hal_memory_test_element_v1* element, hal_tensor_ref_v1 report,
+                               std::uint32_t capacity) {
+  if (stream == nullptr) return backend::memory_test_needs_stream();
+  if (tested.buffer == nullptr || report.buffer == nullptr || tested.buffer->device != stream->device ||
+      report.buffer->device != stream->device)
+    return fail(HAL_ERROR_INVALID_ARGUMENT, "memory test: the tested range and the report must be buffers of host:" +
+                                                std::to_string(stream->device) + ", the stream's device");
+  void* target = bytes(tested.buffer, tested.offset);
+  void* findings = bytes(report.buffer, report.offset);
+  if (hal_status status = backend::check_memory_test_element(target, size, element, findings, capacity); status != HAL_OK)
+    return status;
+  return run_or_enqueue(stream, [keep_tested = tested.buffer->allocation, keep_report = report.buffer->allocation,
+                                 target, size, element = *element, findings, capacity] {
+    backend::run_host_memory_test_element(target, size, element, findings, capacity);
+  });
+}
+
+const hal_memory_test_v1 memory_test_table = {sizeof(hal_memory_test_v1), memory_test_element};
 
 hal_status stream_create(hal_backend_context* context, std::uint32_t device, hal_stream** out) {
   if (const hal_status status = check_device(context, device); status != HAL_OK) return status;
@@ -291,6 +312,7 @@ hal_backend_v1 make_table() {
   table.collectives = collectives();
   table.interop = &interop_table;
   table.telemetry = &telemetry_table;
+  table.memory_test = &memory_test_table;
   return table;
 }
 

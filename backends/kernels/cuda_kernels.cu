@@ -4,3 +4,4 @@
 #include "flash_attention.cu"
 #include "gemm.cu"
 #include "math_attention.cu"
+#include "memory_test.cu"

@@ -3,3 +3,4 @@
 #include "gemm.cu"
 #include "flash_attention.cu"
 #include "math_attention.cu"
+#include "memory_test.cu"

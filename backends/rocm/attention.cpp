@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "gemm_kernels.h"
+#include "memory_test.hpp"
 
 namespace hal::rocm {
 namespace {
@@ -75,7 +76,7 @@ class RocmPlatform final : public backend::GpuPlatform {
 
   hal_status device_address(hal_stream* stream, const hal_tensor_ref_v1& tensor, std::uint64_t* address) override {
     if (tensor.buffer == nullptr || tensor.buffer->device != stream->device)
-      return backend::fail(HAL_ERROR_INVALID_ARGUMENT, "an attention tensor is not in a buffer of rocm:" +
+      return backend::fail(HAL_ERROR_INVALID_ARGUMENT, "a tensor is not in a buffer of rocm:" +
                                                            std::to_string(stream->device) + ", the stream's device");
     *address = reinterpret_cast<std::uint64_t>(tensor.buffer->address) + tensor.offset;
     return HAL_OK;
@@ -122,5 +123,12 @@ void create_attention(Context& context) {
 }
 
 const hal_attention_v2 attention_table = backend::GpuAttentionTable<attention_of_context, attention_of_stream>::table;
+
+namespace {
+backend::GpuPlatform* platform_of_stream(hal_stream* stream) { return &stream->context->attention->platform(); }
+}  // namespace
+
+// The memory test's kernel runs through the platform the attention engine holds.
+const hal_memory_test_v1 memory_test_table = backend::GpuMemoryTestTable<platform_of_stream>::table;
 
 }  // namespace hal::rocm

@@ -66,6 +66,7 @@ hal_backend_v1 make_table() {
   table.attention = &attention_table.v1;
   table.collectives = &collectives_table.v1;
   table.telemetry = &telemetry_table;
+  table.memory_test = &memory_test_table;
   static const hal_interop_v1 interop_table = make_interop_table();
   table.interop = &interop_table;
   return table;

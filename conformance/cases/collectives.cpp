@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <sys/prctl.h>
@@ -97,6 +98,15 @@ std::string last_lines(const std::string& text, std::size_t lines) {
   return text.substr(position == 0 ? 0 : position + 1);
 }
 
+// Every device of `device`'s backend, in index order.
+std::vector<Device> backend_devices(const Device& device) {
+  const Runtime runtime = Runtime::create();
+  std::vector<Device> devices;
+  for (const Device& candidate : runtime.devices())
+    if (candidate.backend_name() == device.backend_name()) devices.push_back(candidate);
+  return devices;
+}
+
 // The devices the ranks run on. A GPU backend's collectives run the way
 // clusters run them, one rank on each of its devices (NCCL refuses two ranks
 // on one GPU), once, from its first device; a CPU device takes every rank
@@ -105,10 +115,7 @@ std::vector<Device> rank_devices(CaseContext& context) {
   const Device& device = context.device();
   if (device.info().type == DeviceType::cpu)
     return std::vector<Device>(static_cast<std::size_t>(world_size_for(context)), device);
-  const Runtime runtime = Runtime::create();
-  std::vector<Device> peers;
-  for (const Device& candidate : runtime.devices())
-    if (candidate.backend_name() == device.backend_name()) peers.push_back(candidate);
+  const std::vector<Device> peers = backend_devices(device);
   if (peers.empty() || peers.size() > largest_world_size)
     throw HarnessError("the " + device.backend_name() + " backend lists " + std::to_string(peers.size()) +
                        " devices; one rank per device needs 1 to " + std::to_string(largest_world_size));
@@ -491,6 +498,23 @@ void communicator_semantics(CaseContext& context, Rank& rank) {
 
 constexpr const char* bus_bandwidth_run = "bus_bandwidth_run";
 
+// One value reduced over the ranks (f64, which every engine reduces exactly
+// for the counts and times here).
+double over_ranks(Rank& rank, double value, ReduceOp op) {
+  Buffer buffer = rank.communicator.device().allocate(sizeof(double));
+  buffer.write(0, &value, sizeof(value));
+  rank.communicator.all_reduce(buffer, buffer, 1, DType::f64, op, rank.stream);
+  rank.stream.synchronize();
+  buffer.read(0, &value, sizeof(value));
+  return value;
+}
+
+// all_reduce (f32 sum) bus bandwidth as nccl-tests measures it: per size, the
+// time of the slowest rank (every rank gets the same), algbw = bytes / time,
+// busbw = algbw * 2(n-1)/n, and #wrong, the elements of every rank's result
+// that differ from the exact sum, summed over the ranks. The average busbw
+// over the sizes is nccl-tests' "Avg bus bandwidth"; repeated runs at the
+// largest size are the judged figure (bus_bandwidth_run).
 void all_reduce_bandwidth(CaseContext& context, Rank& rank) {
   // Host transports take milliseconds per operation on small machines: the
   // repetitions are bounded so the curve costs seconds, not minutes.
@@ -505,11 +529,21 @@ void all_reduce_bandwidth(CaseContext& context, Rank& rank) {
   // f32, never grows (out of place), and a collective that does not run, or
   // sums the wrong ranks, leaves a result that cannot match.
   const int salt = static_cast<int>(context.seed("all_reduce bandwidth") % 17);
-  std::vector<float> values(elements);
-  for (std::size_t j = 0; j < elements; ++j) values[j] = static_cast<float>(reduction_value(rank.rank, j, salt));
+  std::vector<float> values(elements), expected(elements);
+  for (std::size_t j = 0; j < elements; ++j) {
+    values[j] = static_cast<float>(reduction_value(rank.rank, j, salt));
+    double sum = 0;
+    for (int r = 0; r < rank.world_size; ++r) sum += reduction_value(r, j, salt);
+    expected[j] = static_cast<float>(sum);
+  }
   Buffer send = device.allocate(largest), recv = device.allocate(largest);
   send.write(0, values.data(), largest);
   const double bus_factor = 2.0 * (rank.world_size - 1) / rank.world_size;
+  auto repetitions_at = [&](std::uint64_t size) {
+    return static_cast<int>(std::clamp<std::uint64_t>(bytes_per_point / size, 2, most_repetitions));
+  };
+  // The busbw of `repetitions` all_reduce of `size` bytes after a warm-up and
+  // a barrier, by the slowest rank's time.
   auto timed = [&](std::uint64_t size, int repetitions) {
     rank.communicator.all_reduce(send, recv, size / 4, DType::f32, ReduceOp::sum, rank.stream);  // warm-up
     rank.communicator.barrier(rank.stream);
@@ -518,36 +552,91 @@ void all_reduce_bandwidth(CaseContext& context, Rank& rank) {
     for (int i = 0; i < repetitions; ++i)
       rank.communicator.all_reduce(send, recv, size / 4, DType::f32, ReduceOp::sum, rank.stream);
     rank.stream.synchronize();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    require_plausible_seconds(context, seconds, std::to_string(repetitions) + " all_reduce of " + byte_count(size));
+    const double own = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    require_plausible_seconds(context, own, std::to_string(repetitions) + " all_reduce of " + byte_count(size));
+    const double seconds = over_ranks(rank, own, ReduceOp::max);
     return static_cast<double>(size) * repetitions / seconds * bus_factor / 1e9;
   };
-  auto repetitions_at = [&](std::uint64_t size) {
-    return static_cast<int>(std::clamp<std::uint64_t>(bytes_per_point / size, 2, most_repetitions));
+  // This rank's elements of the first `size` bytes that differ from the exact sum.
+  std::vector<float> result(elements);
+  auto wrong_elements = [&](std::uint64_t size) {
+    recv.read(0, result.data(), size);
+    double wrong = 0;
+    for (std::size_t j = 0; j < size / 4; ++j) wrong += result[j] != expected[j] ? 1 : 0;
+    return wrong;
   };
+
   Series curve{"all_reduce bus bandwidth (" + std::to_string(rank.world_size) + " ranks)", "bytes", "GB/s", {}};
-  for (std::uint64_t size = smallest; size <= largest; size *= 4)
-    curve.points.emplace_back(static_cast<double>(size), timed(size, repetitions_at(size)));
+  std::string table = "size (B)  count  time (us)  algbw (GB/s)  busbw (GB/s)  #wrong";
+  std::string wrong_sizes;
+  double wrong_total = 0, busbw_sum = 0;
+  for (std::uint64_t size = smallest; size <= largest; size *= 4) {
+    recv.fill(0, size, 0xFF, 1);  // NaN: what the runs do not write cannot pass
+    const double busbw = timed(size, repetitions_at(size));
+    const double wrong = over_ranks(rank, wrong_elements(size), ReduceOp::sum);
+    curve.points.emplace_back(static_cast<double>(size), busbw);
+    busbw_sum += busbw;
+    wrong_total += wrong;
+    const double algbw = busbw / bus_factor;
+    table += "\n  " + std::to_string(size) + "  " + std::to_string(size / 4) + "  " +
+             with_precision(static_cast<double>(size) / algbw / 1e3, 1) + "  " + with_precision(algbw, 3) + "  " +
+             with_precision(busbw, 3) + "  " + format_number(wrong);
+    if (wrong > 0) wrong_sizes += (wrong_sizes.empty() ? "" : ", ") + byte_count(size) + ": " + format_number(wrong);
+  }
   context.add_series(curve);
-  recv.fill(0, largest, 0xFF, 1);  // NaN: what the judged runs do not write cannot pass
+  const double average = busbw_sum / static_cast<double>(curve.points.size());
+  context.measure({"bus_bandwidth_avg", average, "GB/s", {}, {}, "", ""});
+  recv.fill(0, largest, 0xFF, 1);
   for (int run = 0; run < judged_runs; ++run)
     context.measure({bus_bandwidth_run, timed(largest, repetitions_at(largest)), "GB/s", {}, {}, "", ""});
-  std::vector<float> result(elements);
-  recv.read(0, result.data(), largest);
-  for (std::size_t j = 0; j < elements; ++j) {
-    double expected = 0;
-    for (int r = 0; r < rank.world_size; ++r) expected += reduction_value(r, j, salt);
-    if (result[j] != static_cast<float>(expected))
-      context.fail("the timed all_reduce computed a wrong sum: element " + std::to_string(j) + " of " +
-                   std::to_string(elements) + " is " + std::to_string(result[j]) + ", expected " +
-                   std::to_string(expected));
-  }
+  const double wrong_judged = over_ranks(rank, wrong_elements(largest), ReduceOp::sum);
+  if (wrong_judged > 0)
+    wrong_sizes += (wrong_sizes.empty() ? "" : ", ") + byte_count(largest) + " (judged runs): " + format_number(wrong_judged);
+  wrong_total += wrong_judged;
+  context.measure({"wrong_elements", wrong_total, "", 0.0, 0.0, "==", ""});
+  context.note("all_reduce f32 sum over " + std::to_string(rank.world_size) + " ranks, as nccl-tests reports it:\n  " +
+               table + "\n  #wrong total: " + format_number(wrong_total) + "; Avg bus bandwidth: " +
+               with_precision(average, 3) + " GB/s");
+  if (wrong_total > 0)
+    context.fail("#wrong " + format_number(wrong_total) + ": the timed all_reduce computed a wrong sum in " +
+                 format_number(wrong_total) + " elements, over every rank (" + wrong_sizes + ")");
+}
+
+// Each pair's rate against the link the topology reports between its
+// devices: a pair joined by NVLink must beat what PCIe could carry between
+// them. Returns one line per pair that does not; notes every pair's link.
+std::string compare_with_links(CaseContext& context, const std::vector<Device>& devices,
+                               const std::vector<float>& matrix) {
+  const std::size_t n = devices.size();
+  std::string links, slower;
+  for (std::size_t source = 0; source < n; ++source)
+    for (std::size_t target = 0; target < n; ++target) {
+      if (source == target) continue;
+      const double rate = matrix[source * n + target];
+      const DeviceLink link = device_link(devices[source], devices[target]);
+      const std::string pair = devices[source].id() + " -> " + devices[target].id();
+      const std::string pcie =
+          link.pcie_gbps ? link.pcie + " (" + with_precision(*link.pcie_gbps, 1) + " GB/s)" : link.pcie;
+      links += "\n  " + pair + ": " + std::string(to_string(link.kind)) +
+               (link.kind == DeviceLinkKind::nvlink ? " x" + std::to_string(link.nvlinks) : "") + ", " + pcie +
+               (link.kind == DeviceLinkKind::unknown ? "; not compared: " + link.detail : "");
+      if (link.kind != DeviceLinkKind::nvlink) continue;
+      context.measure({"p2p " + pair + " nvlinks", static_cast<double>(link.nvlinks), "", {}, {}, "", ""});
+      if (!link.pcie_gbps) continue;
+      context.measure({"p2p " + pair + " pcie ceiling", *link.pcie_gbps, "GB/s", {}, {}, "", ""});
+      if (rate <= *link.pcie_gbps)
+        slower += "\n  " + pair + ": " + with_precision(rate, 2) + " GB/s over " + std::to_string(link.nvlinks) +
+                  " NVLink" + (link.nvlinks == 1 ? "" : "s") + ", no better than " + pcie;
+    }
+  context.note("links, as the topology reports them:" + links);
+  return slower;
 }
 
 // Every ordered pair of devices, one pair at a time: the source sends a
 // buffer of finite f32 bit patterns to the destination, which checks it bit
-// for bit; the source times its sends. The rows are gathered on every rank,
-// and a pair below half the median of all pairs fails (a degraded link).
+// for bit; the source times its sends. The rows are gathered on every rank;
+// a pair below half the median of all pairs fails (a degraded link), and so
+// does a pair joined by NVLink that measures no better than PCIe.
 void p2p_matrix(CaseContext& context, Rank& rank) {
   const Device& device = context.device();
   if (device.info().type == DeviceType::cpu)
@@ -614,24 +703,112 @@ void p2p_matrix(CaseContext& context, Rank& rank) {
     for (int target = 0; target < rank.world_size; ++target)
       if (source != target && rates[static_cast<std::size_t>(pair++)] < 0.5 * median)
         slow += (slow.empty() ? "" : ", ") + name(source) + " -> " + name(target);
+  const std::vector<Device> devices = backend_devices(device);
+  if (devices.size() != static_cast<std::size_t>(rank.world_size))
+    throw HarnessError("the " + device.backend_name() + " backend lists " + std::to_string(devices.size()) +
+                       " devices to this rank and ran " + std::to_string(rank.world_size) + " ranks");
+  const std::string slower_than_pcie = compare_with_links(context, devices, matrix);
+  std::string failures;
   if (!slow.empty())
-    context.fail("below half the median " + std::to_string(median) + " GB/s of the " + std::to_string(rates.size()) +
-                 " pairs: " + slow + " (a degraded or slower link)");
+    failures = "below half the median " + std::to_string(median) + " GB/s of the " + std::to_string(rates.size()) +
+               " pairs: " + slow + " (a degraded or slower link)";
+  if (!slower_than_pcie.empty())
+    failures += (failures.empty() ? "" : "; ") + std::string("joined by NVLink, no faster than PCIe:") + slower_than_pcie;
+  if (!failures.empty()) context.fail(failures);
   context.note(std::to_string(rates.size()) + " pairs of " + byte_count(bytes) + " sends, each checked bit for bit; "
                "median " + std::to_string(median) + " GB/s");
 }
 
-void all_reduce_bandwidth_case(CaseContext& context, const std::function<void(CaseContext&)>& ranks) {
-  ranks(context);
-  // Rank 0's judged runs become this case's mean and spread.
+// The verdict on what all_reduce_bandwidth measured (in this context): the
+// average busbw over the sizes against collectives.all_reduce.min_avg_bus_gbps
+// where the profile sets it, then the largest size's runs against
+// collectives.all_reduce.min_bus_gbps (MEASURED without one).
+void judge_bandwidth(CaseContext& context) {
   auto& measurements = context.evidence().measurements;
   std::vector<double> runs;
   for (const auto& m : measurements)
     if (m.name == bus_bandwidth_run) runs.push_back(m.value);
   std::erase_if(measurements, [](const Measurement& m) { return m.name == bus_bandwidth_run; });
   if (runs.empty()) throw HarnessError("rank 0 reported no " + std::string(bus_bandwidth_run));
+  const std::string average_key = "collectives.all_reduce.min_avg_bus_gbps";
+  if (const auto floor = context.threshold(average_key)) {
+    const auto average = std::find_if(measurements.begin(), measurements.end(),
+                                      [](const Measurement& m) { return m.name == "bus_bandwidth_avg"; });
+    if (average == measurements.end()) throw HarnessError("rank 0 reported no bus_bandwidth_avg");
+    average->expected = *floor;
+    average->comparison = ">=";
+    average->threshold = average_key;
+    const std::string measured = "Avg bus bandwidth " + with_precision(average->value, 3) +
+                                 " GB/s (nccl-tests' average of busbw over the sizes)";
+    if (average->value < *floor)
+      context.fail(measured + " is below the profile minimum " + with_precision(*floor, 3) + " GB/s (" + average_key +
+                   ") for this device model");
+    context.note(measured + " >= minimum " + with_precision(*floor, 3) + " GB/s");
+  }
   judge_minimum(context, "bus_bandwidth", spread_of(runs), "GB/s", "collectives.all_reduce.min_bus_gbps",
                 "all_reduce bus bandwidth (f32 sum, the largest size)");
+}
+
+void all_reduce_bandwidth_case(CaseContext& context, const std::function<void(CaseContext&)>& ranks) {
+  ranks(context);  // rank 0's measurements become this case's
+  judge_bandwidth(context);
+}
+
+// A job a launcher started with more than one rank: halrun or torchrun
+// (RANK, WORLD_SIZE, LOCAL_RANK), mpirun (OMPI_COMM_WORLD_*), srun (SLURM_*),
+// in Store::from_environment's order. Read without connecting anywhere.
+struct LaunchedJob {
+  int world_size = 1;
+  int local_rank = 0;
+  std::string launcher;
+};
+
+std::optional<LaunchedJob> launched_job() {
+  struct Source {
+    const char *rank, *size, *local_rank, *launcher;
+  };
+  for (const Source& source : {Source{"RANK", "WORLD_SIZE", "LOCAL_RANK", "halrun or torchrun"},
+                               Source{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "mpirun"},
+                               Source{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "srun"}}) {
+    const char* rank = std::getenv(source.rank);
+    const char* size = std::getenv(source.size);
+    if (rank == nullptr || size == nullptr) continue;
+    const int world_size = std::atoi(size);
+    if (world_size < 2) return std::nullopt;
+    const char* local = std::getenv(source.local_rank);
+    return LaunchedJob{world_size, local != nullptr ? std::atoi(local) : 0, source.launcher};
+  }
+  return std::nullopt;
+}
+
+// Under a launcher this case process is one rank of the launcher's job, on
+// the device its local rank picks, joined through the launcher's store
+// (Store::from_environment: a TcpStore at MASTER_ADDR:MASTER_PORT, ...), so
+// the ranks may be on several hosts; each rank's report judges the job.
+void launched_bandwidth_case(CaseContext& context, const LaunchedJob& job) {
+  const Device& device = context.device();
+  const std::vector<Device> devices = backend_devices(device);
+  if (devices.empty()) throw HarnessError("the " + device.backend_name() + " backend lists no devices to this rank");
+  const Device& mine = devices[static_cast<std::size_t>(job.local_rank) % devices.size()];
+  if (mine.index() != device.index())
+    context.skip("this process is local rank " + std::to_string(job.local_rank) + " of a " +
+                 std::to_string(job.world_size) + "-rank job (" + job.launcher + "): it takes part on " + mine.id() +
+                 "; see that result");
+  Store::FromEnvironment launch = Store::from_environment();
+  launch.store->default_timeout = operation_timeout;
+  CommunicatorOptions options;
+  options.timeout = operation_timeout;
+  Rank rank;
+  rank.rank = launch.rank;
+  rank.world_size = launch.world_size;
+  rank.communicator = Communicator::create(device, launch.rank, launch.world_size, launch.store, options);
+  context.note("rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.world_size) + " (" + launch.source +
+               "), one process each; communicator: " + rank.communicator.description());
+  rank.stream = device.create_stream();
+  all_reduce_bandwidth(context, rank);
+  rank.stream.synchronize();
+  rank.communicator.destroy();
+  judge_bandwidth(context);
 }
 
 }  // namespace
@@ -661,7 +838,8 @@ void register_cases_collectives(Registry& registry) {
 
   registry.add({"performance.collectives.p2p_matrix", Tier::performance,
                 "send/recv bandwidth of every ordered pair of devices of a GPU backend, one rank per device, each "
-                "transfer checked bit for bit; a pair below half the median of all pairs fails",
+                "transfer checked bit for bit; a pair below half the median of all pairs fails, and so does a pair "
+                "joined by NVLink (the topology's) that measures no better than PCIe",
                 "collectives", false, 0,
                 collective_body("performance.collectives.p2p_matrix", Tier::performance, p2p_matrix),
                 [](const CaseSettings& settings) { return settings.quick ? 4.0 : 15.0; }});
@@ -669,12 +847,15 @@ void register_cases_collectives(Registry& registry) {
   const std::string bandwidth_id = "performance.collectives.all_reduce_bus_bandwidth";
   auto ranks = collective_body(bandwidth_id, Tier::performance, all_reduce_bandwidth);
   registry.add({bandwidth_id, Tier::performance,
-                "all_reduce (f32 sum) bus bandwidth from 4 KiB up, the mean of repeated runs at the largest size "
-                "against the profile minimum, the sums checked, "
-                "collectives.all_reduce.min_bus_gbps (" + std::to_string(default_world_size) + " ranks by default)",
+                "all_reduce (f32 sum) bus bandwidth per size from 4 KiB up as nccl-tests reports it, #wrong (elements "
+                "that differ from the exact sum, over every rank) 0, the average over the sizes against "
+                "collectives.all_reduce.min_avg_bus_gbps and the mean of repeated runs at the largest size against "
+                "collectives.all_reduce.min_bus_gbps (" + std::to_string(default_world_size) + " ranks by default; "
+                "under halrun, mpirun or srun one rank per process, across hosts)",
                 "collectives", false, 0,
                 [ranks](CaseContext& context) {
                   if (!context.settings().helper.empty()) return ranks(context);  // a rank: no verdict of its own
+                  if (const std::optional<LaunchedJob> job = launched_job()) return launched_bandwidth_case(context, *job);
                   all_reduce_bandwidth_case(context, ranks);
                 },
                 [](const CaseSettings& settings) { return settings.quick ? 8.0 : 30.0; }});

@@ -65,6 +65,8 @@ struct LoadedBackend {
   const hal_collectives_v1* collectives() const;
   const hal_interop_v1* interop() const;
   const hal_telemetry_v1* telemetry() const;
+  const hal_memory_test_v1* memory_test() const;
+  const hal_topology_v1* topology() const;
 };
 
 // The API objects' private state, for libhal's own code (the public headers
@@ -117,6 +119,13 @@ struct StreamState {
   StreamState(Device owner, hal_stream* stream) : device(std::move(owner)), handle(stream) {}
   ~StreamState();
 };
+
+// The state behind a Stream, or an error naming the operation when the
+// Stream is empty.
+const StreamState& usable_stream(const std::shared_ptr<StreamState>& state, std::string_view operation);
+// A buffer used on a stream must live on the stream's device.
+const BufferState& buffer_on_stream_device(const StreamState& stream, const std::shared_ptr<BufferState>& buffer,
+                                           std::string_view operation);
 
 struct EventState {
   Device device;

@@ -58,6 +58,22 @@ const hal_telemetry_v1* LoadedBackend::telemetry() const {
   return telemetry;
 }
 
+const hal_memory_test_v1* LoadedBackend::memory_test() const {
+  if (!table_has(table, offsetof(hal_backend_v1, memory_test), sizeof(table->memory_test))) return nullptr;
+  const hal_memory_test_v1* memory_test = table->memory_test;
+  if (memory_test == nullptr || memory_test->struct_size < sizeof(hal_memory_test_v1) || memory_test->run_element == nullptr)
+    return nullptr;
+  return memory_test;
+}
+
+const hal_topology_v1* LoadedBackend::topology() const {
+  if (!table_has(table, offsetof(hal_backend_v1, topology), sizeof(table->topology))) return nullptr;
+  const hal_topology_v1* topology = table->topology;
+  if (topology == nullptr || topology->struct_size < sizeof(hal_topology_v1) || topology->device_links == nullptr)
+    return nullptr;
+  return topology;
+}
+
 const hal_collectives_v1* LoadedBackend::collectives() const {
   if (!table_has(table, offsetof(hal_backend_v1, collectives), sizeof(table->collectives))) return nullptr;
   const hal_collectives_v1* collectives = table->collectives;

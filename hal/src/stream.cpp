@@ -80,29 +80,29 @@ StreamState::~StreamState() {
       [owner = device, stream = handle] { detail::Access::backend(owner)->table->stream_destroy(stream); });
 }
 
-}  // namespace detail
-
-namespace {
-
-const detail::StreamState& usable_stream(const std::shared_ptr<detail::StreamState>& state,
-                                         std::string_view operation) {
+const StreamState& usable_stream(const std::shared_ptr<StreamState>& state, std::string_view operation) {
   if (!state)
     throw Error(StatusCode::invalid_argument,
                 std::string(operation) + ": the stream is empty (default-constructed or moved from)");
   return *state;
 }
 
-// A buffer used on a stream must live on the stream's device.
-const detail::BufferState& buffer_on_stream_device(const detail::StreamState& stream,
-                                                   const std::shared_ptr<detail::BufferState>& buffer,
-                                                   std::string_view operation) {
-  const auto& state = detail::usable_state(buffer, operation);
+const BufferState& buffer_on_stream_device(const StreamState& stream, const std::shared_ptr<BufferState>& buffer,
+                                           std::string_view operation) {
+  const auto& state = usable_state(buffer, operation);
   if (!(state.device == stream.device))
     throw Error(StatusCode::invalid_argument, std::string(operation) + ": the " + state.describe() +
                                                   " is not on the stream's device " + stream.device.id() +
                                                   "; use a stream of " + state.device.id());
   return state;
 }
+
+}  // namespace detail
+
+using detail::buffer_on_stream_device;
+using detail::usable_stream;
+
+namespace {
 
 void check_host_pointer(const void* pointer, std::uint64_t size, std::string_view operation) {
   if (pointer == nullptr && size != 0)

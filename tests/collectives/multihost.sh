@@ -6,9 +6,9 @@
 # and removes them at the end. Exit 77 (skipped) where namespaces cannot be
 # made, saying why.
 #
-#   multihost.sh HALRUN WORKER PLUGIN_DIR HALBENCH
+#   multihost.sh HALRUN WORKER PLUGIN_DIR HALBENCH HALCONFORM FAKE_BACKEND_DIR
 set -uo pipefail
-halrun=$1 worker=$2 plugins=$3 halbench=$4
+halrun=$1 worker=$2 plugins=$3 halbench=$4 halconform=$5 fakes=$6
 prefix="halmh$$"
 subnet=10.231.$(($$ % 200 + 20))  # the test hosts' own /24, one per run
 hosts=3 per_host=2
@@ -49,6 +49,8 @@ port=29400
 
 # run_job NAME RANKS_PER_HOST COMMAND...: one halrun per host, in parallel;
 # each host's output in $work/NAME.h<host>, its exit status in .status.
+# job_env (NAME=VALUE words) overrides the ranks' environment.
+job_env=()
 run_job() {
   local name=$1 ranks=$2
   shift 2
@@ -56,7 +58,7 @@ run_job() {
   local pids=()
   for h in $(seq 0 $((hosts - 1))); do
     ip netns exec "$prefix-h$h" env HAL_BACKENDS=host HAL_BACKEND_PATH="$plugins" HAL_COLL_ENGINE=gloo \
-      HAL_TEST_EXPECT_ENGINE=gloo HAL_GLOO_INTERFACE=eth0 HAL_STORE_TOKEN="$token" \
+      HAL_TEST_EXPECT_ENGINE=gloo HAL_GLOO_INTERFACE=eth0 HAL_STORE_TOKEN="$token" "${job_env[@]}" \
       "$halrun" --nnodes $hosts --node-rank "$h" -n "$ranks" --master-addr "$subnet.1" --master-port $port -- "$@" \
       >"$work/$name.h$h" 2>&1 &
     pids+=($!)
@@ -96,6 +98,52 @@ run_job bench 1 "$halbench" coll -b 8 -e 4M -f 8 -n 10 -w 2 --no-mpi
 expect_success bench
 grep -v '^\[0\] # engine' "$work/bench.h0" | grep '^\[0\]'
 grep -q '#wrong total: 0$' "$work/bench.h0" || { fail "halbench coll across hosts: #wrong is not 0"; show bench; }
+
+# halconform's all_reduce bus bandwidth case across the hosts, one rank per
+# host (each host's halconform runs the case on its device as one rank of the
+# job), judged as nccl-tests' results are: #wrong 0, and the Avg bus
+# bandwidth and the largest size's against the profile's floors. Then the
+# same with floors no link reaches, and with an all_reduce that computes
+# nothing (fake_lazy): every host's report must FAIL, naming why.
+conform() {  # NAME FLOOR_GBPS: halconform on every host with that floor
+  cat >"$work/$1.toml" <<PROFILE
+name = "multihost"
+tiers = ["performance"]
+cases = ["performance.collectives.all_reduce_bus_bandwidth"]
+quick = true
+timeout_seconds = 60
+[[thresholds]]
+[thresholds.values]
+"collectives.all_reduce.min_avg_bus_gbps" = $2
+"collectives.all_reduce.min_bus_gbps" = $2
+PROFILE
+  run_job "$1" 1 sh -c 'exec "$0" --profile "$1" --report-dir "$2.rank$RANK" --jobs 1' \
+    "$halconform" "$work/$1.toml" "$work/$1-report"
+}
+# expect_conform JOB OUTCOME DEVICE TEXT: every host's halconform gave the case that outcome (a grep
+# pattern: WARN is a pass whose runs scattered on a loaded machine), its report TEXT.
+expect_conform() {
+  local job=$1 outcome=$2 device=$3 text=$4
+  for h in $(seq 0 $((hosts - 1))); do
+    grep -q "$outcome *performance.collectives.all_reduce_bus_bandwidth on $device" "$work/$job.h$h" &&
+      grep -q -- "$text" "$work/$job-report.rank$h/conformance.json" ||
+      { fail "$job: host $h's halconform did not report $outcome with '$text'"; show "$job"; return; }
+  done
+  echo "ok: $job ($(grep -o -m1 "$outcome *performance" "$work/$job.h0" | cut -d' ' -f1) on host 0, as on every host)"
+}
+start=$(date +%s.%N)
+conform conform 0.001
+expect_success conform
+expect_conform conform '\(PASS\|WARN\)' host:0 '#wrong total: 0; Avg bus bandwidth'
+grep -o 'rank 0 of 3 ([^)]*)' "$work/conform-report.rank0/conformance.json" | head -1 | sed 's/^/  /'
+grep -o '#wrong total: 0; Avg bus bandwidth: [0-9.]* GB/s' "$work/conform-report.rank0/conformance.json" | sed 's/^/  /'
+conform conform_floor 1000000
+expect_conform conform_floor FAIL host:0 'is below the profile minimum 1000000.000 GB/s (collectives.all_reduce.min_avg_bus_gbps)'
+job_env=(HAL_BACKENDS=fake_lazy "HAL_BACKEND_PATH=$fakes")
+conform conform_lazy 0.001
+job_env=()
+expect_conform conform_lazy FAIL fake_lazy:0 '#wrong [1-9]'
+echo "halconform across $hosts hosts (pass, floor, lazy all_reduce): $(elapsed "$start") s"
 
 # A link cut mid-collective: host 2 (ranks 4 and 5) loses its link once every
 # rank loops all_reduces; every rank must fail within the 3 s timeout (plus
@@ -182,6 +230,26 @@ AGENT
   else
     fail "mpi: mpirun across the hosts exited $mpi_status"
     cat "$work/mpi.h0"
+  fi
+  # halconform's bus bandwidth case under mpirun, one rank per host, on the MPI engine.
+  for h in $(seq 0 $((hosts - 1))); do echo "h$h slots=1"; done >"$work/hostfile1"
+  port=$((port + 2))
+  ip netns exec "$prefix-h0" timeout 120 mpirun --allow-run-as-root -np $hosts --hostfile "$work/hostfile1" \
+    --mca plm_rsh_agent "$work/agent" --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 --mca btl tcp,self \
+    -x HAL_BACKENDS=host -x HAL_BACKEND_PATH="$plugins" -x MASTER_ADDR="$subnet.1" -x MASTER_PORT=$port \
+    sh -c 'exec "$0" --profile "$1" --report-dir "$2.rank$OMPI_COMM_WORLD_RANK"' \
+    "$halconform" "$work/conform.toml" "$work/conform_mpi-report" >"$work/conform_mpi.h0" 2>&1
+  passed=0
+  for h in $(seq 0 $((hosts - 1))); do
+    grep -q '#wrong total: 0; Avg bus bandwidth' "$work/conform_mpi-report.rank$h/conformance.json" 2>/dev/null &&
+      grep -q 'communicator: mpi' "$work/conform_mpi-report.rank$h/conformance.json" && passed=$((passed + 1))
+  done
+  if [ "$(grep -c '\(PASS\|WARN\) *performance.collectives.all_reduce_bus_bandwidth on host:0' "$work/conform_mpi.h0")" = $hosts ] &&
+     [ $passed = $hosts ]; then
+    echo "ok: conform_mpi (PASS on every host, MPI engine)"
+  else
+    fail "conform_mpi: halconform under mpirun did not PASS on every host with #wrong 0"
+    cat "$work/conform_mpi.h0"
   fi
 else
   echo "mpi: skipped, mpirun (openmpi-bin) is missing; scripts/install-deps.sh installs it"

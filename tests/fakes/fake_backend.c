@@ -11,7 +11,9 @@
  *   FAKE_NOSTREAMS declares no "streams" and drops host callbacks -> FAIL, not UNSUPPORTED
  *   FAKE_LAZY      attention forward and all_reduce return success and compute nothing -> FAIL
  *   FAKE_BADMEMORY reads of device memory see stuck bits at two known offsets
- *                  of every buffer (stuck_offsets below)  -> memtest FAIL at exactly those
+ *                  of every buffer (stuck_offsets below), and the plugin offers no
+ *                  device memory test, so the memtest case reads back through
+ *                  the host  -> memtest FAIL at exactly those
  * and the faults telemetry must catch (the host's readings, one field changed):
  *   FAKE_ECCRISE   one more uncorrected ECC error at every snapshot -> every case FAILs the health gate
  *   FAKE_THROTTLE  hardware thermal slowdown from the third snapshot of a process on
@@ -243,6 +245,7 @@ HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(uint32_t host_max_abi
   }
 #elif defined(FAKE_BADMEMORY)
   table.copy_device_to_host = copy_device_to_host;
+  table.memory_test = NULL; /* the host's would test the cells, which the fault does not touch */
 #elif defined(FAKE_ECCRISE) || defined(FAKE_THROTTLE)
   if (host->telemetry != NULL && host->telemetry->struct_size >= sizeof(telemetry)) {
     memcpy(&telemetry, host->telemetry, sizeof(telemetry));

@@ -68,6 +68,7 @@ const std::map<std::string, Binder, std::less<>>& kernels() {
       HAL_EMULATED_KERNEL(hal_flash_attention_forward_mma_bf16_d64),
       HAL_EMULATED_KERNEL(hal_flash_attention_forward_mma_bf16_d128),
       HAL_EMULATED_KERNEL(hal_flash_attention_forward_mma_bf16_d256),
+      HAL_EMULATED_KERNEL(hal_memory_test_element),
   };
   return table;
 }

@@ -99,6 +99,11 @@ inline float atomicAdd(float* address, float value) {
   *address = old + value;
   return old;
 }
+inline unsigned long long atomicAdd(unsigned long long* address, unsigned long long value) {
+  const unsigned long long old = *address;
+  *address = old + value;
+  return old;
+}
 
 inline float __shfl_xor_sync(unsigned mask, float value, int lane_mask, int width = 32,
                              ::hal_simt::SourceSite site = {__builtin_FILE(), __builtin_LINE()}) {

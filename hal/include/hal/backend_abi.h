@@ -518,6 +518,78 @@ typedef struct hal_telemetry_v1 {
   void (*watch_destroy)(hal_health_watch* watch);
 } hal_telemetry_v1;
 
+/* Device memory testing: one element of a march test (read and check every
+ * 8-byte word of a range, then write it) run by the device itself, so a
+ * test over most of a GPU's memory does not cross the bus. Each executing
+ * thread visits its words in ascending or descending address order (a GPU
+ * has no single order over all of them); a word is checked and written by
+ * the same thread. What a word must hold, or is set to, is one of these: */
+typedef enum hal_memory_test_word {
+  HAL_MEMORY_TEST_NONE = 0,               /* nothing checked / written */
+  HAL_MEMORY_TEST_CONSTANT = 1,           /* the element's 64-bit word */
+  HAL_MEMORY_TEST_ADDRESS = 2,            /* the word's own region offset */
+  HAL_MEMORY_TEST_ADDRESS_COMPLEMENT = 3  /* its bitwise complement */
+} hal_memory_test_word;
+
+typedef struct hal_memory_test_element_v1 {
+  size_t struct_size;
+  uint32_t check;          /* hal_memory_test_word each word must hold when read */
+  uint32_t write;          /* hal_memory_test_word written after the check */
+  uint64_t check_word;     /* the CONSTANT values */
+  uint64_t write_word;
+  uint64_t region_offset;  /* the region offset of the range's first byte (ADDRESS words, failures) */
+  uint32_t descending;     /* nonzero: each thread walks its words from the highest address down */
+  uint32_t reserved;       /* 0 */
+} hal_memory_test_element_v1;
+
+/* A word that read wrong, by region offset. */
+typedef struct hal_memory_test_failure_v1 {
+  uint64_t offset;
+  uint64_t expected;
+  uint64_t found;
+} hal_memory_test_failure_v1;
+
+/* The report, in memory of the stream's device that the caller zeroes and
+ * later reads back: this header, then room for `capacity` failures.
+ * failing_words counts every word that read wrong; the first
+ * min(failing_words, capacity) of them (in no set order) are recorded. */
+typedef struct hal_memory_test_report_v1 {
+  uint64_t failing_words;
+} hal_memory_test_report_v1;
+
+typedef struct hal_memory_test_v1 {
+  size_t struct_size;
+  /* Enqueues one element over `bytes` (a multiple of 8, > 0) of `tested`
+   * (8-byte aligned) on the stream, adding what it finds to the report at
+   * `report` (8-byte aligned, room for the header and `capacity` > 0
+   * failures); both are in buffers of the stream's device. libhal has
+   * checked the ranges against the buffers. */
+  hal_status (*run_element)(hal_stream* stream, hal_tensor_ref_v1 tested, uint64_t bytes,
+                            const hal_memory_test_element_v1* element, hal_tensor_ref_v1 report, uint32_t capacity);
+} hal_memory_test_v1;
+
+/* Point-to-point links between devices (NVLink), as the device's management
+ * library reports them: one entry per link the device has. */
+typedef enum hal_device_link_kind {
+  HAL_DEVICE_LINK_NVLINK = 1
+} hal_device_link_kind;
+
+typedef struct hal_device_link_v1 {
+  size_t struct_size;
+  uint32_t kind;               /* hal_device_link_kind */
+  uint32_t active;             /* nonzero: the link is up */
+  char peer_pci_bus_id[32];    /* the device at its far end ("0000:e2:00.0"); "" when unknown */
+} hal_device_link_v1;
+
+typedef struct hal_topology_v1 {
+  size_t struct_size;
+  /* Fills up to `capacity` links of the device (each entry's struct_size set
+   * by the caller) and sets *count to how many it has; HAL_ERROR_UNSUPPORTED
+   * with the reason when they cannot be read (no management library). */
+  hal_status (*device_links)(hal_backend_context* context, uint32_t device, hal_device_link_v1* out, uint32_t capacity,
+                             uint32_t* count);
+} hal_topology_v1;
+
 /* Copies and fills take a stream; stream == NULL means a synchronous
  * operation that returns when the bytes are in place. Offsets and sizes have
  * already been checked by libhal against the buffer sizes. */
@@ -576,6 +648,10 @@ typedef struct hal_backend_v1 {
   const struct hal_interop_v1* interop;
   /* Appended: a plugin whose struct_size ends before it offers no telemetry. */
   const struct hal_telemetry_v1* telemetry;
+  /* Appended: a plugin whose struct_size ends before it offers no device memory test. */
+  const struct hal_memory_test_v1* memory_test;
+  /* Appended: a plugin whose struct_size ends before it reports no links between devices. */
+  const struct hal_topology_v1* topology;
 } hal_backend_v1;
 
 typedef const hal_backend_v1* (*hal_backend_query_fn)(uint32_t host_max_abi_version);
@@ -597,7 +673,7 @@ HAL_ABI_PIN_SIZE(hal_attention_params_v1, 368);
 HAL_ABI_PIN_SIZE(hal_tensor_ref_v1, 16);
 HAL_ABI_PIN_SIZE(hal_attention_v1, 40);
 HAL_ABI_PIN_SIZE(hal_attention_v2, 48);
-HAL_ABI_PIN_SIZE(hal_backend_v1, 264);
+HAL_ABI_PIN_SIZE(hal_backend_v1, 280);
 HAL_ABI_PIN_SIZE(hal_store_v1, 32);
 HAL_ABI_PIN_SIZE(hal_communicator_config_v1, 64);
 HAL_ABI_PIN_SIZE(hal_collective_op_v1, 80);
@@ -611,6 +687,12 @@ HAL_ABI_PIN_SIZE(hal_telemetry_reading_v1, 32);
 HAL_ABI_PIN_SIZE(hal_telemetry_snapshot_v1, 1232);
 HAL_ABI_PIN_SIZE(hal_health_event_v1, 32);
 HAL_ABI_PIN_SIZE(hal_telemetry_v1, 40);
+HAL_ABI_PIN_SIZE(hal_memory_test_element_v1, 48);
+HAL_ABI_PIN_SIZE(hal_memory_test_failure_v1, 24);
+HAL_ABI_PIN_SIZE(hal_memory_test_report_v1, 8);
+HAL_ABI_PIN_SIZE(hal_memory_test_v1, 16);
+HAL_ABI_PIN_SIZE(hal_device_link_v1, 48);
+HAL_ABI_PIN_SIZE(hal_topology_v1, 16);
 #undef HAL_ABI_PIN_SIZE
 #endif
 

@@ -9,6 +9,7 @@
 #include "hal/event.hpp"
 #include "hal/interop.hpp"
 #include "hal/memory.hpp"
+#include "hal/memory_test.hpp"
 #include "hal/runtime.hpp"
 #include "hal/settings.hpp"
 #include "hal/status.hpp"

@@ -1,4 +1,5 @@
-// The machine's CPU, NUMA and PCI layout, as hwloc sees it.
+// The machine's CPU, NUMA and PCI layout, as hwloc sees it, and the links
+// between devices, as their backends' management libraries report them.
 //
 // hal uses it to place host memory and threads next to a device and to show
 // the layout in halinfo. Loading never throws: when hwloc fails, Topology
@@ -12,6 +13,8 @@
 #include <vector>
 
 namespace hal {
+
+class Device;
 
 // A set of logical CPUs, by operating-system index (the numbers taskset and
 // /proc/cpuinfo use).
@@ -75,6 +78,29 @@ struct Topology {
   // os_index of the NUMA node holding `cpu`, or -1 when none does.
   int numa_node_of_cpu(int cpu) const;
 };
+
+// How one device reaches another of its backend.
+enum class DeviceLinkKind { unknown, pcie, nvlink };
+std::string_view to_string(DeviceLinkKind kind);
+
+struct DeviceLink {
+  DeviceLinkKind kind = DeviceLinkKind::unknown;
+  std::uint32_t nvlinks = 0;  // active NVLinks from one to the other
+  // The most PCIe carries one way between them: the lower of the two
+  // devices' maximum link generation x width, after line coding (a gen4 x16
+  // link: 31.5 GB/s). nullopt when a device's link is not reported.
+  std::optional<double> pcie_gbps;
+  std::string pcie;    // "PCIe gen4 x16", or why it is unknown
+  std::string detail;  // where `kind` comes from, or why it is unknown
+};
+
+// The link from `from` to `to`, two devices of one backend: NVLink when the
+// backend's management library reports active NVLinks of `from` reaching
+// `to`, PCIe when it reports none that do, unknown (detail says why) when the
+// backend reports no links or an active link's far end is not named. Reads
+// both devices' telemetry. Throws invalid_argument for the same device twice
+// or devices of two backends.
+DeviceLink device_link(const Device& from, const Device& to);
 
 // The canonical "dddd:bb:dd.f" form (lower-case hex, at least four domain
 // digits) of any of the spellings find_pci accepts; nullopt when malformed.

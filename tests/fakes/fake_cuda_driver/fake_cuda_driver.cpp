@@ -3,6 +3,7 @@
 #include <cuda.h>
 
 #include "emulated_kernels.hpp"
+#include "stuck_bits.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -493,6 +494,17 @@ bool pageable(const void* host) {
 // makes the enqueued work fail when it runs, as device faults surface later.
 CUresult submit(const char* function, CUstream stream, Operation operation, HostWait wait = HostWait::none) {
   const CUresult fault = injected_fault(function);
+  // HAL_FAKE_CUDA_STUCK_BITS (tests/fakes/stuck_bits.hpp): once the work ran, every device allocation's stuck bits
+  // hold their values again, whatever it wrote.
+  if (std::vector<hal_fakes::StuckBit> bits = hal_fakes::stuck_bits("HAL_FAKE_CUDA_STUCK_BITS"); !bits.empty())
+    operation = [operation = std::move(operation), bits = std::move(bits)] {
+      const CUresult result = operation();
+      std::lock_guard lock(driver().mutex);
+      for (const auto& [start, allocation] : driver().allocations)
+        if (allocation.kind == Allocation::Kind::device)
+          hal_fakes::force_stuck_bits(bits, reinterpret_cast<void*>(start), allocation.size);
+      return result;
+    };
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   const bool without_stream = stream == nullptr;
   stream = resolve_stream(stream);

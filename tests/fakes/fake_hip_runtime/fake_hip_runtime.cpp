@@ -8,6 +8,7 @@
 #include <hip/hip_runtime_api.h>
 
 #include "emulated_kernels.hpp"
+#include "stuck_bits.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -271,7 +272,17 @@ enum class NullStreamCall { waits, returns_early };
 hipError_t submit(hipStream_t stream, const char* function, std::function<hipError_t()> work,
                   NullStreamCall call = NullStreamCall::waits) {
   const hipError_t failure = injected(function);
-  auto checked = [failure, work = std::move(work)] { return failure != hipSuccess ? failure : work(); };
+  // HAL_FAKE_HIP_STUCK_BITS (tests/fakes/stuck_bits.hpp): once the work ran, every device allocation's stuck bits
+  // hold their values again, whatever it wrote.
+  auto checked = [failure, work = std::move(work), bits = hal_fakes::stuck_bits("HAL_FAKE_HIP_STUCK_BITS")] {
+    const hipError_t result = failure != hipSuccess ? failure : work();
+    if (!bits.empty()) {
+      std::lock_guard lock(state().mutex);
+      for (const auto& [start, allocation] : state().allocations)
+        if (allocation.kind == Kind::device) hal_fakes::force_stuck_bits(bits, reinterpret_cast<void*>(start), allocation.size);
+    }
+    return result;
+  };
   if (stream != nullptr) {
     as_stream(stream)->enqueue(std::move(checked));
     return hipSuccess;

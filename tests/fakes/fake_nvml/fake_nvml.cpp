@@ -338,6 +338,20 @@ FAKE_EXPORT int API(DeviceGetNvLinkState)(void* handle, unsigned link, unsigned*
   return success;
 }
 
+// The device each link of a device reaches: NVLINK_PEER, the index (in this
+// library's order) of the one device all its links go to; NOT_SUPPORTED when unset.
+FAKE_EXPORT int API(DeviceGetNvLinkRemotePciInfo_v2)(void* handle, unsigned link, PciInfo* info) {
+  CHECK_DEVICE(handle);
+  unsigned long long links = 0, peer = 0;
+  if (info == nullptr || value("NVLINKS", *device, 0, links) != success || link >= links) return invalid_argument;
+  if (environment("HAL_FAKE_NVML_NVLINK_PEER").empty()) return not_supported;
+  if (int result = value("NVLINK_PEER", *device, 0, peer); result != success) return result;
+  if (peer >= bus_ids().size()) return unknown;
+  *info = {};
+  std::snprintf(info->bus_id, sizeof(info->bus_id), "%s", bus_ids()[peer].c_str());
+  return success;
+}
+
 FAKE_EXPORT int API(DeviceGetNvLinkErrorCounter)(void* handle, unsigned link, int counter,
                                                  unsigned long long* count) {
   CHECK_DEVICE(handle);
