@@ -1,9 +1,9 @@
 // Attention on a GPU backend (CUDA, ROCm), written once: flash through the
 // launch plan of backends/kernels, math as batched f32 GEMMs around the
 // small kernels of backends/kernels/math_attention.cu, fused through a
-// vendor library's FusedAttention. Each backend implements GpuPlatform (how
-// to launch a kernel, allocate scratch, multiply matrices on its API) and
-// fills its table with gpu_attention_table.
+// vendor library's FusedAttention. It reaches the vendor API through a
+// GpuPlatform (how to launch a kernel, allocate scratch, multiply matrices),
+// which VendorPlatform<V> implements once over a backend's Vendor.
 #pragma once
 
 #include <cstdint>
@@ -39,12 +39,13 @@ struct StridedBatchedGemm {
   float alpha = 1.0f, beta = 0.0f;
 };
 
-// What the engine needs from a vendor API. Every call names the device by
-// the backend's index; streams and tensors are the backend's own handles.
+// What the engine needs from a vendor API, made from the backend's Vendor by
+// VendorPlatform<V> (gpu_plugin.hpp). Every call names the device by the
+// backend's index; streams and tensors are the backend's own handles.
 class GpuPlatform {
  public:
   virtual ~GpuPlatform() = default;
-  virtual const char* backend_name() const = 0;  // "cuda", "rocm": prefixes messages
+  virtual std::string backend_name() const = 0;  // "cuda", "ppu", "rocm": prefixes messages
   virtual std::uint32_t device_count() const = 0;
   // Why the device can never have the embedded kernels, known without
   // loading them (which needs its context); empty when they may load.
@@ -69,8 +70,8 @@ class GpuPlatform {
   virtual std::string gemm_unavailable(std::uint32_t device) const = 0;
   virtual hal_status strided_batched_gemm(hal_stream* stream, const StridedBatchedGemm& gemm) = 0;
   // The vendor's fused attention, or null with fused_unavailable() saying why.
-  virtual FusedAttention* fused_attention() { return nullptr; }
-  virtual std::string fused_unavailable() const { return "no fused attention library is wired into this backend"; }
+  virtual FusedAttention* fused_attention() = 0;
+  virtual std::string fused_unavailable() const = 0;
 };
 
 class GpuAttention {

@@ -1,34 +1,12 @@
 // The memory, copy and fill entry points of a GPU plugin written once:
 // argument checks, the alignment arithmetic, the order of calls around the
-// vendor's and the wording of errors. Ops, one per vendor, supplies the
-// vendor calls; instantiated where hal_buffer, hal_stream and
-// hal_backend_context are complete (the backend's memory.cpp).
+// vendor's and the wording of errors, over the backend's Vendor
+// (gpu_vendor.hpp, GpuVendorMemory). Instantiated where hal_buffer,
+// hal_stream and hal_backend_context are complete (gpu_plugin_table).
 //
-// Ops provides:
-//   using Context; using Result; static constexpr Result success;
-//   static constexpr auto context_member                  &hal_backend_context::<member>
-//   static constexpr const char* managed_memory_attribute  the attribute that says a device has managed memory
-//   static Result allocate(const Context&, hal_buffer&, hal_memory_kind, std::size_t bytes, VendorAllocation&)
-//       allocates, keeps in the buffer what release needs, and says where the memory is
-//   static Result release(const Context&, const hal_buffer&)
-//   static Result copy_host_to_device(const Context&, std::uintptr_t, const void*, std::size_t, native stream)
-//   static Result copy_device_to_host(const Context&, void*, std::uintptr_t, std::size_t, native stream)
-//   static Result copy_device_to_device(const Context&, std::uintptr_t, std::uintptr_t, std::size_t, native stream)
-//   static Result memset(const Context&, std::uintptr_t, std::uint8_t / std::uint16_t / std::uint32_t value,
-//                        std::size_t count, native stream)      one 8-, 16- or 32-bit memset
-// A native stream of nullptr asks for the synchronous call, which may return
-// before its bytes land (device-side memsets and copies do), so it is
-// followed by:
-//   static Result synchronize_null_stream(const Context&)   waits for the default stream's work
-// For imported memory (hal_interop_v1.buffer_import), also:
-//   static bool can_query_pointers(const Context&), can_register_host(const Context&)
-//   static Result query_pointer(const Context&, std::uintptr_t address, PointerFacts&)
-//   static Result register_host(const Context&, void*, std::size_t), unregister_host(const Context&, void*)
-//   static Result host_device_pointer(const Context&, void* host, std::uintptr_t& device_address)
-//   static Result synchronize_device(const Context&)
-//   static int ordinal(const Context&, std::uint32_t device)   the vendor's ordinal of hal's device
-//   static constexpr std::int32_t dlpack_device_type           HAL_DLPACK_CUDA, HAL_DLPACK_ROCM
-//   static const char* query_function, register_function      for messages
+// A native stream of nullptr asks the vendor for the synchronous call, which
+// may return before its bytes land (device-side memsets and copies do), so it
+// is followed by V::synchronize_null_stream.
 #pragma once
 
 #include <cstdint>
@@ -39,18 +17,13 @@
 #include <type_traits>
 
 #include "current_device.hpp"
+#include "gpu_vendor.hpp"
 #include "hal/backend_abi.h"
 #include "imported_memory.hpp"
 #include "last_error.hpp"
 #include "memory_plans.hpp"
 
 namespace hal::backend {
-
-// Where a vendor allocation landed, before alignment.
-struct VendorAllocation {
-  std::uintptr_t device_base = 0;
-  void* host_base = nullptr;  // pinned host and managed memory; null for device memory
-};
 
 // Device addresses are integers in the CUDA driver API and pointers in HIP.
 template <typename Address>
@@ -80,10 +53,11 @@ inline const char* memory_kind_name(hal_memory_kind kind) {
 // Buffer and Stream are the plugin's hal_buffer and hal_stream, as
 // parameters so that they need to be complete only where the template is
 // instantiated.
-template <typename Ops, typename Buffer = hal_buffer, typename Stream = hal_stream>
+template <typename V, typename Buffer = hal_buffer, typename Stream = hal_stream>
+  requires GpuVendorMemory<V, Buffer>
 struct GpuMemory {
-  using Context = typename Ops::Context;
-  using Result = typename Ops::Result;
+  using Context = typename V::Context;
+  using Result = typename V::Result;
 
   // The memory, copy and fill fields of the plugin's table.
   static constexpr void fill_table(hal_backend_v1& table) {
@@ -101,7 +75,7 @@ struct GpuMemory {
                                     std::uint64_t size, std::uint64_t alignment, Buffer** out) {
     if (backend == nullptr || out == nullptr)
       return fail(HAL_ERROR_INVALID_ARGUMENT, "buffer_allocate needs a context and out");
-    const Context& context = backend->*Ops::context_member;
+    const Context& context = V::context(*backend);
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
     if (size == 0) return fail(HAL_ERROR_INVALID_ARGUMENT, "buffer_allocate size is 0; allocate at least one byte");
     if (alignment != 0 && (alignment & (alignment - 1)) != 0)
@@ -111,7 +85,7 @@ struct GpuMemory {
                   "memory kind " + std::to_string(static_cast<int>(kind)) + " is not device, host_pinned or managed");
     if (kind == HAL_MEMORY_MANAGED && !context.devices[device]->managed_memory)
       return fail(HAL_ERROR_UNSUPPORTED, context.device_id(device) + " does not support managed memory (" +
-                                             Ops::managed_memory_attribute +
+                                             V::managed_memory_attribute +
                                              " is 0); allocate device memory and copy instead");
 
     // The vendors align device allocations to 256 bytes and host ones to a
@@ -126,8 +100,8 @@ struct GpuMemory {
 
     auto buffer = new_buffer(context, device, kind, size);
     VendorAllocation where;
-    const Result result = Ops::allocate(context, *buffer, kind, static_cast<std::size_t>(plan->bytes), where);
-    if (result != Ops::success)
+    const Result result = V::allocate(context, *buffer, kind, static_cast<std::size_t>(plan->bytes), where);
+    if (result != V::success)
       return context.check(result, "allocating " + std::to_string(size) + " bytes of " + memory_kind_name(kind) +
                                        " memory on " + context.device_id(device));
     const std::uint64_t shift = alignment_shift(where.device_base, plan->alignment);
@@ -145,7 +119,7 @@ struct GpuMemory {
     if (!scope) return scope.status();
     if (buffer->imported.active) return release_imported(context, *buffer);
     // The vendors' free calls wait for work on the device that may still use the memory.
-    if (hal_status status = context.check(Ops::release(context, *buffer), "freeing a " +
+    if (hal_status status = context.check(V::release(context, *buffer), "freeing a " +
                                                                               std::string(memory_kind_name(buffer->kind)) +
                                                                               " buffer of " +
                                                                               context.device_id(buffer->device));
@@ -154,14 +128,20 @@ struct GpuMemory {
     return succeed();
   }
 
+  // The interop sub-table's memory entries.
+  static void fill_interop(hal_interop_v1& table) {
+    table.native_device = native_device;
+    table.buffer_import = buffer_import;
+  }
+
   // How frameworks name the device: DLPack's type and the vendor's ordinal,
   // which an import's pointer facts are checked against too.
   static hal_status native_device(hal_backend_context* backend, std::uint32_t device, hal_native_device_v1* out) {
     if (backend == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "native_device needs out");
-    const Context& context = backend->*Ops::context_member;
+    const Context& context = V::context(*backend);
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
-    out->dlpack_device_type = Ops::dlpack_device_type;
-    out->ordinal = Ops::ordinal(context, device);
+    out->dlpack_device_type = V::dlpack_device_type;
+    out->ordinal = V::ordinal(context, device);
     return succeed();
   }
 
@@ -171,7 +151,7 @@ struct GpuMemory {
                                   const hal_external_memory_v1* memory, Buffer** out) {
     if (backend == nullptr || memory == nullptr || out == nullptr)
       return fail(HAL_ERROR_INVALID_ARGUMENT, "buffer_import needs a context, the memory and out");
-    const Context& context = backend->*Ops::context_member;
+    const Context& context = V::context(*backend);
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
     const hal_memory_kind kind = memory->kind;
     if (kind != HAL_MEMORY_DEVICE && kind != HAL_MEMORY_HOST_PINNED && kind != HAL_MEMORY_MANAGED)
@@ -193,10 +173,10 @@ struct GpuMemory {
     if (kind != HAL_MEMORY_DEVICE) buffer->host_address = memory->address;
     if (memory->size != 0) {
       if (register_host) {
-        if (!Ops::can_register_host(context))
-          return fail(HAL_ERROR_UNSUPPORTED, std::string("the driver lacks ") + Ops::register_function +
+        if (!V::can_register_host(context))
+          return fail(HAL_ERROR_UNSUPPORTED, std::string("the driver lacks ") + V::register_function +
                                                  ", so host memory cannot be registered; import pinned memory instead");
-        if (hal_status status = context.check(Ops::register_host(context, memory->address, memory->size),
+        if (hal_status status = context.check(V::register_host(context, memory->address, memory->size),
                                               "registering " + std::to_string(memory->size) + " bytes of host memory at " +
                                                   describe_pointer(address) + " with " + context.device_id(device));
             status != HAL_OK)
@@ -205,14 +185,14 @@ struct GpuMemory {
       }
       // A refused import leaves the memory as it found it.
       auto refuse = [&](hal_status status) {
-        if (buffer->imported.registered != nullptr) (void)Ops::unregister_host(context, buffer->imported.registered);
+        if (buffer->imported.registered != nullptr) (void)V::unregister_host(context, buffer->imported.registered);
         return status;
       };
       if (hal_status status = check_imported(context, device, kind, address, memory->size); status != HAL_OK)
         return refuse(status);
       if (kind == HAL_MEMORY_HOST_PINNED) {
         std::uintptr_t device_address = 0;
-        if (hal_status status = context.check(Ops::host_device_pointer(context, memory->address, device_address),
+        if (hal_status status = context.check(V::host_device_pointer(context, memory->address, device_address),
                                               "finding the device address of host memory at " + describe_pointer(address));
             status != HAL_OK)
           return refuse(status);
@@ -237,7 +217,7 @@ struct GpuMemory {
     const Context& context = *destination->context;
     return on_device(stream, *destination, size, "host to " + context.device_id(destination->device),
                      [&](const auto native_stream) {
-                       return Ops::copy_host_to_device(context, device_address(*destination, destination_offset),
+                       return V::copy_host_to_device(context, device_address(*destination, destination_offset),
                                                        source, static_cast<std::size_t>(size), native_stream);
                      });
   }
@@ -247,7 +227,7 @@ struct GpuMemory {
     const Context& context = *source->context;
     return on_device(stream, *source, size, context.device_id(source->device) + " to host",
                      [&](const auto native_stream) {
-                       return Ops::copy_device_to_host(context, destination, device_address(*source, source_offset),
+                       return V::copy_device_to_host(context, destination, device_address(*source, source_offset),
                                                        static_cast<std::size_t>(size), native_stream);
                      });
   }
@@ -260,7 +240,7 @@ struct GpuMemory {
     return on_device(stream, *destination, size,
                      context.device_id(source->device) + " to " + context.device_id(destination->device),
                      [&](const auto native_stream) {
-                       return Ops::copy_device_to_device(context, device_address(*destination, destination_offset),
+                       return V::copy_device_to_device(context, device_address(*destination, destination_offset),
                                                          device_address(*source, source_offset),
                                                          static_cast<std::size_t>(size), native_stream);
                      });
@@ -307,19 +287,19 @@ struct GpuMemory {
   // The driver's word on the memory against what the import says it is.
   static hal_status check_imported(const Context& context, std::uint32_t device, hal_memory_kind kind,
                                    std::uintptr_t address, std::uint64_t size) {
-    if (!Ops::can_query_pointers(context)) return HAL_OK;  // an old driver cannot tell: the caller's word stands
+    if (!V::can_query_pointers(context)) return HAL_OK;  // an old driver cannot tell: the caller's word stands
     PointerFacts facts;
-    if (hal_status status = context.check(Ops::query_pointer(context, address, facts),
-                                          std::string(Ops::query_function) + " on " + describe_pointer(address));
+    if (hal_status status = context.check(V::query_pointer(context, address, facts),
+                                          std::string(V::query_function) + " on " + describe_pointer(address));
         status != HAL_OK)
       return status;
     auto device_name = [&](int ordinal) {
       for (std::uint32_t index = 0; index < context.devices.size(); ++index)
-        if (Ops::ordinal(context, index) == ordinal) return context.device_id(index);
+        if (V::ordinal(context, index) == ordinal) return context.device_id(index);
       return "the device of ordinal " + std::to_string(ordinal) + " (not one hal lists)";
     };
     const std::string mismatch =
-        imported_memory_mismatch(facts, kind, Ops::ordinal(context, device), address, size, device_name);
+        imported_memory_mismatch(facts, kind, V::ordinal(context, device), address, size, device_name);
     if (!mismatch.empty()) return fail(HAL_ERROR_INVALID_ARGUMENT, mismatch);
     return HAL_OK;
   }
@@ -329,10 +309,10 @@ struct GpuMemory {
   static hal_status release_imported(const Context& context, Buffer& buffer) {
     hal_status status = HAL_OK;
     if (buffer.imported.registered != nullptr)
-      status = context.check(Ops::unregister_host(context, buffer.imported.registered),
+      status = context.check(V::unregister_host(context, buffer.imported.registered),
                              "unregistering imported host memory of " + context.device_id(buffer.device));
     if (buffer.imported.release != nullptr) {
-      const hal_status synchronized = context.check(Ops::synchronize_device(context),
+      const hal_status synchronized = context.check(V::synchronize_device(context),
                                                     "waiting for " + context.device_id(buffer.device) +
                                                         " before releasing imported memory");
       if (status == HAL_OK) status = synchronized;
@@ -346,9 +326,9 @@ struct GpuMemory {
     const auto address = static_cast<std::uintptr_t>(piece.address);
     const auto count = static_cast<std::size_t>(piece.count);
     switch (piece.element_size) {
-      case 1: return Ops::memset(context, address, static_cast<std::uint8_t>(piece.value), count, native_stream);
-      case 2: return Ops::memset(context, address, static_cast<std::uint16_t>(piece.value), count, native_stream);
-      default: return Ops::memset(context, address, piece.value, count, native_stream);
+      case 1: return V::memset(context, address, static_cast<std::uint8_t>(piece.value), count, native_stream);
+      case 2: return V::memset(context, address, static_cast<std::uint16_t>(piece.value), count, native_stream);
+      default: return V::memset(context, address, piece.value, count, native_stream);
     }
   }
 
@@ -375,7 +355,7 @@ struct GpuMemory {
   // The ABI promises a call without a stream returns when the bytes are in
   // place; the vendors' synchronous memsets and device copies do not wait.
   static hal_status wait_for_synchronous_work(const Context& context, const std::string& what) {
-    if (hal_status status = context.check(Ops::synchronize_null_stream(context), "waiting for " + what);
+    if (hal_status status = context.check(V::synchronize_null_stream(context), "waiting for " + what);
         status != HAL_OK)
       return status;
     return succeed();

@@ -1,21 +1,10 @@
 // The stream and event entry points of a GPU plugin written once: argument
 // checks, the order of calls around the vendor's, ownership of the handles
-// and the wording of errors. Ops, one per vendor, supplies the vendor calls
-// and how a result is checked; instantiated where hal_stream, hal_event and
-// hal_backend_context are complete (the backend's stream.cpp).
-//
-// Ops provides:
-//   using Context; using Result;              the vendor's context and status type
-//   static constexpr auto context_member      &hal_backend_context::<member>
-//   static bool not_ready(Result)             work still pending
-//   static hal_status finish(const Context&, Result, std::string_view operation)
-//       HAL_OK or the recorded error of a call that may wait on device work
-//   static Result create_stream / destroy_stream / synchronize_stream / query_stream,
-//       wait_event, enqueue_host_callback(const Context&, stream handle, HostCallback*),
-//       create_event / destroy_event / record_event / query_event / synchronize_event,
-//       elapsed_milliseconds(const Context&, float*, start, end)
-//   static hal_status collectives_status(const hal_stream*); static void forget_collectives(const hal_stream*)
-//   static native stream wrapped_null_stream()     what a wrapped NULL (legacy default) stream becomes
+// and the wording of errors, over the backend's Vendor (gpu_vendor.hpp,
+// GpuVendorStreams). Instantiated where hal_stream, hal_event and
+// hal_backend_context are complete (gpu_plugin_table). A collective's
+// asynchronous error is the error of every stream it ran on: synchronize and
+// query report it after the vendor's own answer.
 #pragma once
 
 #include <atomic>
@@ -26,28 +15,12 @@
 #include <utility>
 
 #include "current_device.hpp"
+#include "gpu_vendor.hpp"
 #include "hal/backend_abi.h"
 #include "last_error.hpp"
+#include "nccl_collectives.hpp"
 
 namespace hal::backend {
-
-// The members of a GPU plugin's hal_stream and hal_event, which derive from
-// these with the vendor's context and native handle types.
-template <typename Context, typename NativeStream>
-struct GpuStream {
-  const Context* context = nullptr;
-  std::uint32_t device = 0;
-  NativeStream handle = nullptr;
-  bool owned = true;  // false for a wrapped stream that other code owns: never destroyed here
-};
-
-template <typename Context, typename NativeEvent>
-struct GpuEvent {
-  const Context* context = nullptr;
-  std::uint32_t device = 0;
-  NativeEvent handle = nullptr;
-  std::atomic<bool> recorded{false};  // elapsed time needs two recorded events
-};
 
 // A host callback with its argument, owned by the vendor's queue until it runs.
 struct HostCallback {
@@ -65,7 +38,8 @@ struct HostCallback {
 
 // Stream and Event are the plugin's hal_stream and hal_event, as parameters
 // so that they need to be complete only where the template is instantiated.
-template <typename Ops, typename Stream = hal_stream, typename Event = hal_event>
+template <typename V, typename Stream = hal_stream, typename Event = hal_event>
+  requires GpuVendorStreams<V>
 struct GpuStreams {
   // The stream and event fields of the plugin's table.
   static constexpr void fill(hal_backend_v1& table) {
@@ -83,8 +57,8 @@ struct GpuStreams {
     table.event_elapsed_milliseconds = event_elapsed_milliseconds;
   }
 
-  using Context = typename Ops::Context;
-  using Result = typename Ops::Result;
+  using Context = typename V::Context;
+  using Result = typename V::Result;
 
   static std::string stream_name(const Stream* stream) {
     return "a stream of " + stream->context->device_id(stream->device);
@@ -95,8 +69,8 @@ struct GpuStreams {
 
   // Pending work is not an error: HAL_ERROR_TIMEOUT without a message, as the ABI asks.
   static hal_status pending_or_finish(const Context& context, Result result, std::string_view operation) {
-    if (Ops::not_ready(result)) return fail(HAL_ERROR_TIMEOUT, {}, result);
-    return Ops::finish(context, result, operation);
+    if (V::not_ready(result)) return fail(HAL_ERROR_TIMEOUT, {}, result);
+    return V::finish(context, result, operation);
   }
 
   // Checks the arguments, makes the device current (creation is tied to
@@ -106,7 +80,7 @@ struct GpuStreams {
                                      const char* entry_point, const char* what, Create&& create) {
     if (backend == nullptr || out == nullptr)
       return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(entry_point) + " needs a context and out");
-    const Context& context = backend->*Ops::context_member;
+    const Context& context = V::context(*backend);
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
     const CurrentDevice scope = context.current_device(device);
     if (!scope) return scope.status();
@@ -122,31 +96,38 @@ struct GpuStreams {
   }
 
   static hal_status stream_create(hal_backend_context* backend, std::uint32_t device, Stream** out) {
-    return create_on_device(backend, device, out, "stream_create", "a stream", Ops::create_stream);
+    return create_on_device(backend, device, out, "stream_create", "a stream", V::create_stream);
   }
 
   static hal_status stream_destroy(Stream* stream) {
     if (stream == nullptr) return succeed();
     std::unique_ptr<Stream> owned(stream);
     const Context& context = *stream->context;
-    Ops::forget_collectives(stream);
+    forget_collectives_of(stream);
     if (!stream->owned) return succeed();  // its owner destroys it, and waits for it when it wants to
     const CurrentDevice scope = context.current_device(stream->device);
     if (!scope) return scope.status();
     // The vendor finishes work already enqueued before it releases the stream.
-    return Ops::finish(context, Ops::destroy_stream(context, stream->handle), "destroying " + stream_name(stream));
+    return V::finish(context, V::destroy_stream(context, stream->handle), "destroying " + stream_name(stream));
+  }
+
+  // The interop sub-table's stream and event entries.
+  static void fill_interop(hal_interop_v1& table) {
+    table.stream_wrap = stream_wrap;
+    table.stream_native_handle = stream_native_handle;
+    table.event_native_handle = event_native_handle;
   }
 
   // hal_interop_v1: a native stream as a hal_stream, and the native handles.
   static hal_status stream_wrap(hal_backend_context* backend, std::uint32_t device, void* native, std::int32_t owned,
                                 Stream** out) {
     if (backend == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "stream_wrap needs a context and out");
-    const Context& context = backend->*Ops::context_member;
+    const Context& context = V::context(*backend);
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
     auto stream = std::make_unique<Stream>();
     stream->context = &context;
     stream->device = device;
-    stream->handle = native != nullptr ? static_cast<decltype(stream->handle)>(native) : Ops::wrapped_null_stream();
+    stream->handle = native != nullptr ? static_cast<decltype(stream->handle)>(native) : V::wrapped_null_stream();
     stream->owned = owned != 0;
     *out = stream.release();
     return succeed();
@@ -166,11 +147,11 @@ struct GpuStreams {
     const Context& context = *stream->context;
     const CurrentDevice scope = context.current_device(stream->device);
     if (!scope) return scope.status();
-    if (hal_status status = Ops::finish(context, Ops::synchronize_stream(context, stream->handle),
+    if (hal_status status = V::finish(context, V::synchronize_stream(context, stream->handle),
                                         "synchronizing " + stream_name(stream));
         status != HAL_OK)
       return status;
-    return Ops::collectives_status(stream);
+    return collectives_status_of(stream);
   }
 
   static hal_status stream_query(Stream* stream) {
@@ -178,10 +159,10 @@ struct GpuStreams {
     const CurrentDevice scope = context.current_device(stream->device);
     if (!scope) return scope.status();
     if (hal_status status =
-            pending_or_finish(context, Ops::query_stream(context, stream->handle), "querying " + stream_name(stream));
+            pending_or_finish(context, V::query_stream(context, stream->handle), "querying " + stream_name(stream));
         status != HAL_OK)
       return status;
-    return Ops::collectives_status(stream);
+    return collectives_status_of(stream);
   }
 
   static hal_status stream_wait_event(Stream* stream, Event* event) {
@@ -189,7 +170,7 @@ struct GpuStreams {
     const CurrentDevice scope = context.current_device(stream->device);
     if (!scope) return scope.status();
     // An event never recorded is complete for the vendor too: nothing to wait for.
-    return Ops::finish(context, Ops::wait_event(context, stream->handle, event->handle),
+    return V::finish(context, V::wait_event(context, stream->handle, event->handle),
                        "making " + stream_name(stream) + " wait for " + event_name(event));
   }
 
@@ -199,7 +180,7 @@ struct GpuStreams {
     const CurrentDevice scope = context.current_device(stream->device);
     if (!scope) return scope.status();
     auto data = std::make_unique<HostCallback>(HostCallback{callback, user_data});
-    if (hal_status status = context.check(Ops::enqueue_host_callback(context, stream->handle, data.get()),
+    if (hal_status status = context.check(V::enqueue_host_callback(context, stream->handle, data.get()),
                                           "enqueueing a host callback on " + stream_name(stream));
         status != HAL_OK)
       return status;
@@ -208,7 +189,7 @@ struct GpuStreams {
   }
 
   static hal_status event_create(hal_backend_context* backend, std::uint32_t device, Event** out) {
-    return create_on_device(backend, device, out, "event_create", "an event", Ops::create_event);
+    return create_on_device(backend, device, out, "event_create", "an event", V::create_event);
   }
 
   static hal_status event_destroy(Event* event) {
@@ -218,7 +199,7 @@ struct GpuStreams {
     const CurrentDevice scope = context.current_device(event->device);
     if (!scope) return scope.status();
     // A record still pending completes first; the vendor defers the release.
-    return Ops::finish(context, Ops::destroy_event(context, event->handle), "destroying " + event_name(event));
+    return V::finish(context, V::destroy_event(context, event->handle), "destroying " + event_name(event));
   }
 
   static hal_status event_record(Event* event, Stream* stream) {
@@ -228,7 +209,7 @@ struct GpuStreams {
                                                   "; create the event on the stream's device");
     const CurrentDevice scope = context.current_device(stream->device);
     if (!scope) return scope.status();
-    if (hal_status status = context.check(Ops::record_event(context, event->handle, stream->handle),
+    if (hal_status status = context.check(V::record_event(context, event->handle, stream->handle),
                                           "recording an event on " + stream_name(stream));
         status != HAL_OK)
       return status;
@@ -240,14 +221,14 @@ struct GpuStreams {
     const Context& context = *event->context;
     const CurrentDevice scope = context.current_device(event->device);
     if (!scope) return scope.status();
-    return pending_or_finish(context, Ops::query_event(context, event->handle), "querying " + event_name(event));
+    return pending_or_finish(context, V::query_event(context, event->handle), "querying " + event_name(event));
   }
 
   static hal_status event_synchronize(Event* event) {
     const Context& context = *event->context;
     const CurrentDevice scope = context.current_device(event->device);
     if (!scope) return scope.status();
-    return Ops::finish(context, Ops::synchronize_event(context, event->handle), "synchronizing " + event_name(event));
+    return V::finish(context, V::synchronize_event(context, event->handle), "synchronizing " + event_name(event));
   }
 
   static hal_status event_elapsed_milliseconds(Event* start, Event* end, double* milliseconds) {
@@ -259,8 +240,8 @@ struct GpuStreams {
     }
     const Context& context = *start->context;
     float elapsed = 0.0f;
-    const Result result = Ops::elapsed_milliseconds(context, &elapsed, start->handle, end->handle);
-    if (Ops::not_ready(result))
+    const Result result = V::elapsed_milliseconds(context, &elapsed, start->handle, end->handle);
+    if (V::not_ready(result))
       return fail(HAL_ERROR_INVALID_ARGUMENT, "an event has not completed yet; synchronize it before timing", result);
     if (hal_status status = context.check(result, "timing two events of " + context.device_id(start->device));
         status != HAL_OK)

@@ -93,22 +93,22 @@ void mark_all_unavailable(hal_telemetry_snapshot_v1& out, hal_telemetry_availabi
 hal_status health_watch_wait(hal_health_watch* watch, std::int64_t timeout_ms, hal_health_event_v1* out);
 void health_watch_destroy(hal_health_watch* watch);
 
-// A GPU backend's telemetry sub-table: its context (backend->*Member) has
-// check_device(index) and a LazyTelemetry `telemetry`; DeviceOf(context,
-// index) says which device the vendor library is to find.
-template <auto Member, auto DeviceOf>
+// A GPU backend's telemetry and topology sub-tables over its Vendor
+// (gpu_vendor.hpp): the context's LazyTelemetry, asked about the device
+// V::telemetry_device names.
+template <typename V>
 struct GpuTelemetryTable {
   static hal_status snapshot(hal_backend_context* backend, std::uint32_t device, hal_telemetry_snapshot_v1* out) {
     if (backend == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "telemetry snapshot needs out");
-    const auto& context = backend->*Member;
+    const auto& context = V::context(*backend);
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
-    return context.telemetry->snapshot(DeviceOf(context, device), *out);
+    return context.telemetry->snapshot(V::telemetry_device(context, device), *out);
   }
   static hal_status watch_create(hal_backend_context* backend, std::uint32_t device, hal_health_watch** out) {
     if (backend == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "watch_create needs a backend");
-    const auto& context = backend->*Member;
+    const auto& context = V::context(*backend);
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
-    return context.telemetry->watch_create(DeviceOf(context, device), out);
+    return context.telemetry->watch_create(V::telemetry_device(context, device), out);
   }
   static constexpr hal_telemetry_v1 table = {sizeof(hal_telemetry_v1), snapshot, watch_create, health_watch_wait,
                                              health_watch_destroy};
@@ -116,9 +116,9 @@ struct GpuTelemetryTable {
   static hal_status device_links(hal_backend_context* backend, std::uint32_t device, hal_device_link_v1* out,
                                  std::uint32_t capacity, std::uint32_t* count) {
     if (backend == nullptr || count == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "device_links needs count");
-    const auto& context = backend->*Member;
+    const auto& context = V::context(*backend);
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
-    return context.telemetry->links(DeviceOf(context, device), out, capacity, count);
+    return context.telemetry->links(V::telemetry_device(context, device), out, capacity, count);
   }
   static constexpr hal_topology_v1 topology = {sizeof(hal_topology_v1), device_links};
 };

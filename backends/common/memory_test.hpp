@@ -1,7 +1,7 @@
 // The device memory test's sub-table (hal_memory_test_v1), written once:
 // argument checks for every backend, the host's march over host memory, and
 // the GPU backends' launch of backends/kernels/memory_test.cu through their
-// GpuPlatform.
+// GpuPlatform (gpu_plugin.hpp fills the sub-table).
 #pragma once
 
 #include <cstdint>
@@ -28,17 +28,5 @@ hal_status memory_test_needs_stream();
 hal_status run_gpu_memory_test_element(GpuPlatform& platform, hal_stream* stream, const hal_tensor_ref_v1& tested,
                                        std::uint64_t bytes, const hal_memory_test_element_v1* element,
                                        const hal_tensor_ref_v1& report, std::uint32_t capacity);
-
-// A GPU backend's table, given how to find its platform from a stream.
-template <GpuPlatform* (*FromStream)(hal_stream*)>
-struct GpuMemoryTestTable {
-  static hal_status run_element(hal_stream* stream, hal_tensor_ref_v1 tested, std::uint64_t bytes,
-                                const hal_memory_test_element_v1* element, hal_tensor_ref_v1 report,
-                                std::uint32_t capacity) {
-    if (stream == nullptr) return memory_test_needs_stream();
-    return run_gpu_memory_test_element(*FromStream(stream), stream, tested, bytes, element, report, capacity);
-  }
-  static constexpr hal_memory_test_v1 table{sizeof(hal_memory_test_v1), run_element};
-};
 
 }  // namespace hal::backend

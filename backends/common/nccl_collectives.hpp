@@ -1,9 +1,10 @@
 // The GPU backends' collectives engine: hal_collectives_v1/v2 on an
 // NCCL-compatible library (NCCL, ACCL-N, RCCL, ACCL-P/pccl through
-// shims/nccl), written once for every vendor. A backend supplies a
-// GpuCollectivesPort (make a device current, a stream's native handle, its
-// own memory and event entry points), owns one NcclCollectives in its
-// context, and points its table at nccl_collectives_table<>.
+// shims/nccl), written once for every vendor. It sees the backend through a
+// GpuCollectivesPort (make a device current, a stream's native handle, the
+// plugin's own memory and event entry points), which gpu_plugin.hpp's
+// VendorCollectivesPort<V> implements over the backend's Vendor; the context
+// owns one NcclCollectives, and the table points at nccl_collectives_table<>.
 //
 // Rendezvous: rank 0 publishes ncclGetUniqueId under the communicator's key
 // prefix in hal's store; every rank marks its arrival there, so a missing
@@ -28,8 +29,9 @@
 namespace hal::backend {
 
 // What the engine needs from a backend. The memory and event calls go
-// through the backend's own entry points (the table fill_gpu_entry_points
-// fills), so only the four vendor-specific calls are left to implement.
+// through the backend's own entry points (its GpuMemory and GpuStreams), so
+// only the vendor-specific calls are left to implement
+// (VendorCollectivesPort<V> in gpu_plugin.hpp).
 class GpuCollectivesPort {
  public:
   GpuCollectivesPort(const hal_backend_v1& entry_points, hal_backend_context* backend)
@@ -131,37 +133,6 @@ constexpr hal_collectives_v2 nccl_collectives_table() {
   };
   table.communicator_description = nccl_communicator_description;
   return table;
-}
-
-// The port, the engine and the stream hooks of a backend whose Context has
-// `devices`, `device_id(index)`, `current_device(index)` and a `collectives`
-// member, and whose hal_stream (Stream) has `context`, `handle` and `device`.
-// Stream is a parameter so that the backend's own hal_stream is complete here.
-template <typename Context, typename Stream = hal_stream>
-class ContextCollectivesPort final : public GpuCollectivesPort {
- public:
-  ContextCollectivesPort(const hal_backend_v1& entry_points, hal_backend_context& backend, const Context& context)
-      : GpuCollectivesPort(entry_points, &backend), context_(context) {}
-  std::uint32_t device_count() const override { return static_cast<std::uint32_t>(context_.devices.size()); }
-  std::string device_name(std::uint32_t device) const override { return context_.device_id(device); }
-  CurrentDevice current_device(std::uint32_t device) const override { return context_.current_device(device); }
-  void* native_stream(const hal_stream* stream) const override { return static_cast<const Stream*>(stream)->handle; }
-  std::uint32_t stream_device(const hal_stream* stream) const override {
-    return static_cast<const Stream*>(stream)->device;
-  }
-  void relax_capture_mode() const override { context_.relax_capture_mode(); }
-
- private:
-  const Context& context_;
-};
-
-// The engine for `context` on `library` (null: collectives are off, `status` says why).
-template <typename Context>
-std::unique_ptr<NcclCollectives> make_nccl_collectives(const hal_backend_v1& entry_points, hal_backend_context& backend,
-                                                       const Context& context, const shims::Nccl* library,
-                                                       const std::string& status) {
-  return std::make_unique<NcclCollectives>(
-      std::make_unique<ContextCollectivesPort<Context>>(entry_points, backend, context), library, status);
 }
 
 // The error a communicator left on the stream (stream synchronize/query report it).

@@ -1,6 +1,7 @@
 // Internal types of the CUDA core (hal_cuda_core): the driver API through
 // shims/, one primary context per device, and the ABI's opaque handles. Two
-// plugins are built on it, cuda and ppu; a Profile says what differs.
+// plugins are built on it, cuda and ppu; a Profile says what differs. The
+// engines reach all of it through CudaVendor (vendor.hpp).
 #pragma once
 
 #include <atomic>
@@ -13,16 +14,14 @@
 #include <utility>
 #include <vector>
 
-#include "cuda_driver.hpp"
 #include "cublas.hpp"
+#include "cuda_driver.hpp"
 #include "cudnn.hpp"
 #include "current_device.hpp"
-#include "device_description.hpp"
 #include "fused_attention.hpp"
 #include "gpu_attention.hpp"
-#include "gpu_streams.hpp"
 #include "gpu_telemetry.hpp"
-#include "imported_memory.hpp"
+#include "gpu_vendor.hpp"
 #include "hal/backend_abi.h"
 #include "kernel_functions.hpp"
 #include "last_error.hpp"
@@ -37,14 +36,10 @@ using backend::succeed;
 // The hal_status a CUresult stands for.
 hal_status status_of(CUresult result);
 
-struct CudaDevice {
+struct CudaDevice : backend::GpuDevice {
+  CudaDevice() { warp_size = 32; }
   CUdevice handle = 0;
-  std::string name, vendor, uuid, pci_bus_id;
-  int numa_node = -1;
-  std::uint64_t total_memory = 0;
-  std::uint32_t multiprocessors = 0, clock_mhz = 0, memory_clock_mhz = 0;
   int compute_major = 0, compute_minor = 0;
-  bool managed_memory = false;
   // Stream-ordered allocation (cuMemAllocFromPoolAsync): the driver has it
   // and the device says CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED (some don't).
   bool memory_pools = false;
@@ -56,7 +51,6 @@ struct CudaDevice {
   std::mutex scratch_pool_mutex;
   CUmemoryPool scratch_pool = nullptr;
   std::uint64_t scratch_pool_threshold = 0;
-  backend::DeviceDescription description;
 
   // Kernels from the embedded image (kernels.cpp), loaded on first use (so
   // discovery needs no context); usable only when loaded and verified.
@@ -66,7 +60,6 @@ struct CudaDevice {
   bool kernels_usable = false;
   std::string kernels_status;
   backend::KernelFunctions<CUfunction> kernel_functions;  // by name, from kernel_module
-  std::uint32_t max_shared_bytes_optin = 0, warp_size = 32;
 
   // The primary context, retained on the first entry point that works on the
   // device: creating one costs time and device memory, so discovery and
@@ -77,10 +70,19 @@ struct CudaDevice {
   std::atomic<bool> context_held{false};  // retained: free memory can be read without creating it
 };
 
+// The math path's cuBLAS handles, one per device, made on first use; a
+// handle's stream is state shared by its callers, hence the lock.
+struct BlasHandles {
+  std::mutex mutex;
+  std::vector<cublasHandle_t> per_device;
+  bool allow_tf32 = false;  // HAL_CUBLAS_TF32=1: TF32 tensor cores for the f32 GEMMs
+};
+
 struct Context;
 
 // What differs between the plugins built on this core: where the vendor
-// libraries are searched and how a device is identified and reported.
+// libraries are searched and how a device is identified and reported. Data,
+// plus the one step that differs in code (identify).
 struct Profile {
   std::string backend;  // the plugin's name: "cuda", "ppu"; device ids in messages are "<backend>:<index>"
   shims::LibraryRequest driver;  // the CUDA driver API (libcuda)
@@ -112,6 +114,7 @@ struct Context {
   std::string nccl_status;
   std::unique_ptr<shims::Cublas> cublas;  // the math attention path's GEMMs
   std::string cublas_status;
+  mutable BlasHandles blas_handles;
   // cuDNN's SDPA (cudnn_attention.cpp); it says itself when it cannot run.
   std::unique_ptr<backend::FusedAttention> fused_attention;
   std::unique_ptr<backend::GpuAttention> attention;
@@ -127,6 +130,7 @@ struct Context {
   ~Context();
 
   const shims::CudaDriverApi& api() const { return driver->api(); }
+  const std::string& backend_name() const { return profile.backend; }
   void log_message(hal_log_level level, const std::string& message) const {
     if (log != nullptr) log(log_user_data, level, message.c_str());
   }
@@ -159,35 +163,27 @@ void destroy_scratch_pool(const Context& context, CudaDevice& device);
 
 // Discovers the devices and their identity; fills context.devices.
 hal_status discover_devices(Context& context);
-void fill_device_info(const Context& context, std::uint32_t device, hal_device_info_v1& info);
 // 12040 -> "12.4"
 std::string format_cuda_version(int version);
 
-// Opens context.profile's driver and optional libraries and lists the
-// devices (plugin.cpp). HAL_ERROR_NOT_PRESENT when the driver is missing.
+// Opens context.profile's driver and optional libraries, makes the engines
+// and lists the devices (core.cpp). HAL_ERROR_NOT_PRESENT when the driver is
+// missing.
 hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init);
-// telemetry.cpp: snapshots and health events through profile.telemetry.
+// The table of a plugin built on this core (core.cpp): its name and
+// initialize differ, everything else comes from CudaVendor.
+hal_backend_v1 make_table(const char* name, backend::InitializeFunction initialize);
+// telemetry.cpp: snapshots, health events and NVLink peers through profile.telemetry.
 std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile);
-extern const hal_telemetry_v1 telemetry_table;
-extern const hal_topology_v1 topology_table;  // NVLink peers, from the same library
-
-using InitializeFunction = hal_status (*)(const hal_backend_init_v1*, hal_backend_context**);
-// The table of a plugin built on this core: its name and initialize differ,
-// everything else (work entry points, optional sub-tables) is shared.
-hal_backend_v1 make_table(const char* name, InitializeFunction initialize);
+// cuBLAS (HAL_CUBLAS, then the `cublas` option, then the usual search); a
+// missing one is kept as the math path's reason.
+void load_cublas(Context& context, const std::string& configured_path);
 
 }  // namespace hal::cuda
 
-struct hal_buffer {
-  const hal::cuda::Context* context = nullptr;
-  std::uint32_t device = 0;
-  hal_memory_kind kind = HAL_MEMORY_DEVICE;
+struct hal_buffer : hal::backend::GpuBuffer<hal::cuda::Context, CUdeviceptr> {
   CUdeviceptr base = 0;       // what the driver returned; freed
-  CUdeviceptr address = 0;    // base rounded up to the requested alignment
   void* host_base = nullptr;  // pinned host allocations: what cuMemFreeHost takes
-  void* host_address = nullptr;
-  std::uint64_t size = 0;
-  hal::backend::ImportedMemory imported;  // memory other code allocated: never freed here
 };
 
 struct hal_stream : hal::backend::GpuStream<hal::cuda::Context, CUstream> {};
@@ -196,16 +192,3 @@ struct hal_event : hal::backend::GpuEvent<hal::cuda::Context, CUevent> {};
 struct hal_backend_context {
   hal::cuda::Context cuda;
 };
-
-// The C entry points, defined in memory.cpp and stream.cpp.
-namespace hal::cuda {
-#include "gpu_entry_points.inc"
-
-// Collectives (collectives.cpp): the engine on context.nccl, its table, and
-// the errors it leaves on streams, which stream_synchronize and
-// stream_query report after the driver's own answer.
-void create_collectives(hal_backend_context& backend);
-extern const hal_collectives_v2 collectives_table;
-hal_status collectives_stream_status(const hal_stream* stream);
-void forget_collectives_stream(const hal_stream* stream);
-}  // namespace hal::cuda

@@ -2,8 +2,8 @@
 // capabilities each device declares.
 #include <cstdio>
 
-#include "cuda_backend.hpp"
 #include "kernels.hpp"
+#include "vendor.hpp"
 #include "pci_bus_id.hpp"
 
 #ifndef HAL_VERSION_STRING
@@ -84,7 +84,7 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
   device.total_memory = total;
 
   AttributeReader reader(context, device);
-  device.multiprocessors =
+  device.compute_units =
       static_cast<std::uint32_t>(reader.attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "multiprocessors"));
   device.clock_mhz = static_cast<std::uint32_t>(reader.attribute(CU_DEVICE_ATTRIBUTE_CLOCK_RATE, "clock") / 1000);
   device.memory_clock_mhz =
@@ -123,10 +123,10 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
   description.add_int("memory.l2_cache_bytes", reader.attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2 cache size"));
   description.add_int("memory.bus_width_bits",
                   reader.attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, "memory bus width"));
-  device.max_shared_bytes_optin = static_cast<std::uint32_t>(
+  device.max_shared_bytes = static_cast<std::uint32_t>(
       reader.attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "shared memory opt-in"));
   device.warp_size = static_cast<std::uint32_t>(reader.attribute(CU_DEVICE_ATTRIBUTE_WARP_SIZE, "warp size"));
-  description.add_int("cuda.max_shared_memory_per_block_optin", device.max_shared_bytes_optin);
+  description.add_int("cuda.max_shared_memory_per_block_optin", device.max_shared_bytes);
   description.add_bool("library.cudnn", context.cudnn != nullptr, context.cudnn_status);
   description.add_bool("library.nccl", context.nccl != nullptr, context.nccl_status);
   description.add_bool("collectives", context.collectives && context.collectives->available(),
@@ -200,36 +200,22 @@ hal_status discover_devices(Context& context) {
   return HAL_OK;
 }
 
-void fill_device_info(const Context& context, std::uint32_t index, hal_device_info_v1& info) {
+// cuMemGetInfo needs the device's context, and asking about a device must
+// not create one (it costs device memory): until hal works on the device its
+// free memory reads 0.
+std::uint64_t CudaVendor::free_memory(const Context& context, std::uint32_t index) {
   const CudaDevice& device = *context.devices[index];
-  info.type = HAL_DEVICE_TYPE_GPU;
-  info.name = device.name.c_str();
-  info.vendor = device.vendor.c_str();
-  info.uuid = device.uuid.c_str();
-  info.pci_bus_id = device.pci_bus_id.c_str();
-  info.numa_node = device.numa_node;
-  info.total_memory = device.total_memory;
-  info.free_memory = 0;
-  // cuMemGetInfo needs the device's context, and asking about a device must
-  // not create one (it costs device memory): until hal works on the device
-  // its free memory reads 0.
   if (!device.context_held.load(std::memory_order_acquire)) {
     context.log_message(HAL_LOG_DEBUG, "the free memory of " + context.device_id(index) +
                                            " is read once hal uses the device; reported as 0 until then");
-  } else {
-    std::size_t free = 0, total = 0;
-    const backend::CurrentDevice scope = context.current_device(index);
-    if (scope && context.api().cuMemGetInfo(&free, &total) == CUDA_SUCCESS)
-      info.free_memory = free;
-    else
-      context.log_message(HAL_LOG_WARNING, "cannot read the free memory of " + context.device_id(index) +
-                                               "; its primary context is unusable, reported as 0");
+    return 0;
   }
-  info.compute_units = device.multiprocessors;
-  info.clock_mhz = device.clock_mhz;
-  info.memory_clock_mhz = device.memory_clock_mhz;
-  device.description.describe(info);
-  if (HAL_DEVICE_INFO_HAS(&info, supersedes)) info.supersedes = context.profile.supersedes.c_str();
+  std::size_t free = 0, total = 0;
+  const backend::CurrentDevice scope = context.current_device(index);
+  if (scope && context.api().cuMemGetInfo(&free, &total) == CUDA_SUCCESS) return free;
+  context.log_message(HAL_LOG_WARNING, "cannot read the free memory of " + context.device_id(index) +
+                                           "; its primary context is unusable, reported as 0");
+  return 0;
 }
 
 }  // namespace hal::cuda

@@ -1,5 +1,6 @@
 // CUresult -> hal_status and the primary context made current per entry point; the last error
 // itself lives in backends/common.
+#include "attention.hpp"
 #include "cuda_backend.hpp"
 #include "kernels.hpp"
 
@@ -119,8 +120,9 @@ backend::CurrentDevice Context::current_device(std::uint32_t index) const {
 
 Context::~Context() {
   if (!driver) return;
-  attention.reset();  // its cuBLAS handles need the contexts released below
-  fused_attention.reset();  // so do the cuDNN handles
+  destroy_blas_handles(*this);  // cuBLAS handles need the contexts released below
+  fused_attention.reset();      // so do the cuDNN handles
+  attention.reset();
   for (std::uint32_t index = 0; index < devices.size(); ++index) unload_kernels(*this, index);
   for (const auto& device : devices) {
     destroy_scratch_pool(*this, *device);

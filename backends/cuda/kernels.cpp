@@ -1,7 +1,12 @@
+// The embedded kernels on each device: loaded and checked on first use,
+// resolved by name, and launched (CudaVendor's kernel calls).
 #include "kernels.hpp"
 
 #include <cmath>
+#include <string>
 #include <vector>
+
+#include "vendor.hpp"
 
 namespace hal::cuda {
 namespace {
@@ -107,13 +112,13 @@ bool kernels_usable(const Context& context, std::uint32_t index) {
 hal_status find_kernel(const Context& context, std::uint32_t index, const char* name, CUfunction* function) {
   CudaDevice& device = *context.devices[index];
   if (!kernels_usable(context, index))
-    return fail(HAL_ERROR_UNSUPPORTED, "cuda:" + std::to_string(index) + " has no usable kernels: " + device.kernels_status);
+    return fail(HAL_ERROR_UNSUPPORTED, context.device_id(index) + " has no usable kernels: " + device.kernels_status);
   auto [found, problem] = device.kernel_functions.find(name, [&](const char* kernel, CUfunction* out) {
     const CUresult result = context.api().cuModuleGetFunction(out, device.kernel_module, kernel);
     return result == CUDA_SUCCESS ? std::string() : context.driver->describe(result);
   });
   if (!problem.empty())
-    return fail(HAL_ERROR_INTERNAL, "the kernel image loaded on cuda:" + std::to_string(index) + " lacks " + name +
+    return fail(HAL_ERROR_INTERNAL, "the kernel image loaded on " + context.device_id(index) + " lacks " + name +
                                         " (cuModuleGetFunction: " + problem + "); the plugin was built from mismatched "
                                         "sources, rebuild it");
   *function = found;
@@ -128,6 +133,44 @@ void unload_kernels(const Context& context, std::uint32_t index) {
   device.kernel_module = nullptr;
   device.softmax_rows_f32 = nullptr;
   device.kernels_usable = false;
+}
+
+std::string CudaVendor::kernels_missing(const Context& context, std::uint32_t) { return cuda::kernels_missing(context); }
+
+std::string CudaVendor::kernels_unusable(const Context& context, std::uint32_t device) {
+  return kernels_usable(context, device) ? std::string() : context.devices[device]->kernels_status;
+}
+
+namespace {
+// cuLaunchKernel takes up to 48 KiB of dynamic shared memory without asking.
+constexpr std::uint32_t default_shared_limit = 48 * 1024;
+}  // namespace
+
+hal_status CudaVendor::launch(const Context& context, hal_stream& stream, const hal_kernel_launch& launch,
+                              const void* arguments) {
+  const backend::CurrentDevice scope = context.current_device(stream.device);
+  if (!scope) return scope.status();
+  CUfunction function = nullptr;
+  if (hal_status status = find_kernel(context, stream.device, launch.kernel, &function); status != HAL_OK) return status;
+  const auto& api = context.api();
+  if (launch.shared_bytes > default_shared_limit) {
+    if (api.cuFuncSetAttribute == nullptr)
+      return fail(HAL_ERROR_UNSUPPORTED, std::string(launch.kernel) + " needs " + std::to_string(launch.shared_bytes) +
+                                             " bytes of shared memory and the driver lacks cuFuncSetAttribute to "
+                                             "allow more than 48 KiB; update the driver");
+    if (hal_status status = context.check(api.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                                 static_cast<int>(launch.shared_bytes)),
+                                          std::string("cuFuncSetAttribute(") + launch.kernel +
+                                              ", max dynamic shared memory)");
+        status != HAL_OK)
+      return status;
+  }
+  // The kernel's one parameter is the struct `arguments` points to.
+  void* parameters[] = {const_cast<void*>(arguments)};
+  return context.check(api.cuLaunchKernel(function, launch.grid[0], launch.grid[1], launch.grid[2], launch.block[0],
+                                          launch.block[1], launch.block[2], launch.shared_bytes, stream.handle,
+                                          parameters, nullptr),
+                       std::string("cuLaunchKernel(") + launch.kernel + ")");
 }
 
 }  // namespace hal::cuda

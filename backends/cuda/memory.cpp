@@ -1,141 +1,129 @@
 // Device, pinned host and managed memory; copies and fills, synchronous
-// (stream == NULL) or ordered on a stream: the driver calls under
-// backends/common/gpu_memory.hpp.
+// (stream == NULL) or ordered on a stream: CudaVendor's memory calls, under
+// backends/common/gpu_memory.hpp; and the scratch pool attention uses.
 #include <utility>
 
-#include "cuda_backend.hpp"
-#include "gpu_memory.hpp"
+#include "vendor.hpp"
 
 namespace hal::cuda {
-namespace {
 
-struct MemoryOps {
-  using Context = cuda::Context;
-  using Result = CUresult;
-  static constexpr Result success = CUDA_SUCCESS;
-  static constexpr auto context_member = &hal_backend_context::cuda;
-  static constexpr const char* managed_memory_attribute = "CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY";
-
-  static CUresult allocate(const Context& context, hal_buffer& buffer, hal_memory_kind kind, std::size_t bytes,
-                           backend::VendorAllocation& where) {
-    const auto& api = context.api();
-    CUresult result = CUDA_SUCCESS;
-    switch (kind) {
-      case HAL_MEMORY_DEVICE: result = api.cuMemAlloc(&buffer.base, bytes); break;
-      case HAL_MEMORY_MANAGED:
-        result = api.cuMemAllocManaged(&buffer.base, bytes, CU_MEM_ATTACH_GLOBAL);
-        where.host_base = reinterpret_cast<void*>(static_cast<std::uintptr_t>(buffer.base));
-        break;
-      case HAL_MEMORY_HOST_PINNED:
-        result = api.cuMemHostAlloc(&buffer.host_base, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
-        if (result == CUDA_SUCCESS) {
-          result = api.cuMemHostGetDevicePointer(&buffer.base, buffer.host_base, 0);
-          if (result != CUDA_SUCCESS) api.cuMemFreeHost(buffer.host_base);
-        }
-        where.host_base = buffer.host_base;
-        break;
-    }
-    where.device_base = static_cast<std::uintptr_t>(buffer.base);
-    return result;
+CUresult CudaVendor::allocate(const Context& context, hal_buffer& buffer, hal_memory_kind kind, std::size_t bytes,
+                              backend::VendorAllocation& where) {
+  const auto& api = context.api();
+  CUresult result = CUDA_SUCCESS;
+  switch (kind) {
+    case HAL_MEMORY_DEVICE: result = api.cuMemAlloc(&buffer.base, bytes); break;
+    case HAL_MEMORY_MANAGED:
+      result = api.cuMemAllocManaged(&buffer.base, bytes, CU_MEM_ATTACH_GLOBAL);
+      where.host_base = reinterpret_cast<void*>(static_cast<std::uintptr_t>(buffer.base));
+      break;
+    case HAL_MEMORY_HOST_PINNED:
+      result = api.cuMemHostAlloc(&buffer.host_base, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP);
+      if (result == CUDA_SUCCESS) {
+        result = api.cuMemHostGetDevicePointer(&buffer.base, buffer.host_base, 0);
+        if (result != CUDA_SUCCESS) api.cuMemFreeHost(buffer.host_base);
+      }
+      where.host_base = buffer.host_base;
+      break;
   }
-  // Imported memory.
-  // A PPU in CUDA-compatible mode too: to a framework it is a CUDA device.
-  static constexpr std::int32_t dlpack_device_type = HAL_DLPACK_CUDA;
-  static constexpr const char* query_function = "cuPointerGetAttributes";
-  static constexpr const char* register_function = "cuMemHostRegister";
-  static bool can_query_pointers(const Context& context) { return context.api().cuPointerGetAttributes != nullptr; }
-  static bool can_register_host(const Context& context) {
-    return context.api().cuMemHostRegister != nullptr && context.api().cuMemHostUnregister != nullptr;
-  }
-  static CUresult query_pointer(const Context& context, std::uintptr_t address, backend::PointerFacts& facts) {
-    unsigned int memory_type = 0;
-    int ordinal = -1;
-    std::uint64_t managed = 0;  // a bool the driver writes into the first byte
-    CUdeviceptr start = 0;
-    std::size_t size = 0;
-    CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                        CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                        CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-    void* data[] = {&memory_type, &ordinal, &managed, &start, &size};
-    // Memory the driver does not know is not an error here: every attribute reads as zero.
-    const CUresult result = context.api().cuPointerGetAttributes(5, attributes, data, address);
-    if (result != CUDA_SUCCESS) return result;
-    using Memory = backend::PointerFacts::Memory;
-    facts.memory = (managed & 0xff) != 0               ? Memory::managed
-                   : memory_type == CU_MEMORYTYPE_DEVICE ? Memory::device
-                   : memory_type == CU_MEMORYTYPE_HOST   ? Memory::host
-                                                         : Memory::unknown;
-    facts.ordinal = ordinal;
-    facts.range_start = static_cast<std::uintptr_t>(start);
-    facts.range_size = size;
-    return CUDA_SUCCESS;
-  }
-  static CUresult register_host(const Context& context, void* address, std::size_t size) {
-    return context.api().cuMemHostRegister(address, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
-  }
-  static CUresult unregister_host(const Context& context, void* address) {
-    return context.api().cuMemHostUnregister(address);
-  }
-  static CUresult host_device_pointer(const Context& context, void* host, std::uintptr_t& device_address) {
-    CUdeviceptr address = 0;
-    const CUresult result = context.api().cuMemHostGetDevicePointer(&address, host, 0);
-    device_address = static_cast<std::uintptr_t>(address);
-    return result;
-  }
-  static CUresult synchronize_device(const Context& context) {
-    return context.api().cuCtxSynchronize != nullptr ? context.api().cuCtxSynchronize() : CUDA_ERROR_NOT_SUPPORTED;
-  }
-  static CUresult synchronize_null_stream(const Context& context) {
-    return context.api().cuStreamSynchronize(CU_STREAM_LEGACY);
-  }
-  static int ordinal(const Context& context, std::uint32_t device) { return context.devices[device]->handle; }
-
-  static CUresult release(const Context& context, const hal_buffer& buffer) {
-    return buffer.kind == HAL_MEMORY_HOST_PINNED ? context.api().cuMemFreeHost(buffer.host_base)
-                                                 : context.api().cuMemFree(buffer.base);
-  }
-
-  static CUresult copy_host_to_device(const Context& context, std::uintptr_t target, const void* source,
-                                      std::size_t size, CUstream stream) {
-    return stream != nullptr ? context.api().cuMemcpyHtoDAsync(target, source, size, stream)
-                             : context.api().cuMemcpyHtoD(target, source, size);
-  }
-  static CUresult copy_device_to_host(const Context& context, void* target, std::uintptr_t source, std::size_t size,
-                                      CUstream stream) {
-    return stream != nullptr ? context.api().cuMemcpyDtoHAsync(target, source, size, stream)
-                             : context.api().cuMemcpyDtoH(target, source, size);
-  }
-  static CUresult copy_device_to_device(const Context& context, std::uintptr_t target, std::uintptr_t source,
-                                        std::size_t size, CUstream stream) {
-    return stream != nullptr ? context.api().cuMemcpyDtoDAsync(target, source, size, stream)
-                             : context.api().cuMemcpyDtoD(target, source, size);
-  }
-
-  // cuMemsetD8/16/32, by the value's width.
-  static CUresult memset(const Context& context, std::uintptr_t address, std::uint8_t value, std::size_t count,
-                         CUstream stream) {
-    return stream != nullptr ? context.api().cuMemsetD8Async(address, value, count, stream)
-                             : context.api().cuMemsetD8(address, value, count);
-  }
-  static CUresult memset(const Context& context, std::uintptr_t address, std::uint16_t value, std::size_t count,
-                         CUstream stream) {
-    return stream != nullptr ? context.api().cuMemsetD16Async(address, value, count, stream)
-                             : context.api().cuMemsetD16(address, value, count);
-  }
-  static CUresult memset(const Context& context, std::uintptr_t address, std::uint32_t value, std::size_t count,
-                         CUstream stream) {
-    return stream != nullptr ? context.api().cuMemsetD32Async(address, value, count, stream)
-                             : context.api().cuMemsetD32(address, value, count);
-  }
-};
-
-}  // namespace
-
-void fill_memory_entry_points(hal_backend_v1& table) { backend::GpuMemory<MemoryOps>::fill_table(table); }
-void fill_memory_interop(hal_interop_v1& table) {
-  table.native_device = backend::GpuMemory<MemoryOps>::native_device;
-  table.buffer_import = backend::GpuMemory<MemoryOps>::buffer_import;
+  where.device_base = static_cast<std::uintptr_t>(buffer.base);
+  return result;
 }
+
+CUresult CudaVendor::release(const Context& context, const hal_buffer& buffer) {
+  return buffer.kind == HAL_MEMORY_HOST_PINNED ? context.api().cuMemFreeHost(buffer.host_base)
+                                               : context.api().cuMemFree(buffer.base);
+}
+
+CUresult CudaVendor::copy_host_to_device(const Context& context, std::uintptr_t target, const void* source,
+                                         std::size_t size, CUstream stream) {
+  return stream != nullptr ? context.api().cuMemcpyHtoDAsync(target, source, size, stream)
+                           : context.api().cuMemcpyHtoD(target, source, size);
+}
+
+CUresult CudaVendor::copy_device_to_host(const Context& context, void* target, std::uintptr_t source, std::size_t size,
+                                         CUstream stream) {
+  return stream != nullptr ? context.api().cuMemcpyDtoHAsync(target, source, size, stream)
+                           : context.api().cuMemcpyDtoH(target, source, size);
+}
+
+CUresult CudaVendor::copy_device_to_device(const Context& context, std::uintptr_t target, std::uintptr_t source,
+                                           std::size_t size, CUstream stream) {
+  return stream != nullptr ? context.api().cuMemcpyDtoDAsync(target, source, size, stream)
+                           : context.api().cuMemcpyDtoD(target, source, size);
+}
+
+// cuMemsetD8/16/32, by the value's width.
+CUresult CudaVendor::memset(const Context& context, std::uintptr_t address, std::uint8_t value, std::size_t count,
+                            CUstream stream) {
+  return stream != nullptr ? context.api().cuMemsetD8Async(address, value, count, stream)
+                           : context.api().cuMemsetD8(address, value, count);
+}
+CUresult CudaVendor::memset(const Context& context, std::uintptr_t address, std::uint16_t value, std::size_t count,
+                            CUstream stream) {
+  return stream != nullptr ? context.api().cuMemsetD16Async(address, value, count, stream)
+                           : context.api().cuMemsetD16(address, value, count);
+}
+CUresult CudaVendor::memset(const Context& context, std::uintptr_t address, std::uint32_t value, std::size_t count,
+                            CUstream stream) {
+  return stream != nullptr ? context.api().cuMemsetD32Async(address, value, count, stream)
+                           : context.api().cuMemsetD32(address, value, count);
+}
+
+CUresult CudaVendor::synchronize_null_stream(const Context& context) {
+  return context.api().cuStreamSynchronize(CU_STREAM_LEGACY);
+}
+
+bool CudaVendor::can_query_pointers(const Context& context) { return context.api().cuPointerGetAttributes != nullptr; }
+
+bool CudaVendor::can_register_host(const Context& context) {
+  return context.api().cuMemHostRegister != nullptr && context.api().cuMemHostUnregister != nullptr;
+}
+
+CUresult CudaVendor::query_pointer(const Context& context, std::uintptr_t address, backend::PointerFacts& facts) {
+  unsigned int memory_type = 0;
+  int ordinal = -1;
+  std::uint64_t managed = 0;  // a bool the driver writes into the first byte
+  CUdeviceptr start = 0;
+  std::size_t size = 0;
+  CUpointer_attribute attributes[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                      CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                      CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void* data[] = {&memory_type, &ordinal, &managed, &start, &size};
+  // Memory the driver does not know is not an error here: every attribute reads as zero.
+  const CUresult result = context.api().cuPointerGetAttributes(5, attributes, data, address);
+  if (result != CUDA_SUCCESS) return result;
+  using Memory = backend::PointerFacts::Memory;
+  facts.memory = (managed & 0xff) != 0                 ? Memory::managed
+                 : memory_type == CU_MEMORYTYPE_DEVICE ? Memory::device
+                 : memory_type == CU_MEMORYTYPE_HOST   ? Memory::host
+                                                       : Memory::unknown;
+  facts.ordinal = ordinal;
+  facts.range_start = static_cast<std::uintptr_t>(start);
+  facts.range_size = size;
+  return CUDA_SUCCESS;
+}
+
+CUresult CudaVendor::register_host(const Context& context, void* address, std::size_t size) {
+  return context.api().cuMemHostRegister(address, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+}
+
+CUresult CudaVendor::unregister_host(const Context& context, void* address) {
+  return context.api().cuMemHostUnregister(address);
+}
+
+CUresult CudaVendor::host_device_pointer(const Context& context, void* host, std::uintptr_t& device_address) {
+  CUdeviceptr address = 0;
+  const CUresult result = context.api().cuMemHostGetDevicePointer(&address, host, 0);
+  device_address = static_cast<std::uintptr_t>(address);
+  return result;
+}
+
+CUresult CudaVendor::synchronize_device(const Context& context) {
+  return context.api().cuCtxSynchronize != nullptr ? context.api().cuCtxSynchronize() : CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int CudaVendor::ordinal(const Context& context, std::uint32_t device) { return context.devices[device]->handle; }
 
 namespace {
 
@@ -151,18 +139,18 @@ hal_status scratch_pool(const Context& context, std::uint32_t index, std::size_t
     properties.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
     properties.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     properties.location.id = device.handle;
-    if (hal_status status = context.check(api.cuMemPoolCreate(&device.scratch_pool, &properties),
-                                          "creating the scratch memory pool of " + context.device_id(index) +
-                                              " (cuMemPoolCreate)");
+    if (hal_status status =
+            context.check(api.cuMemPoolCreate(&device.scratch_pool, &properties),
+                          "creating the scratch memory pool of " + context.device_id(index) + " (cuMemPoolCreate)");
         status != HAL_OK)
       return status;
   }
   if (bytes > device.scratch_pool_threshold) {
     cuuint64_t threshold = bytes;
-    if (hal_status status = context.check(
-            api.cuMemPoolSetAttribute(device.scratch_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
-            "raising the release threshold of the scratch pool of " + context.device_id(index) + " to " +
-                std::to_string(bytes) + " bytes");
+    if (hal_status status =
+            context.check(api.cuMemPoolSetAttribute(device.scratch_pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold),
+                          "raising the release threshold of the scratch pool of " + context.device_id(index) + " to " +
+                              std::to_string(bytes) + " bytes");
         status != HAL_OK)
       return status;
     device.scratch_pool_threshold = bytes;
@@ -199,7 +187,8 @@ hal_status release_scratch(const Context& context, std::uint32_t device, CUstrea
   if (context.devices[device]->memory_pools)
     return context.check(api.cuMemFreeAsync(address, stream), freeing + " (cuMemFreeAsync)");
   // Without stream-ordered frees the work must finish before its scratch goes.
-  const hal_status synchronized = context.check(api.cuStreamSynchronize(stream), "waiting for the stream before " + freeing);
+  const hal_status synchronized =
+      context.check(api.cuStreamSynchronize(stream), "waiting for the stream before " + freeing);
   const hal_status freed = context.check(api.cuMemFree(address), freeing + " (cuMemFree)");
   return synchronized != HAL_OK ? synchronized : freed;
 }

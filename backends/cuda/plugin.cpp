@@ -1,10 +1,12 @@
-// The plugin table every backend built on the CUDA core serves (cuda, ppu):
-// opening a profile's libraries and devices, and the shared table. Each
-// plugin adds only its profile, its initialize and hal_backend_query.
-#include "attention.hpp"
-#include "cuda_backend.hpp"
-#include "cudnn_attention.hpp"
+// The cuda plugin: the CUDA core with NVIDIA's profile. Libraries are searched
+// the NVIDIA way (HAL_CUDA_DRIVER / HAL_CUDNN / HAL_NCCL, the [backend.cuda]
+// options, CUDA_HOME, pip wheels, the system); the vendor comes from PCI.
+#include <map>
+
+#include "backend_options.hpp"
 #include "gpu_plugin.hpp"
+#include "nvml.hpp"
+#include "vendor.hpp"
 
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
@@ -13,65 +15,68 @@
 namespace hal::cuda {
 namespace {
 
-// Optional libraries: a missing one disables its features, with the reason kept.
-void load_optional_libraries(Context& context) {
-  const Profile& profile = context.profile;
-  if (profile.dnn_absent.empty()) {
-    shims::LoadResult<shims::Cudnn> cudnn = shims::Cudnn::load(profile.dnn);
-    context.cudnn = std::move(cudnn.library);
-    context.cudnn_status = context.cudnn ? "loaded " + context.cudnn->path() : cudnn.message;
-  } else {
-    context.cudnn_status = profile.dnn_absent;
-  }
-  if (profile.collectives_absent.empty()) {
-    shims::LoadResult<shims::Nccl> nccl = shims::Nccl::load(profile.collectives);
-    context.nccl = std::move(nccl.library);
-    context.nccl_status = context.nccl ? "loaded " + context.nccl->path() : nccl.message;
-  } else {
-    context.nccl_status = profile.collectives_absent;
-  }
-  if (profile.blas_absent.empty())
-    load_cublas(context, profile.blas);
+// The PCI vendor as sysfs knows it: the driver API cannot tell an NVIDIA GPU
+// from a CUDA-compatible device of another vendor.
+std::string vendor_from_sysfs(const std::string& pci_bus_id) {
+  const std::string id = backend::read_pci_sysfs(pci_bus_id, "vendor");
+  if (id == "0x10de") return "NVIDIA";
+  if (id == "0x1ded") return "T-Head";
+  return id.empty() ? "unknown" : "unknown (PCI vendor " + id + ")";
+}
+
+void identify_nvidia_device(const Context& context, CudaDevice& device) {
+  device.numa_node = backend::numa_node_from_sysfs(device.pci_bus_id);
+  device.vendor = vendor_from_sysfs(device.pci_bus_id);
+  backend::DeviceDescription& description = device.description;
+  description.add_version("backend", HAL_VERSION_STRING);
+  description.add_version("driver", format_cuda_version(context.driver_version));
+  description.add_version("cuda_headers", format_cuda_version(CUDA_VERSION));
+  if (context.cudnn) description.add_version("cudnn", context.cudnn->version());
+  if (context.nccl) description.add_version("nccl", context.nccl->version());
+  // Only an NVIDIA GPU's compute capability names its architecture.
+  if (device.vendor == "NVIDIA")
+    description.add_string("cuda.compute_capability.meaning", "architecture",
+                           "an NVIDIA GPU (PCI vendor 0x10de): the compute capability names its architecture");
   else
-    context.cublas_status = profile.blas_absent;
-  for (const auto& [name, status] : {std::pair{"cuDNN", &context.cudnn_status}, std::pair{"NCCL", &context.nccl_status},
-                                     std::pair{"cuBLAS", &context.cublas_status}})
-    context.log_message(HAL_LOG_INFO, std::string(name) + ": " + *status);
+    description.add_string("cuda.compute_capability.meaning", "compatibility",
+                           "vendor " + device.vendor +
+                               ": a CUDA-compatible device reports a compute capability for compatibility, not as "
+                               "its architecture");
+}
+
+Profile nvidia_profile(const std::map<std::string, std::string>& options) {
+  auto option = [&](const char* key) {
+    const auto found = options.find(key);
+    return found != options.end() ? found->second : std::string();
+  };
+  Profile profile;
+  profile.backend = "cuda";
+  profile.driver = shims::CudaDriver::nvidia_request(option("driver"));
+  profile.dnn = shims::Cudnn::nvidia_request(option("cudnn"));
+  profile.collectives = shims::Nccl::nvidia_request(option("nccl"));
+  profile.blas = option("cublas");
+  profile.telemetry = shims::Nvml::nvidia_request(option("nvml"));
+  profile.identify = identify_nvidia_device;
+  return profile;
+}
+
+hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out) {
+  return backend::guarded_initialize(init, out, "cuda", [&] {
+    auto backend = std::make_unique<hal_backend_context>();
+    // Each option is a path to one vendor library.
+    const auto options = backend::read_backend_options(*init, "cuda", {"driver", "cudnn", "nccl", "cublas", "nvml"},
+                                                       "driver, cudnn, nccl, cublas and nvml (paths to those libraries)");
+    backend->cuda.profile = nvidia_profile(options);
+    if (hal_status status = open_context(*backend, *init); status != HAL_OK) return status;
+    *out = backend.release();
+    return succeed();
+  });
 }
 
 }  // namespace
-
-hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init) {
-  Context& context = backend.cuda;
-  context.log = init.log;
-  context.log_user_data = init.log_user_data;
-  shims::LoadResult<shims::CudaDriver> driver = shims::CudaDriver::load(context.profile.driver);
-  if (!driver.library) return fail(driver.library_missing ? HAL_ERROR_NOT_PRESENT : HAL_ERROR_UNSUPPORTED, driver.message);
-  context.driver = std::move(driver.library);
-  context.log_message(HAL_LOG_INFO, "CUDA driver " + context.driver->path() + " (symbols through " +
-                                        context.driver->resolution_method() + ")");
-  for (const auto& missing : context.driver->missing_optional())
-    context.log_message(HAL_LOG_INFO, "the CUDA driver lacks optional " + missing);
-  load_optional_libraries(context);
-  context.fused_attention = make_cudnn_attention(context);
-  create_attention(context);  // before discovery: it declares the devices' attention capabilities
-  create_collectives(backend);
-  context.telemetry = make_telemetry(context.profile);
-  return discover_devices(context);
-}
-
-hal_backend_v1 make_table(const char* name, InitializeFunction initialize) {
-  hal_backend_v1 table =
-      backend::gpu_table<&hal_backend_context::cuda, fill_device_info>(name, HAL_VERSION_STRING, initialize);
-  fill_gpu_entry_points(table);
-  table.attention = &attention_table.v1;
-  table.collectives = &collectives_table.v1;
-  static const hal_interop_v1 interop_table = make_interop_table();
-  table.interop = &interop_table;
-  table.telemetry = &telemetry_table;
-  table.memory_test = &memory_test_table;
-  table.topology = &topology_table;
-  return table;
-}
-
 }  // namespace hal::cuda
+
+extern "C" HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(std::uint32_t host_max_abi_version) {
+  static const hal_backend_v1 cuda_table = hal::cuda::make_table("cuda", hal::cuda::initialize);
+  return host_max_abi_version >= 1 ? &cuda_table : nullptr;
+}

@@ -8,11 +8,11 @@
 #include <map>
 #include <optional>
 
-#include "cuda_backend.hpp"
 #include "gpu_telemetry.hpp"
 #include "nvml.hpp"
-#include "telemetry_writer.hpp"
 #include "pci_bus_id.hpp"
+#include "telemetry_writer.hpp"
+#include "vendor.hpp"
 
 namespace hal::cuda {
 namespace {
@@ -431,12 +431,12 @@ class NvmlTelemetry : public backend::TelemetrySource {
   std::string listed_, enumeration_error_;
 };
 
-backend::TelemetryDevice telemetry_device(const Context& context, std::uint32_t device) {
-  const CudaDevice& found = *context.devices[device];
-  return {context.device_id(device), shared::normalize_pci_bus_id(found.pci_bus_id).value_or(""), found.uuid};
-}
-
 }  // namespace
+
+backend::TelemetryDevice CudaVendor::telemetry_device(const Context& context, std::uint32_t device) {
+  const CudaDevice& found = *context.devices[device];
+  return {context.device_id(device), found.pci_bus_id, found.uuid};
+}
 
 std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile) {
   return std::make_unique<backend::LazyTelemetry>(
@@ -447,7 +447,5 @@ std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile) {
       });
 }
 
-const hal_telemetry_v1 telemetry_table = backend::GpuTelemetryTable<&hal_backend_context::cuda, telemetry_device>::table;
-const hal_topology_v1 topology_table = backend::GpuTelemetryTable<&hal_backend_context::cuda, telemetry_device>::topology;
 
 }  // namespace hal::cuda

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "rocm_backend.hpp"
 #include "pci_bus_id.hpp"
+#include "vendor.hpp"
 
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
@@ -221,27 +221,12 @@ hal_status discover_devices(Context& context) {
   return HAL_OK;
 }
 
-void fill_device_info(const Context& context, std::uint32_t index, hal_device_info_v1& info) {
-  const RocmDevice& device = *context.devices[index];
-  info.type = HAL_DEVICE_TYPE_GPU;
-  info.name = device.name.c_str();
-  info.vendor = device.vendor.c_str();
-  info.uuid = device.uuid.c_str();
-  info.pci_bus_id = device.pci_bus_id.c_str();
-  info.numa_node = device.numa_node;
-  info.total_memory = device.total_memory;
-  info.free_memory = 0;
+std::uint64_t RocmVendor::free_memory(const Context& context, std::uint32_t index) {
   std::size_t free = 0, total = 0;
   const backend::CurrentDevice scope = context.current_device(index);
-  if (scope && context.api().hipMemGetInfo(&free, &total) == hipSuccess)
-    info.free_memory = free;
-  else
-    context.log_message(HAL_LOG_WARNING, "cannot read the free memory of rocm:" + std::to_string(index) +
-                                             "; reported as 0");
-  info.compute_units = device.compute_units;
-  info.clock_mhz = device.clock_mhz;
-  info.memory_clock_mhz = device.memory_clock_mhz;
-  device.description.describe(info);
+  if (scope && context.api().hipMemGetInfo(&free, &total) == hipSuccess) return free;
+  context.log_message(HAL_LOG_WARNING, "cannot read the free memory of " + context.device_id(index) + "; reported as 0");
+  return 0;
 }
 
 }  // namespace hal::rocm

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <sstream>
 
-#include "rocm_backend.hpp"
+#include "vendor.hpp"
 
 #ifndef HAL_ROCM_CODE_OBJECT_ARCHITECTURES
 #define HAL_ROCM_CODE_OBJECT_ARCHITECTURES ""
@@ -111,17 +111,39 @@ bool kernels_usable(const Context& context, std::uint32_t index) {
 hal_status find_kernel(const Context& context, std::uint32_t index, const char* name, hipFunction_t* function) {
   RocmDevice& device = *context.devices[index];
   if (!kernels_usable(context, index))
-    return fail(HAL_ERROR_UNSUPPORTED, "rocm:" + std::to_string(index) + " has no usable kernels: " + device.kernel_status);
+    return fail(HAL_ERROR_UNSUPPORTED, context.device_id(index) + " has no usable kernels: " + device.kernel_status);
   auto [found, problem] = device.kernel_functions.find(name, [&](const char* kernel, hipFunction_t* out) {
     const hipError_t error = context.api().hipModuleGetFunction(out, device.kernel_module, kernel);
     return error == hipSuccess ? std::string() : context.runtime->describe(error);
   });
   if (!problem.empty())
-    return fail(HAL_ERROR_INTERNAL, "the code object loaded on rocm:" + std::to_string(index) + " lacks " + name +
+    return fail(HAL_ERROR_INTERNAL, "the code object loaded on " + context.device_id(index) + " lacks " + name +
                                         " (hipModuleGetFunction: " + problem + "); the plugin was built from "
                                         "mismatched sources, rebuild it");
   *function = found;
   return HAL_OK;
+}
+
+std::string RocmVendor::kernels_missing(const Context& context, std::uint32_t device) {
+  return rocm::kernels_missing(context, *context.devices[device]);
+}
+
+std::string RocmVendor::kernels_unusable(const Context& context, std::uint32_t device) {
+  return kernels_usable(context, device) ? std::string() : context.devices[device]->kernel_status;
+}
+
+hal_status RocmVendor::launch(const Context& context, hal_stream& stream, const hal_kernel_launch& launch,
+                              const void* arguments) {
+  const backend::CurrentDevice scope = context.current_device(stream.device);
+  if (!scope) return scope.status();
+  hipFunction_t function = nullptr;
+  if (hal_status status = find_kernel(context, stream.device, launch.kernel, &function); status != HAL_OK) return status;
+  // The kernel's one parameter is the struct `arguments` points to.
+  void* parameters[] = {const_cast<void*>(arguments)};
+  return context.check(context.api().hipModuleLaunchKernel(function, launch.grid[0], launch.grid[1], launch.grid[2],
+                                                           launch.block[0], launch.block[1], launch.block[2],
+                                                           launch.shared_bytes, stream.handle, parameters, nullptr),
+                       std::string("hipModuleLaunchKernel(") + launch.kernel + ")");
 }
 
 }  // namespace hal::rocm

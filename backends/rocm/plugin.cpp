@@ -1,13 +1,14 @@
-// The ROCm backend's plugin table: initialization and the C entry points.
+// The ROCm plugin: initialization (the HIP runtime, RCCL, the engines, the
+// devices) and the table made from RocmVendor.
 #include <cstdlib>
 #include <filesystem>
 #include <new>
 
 #include "attention.hpp"
 #include "backend_options.hpp"
-#include "gpu_plugin.hpp"
-#include "rocm_backend.hpp"
 #include "environment.hpp"
+#include "gpu_plugin.hpp"
+#include "vendor.hpp"
 
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
@@ -52,30 +53,18 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     context.log_message(HAL_LOG_INFO, "RCCL: " + context.rccl_status);
     context.telemetry = make_telemetry();
     create_attention(context);
-    create_collectives(*backend);
+    context.collectives = backend::make_nccl_collectives<RocmVendor>(*backend, context.rccl.get(), context.rccl_status);
     if (hal_status status = discover_devices(context); status != HAL_OK) return status;
     *out = backend.release();
     return succeed();
   });
 }
 
-hal_backend_v1 make_table() {
-  hal_backend_v1 table =
-      backend::gpu_table<&hal_backend_context::rocm, fill_device_info>("rocm", HAL_VERSION_STRING, initialize);
-  fill_gpu_entry_points(table);
-  table.attention = &attention_table.v1;
-  table.collectives = &collectives_table.v1;
-  table.telemetry = &telemetry_table;
-  table.memory_test = &memory_test_table;
-  static const hal_interop_v1 interop_table = make_interop_table();
-  table.interop = &interop_table;
-  return table;
-}
-
 }  // namespace
 }  // namespace hal::rocm
 
 extern "C" HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(std::uint32_t host_max_abi_version) {
-  static const hal_backend_v1 rocm_table = hal::rocm::make_table();
+  static const hal_backend_v1 rocm_table =
+      hal::backend::gpu_plugin_table<hal::rocm::RocmVendor>("rocm", HAL_VERSION_STRING, hal::rocm::initialize);
   return host_max_abi_version >= 1 ? &rocm_table : nullptr;
 }

@@ -13,8 +13,8 @@
 #include "current_device.hpp"
 #include "device_description.hpp"
 #include "gpu_attention.hpp"
-#include "gpu_streams.hpp"
 #include "gpu_telemetry.hpp"
+#include "gpu_vendor.hpp"
 #include "imported_memory.hpp"
 #include "hal/backend_abi.h"
 #include "hip_runtime.hpp"
@@ -31,20 +31,14 @@ using backend::succeed;
 // The hal_status a hipError_t stands for.
 hal_status status_of(hipError_t error);
 
-struct RocmDevice {
+struct RocmDevice : backend::GpuDevice {
   int ordinal = 0;
-  std::string name, vendor, gcn_arch_name, uuid, pci_bus_id;
-  int numa_node = -1;
-  std::uint64_t total_memory = 0;
-  std::uint32_t compute_units = 0, clock_mhz = 0, memory_clock_mhz = 0;
-  bool managed_memory = false;
-  backend::DeviceDescription description;
+  std::string gcn_arch_name;
   // The embedded kernels loaded for this device on first use, or null with the reason.
   std::once_flag kernels_once;
   hipModule_t kernel_module = nullptr;
   std::string kernel_status;
   backend::KernelFunctions<hipFunction_t> kernel_functions;  // by name, from kernel_module
-  std::uint32_t max_shared_bytes = 0, warp_size = 0;
 };
 
 struct Context {
@@ -67,6 +61,7 @@ struct Context {
   ~Context();
 
   const shims::HipRuntimeApi& api() const { return runtime->api(); }
+  std::string backend_name() const { return "rocm"; }
   void log_message(hal_log_level level, const std::string& message) const {
     if (log != nullptr) log(log_user_data, level, message.c_str());
   }
@@ -85,7 +80,6 @@ struct Context {
 
 // Discovers the devices and their identity; the kernels load on first use.
 hal_status discover_devices(Context& context);
-void fill_device_info(const Context& context, std::uint32_t device, hal_device_info_v1& info);
 // Why the device can never have the embedded kernels (none built, no
 // module API, no code object for its architecture), known without loading.
 std::string kernels_missing(const Context& context, const RocmDevice& device);
@@ -99,18 +93,13 @@ hal_status find_kernel(const Context& context, std::uint32_t device, const char*
 std::string base_architecture(std::string_view gcn_arch_name);
 // The architectures this plugin carries code objects for ("" when built without hipcc).
 std::string embedded_architectures();
+// Telemetry (telemetry.cpp): AMD SMI or rocm_smi, not opened until the first snapshot.
+std::unique_ptr<backend::LazyTelemetry> make_telemetry();
 
 }  // namespace hal::rocm
 
-struct hal_buffer {
-  const hal::rocm::Context* context = nullptr;
-  std::uint32_t device = 0;
-  hal_memory_kind kind = HAL_MEMORY_DEVICE;
-  void* base = nullptr;          // what the runtime returned; freed
-  void* address = nullptr;       // device address, base rounded up to the requested alignment
-  void* host_address = nullptr;  // pinned host and managed allocations
-  std::uint64_t size = 0;
-  hal::backend::ImportedMemory imported;  // memory other code allocated: never freed here
+struct hal_buffer : hal::backend::GpuBuffer<hal::rocm::Context, void*> {
+  void* base = nullptr;  // what the runtime returned; freed
 };
 
 struct hal_stream : hal::backend::GpuStream<hal::rocm::Context, hipStream_t> {};
@@ -119,21 +108,3 @@ struct hal_event : hal::backend::GpuEvent<hal::rocm::Context, hipEvent_t> {};
 struct hal_backend_context {
   hal::rocm::Context rocm;
 };
-
-// The C entry points, defined in memory.cpp and stream.cpp.
-namespace hal::rocm {
-#include "gpu_entry_points.inc"
-
-// Collectives (collectives.cpp): the engine on context.rccl, its table, and
-// the errors it leaves on streams, which stream_synchronize and
-// stream_query report after the runtime's own answer.
-void create_collectives(hal_backend_context& backend);
-extern const hal_collectives_v2 collectives_table;
-
-// Telemetry (telemetry.cpp): the sub-table, and the not-yet-opened source a
-// context starts with.
-extern const hal_telemetry_v1 telemetry_table;
-std::unique_ptr<backend::LazyTelemetry> make_telemetry();
-hal_status collectives_stream_status(const hal_stream* stream);
-void forget_collectives_stream(const hal_stream* stream);
-}  // namespace hal::rocm

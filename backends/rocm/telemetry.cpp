@@ -13,8 +13,8 @@
 #include <mutex>
 
 #include "amd_smi.hpp"
-#include "rocm_backend.hpp"
 #include "telemetry_writer.hpp"
+#include "vendor.hpp"
 
 namespace hal::rocm {
 namespace {
@@ -304,12 +304,12 @@ class AmdSmiTelemetry final : public backend::TelemetrySource {
   std::shared_ptr<SmiEventDispatcher> events_;
 };
 
-backend::TelemetryDevice telemetry_device(const Context& context, std::uint32_t device) {
+}  // namespace
+
+backend::TelemetryDevice RocmVendor::telemetry_device(const Context& context, std::uint32_t device) {
   const RocmDevice& rocm_device = *context.devices[device];
   return {context.device_id(device), rocm_device.pci_bus_id, rocm_device.uuid};
 }
-
-}  // namespace
 
 std::unique_ptr<backend::LazyTelemetry> make_telemetry() {
   return std::make_unique<backend::LazyTelemetry>([] {
@@ -322,6 +322,5 @@ std::unique_ptr<backend::LazyTelemetry> make_telemetry() {
   });
 }
 
-const hal_telemetry_v1 telemetry_table = backend::GpuTelemetryTable<&hal_backend_context::rocm, telemetry_device>::table;
 
 }  // namespace hal::rocm

@@ -31,7 +31,7 @@ namespace backend = hal::backend;
 // Host memory is device memory here; streams are never dereferenced.
 class EmulatedPlatform final : public backend::GpuPlatform {
  public:
-  const char* backend_name() const override { return "simt"; }
+  std::string backend_name() const override { return "simt"; }
   std::uint32_t device_count() const override { return 1; }
   std::string kernels_missing(std::uint32_t) const override { return {}; }
   std::string kernels_unusable(std::uint32_t) const override { return {}; }
@@ -67,6 +67,8 @@ class EmulatedPlatform final : public backend::GpuPlatform {
     return backend::fail(HAL_ERROR_INTERNAL, "not used: the test passes addresses");
   }
   std::string gemm_unavailable(std::uint32_t) const override { return {}; }
+  backend::FusedAttention* fused_attention() override { return nullptr; }
+  std::string fused_unavailable() const override { return "the emulated platform has no fused attention"; }
 
   hal_status strided_batched_gemm(hal_stream* stream, const backend::StridedBatchedGemm& gemm) override {
     ++gemm_count;

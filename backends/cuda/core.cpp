@@ -1,0 +1,68 @@
+// What every plugin built on the CUDA core shares (cuda, ppu): opening a
+// profile's libraries, making the engines and listing the devices, and the
+// table made from CudaVendor. Each plugin adds only its profile, its
+// initialize and hal_backend_query.
+#include "attention.hpp"
+#include "cudnn_attention.hpp"
+#include "gpu_plugin.hpp"
+#include "vendor.hpp"
+
+#ifndef HAL_VERSION_STRING
+#define HAL_VERSION_STRING "unknown"
+#endif
+
+namespace hal::cuda {
+namespace {
+
+// Optional libraries: a missing one disables its features, with the reason kept.
+void load_optional_libraries(Context& context) {
+  const Profile& profile = context.profile;
+  if (profile.dnn_absent.empty()) {
+    shims::LoadResult<shims::Cudnn> cudnn = shims::Cudnn::load(profile.dnn);
+    context.cudnn = std::move(cudnn.library);
+    context.cudnn_status = context.cudnn ? "loaded " + context.cudnn->path() : cudnn.message;
+  } else {
+    context.cudnn_status = profile.dnn_absent;
+  }
+  if (profile.collectives_absent.empty()) {
+    shims::LoadResult<shims::Nccl> nccl = shims::Nccl::load(profile.collectives);
+    context.nccl = std::move(nccl.library);
+    context.nccl_status = context.nccl ? "loaded " + context.nccl->path() : nccl.message;
+  } else {
+    context.nccl_status = profile.collectives_absent;
+  }
+  if (profile.blas_absent.empty())
+    load_cublas(context, profile.blas);
+  else
+    context.cublas_status = profile.blas_absent;
+  for (const auto& [name, status] : {std::pair{"cuDNN", &context.cudnn_status}, std::pair{"NCCL", &context.nccl_status},
+                                     std::pair{"cuBLAS", &context.cublas_status}})
+    context.log_message(HAL_LOG_INFO, std::string(name) + ": " + *status);
+}
+
+}  // namespace
+
+hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init) {
+  Context& context = backend.cuda;
+  context.log = init.log;
+  context.log_user_data = init.log_user_data;
+  shims::LoadResult<shims::CudaDriver> driver = shims::CudaDriver::load(context.profile.driver);
+  if (!driver.library) return fail(driver.library_missing ? HAL_ERROR_NOT_PRESENT : HAL_ERROR_UNSUPPORTED, driver.message);
+  context.driver = std::move(driver.library);
+  context.log_message(HAL_LOG_INFO, "CUDA driver " + context.driver->path() + " (symbols through " +
+                                        context.driver->resolution_method() + ")");
+  for (const auto& missing : context.driver->missing_optional())
+    context.log_message(HAL_LOG_INFO, "the CUDA driver lacks optional " + missing);
+  load_optional_libraries(context);
+  context.fused_attention = make_cudnn_attention(context);
+  create_attention(context);  // before discovery: it declares the devices' attention capabilities
+  context.collectives = backend::make_nccl_collectives<CudaVendor>(backend, context.nccl.get(), context.nccl_status);
+  context.telemetry = make_telemetry(context.profile);
+  return discover_devices(context);
+}
+
+hal_backend_v1 make_table(const char* name, backend::InitializeFunction initialize) {
+  return backend::gpu_plugin_table<CudaVendor>(name, HAL_VERSION_STRING, initialize);
+}
+
+}  // namespace hal::cuda
