@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "last_error.hpp"
+
 namespace hal::backend {
 
 // The "kernels" capability's note until a device's image is loaded: loading
@@ -41,5 +43,21 @@ class KernelFunctions {
   std::mutex mutex_;
   std::map<std::string, Function, std::less<>> functions_;
 };
+
+// The named kernel of a device's loaded image, resolved once: `usable` says
+// the image loaded (`status` why not), lookup(name, &function) asks the
+// vendor's `lookup_call` and returns "" when found.
+template <typename Function, typename Lookup>
+hal_status find_kernel(const std::string& device, bool usable, const std::string& status,
+                       KernelFunctions<Function>& functions, const char* name, const char* lookup_call, Lookup&& lookup,
+                       Function* out) {
+  if (!usable) return fail(HAL_ERROR_UNSUPPORTED, device + " has no usable kernels: " + status);
+  auto [found, problem] = functions.find(name, lookup);
+  if (!problem.empty())
+    return fail(HAL_ERROR_INTERNAL, "the kernel image loaded on " + device + " lacks " + name + " (" + lookup_call +
+                                        ": " + problem + "); the plugin was built from mismatched sources, rebuild it");
+  *out = found;
+  return HAL_OK;
+}
 
 }  // namespace hal::backend

@@ -41,4 +41,16 @@ std::string last_error_message() {
   return info.message != nullptr ? info.message : "unknown error";
 }
 
+hal_status fail_vendor_call(hal_status status, std::string_view operation, const std::string& described,
+                            std::int64_t native_code, const VendorHints& hints) {
+  std::string message = std::string(operation) + " failed: " + described;
+  const char* hint = status == HAL_ERROR_OUT_OF_MEMORY ? hints.out_of_memory
+                     : status == HAL_ERROR_DEVICE_LOST ? hints.device_lost
+                     : status == HAL_ERROR_NOT_PRESENT ? hints.not_present
+                     : status == HAL_ERROR_UNSUPPORTED ? hints.unsupported
+                                                       : nullptr;
+  if (hint != nullptr) message += std::string("; ") + hint;
+  return fail(status, std::move(message), native_code);
+}
+
 }  // namespace hal::backend

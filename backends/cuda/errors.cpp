@@ -8,17 +8,11 @@ namespace hal::cuda {
 namespace {
 
 // What the user can do about a failure of this kind.
-const char* hint_for(hal_status status) {
-  switch (status) {
-    case HAL_ERROR_OUT_OF_MEMORY: return "free device memory or allocate less";
-    case HAL_ERROR_DEVICE_LOST:
-      return "the CUDA context is unusable after this error; restart the process and check the device (nvidia-smi, "
-             "dmesg for Xid errors)";
-    case HAL_ERROR_NOT_PRESENT: return "check the driver installation and CUDA_VISIBLE_DEVICES";
-    case HAL_ERROR_UNSUPPORTED: return "this device or driver cannot do it";
-    default: return nullptr;
-  }
-}
+constexpr backend::VendorHints hints{
+    "free device memory or allocate less",
+    "the CUDA context is unusable after this error; restart the process and check the device (nvidia-smi, dmesg "
+    "for Xid errors)",
+    "check the driver installation and CUDA_VISIBLE_DEVICES", "this device or driver cannot do it"};
 
 // CUDA_ERROR_INSUFFICIENT_DRIVER: older drivers return it, CUDA 13's header
 // no longer names it.
@@ -82,10 +76,7 @@ hal_status status_of(CUresult result) {
 
 hal_status Context::check(CUresult result, std::string_view operation) const {
   if (result == CUDA_SUCCESS) return HAL_OK;
-  const hal_status status = status_of(result);
-  std::string message = std::string(operation) + " failed: " + driver->describe(result);
-  if (const char* hint = hint_for(status)) message += std::string("; ") + hint;
-  return fail(status, std::move(message), result);
+  return backend::fail_vendor_call(status_of(result), operation, driver->describe(result), result, hints);
 }
 
 void Context::relax_capture_mode() const {

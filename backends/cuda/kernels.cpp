@@ -111,18 +111,14 @@ bool kernels_usable(const Context& context, std::uint32_t index) {
 
 hal_status find_kernel(const Context& context, std::uint32_t index, const char* name, CUfunction* function) {
   CudaDevice& device = *context.devices[index];
-  if (!kernels_usable(context, index))
-    return fail(HAL_ERROR_UNSUPPORTED, context.device_id(index) + " has no usable kernels: " + device.kernels_status);
-  auto [found, problem] = device.kernel_functions.find(name, [&](const char* kernel, CUfunction* out) {
-    const CUresult result = context.api().cuModuleGetFunction(out, device.kernel_module, kernel);
-    return result == CUDA_SUCCESS ? std::string() : context.driver->describe(result);
-  });
-  if (!problem.empty())
-    return fail(HAL_ERROR_INTERNAL, "the kernel image loaded on " + context.device_id(index) + " lacks " + name +
-                                        " (cuModuleGetFunction: " + problem + "); the plugin was built from mismatched "
-                                        "sources, rebuild it");
-  *function = found;
-  return HAL_OK;
+  const bool usable = kernels_usable(context, index);
+  return backend::find_kernel(context.device_id(index), usable, device.kernels_status, device.kernel_functions, name,
+                              "cuModuleGetFunction",
+                              [&](const char* kernel, CUfunction* out) {
+                                const CUresult result = context.api().cuModuleGetFunction(out, device.kernel_module, kernel);
+                                return result == CUDA_SUCCESS ? std::string() : context.driver->describe(result);
+                              },
+                              function);
 }
 
 void unload_kernels(const Context& context, std::uint32_t index) {

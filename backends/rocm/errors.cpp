@@ -5,17 +5,11 @@ namespace hal::rocm {
 namespace {
 
 // What the user can do about a failure of this kind.
-const char* hint_for(hal_status status) {
-  switch (status) {
-    case HAL_ERROR_OUT_OF_MEMORY: return "free device memory or allocate less";
-    case HAL_ERROR_DEVICE_LOST:
-      return "the HIP context is unusable after this error; restart the process and check the device (rocm-smi, "
-             "dmesg for amdgpu errors)";
-    case HAL_ERROR_NOT_PRESENT: return "check the ROCm installation, /dev/kfd access and HIP_VISIBLE_DEVICES";
-    case HAL_ERROR_UNSUPPORTED: return "this device or runtime cannot do it";
-    default: return nullptr;
-  }
-}
+constexpr backend::VendorHints hints{
+    "free device memory or allocate less",
+    "the HIP context is unusable after this error; restart the process and check the device (rocm-smi, dmesg for "
+    "amdgpu errors)",
+    "check the ROCm installation, /dev/kfd access and HIP_VISIBLE_DEVICES", "this device or runtime cannot do it"};
 
 }  // namespace
 
@@ -65,10 +59,7 @@ hal_status status_of(hipError_t error) {
 
 hal_status Context::check(hipError_t error, std::string_view operation) const {
   if (error == hipSuccess) return HAL_OK;
-  const hal_status status = status_of(error);
-  std::string message = std::string(operation) + " failed: " + runtime->describe(error);
-  if (const char* hint = hint_for(status)) message += std::string("; ") + hint;
-  return fail(status, std::move(message), error);
+  return backend::fail_vendor_call(status_of(error), operation, runtime->describe(error), error, hints);
 }
 
 void Context::relax_capture_mode() const {

@@ -110,18 +110,14 @@ bool kernels_usable(const Context& context, std::uint32_t index) {
 
 hal_status find_kernel(const Context& context, std::uint32_t index, const char* name, hipFunction_t* function) {
   RocmDevice& device = *context.devices[index];
-  if (!kernels_usable(context, index))
-    return fail(HAL_ERROR_UNSUPPORTED, context.device_id(index) + " has no usable kernels: " + device.kernel_status);
-  auto [found, problem] = device.kernel_functions.find(name, [&](const char* kernel, hipFunction_t* out) {
-    const hipError_t error = context.api().hipModuleGetFunction(out, device.kernel_module, kernel);
-    return error == hipSuccess ? std::string() : context.runtime->describe(error);
-  });
-  if (!problem.empty())
-    return fail(HAL_ERROR_INTERNAL, "the code object loaded on " + context.device_id(index) + " lacks " + name +
-                                        " (hipModuleGetFunction: " + problem + "); the plugin was built from "
-                                        "mismatched sources, rebuild it");
-  *function = found;
-  return HAL_OK;
+  const bool usable = kernels_usable(context, index);
+  return backend::find_kernel(context.device_id(index), usable, device.kernel_status, device.kernel_functions, name,
+                              "hipModuleGetFunction",
+                              [&](const char* kernel, hipFunction_t* out) {
+                                const hipError_t error = context.api().hipModuleGetFunction(out, device.kernel_module, kernel);
+                                return error == hipSuccess ? std::string() : context.runtime->describe(error);
+                              },
+                              function);
 }
 
 std::string RocmVendor::kernels_missing(const Context& context, std::uint32_t device) {
