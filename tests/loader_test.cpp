@@ -129,6 +129,15 @@ TEST_CASE("HAL_BACKENDS filters before any plugin is opened") {
     ScopedEnvironment environment{{"HAL_BACKEND_PATH", std::nullopt}, {"HAL_BACKENDS", "host,!cuda"}};
     CHECK_THROWS_WITH_AS(hal::Runtime::create(options), doctest::Contains("mixes backends to skip with backends to load"), hal::Error);
   }
+  SUBCASE("RuntimeOptions::backends outranks the variable for one runtime") {
+    ScopedEnvironment environment{{"HAL_BACKEND_PATH", HAL_BROKEN_PLUGIN_DIR}, {"HAL_BACKENDS", "!host"}};
+    options.backends = {"host"};
+    const hal::Runtime runtime = hal::Runtime::create(options);
+    CHECK(contains(report_of(runtime, "broken_init_fails").reason, "excluded by RuntimeOptions::backends"));
+    check_host_works(runtime);
+    options.backends = {"host", "!rocm"};
+    CHECK_THROWS_WITH_AS(hal::Runtime::create(options), doctest::Contains("RuntimeOptions::backends"), hal::Error);
+  }
 }
 
 TEST_CASE("HAL_BACKENDS_FORCE loads exactly the given plugins") {

@@ -662,8 +662,9 @@ void f32_gemm_corner_case(CaseContext& context) {
   judge.check("LSE vs reference", on_device.lse, expected.lse, lse_tolerance());
   if (device.backend_name() != "host") {
     // The host backend is the reference every primitive is held to.
-    ScopedVariable host_only("HAL_BACKENDS", "host");
-    const Runtime host_runtime = Runtime::create();
+    RuntimeOptions host_only;
+    host_only.backends = {"host"};
+    const Runtime host_runtime = Runtime::create(host_only);
     const AttentionOutputs on_host = run_math_forward(host_runtime.device("host:0"), params, q_values, k_values, v_values);
     judge.check("O vs host", on_device.o, on_host.o, attention_tolerance(DType::f32));
   }

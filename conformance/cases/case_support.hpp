@@ -83,26 +83,4 @@ Spread spread_of(const std::vector<double>& samples);
 void judge_minimum(CaseContext& context, const std::string& name, const Spread& runs, const std::string& unit,
                    const std::string& key, const std::string& what);
 
-// Sets (or with nullopt unsets) an environment variable for a scope and puts
-// the old value back, so a case that steers libhal through the environment
-// leaves the process as it found it (bodies also run in-process in tests).
-class ScopedVariable {
- public:
-  ScopedVariable(std::string name, const std::optional<std::string>& value) : name_(std::move(name)) {
-    if (const char* old = std::getenv(name_.c_str())) old_ = old;
-    if (value) setenv(name_.c_str(), value->c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-  ~ScopedVariable() {
-    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-  ScopedVariable(const ScopedVariable&) = delete;
-  ScopedVariable& operator=(const ScopedVariable&) = delete;
-
- private:
-  std::string name_;
-  std::optional<std::string> old_;
-};
-
 }  // namespace hal::conformance::cases

@@ -319,7 +319,11 @@ Runtime Runtime::create(const RuntimeOptions& options) {
   if (!settings->at("log.level").from(SettingSource::Kind::built_in))
     detail::set_log_level(detail::parse_log_level(values.log_level, "log.level"));
 
-  const BackendFilter filter = BackendFilter::from_items(values.backends_filter, settings->at("backends.filter").origin());
+  const BackendFilter filter =
+      options.backends.empty()
+          ? BackendFilter::from_items(values.backends_filter, settings->at("backends.filter").origin())
+          : BackendFilter::from_items(parse_backend_filter(join(options.backends, ","), "RuntimeOptions::backends"),
+                                      "RuntimeOptions::backends");
 
   std::vector<Candidate> candidates;
   if (const char* forced = environment("HAL_BACKENDS_FORCE")) {

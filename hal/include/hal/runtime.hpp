@@ -35,6 +35,10 @@ struct BackendReport {
 struct RuntimeOptions {
   // When set, used instead of loading the config file from the search path.
   std::optional<Config> config;
+  // Backends to load ("host", "cuda") or to skip ("!rocm"), as HAL_BACKENDS
+  // writes them; when set, outranks HAL_BACKENDS and the config's
+  // backends.filter for this runtime.
+  std::vector<std::string> backends;
 };
 
 class Runtime {
