@@ -113,7 +113,7 @@ class MpiCommunicator final : public CommunicatorEngine {
   // Builds the MPI communicator of this rank's group; fail()s on error.
   hal_status connect(std::int64_t timeout_ms);
 
-  hal_status execute(const std::vector<HostOperation>& operations, std::string& message) override;
+  hal_status execute(std::span<const HostOperation> operations, std::string& message) override;
   void abort() override;
   void shut_down() override;
   std::pair<hal_status, std::string> first_error() override {
@@ -130,14 +130,14 @@ class MpiCommunicator final : public CommunicatorEngine {
     std::vector<int> peers;  // send/recv peers of a group
   };
 
-  std::string where(const std::vector<HostOperation>& operations) const {
+  std::string where(std::span<const HostOperation> operations) const {
     std::string what = describe_operation(rank_, operations.front().description);
     if (operations.size() > 1) what += " and " + std::to_string(operations.size() - 1) + " more in its group";
     return what;
   }
   bool record_failure(hal_status status, const std::string& message);
   hal_status run(const HostOperation& operation, std::string& message);
-  hal_status run_point_to_point(const std::vector<HostOperation>& operations, std::string& message);
+  hal_status run_point_to_point(std::span<const HostOperation> operations, std::string& message);
   int reduction(const HostOperation& operation, std::string& call);
   void watch();
   std::string arrivals(const InFlight& in_flight);
@@ -182,6 +182,7 @@ class MpiCommunicator final : public CommunicatorEngine {
   std::mutex error_mutex_;
   hal_status error_ = HAL_OK;
   std::string error_message_;
+  std::atomic<bool> failed_{false};  // error_ != HAL_OK, readable without the lock
 
   std::mutex watch_mutex_;
   std::condition_variable watch_wakeup_;
@@ -269,17 +270,19 @@ bool MpiCommunicator::record_failure(hal_status status, const std::string& messa
   if (error_ != HAL_OK) return false;
   error_ = status;
   error_message_ = message;
+  failed_.store(true, std::memory_order_release);
   return true;
 }
 
-hal_status MpiCommunicator::execute(const std::vector<HostOperation>& operations, std::string& message) {
+hal_status MpiCommunicator::execute(std::span<const HostOperation> operations, std::string& message) {
   const hal_collective_op_v1& first = operations.front().description;
   std::lock_guard lock(operation_mutex_);
   if (aborted_.load()) {
     message = where(operations) + ": the communicator was aborted";
     return HAL_ERROR_ABORTED;
   }
-  if (const auto [status, earlier] = first_error(); status != HAL_OK) {
+  if (failed_.load(std::memory_order_acquire)) {
+    const auto [status, earlier] = first_error();
     message = where(operations) + ": the communicator failed earlier and cannot be used: " + earlier;
     return status;
   }
@@ -471,7 +474,7 @@ hal_status MpiCommunicator::run(const HostOperation& operation, std::string& mes
 // Posts every send and receive of the group, then waits for all of them, so
 // a rank that sends to and receives from a peer cannot deadlock. Large
 // messages go in pieces; MPI keeps the pieces in order between two ranks.
-hal_status MpiCommunicator::run_point_to_point(const std::vector<HostOperation>& operations, std::string& message) {
+hal_status MpiCommunicator::run_point_to_point(std::span<const HostOperation> operations, std::string& message) {
   std::vector<mpi::Request> requests;
   for (const HostOperation& operation : operations) {
     const hal_collective_op_v1& op = operation.description;

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +13,7 @@
 
 #include "hal/backend_abi.h"
 #include "last_error.hpp"
+#include "task.hpp"
 
 namespace hal::host {
 
@@ -70,7 +70,7 @@ struct Allocation {
 // with message. Items that must run even after an earlier failure (event
 // records, callbacks) set always_runs.
 struct Operation {
-  std::function<hal_status(hal_status stream_status, std::string& error_message)> run;
+  Task run;
   bool always_runs = false;
 };
 
