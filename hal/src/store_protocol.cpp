@@ -35,6 +35,10 @@ StoreParse parse_store_request(std::string_view input, std::uint64_t max_value_b
             std::to_string(max_value_bytes) + " bytes (HAL_STORE_MAX_VALUE_BYTES on rank 0)";
       return StoreParse::refused;
     }
+    // Against what is left, not as a sum: under a limit near 2^64 (a
+    // TcpStoreOptions may set one) the sum wraps, and a request would end
+    // before its own header.
+    if (value_size > input.size() - key_end - sizeof(value_size)) return StoreParse::need_more;
     end = key_end + sizeof(value_size) + value_size;
   } else if (op == store_get || op == store_add) {
     end = key_end + sizeof(std::int64_t);

@@ -115,6 +115,9 @@ struct TcpStore::Server {
 
   const std::string token;  // empty: any client may ask
   const std::uint64_t max_value_bytes;
+  // Answers a client has not read, at most: two values and a key (saturated,
+  // for limits near 2^64).
+  const std::uint64_t unread_limit;
   FileDescriptor listener;
   FileDescriptor wake_read, wake_write;  // a pipe that interrupts poll() for shutdown
   std::uint16_t port = 0;
@@ -123,7 +126,10 @@ struct TcpStore::Server {
   std::thread thread;
 
   Server(const std::string& host, std::uint16_t requested_port, std::string required_token, std::uint64_t value_limit)
-      : token(std::move(required_token)), max_value_bytes(value_limit) {
+      : token(std::move(required_token)), max_value_bytes(value_limit),
+        unread_limit(value_limit > (UINT64_MAX - detail::store_max_key_bytes) / 2
+                         ? UINT64_MAX
+                         : 2 * value_limit + detail::store_max_key_bytes) {
     AddressList addresses;
     resolve(host, requested_port, true, addresses);
     std::string last_error = "no address";
@@ -288,7 +294,7 @@ struct TcpStore::Server {
           connection.output += static_cast<char>(store_timed_out);
         }
         // A client that asks and never reads: its answers are not kept without bound.
-        if (connection.output.size() > 2 * max_value_bytes + detail::store_max_key_bytes) closed[i] = true;
+        if (connection.output.size() > unread_limit) closed[i] = true;
         while (!closed[i] && !connection.output.empty()) {
           const ssize_t sent = ::send(connection.fd.get(), connection.output.data(), connection.output.size(),
                                       MSG_NOSIGNAL);
