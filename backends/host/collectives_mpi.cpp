@@ -86,6 +86,19 @@ std::mutex& serialized_calls() {
   return mutex;
 }
 
+// A lock for a few stores at a time, between two threads that rarely meet.
+class SpinLock {
+ public:
+  void lock() {
+    while (taken_.exchange(true, std::memory_order_acquire))
+      while (taken_.load(std::memory_order_relaxed)) std::this_thread::yield();
+  }
+  void unlock() { taken_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> taken_{false};
+};
+
 // Reads a key another rank may not have set yet; "" when absent.
 std::string peek(const hal_store_v1& store, const std::string& key) {
   std::string value;
@@ -124,9 +137,9 @@ class MpiCommunicator final : public CommunicatorEngine {
  private:
   struct InFlight {
     bool active = false;
+    std::uint64_t number = 0;  // counts the operations this communicator started
     hal_collective_op_v1 operation{};
     std::size_t group_size = 0;
-    Clock::time_point deadline;
     std::vector<int> peers;  // send/recv peers of a group
   };
 
@@ -184,10 +197,15 @@ class MpiCommunicator final : public CommunicatorEngine {
   std::string error_message_;
   std::atomic<bool> failed_{false};  // error_ != HAL_OK, readable without the lock
 
-  std::mutex watch_mutex_;
+  // The operation inside MPI, for the watchdog: the running thread writes it
+  // when an operation starts and ends, the watchdog copies it at most every
+  // 100 ms, so a spin lock is cheaper than a mutex here.
+  SpinLock in_flight_lock_;
+  InFlight in_flight_;                     // under in_flight_lock_
+  std::uint64_t collectives_entered_ = 0;  // under in_flight_lock_
+
+  std::mutex watch_mutex_;  // the watchdog's sleep and stopping_
   std::condition_variable watch_wakeup_;
-  InFlight in_flight_;
-  std::uint64_t collectives_entered_ = 0;  // under watch_mutex_
   bool stopping_ = false;
   std::thread watchdog_;
 };
@@ -288,11 +306,13 @@ hal_status MpiCommunicator::execute(std::span<const HostOperation> operations, s
   }
   const bool point_to_point = first.kind == HAL_COLLECTIVE_SEND || first.kind == HAL_COLLECTIVE_RECV;
   {
-    std::lock_guard watch(watch_mutex_);
+    // No clock read per operation: the watchdog starts the timeout when it
+    // first sees the operation, which is within its 100 ms period.
+    std::lock_guard watch(in_flight_lock_);
     in_flight_.active = true;
+    ++in_flight_.number;
     in_flight_.operation = first;
     in_flight_.group_size = operations.size();
-    in_flight_.deadline = Clock::now() + Milliseconds(first.timeout_ms);
     in_flight_.peers.clear();
     if (point_to_point)
       for (const HostOperation& operation : operations) in_flight_.peers.push_back(operation.description.root);
@@ -306,7 +326,7 @@ hal_status MpiCommunicator::execute(std::span<const HostOperation> operations, s
     status = point_to_point ? run_point_to_point(operations, message) : run(operations.front(), message);
   }
   {
-    std::lock_guard watch(watch_mutex_);
+    std::lock_guard watch(in_flight_lock_);
     in_flight_.active = false;
   }
   if (status != HAL_OK) {
@@ -506,14 +526,30 @@ hal_status MpiCommunicator::run_point_to_point(std::span<const HostOperation> op
 
 void MpiCommunicator::watch() {
   std::uint64_t published = 0;
+  std::uint64_t watched = 0;  // the operation whose timeout runs, by number; 0: none
+  Clock::time_point deadline;
   std::unique_lock lock(watch_mutex_);
   for (;;) {
     Clock::time_point wake = Clock::now() + kPublishPeriod;
-    if (in_flight_.active) wake = std::min(wake, in_flight_.deadline);
+    if (watched != 0) wake = std::min(wake, deadline);
     watch_wakeup_.wait_until(lock, wake);
     if (stopping_) return;
-    if (collectives_entered_ != published) {
-      published = collectives_entered_;
+    InFlight current;
+    std::uint64_t entered = 0;
+    {
+      std::lock_guard in_flight(in_flight_lock_);
+      current = in_flight_;
+      entered = collectives_entered_;
+    }
+    const Clock::time_point now = Clock::now();
+    if (!current.active) {
+      watched = 0;
+    } else if (current.number != watched) {  // seen for the first time: it started within the last period
+      watched = current.number;
+      deadline = now + Milliseconds(current.operation.timeout_ms);
+    }
+    if (entered != published) {
+      published = entered;
       const std::string key = progress_key(rank_);
       const std::string value = "entered " + std::to_string(published);
       lock.unlock();
@@ -521,13 +557,12 @@ void MpiCommunicator::watch() {
       lock.lock();
       if (stopping_) return;
     }
-    if (in_flight_.active && Clock::now() >= in_flight_.deadline) {
-      const InFlight expired = in_flight_;
+    if (watched != 0 && now >= deadline) {
       lock.unlock();
-      hal_collective_op_v1 op = expired.operation;
+      hal_collective_op_v1 op = current.operation;
       std::string message = describe_operation(rank_, op);
-      if (expired.group_size > 1) message += " and " + std::to_string(expired.group_size - 1) + " more in its group";
-      message += ": timed out after " + std::to_string(op.timeout_ms) + " ms inside MPI; " + arrivals(expired);
+      if (current.group_size > 1) message += " and " + std::to_string(current.group_size - 1) + " more in its group";
+      message += ": timed out after " + std::to_string(op.timeout_ms) + " ms inside MPI; " + arrivals(current);
       record_failure(HAL_ERROR_TIMEOUT, message);
       end_job(message, kTimeoutExitCode);
     }
@@ -609,7 +644,7 @@ void MpiCommunicator::abort() {
   record_failure(HAL_ERROR_ABORTED, "rank " + std::to_string(rank_) + ": the communicator was aborted");
   InFlight in_flight;
   {
-    std::lock_guard lock(watch_mutex_);
+    std::lock_guard lock(in_flight_lock_);
     in_flight = in_flight_;
   }
   if (in_flight.active)
@@ -633,6 +668,7 @@ void MpiCommunicator::release() {
     std::lock_guard lock(watch_mutex_);
     if (stopping_ && !watchdog_.joinable()) return;
     stopping_ = true;
+    std::lock_guard in_flight(in_flight_lock_);
     entered = collectives_entered_;
   }
   watch_wakeup_.notify_all();
