@@ -114,6 +114,70 @@ TEST_CASE_FIXTURE(HostDeviceFixture, "host callbacks run in order, after earlier
   CHECK(log.entries == expected);
 }
 
+// synchronize() runs queued work on the calling thread; host callbacks stay
+// on the stream's own thread, between the work around them.
+TEST_CASE_FIXTURE(HostDeviceFixture, "synchronize keeps the order around host callbacks, which run on the stream's thread") {
+  const hal::Stream stream = device.create_stream();
+  const hal::Buffer buffer = device.allocate(64);
+  const auto* mapped = static_cast<const std::uint8_t*>(buffer.host_address());
+  std::mutex mutex;
+  std::vector<std::uint32_t> values;
+  std::vector<std::thread::id> threads;
+
+  // Rounds after a pause and right after a synchronize: the stream's
+  // thread is asleep, spinning, or busy when synchronize starts.
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    if (round == 2) std::this_thread::sleep_for(5ms);
+    values.clear();
+    for (std::uint32_t value = 1; value <= 50; ++value) {
+      stream.fill(buffer, 0, buffer.size(), value);
+      if (value % 3 == 0) stream.fill(buffer, 0, buffer.size(), value);  // runs of work between callbacks
+      stream.enqueue_host_callback([&, value](const hal::Status& status) {
+        std::lock_guard lock(mutex);
+        values.push_back(status.is_ok() && mapped[0] == value && mapped[63] == value ? value : 0);
+        threads.push_back(std::this_thread::get_id());
+      });
+    }
+    stream.synchronize();
+    std::vector<std::uint32_t> expected;
+    for (std::uint32_t value = 1; value <= 50; ++value) expected.push_back(value);
+    CHECK(values == expected);
+  }
+  REQUIRE(!threads.empty());
+  for (const std::thread::id thread : threads) {
+    CHECK(thread == threads.front());
+    CHECK(thread != std::this_thread::get_id());
+  }
+}
+
+TEST_CASE_FIXTURE(HostDeviceFixture, "several threads synchronizing one stream return once all its work is done") {
+  const hal::Stream stream = device.create_stream();
+  const hal::Buffer buffer = device.allocate(64);
+  const auto* mapped = static_cast<const std::uint8_t*>(buffer.host_address());
+  std::atomic<int> callbacks{0};
+  StreamGate gate;
+  gate.block(stream);
+  for (std::uint32_t value = 1; value <= 200; ++value) {
+    stream.fill(buffer, 0, buffer.size(), value);
+    if (value % 10 == 0) stream.enqueue_host_callback([&](const hal::Status&) { ++callbacks; });
+  }
+  std::vector<std::thread> synchronizers;
+  std::atomic<int> returned{0};
+  for (int i = 0; i < 3; ++i)
+    synchronizers.emplace_back([&] {
+      stream.synchronize();
+      if (callbacks.load() == 20 && mapped[0] == 200) ++returned;
+    });
+  std::this_thread::sleep_for(5ms);
+  gate.open();
+  stream.synchronize();
+  for (std::thread& thread : synchronizers) thread.join();
+  CHECK(returned == 3);
+  CHECK(callbacks == 20);
+  CHECK(mapped[0] == 200);
+}
+
 TEST_CASE_FIXTURE(HostDeviceFixture, "a throwing host callback does not stop the stream") {
   const hal::Stream stream = device.create_stream();
   const hal::Buffer buffer = device.allocate(8);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,7 +33,7 @@ class CommunicatorEngine {
  public:
   virtual ~CommunicatorEngine() = default;
   // Runs one collective, or a group of send/recv; on the stream's worker.
-  virtual hal_status execute(const std::vector<HostOperation>& operations, std::string& message) = 0;
+  virtual hal_status execute(std::span<const HostOperation> operations, std::string& message) = 0;
   // Any thread, any time.
   virtual void abort() = 0;
   // Aborts what still runs and waits until no operation is inside the engine.

@@ -161,6 +161,7 @@ struct GlooCommunicator final : CommunicatorEngine {
   std::mutex error_mutex;
   hal_status error = HAL_OK;
   std::string error_message;
+  std::atomic<bool> failed{false};  // error != HAL_OK, readable without the lock
 
   // Shuts this communicator's sockets down. Gloo has no abort and closing its
   // pairs does not wake a waiting operation, but a socket shut down under it
@@ -179,6 +180,7 @@ struct GlooCommunicator final : CommunicatorEngine {
       if (error != HAL_OK) return false;
       error = status;
       error_message = message;
+      failed.store(true, std::memory_order_release);
     }
     const std::string key = prefix + "/failed/" + std::to_string(rank);
     store->set(store->user_data, key.c_str(), message.data(), message.size());
@@ -233,7 +235,7 @@ struct GlooCommunicator final : CommunicatorEngine {
     return text;
   }
 
-  hal_status execute(const std::vector<HostOperation>& operations, std::string& message) override;
+  hal_status execute(std::span<const HostOperation> operations, std::string& message) override;
   void abort() override;
   void shut_down() override;
 
@@ -492,7 +494,7 @@ class Executor {
 
 // Posts every send and receive of the group, then waits for them all, so a
 // rank that both sends to and receives from a peer cannot deadlock.
-void run_point_to_point_group(GlooCommunicator& comm, const std::vector<HostOperation>& operations,
+void run_point_to_point_group(GlooCommunicator& comm, std::span<const HostOperation> operations,
                               std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>& buffers) {
   const auto& context = comm.context;
   for (const HostOperation& operation : operations) {
@@ -520,17 +522,22 @@ void run_point_to_point_group(GlooCommunicator& comm, const std::vector<HostOper
   }
 }
 
-hal_status run_operations(GlooCommunicator& comm, const std::vector<HostOperation>& operations, std::string& message) {
+hal_status run_operations(GlooCommunicator& comm, std::span<const HostOperation> operations, std::string& message) {
   const auto& first = operations.front().description;
-  std::string what = describe_operation(comm.rank, first);
-  if (operations.size() > 1) what += " and " + std::to_string(operations.size() - 1) + " more in its group";
+  // Built only for a message: a small operation's whole cost is its transfer.
+  const auto what = [&] {
+    std::string text = describe_operation(comm.rank, first);
+    if (operations.size() > 1) text += " and " + std::to_string(operations.size() - 1) + " more in its group";
+    return text;
+  };
   std::lock_guard lock(comm.operation_mutex);
   if (comm.aborted.load()) {
-    message = what + ": the communicator was aborted";
+    message = what() + ": the communicator was aborted";
     return HAL_ERROR_ABORTED;
   }
-  if (const auto [status, earlier] = comm.first_error(); status != HAL_OK) {
-    message = what + ": the communicator failed earlier and cannot be used: " + earlier;
+  if (comm.failed.load(std::memory_order_acquire)) {
+    const auto [status, earlier] = comm.first_error();
+    message = what() + ": the communicator failed earlier and cannot be used: " + earlier;
     return status;
   }
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;  // outlive the error handling below
@@ -558,7 +565,7 @@ hal_status run_operations(GlooCommunicator& comm, const std::vector<HostOperatio
       cause = "lost the connection to " + (peers.empty() ? std::string("a peer") : peers) +
               " (it exited, was killed, aborted or failed)";
     }
-    message = what + ": " + cause + " [gloo: " + transport + "]";
+    message = what() + ": " + cause + " [gloo: " + transport + "]";
     if (!comm.record_failure(status, message) || status == HAL_ERROR_ABORTED) return status;
     // Name the rank behind a cascade: every live rank reports its failure
     // within the grace period; one that stays silent is dead or hung.
@@ -581,7 +588,7 @@ hal_status run_operations(GlooCommunicator& comm, const std::vector<HostOperatio
 
 }  // namespace
 
-hal_status GlooCommunicator::execute(const std::vector<HostOperation>& operations, std::string& message) {
+hal_status GlooCommunicator::execute(std::span<const HostOperation> operations, std::string& message) {
   return run_operations(*this, operations, message);
 }
 
@@ -592,6 +599,7 @@ void GlooCommunicator::abort() {
     if (error == HAL_OK) {
       error = HAL_ERROR_ABORTED;
       error_message = "rank " + std::to_string(rank) + ": the communicator was aborted";
+      failed.store(true, std::memory_order_release);
     }
   }
   hang_up();  // ends the waits of an operation in flight on another thread

@@ -86,6 +86,19 @@ std::mutex& serialized_calls() {
   return mutex;
 }
 
+// A lock for a few stores at a time, between two threads that rarely meet.
+class SpinLock {
+ public:
+  void lock() {
+    while (taken_.exchange(true, std::memory_order_acquire))
+      while (taken_.load(std::memory_order_relaxed)) std::this_thread::yield();
+  }
+  void unlock() { taken_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> taken_{false};
+};
+
 // Reads a key another rank may not have set yet; "" when absent.
 std::string peek(const hal_store_v1& store, const std::string& key) {
   std::string value;
@@ -113,7 +126,7 @@ class MpiCommunicator final : public CommunicatorEngine {
   // Builds the MPI communicator of this rank's group; fail()s on error.
   hal_status connect(std::int64_t timeout_ms);
 
-  hal_status execute(const std::vector<HostOperation>& operations, std::string& message) override;
+  hal_status execute(std::span<const HostOperation> operations, std::string& message) override;
   void abort() override;
   void shut_down() override;
   std::pair<hal_status, std::string> first_error() override {
@@ -124,20 +137,20 @@ class MpiCommunicator final : public CommunicatorEngine {
  private:
   struct InFlight {
     bool active = false;
+    std::uint64_t number = 0;  // counts the operations this communicator started
     hal_collective_op_v1 operation{};
     std::size_t group_size = 0;
-    Clock::time_point deadline;
     std::vector<int> peers;  // send/recv peers of a group
   };
 
-  std::string where(const std::vector<HostOperation>& operations) const {
+  std::string where(std::span<const HostOperation> operations) const {
     std::string what = describe_operation(rank_, operations.front().description);
     if (operations.size() > 1) what += " and " + std::to_string(operations.size() - 1) + " more in its group";
     return what;
   }
   bool record_failure(hal_status status, const std::string& message);
   hal_status run(const HostOperation& operation, std::string& message);
-  hal_status run_point_to_point(const std::vector<HostOperation>& operations, std::string& message);
+  hal_status run_point_to_point(std::span<const HostOperation> operations, std::string& message);
   int reduction(const HostOperation& operation, std::string& call);
   void watch();
   std::string arrivals(const InFlight& in_flight);
@@ -182,11 +195,17 @@ class MpiCommunicator final : public CommunicatorEngine {
   std::mutex error_mutex_;
   hal_status error_ = HAL_OK;
   std::string error_message_;
+  std::atomic<bool> failed_{false};  // error_ != HAL_OK, readable without the lock
 
-  std::mutex watch_mutex_;
+  // The operation inside MPI, for the watchdog: the running thread writes it
+  // when an operation starts and ends, the watchdog copies it at most every
+  // 100 ms, so a spin lock is cheaper than a mutex here.
+  SpinLock in_flight_lock_;
+  InFlight in_flight_;                     // under in_flight_lock_
+  std::uint64_t collectives_entered_ = 0;  // under in_flight_lock_
+
+  std::mutex watch_mutex_;  // the watchdog's sleep and stopping_
   std::condition_variable watch_wakeup_;
-  InFlight in_flight_;
-  std::uint64_t collectives_entered_ = 0;  // under watch_mutex_
   bool stopping_ = false;
   std::thread watchdog_;
 };
@@ -269,27 +288,31 @@ bool MpiCommunicator::record_failure(hal_status status, const std::string& messa
   if (error_ != HAL_OK) return false;
   error_ = status;
   error_message_ = message;
+  failed_.store(true, std::memory_order_release);
   return true;
 }
 
-hal_status MpiCommunicator::execute(const std::vector<HostOperation>& operations, std::string& message) {
+hal_status MpiCommunicator::execute(std::span<const HostOperation> operations, std::string& message) {
   const hal_collective_op_v1& first = operations.front().description;
   std::lock_guard lock(operation_mutex_);
   if (aborted_.load()) {
     message = where(operations) + ": the communicator was aborted";
     return HAL_ERROR_ABORTED;
   }
-  if (const auto [status, earlier] = first_error(); status != HAL_OK) {
+  if (failed_.load(std::memory_order_acquire)) {
+    const auto [status, earlier] = first_error();
     message = where(operations) + ": the communicator failed earlier and cannot be used: " + earlier;
     return status;
   }
   const bool point_to_point = first.kind == HAL_COLLECTIVE_SEND || first.kind == HAL_COLLECTIVE_RECV;
   {
-    std::lock_guard watch(watch_mutex_);
+    // No clock read per operation: the watchdog starts the timeout when it
+    // first sees the operation, which is within its 100 ms period.
+    std::lock_guard watch(in_flight_lock_);
     in_flight_.active = true;
+    ++in_flight_.number;
     in_flight_.operation = first;
     in_flight_.group_size = operations.size();
-    in_flight_.deadline = Clock::now() + Milliseconds(first.timeout_ms);
     in_flight_.peers.clear();
     if (point_to_point)
       for (const HostOperation& operation : operations) in_flight_.peers.push_back(operation.description.root);
@@ -303,7 +326,7 @@ hal_status MpiCommunicator::execute(const std::vector<HostOperation>& operations
     status = point_to_point ? run_point_to_point(operations, message) : run(operations.front(), message);
   }
   {
-    std::lock_guard watch(watch_mutex_);
+    std::lock_guard watch(in_flight_lock_);
     in_flight_.active = false;
   }
   if (status != HAL_OK) {
@@ -471,7 +494,7 @@ hal_status MpiCommunicator::run(const HostOperation& operation, std::string& mes
 // Posts every send and receive of the group, then waits for all of them, so
 // a rank that sends to and receives from a peer cannot deadlock. Large
 // messages go in pieces; MPI keeps the pieces in order between two ranks.
-hal_status MpiCommunicator::run_point_to_point(const std::vector<HostOperation>& operations, std::string& message) {
+hal_status MpiCommunicator::run_point_to_point(std::span<const HostOperation> operations, std::string& message) {
   std::vector<mpi::Request> requests;
   for (const HostOperation& operation : operations) {
     const hal_collective_op_v1& op = operation.description;
@@ -503,14 +526,30 @@ hal_status MpiCommunicator::run_point_to_point(const std::vector<HostOperation>&
 
 void MpiCommunicator::watch() {
   std::uint64_t published = 0;
+  std::uint64_t watched = 0;  // the operation whose timeout runs, by number; 0: none
+  Clock::time_point deadline;
   std::unique_lock lock(watch_mutex_);
   for (;;) {
     Clock::time_point wake = Clock::now() + kPublishPeriod;
-    if (in_flight_.active) wake = std::min(wake, in_flight_.deadline);
+    if (watched != 0) wake = std::min(wake, deadline);
     watch_wakeup_.wait_until(lock, wake);
     if (stopping_) return;
-    if (collectives_entered_ != published) {
-      published = collectives_entered_;
+    InFlight current;
+    std::uint64_t entered = 0;
+    {
+      std::lock_guard in_flight(in_flight_lock_);
+      current = in_flight_;
+      entered = collectives_entered_;
+    }
+    const Clock::time_point now = Clock::now();
+    if (!current.active) {
+      watched = 0;
+    } else if (current.number != watched) {  // seen for the first time: it started within the last period
+      watched = current.number;
+      deadline = now + Milliseconds(current.operation.timeout_ms);
+    }
+    if (entered != published) {
+      published = entered;
       const std::string key = progress_key(rank_);
       const std::string value = "entered " + std::to_string(published);
       lock.unlock();
@@ -518,13 +557,12 @@ void MpiCommunicator::watch() {
       lock.lock();
       if (stopping_) return;
     }
-    if (in_flight_.active && Clock::now() >= in_flight_.deadline) {
-      const InFlight expired = in_flight_;
+    if (watched != 0 && now >= deadline) {
       lock.unlock();
-      hal_collective_op_v1 op = expired.operation;
+      hal_collective_op_v1 op = current.operation;
       std::string message = describe_operation(rank_, op);
-      if (expired.group_size > 1) message += " and " + std::to_string(expired.group_size - 1) + " more in its group";
-      message += ": timed out after " + std::to_string(op.timeout_ms) + " ms inside MPI; " + arrivals(expired);
+      if (current.group_size > 1) message += " and " + std::to_string(current.group_size - 1) + " more in its group";
+      message += ": timed out after " + std::to_string(op.timeout_ms) + " ms inside MPI; " + arrivals(current);
       record_failure(HAL_ERROR_TIMEOUT, message);
       end_job(message, kTimeoutExitCode);
     }
@@ -606,7 +644,7 @@ void MpiCommunicator::abort() {
   record_failure(HAL_ERROR_ABORTED, "rank " + std::to_string(rank_) + ": the communicator was aborted");
   InFlight in_flight;
   {
-    std::lock_guard lock(watch_mutex_);
+    std::lock_guard lock(in_flight_lock_);
     in_flight = in_flight_;
   }
   if (in_flight.active)
@@ -630,6 +668,7 @@ void MpiCommunicator::release() {
     std::lock_guard lock(watch_mutex_);
     if (stopping_ && !watchdog_.joinable()) return;
     stopping_ = true;
+    std::lock_guard in_flight(in_flight_lock_);
     entered = collectives_entered_;
   }
   watch_wakeup_.notify_all();

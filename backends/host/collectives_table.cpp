@@ -143,11 +143,26 @@ void resolve(const hal_tensor_ref_v1& tensor, std::shared_ptr<Allocation>& alloc
   address = static_cast<std::uint8_t*>(allocation->data) + tensor.offset;
 }
 
+// What a queued collective holds: its engine and its operations, one of
+// them inline (a collective) or a group of send/recv on the heap.
+struct QueuedOperations {
+  std::shared_ptr<CommunicatorEngine> engine;
+  HostOperation single;
+  std::vector<HostOperation> group;
+
+  std::span<const HostOperation> operations() const {
+    return group.empty() ? std::span<const HostOperation>(&single, 1) : std::span<const HostOperation>(group);
+  }
+  hal_status operator()(hal_status, std::string& message) const { return engine->execute(operations(), message); }
+};
+static_assert(sizeof(QueuedOperations) <= Task::inline_size, "a queued collective must not need the heap");
+
 hal_status enqueue(hal_communicator* communicator, hal_stream* stream, const hal_collective_op_v1* operations,
                    std::uint32_t op_count) {
   if (communicator == nullptr || operations == nullptr || op_count == 0)
     return fail(HAL_ERROR_INVALID_ARGUMENT, "enqueue needs a communicator and at least one operation");
-  std::vector<HostOperation> host_operations(op_count);
+  QueuedOperations queued{communicator->engine, {}, {}};
+  if (op_count > 1) queued.group.resize(op_count);
   for (std::uint32_t i = 0; i < op_count; ++i) {
     if (operations[i].struct_size < sizeof(hal_collective_op_v1))
       return fail(HAL_ERROR_INVALID_ARGUMENT, "operation struct_size is smaller than v1; rebuild libhal");
@@ -157,26 +172,26 @@ hal_status enqueue(hal_communicator* communicator, hal_stream* stream, const hal
                                                   kind_name(operations[i].kind) + " was in a group");
     if (element_size(operations[i].dtype) == 0)
       return fail(HAL_ERROR_INVALID_ARGUMENT, "dtype " + std::to_string(operations[i].dtype) + " is not known");
-    HostOperation& host = host_operations[i];
+    HostOperation& host = op_count > 1 ? queued.group[i] : queued.single;
     host.description = operations[i];
     resolve(operations[i].send, host.send_allocation, host.send);
-    resolve(operations[i].recv, host.recv_allocation, host.recv);
+    // In place, one reference keeps the allocation alive.
+    if (operations[i].recv.buffer != nullptr && operations[i].recv.buffer->allocation == host.send_allocation)
+      host.recv = static_cast<std::uint8_t*>(host.send_allocation->data) + operations[i].recv.offset;
+    else
+      resolve(operations[i].recv, host.recv_allocation, host.recv);
     if (stream != nullptr &&
         ((operations[i].send.buffer != nullptr && operations[i].send.buffer->device != stream->device) ||
          (operations[i].recv.buffer != nullptr && operations[i].recv.buffer->device != stream->device)))
       return fail(HAL_ERROR_INVALID_ARGUMENT, describe_operation(0, operations[i]) +
                                                   ": a buffer is on another host device than the stream");
   }
-  auto run = [engine = communicator->engine, host_operations = std::move(host_operations)](hal_status,
-                                                                                          std::string& message) {
-    return engine->execute(host_operations, message);
-  };
   if (stream == nullptr) {
     std::string message;
-    const hal_status status = run(HAL_OK, message);
+    const hal_status status = queued(HAL_OK, message);
     return status == HAL_OK ? succeed() : fail(status, message);
   }
-  stream->enqueue({std::move(run), false});
+  stream->enqueue({std::move(queued), false});
   return succeed();
 }
 

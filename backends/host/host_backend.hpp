@@ -1,9 +1,9 @@
 // Internal types of the host (CPU) backend.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -14,6 +14,7 @@
 
 #include "hal/backend_abi.h"
 #include "last_error.hpp"
+#include "task.hpp"
 
 namespace hal::host {
 
@@ -70,7 +71,7 @@ struct Allocation {
 // with message. Items that must run even after an earlier failure (event
 // records, callbacks) set always_runs.
 struct Operation {
-  std::function<hal_status(hal_status stream_status, std::string& error_message)> run;
+  Task run;
   bool always_runs = false;
 };
 
@@ -100,11 +101,22 @@ struct hal_event {
   std::uint32_t device = 0;
 };
 
-// An in-order queue executed by one worker thread.
+// An in-order queue of operations. A worker thread per stream runs them,
+// taking every queued operation at once and running it without the lock;
+// an idle worker spins a little before it sleeps, so a burst of small
+// operations costs no wake-up or lock traffic per operation. A thread that
+// synchronizes runs the queued operations itself instead of sleeping until
+// the worker is done: the worker stops after its current operation and the
+// rest run in order on the synchronizing thread, so waiting for a burst of
+// small collectives costs no hand-off at all. Host callbacks run on the
+// worker only.
 struct hal_stream {
   hal_stream(hal_backend_context* owner, std::uint32_t owner_device);
   ~hal_stream();
-  void enqueue(hal::host::Operation operation);
+  void enqueue(hal::host::Operation&& operation);
+  // A host callback: user code that may synchronize other streams, never
+  // run by a thread that is synchronizing this one.
+  void enqueue_host_callback(hal::host::Operation&& operation);
   hal_status synchronize();
   bool idle();
 
@@ -112,13 +124,44 @@ struct hal_stream {
   std::uint32_t device;
 
  private:
+  struct Queued {
+    Queued(hal::host::Operation&& queued, bool only_on_worker)
+        : operation(std::move(queued)), worker_only(only_on_worker) {}
+    hal::host::Operation operation;
+    bool worker_only = false;
+  };
+
+  void push(hal::host::Operation&& operation, bool worker_only);
   void work();
+  bool queue_empty() const { return head_ == queue_.size(); }
+  bool idle_locked() const { return queue_empty() && !running_batch_; }
+  bool worker_may_take() const {
+    return !running_batch_ && !queue_empty() && (claims_ == 0 || queue_[head_].worker_only);
+  }
+  // Moves the longest prefix of the queue whose worker_only is `worker_only`
+  // (or all of it, when `everything`) into batch.
+  void take(std::vector<Queued>& batch, bool everything, bool worker_only);
+  // Runs batch in order with the lock released, then records its first
+  // failure. The worker (yield_to_claims) stops early when a thread starts
+  // to synchronize and puts the rest back at the front of the queue.
+  void run(std::vector<Queued>& batch, std::unique_lock<std::mutex>& lock, bool yield_to_claims);
+  // Spins, then yields, for up to a short while until an operation is queued.
+  void await_work() const;
+  // Spins, then yields, for up to a short while until the running batch ends.
+  void await_batch_end(std::uint64_t seen) const;
 
   std::mutex mutex_;
-  std::condition_variable work_available_;
-  std::condition_variable became_idle_;
-  std::deque<hal::host::Operation> queue_;
-  bool running_operation_ = false;
+  std::condition_variable work_available_;  // the worker waits here
+  std::condition_variable state_changed_;   // synchronizers: a batch ended, the stream became idle
+  std::vector<Queued> queue_;               // from head_ on; swapped with a runner's batch
+  std::size_t head_ = 0;                    // what runners took from the front is before it
+  std::vector<Queued> worker_batch_;        // the worker's
+  std::vector<Queued> caller_batch_;        // a synchronizing thread's (one runs at a time)
+  std::atomic<bool> queued_{false};         // the queue is not empty; read without the lock
+  std::atomic<std::uint64_t> batches_ended_{0};
+  std::atomic<int> claims_{0};              // threads in synchronize; changed under the lock
+  bool running_batch_ = false;              // the worker or a synchronizing thread runs a batch
+  bool worker_sleeping_ = false;
   bool stopping_ = false;
   hal_status error_ = HAL_OK;  // first failure since the last synchronize
   std::string error_message_;

@@ -202,11 +202,11 @@ hal_status stream_wait_event(hal_stream* stream, hal_event* event) {
 
 hal_status stream_host_callback(hal_stream* stream, hal_host_callback callback, void* user_data) {
   if (callback == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "the host callback is null");
-  stream->enqueue({[callback, user_data](hal_status stream_status, std::string&) {
-                     callback(user_data, stream_status);
-                     return HAL_OK;
-                   },
-                   true});
+  stream->enqueue_host_callback({[callback, user_data](hal_status stream_status, std::string&) {
+                                   callback(user_data, stream_status);
+                                   return HAL_OK;
+                                 },
+                                 true});
   return succeed();
 }
 

@@ -159,7 +159,7 @@ struct Communicator::State {
   std::atomic<bool> destroyed{false};
 
   std::mutex group_mutex;
-  int group_depth = 0;
+  std::atomic<int> group_depth{0};
   std::vector<hal_collective_op_v1> group_operations;
   std::vector<Buffer> group_buffers;  // keeps the group's buffers alive until it is posted
   Stream group_stream;
@@ -184,16 +184,26 @@ namespace {
 
 using CommunicatorState = Communicator::State;
 
+// Names an operation in messages ("rank 1: all_reduce #12"). The text is
+// built only when a message needs it: a call that passes its checks formats
+// nothing.
+struct Where {
+  const CommunicatorState& state;
+  std::string_view operation;
+  std::uint64_t sequence;
+  std::string text() const { return state.where(operation, sequence); }
+};
+
 hal_tensor_ref_v1 tensor_of(const BufferView& view) {
   if (!detail::Access::state(view.buffer)) return {nullptr, 0};
   return detail::Access::state(view.buffer)->ref(view.offset);
 }
 
-std::uint64_t bytes_of(std::uint64_t count, std::uint64_t multiplier, DType type, const std::string& where) {
+std::uint64_t bytes_of(std::uint64_t count, std::uint64_t multiplier, DType type, const Where& where) {
   std::uint64_t elements = 0, bytes = 0;
   if (__builtin_mul_overflow(count, multiplier, &elements) ||
       __builtin_mul_overflow(elements, static_cast<std::uint64_t>(size_in_bytes(type)), &bytes))
-    throw Error(StatusCode::invalid_argument, where + ": count " + std::to_string(count) +
+    throw Error(StatusCode::invalid_argument, where.text() + ": count " + std::to_string(count) +
                                                   (multiplier > 1 ? " x " + std::to_string(multiplier) + " ranks" : "") +
                                                   " of " + std::string(to_string(type)) +
                                                   " overflows 64-bit byte sizes");
@@ -201,19 +211,20 @@ std::uint64_t bytes_of(std::uint64_t count, std::uint64_t multiplier, DType type
 }
 
 void check_view(const CommunicatorState& state, const BufferView& view, std::uint64_t bytes, const char* role,
-                const std::string& where) {
+                const Where& where) {
   if (!detail::Access::state(view.buffer))
-    throw Error(StatusCode::invalid_argument, where + ": the " + role + " buffer is empty; pass an allocated buffer");
+    throw Error(StatusCode::invalid_argument,
+                where.text() + ": the " + role + " buffer is empty; pass an allocated buffer");
   const auto& buffer = *detail::Access::state(view.buffer);
   if (!(buffer.device == state.device))
-    throw Error(StatusCode::invalid_argument, where + ": the " + role + " " + buffer.describe() +
+    throw Error(StatusCode::invalid_argument, where.text() + ": the " + role + " " + buffer.describe() +
                                                   " is not on the communicator's device " + state.device.id());
-  buffer.check_range(view.offset, bytes, where + " (" + role + ")");
+  if (!buffer.fits(view.offset, bytes)) buffer.check_range(view.offset, bytes, where.text() + " (" + role + ")");
 }
 
-void check_root(const CommunicatorState& state, int root, const char* what, const std::string& where) {
+void check_root(const CommunicatorState& state, int root, const char* what, const Where& where) {
   if (root < 0 || root >= state.world_size)
-    throw Error(StatusCode::invalid_argument, where + ": " + what + " " + std::to_string(root) +
+    throw Error(StatusCode::invalid_argument, where.text() + ": " + what + " " + std::to_string(root) +
                                                   " is outside the communicator's ranks [0, " +
                                                   std::to_string(state.world_size) + ")");
 }
@@ -222,7 +233,7 @@ void check_root(const CommunicatorState& state, int root, const char* what, cons
 // them, so a mismatch is one clear error on every rank instead of a hang or
 // a crash inside the transport.
 void compare_fingerprints(CommunicatorState& state, const hal_collective_op_v1& operation, DType type,
-                          const std::string& where) {
+                          const Where& where) {
   std::string fingerprint = std::string(kind_name(operation.kind)) + " count=" + std::to_string(operation.count);
   if (operation.kind != HAL_COLLECTIVE_BARRIER) fingerprint += " dtype=" + std::string(to_string(type));
   if (operation.kind == HAL_COLLECTIVE_ALL_REDUCE || operation.kind == HAL_COLLECTIVE_REDUCE ||
@@ -241,7 +252,7 @@ void compare_fingerprints(CommunicatorState& state, const hal_collective_op_v1& 
       fingerprints[static_cast<std::size_t>(peer)] =
           state.store->store->get(key_base + std::to_string(peer), std::chrono::milliseconds(operation.timeout_ms));
     } catch (const Error& error) {
-      throw Error(error.code(), where + ": HAL_COLL_CHECK: peer rank " + std::to_string(peer) +
+      throw Error(error.code(), where.text() + ": HAL_COLL_CHECK: peer rank " + std::to_string(peer) +
                                     " did not reach collective #" + std::to_string(operation.sequence) + " within " +
                                     std::to_string(operation.timeout_ms) + " ms (" + error.what() + ")");
     }
@@ -251,7 +262,7 @@ void compare_fingerprints(CommunicatorState& state, const hal_collective_op_v1& 
   std::string listing;
   for (int peer = 0; peer < state.world_size; ++peer)
     listing += "\n  rank " + std::to_string(peer) + ": " + fingerprints[static_cast<std::size_t>(peer)];
-  throw Error(StatusCode::invalid_argument, where + ": HAL_COLL_CHECK: the ranks called different collectives as #" +
+  throw Error(StatusCode::invalid_argument, where.text() + ": HAL_COLL_CHECK: the ranks called different collectives as #" +
                                                 std::to_string(operation.sequence) + ":" + listing +
                                                 "\nevery rank must call the same operation with the same count, type, "
                                                 "reduce op and root");
@@ -450,23 +461,24 @@ void submit_collective(Communicator::State& state, const Stream& stream, Operati
   const bool point_to_point = request.kind == HAL_COLLECTIVE_SEND || request.kind == HAL_COLLECTIVE_RECV;
   const std::uint64_t sequence =
       point_to_point ? state.point_to_point_sequence.fetch_add(1) : state.collective_sequence.fetch_add(1);
-  const std::string where = state.where(kind_name(request.kind), sequence);
+  const Where where{state, kind_name(request.kind), sequence};
 
   if (!detail::Access::state(stream))
-    throw Error(StatusCode::invalid_argument, where + ": the stream is empty; create one on " + state.device.id());
+    throw Error(StatusCode::invalid_argument,
+                where.text() + ": the stream is empty; create one on " + state.device.id());
   if (!(detail::Access::state(stream)->device == state.device))
-    throw Error(StatusCode::invalid_argument, where + ": the stream is on " + detail::Access::state(stream)->device.id() +
-                                                  ", the communicator on " + state.device.id() +
-                                                  "; use a stream of the communicator's device");
+    throw Error(StatusCode::invalid_argument, where.text() + ": the stream is on " +
+                                                  detail::Access::state(stream)->device.id() + ", the communicator on " +
+                                                  state.device.id() + "; use a stream of the communicator's device");
   if (options.timeout.count() < 0)
     throw Error(StatusCode::invalid_argument,
-                where + ": the timeout " + std::to_string(options.timeout.count()) + " ms is negative");
+                where.text() + ": the timeout " + std::to_string(options.timeout.count()) + " ms is negative");
   if (request.root >= 0 || request.kind == HAL_COLLECTIVE_BROADCAST || request.kind == HAL_COLLECTIVE_REDUCE ||
       request.kind == HAL_COLLECTIVE_GATHER || request.kind == HAL_COLLECTIVE_SCATTER || point_to_point)
     check_root(state, request.root, point_to_point ? "peer" : "root", where);
   if (point_to_point && request.root == state.rank)
     throw Error(StatusCode::invalid_argument,
-                where + ": peer " + std::to_string(request.root) + " is this rank; copy the buffer instead");
+                where.text() + ": peer " + std::to_string(request.root) + " is this rank; copy the buffer instead");
   if (request.send != nullptr)
     check_view(state, *request.send, bytes_of(request.send_elements, 1, request.type, where), "send", where);
   if (request.recv != nullptr)
@@ -484,15 +496,17 @@ void submit_collective(Communicator::State& state, const Stream& stream, Operati
   operation.send = request.send != nullptr ? tensor_of(*request.send) : hal_tensor_ref_v1{nullptr, 0};
   operation.recv = request.recv != nullptr ? tensor_of(*request.recv) : hal_tensor_ref_v1{nullptr, 0};
 
-  {
+  // group_depth is written under group_mutex; outside a group (the common
+  // case) the operation goes straight to the backend.
+  if (state.group_depth.load(std::memory_order_acquire) > 0) {
     std::lock_guard lock(state.group_mutex);
-    if (state.group_depth > 0) {
+    if (state.group_depth.load(std::memory_order_relaxed) > 0) {
       if (!point_to_point)
         throw Error(StatusCode::invalid_argument,
-                    where + ": only send and recv can be grouped; call group_end() before a collective");
+                    where.text() + ": only send and recv can be grouped; call group_end() before a collective");
       if (detail::Access::state(state.group_stream) && detail::Access::state(state.group_stream) != detail::Access::state(stream))
         throw Error(StatusCode::invalid_argument,
-                    where + ": every operation of a group must use the same stream");
+                    where.text() + ": every operation of a group must use the same stream");
       state.group_stream = stream;
       state.group_operations.push_back(operation);
       if (request.send != nullptr) state.group_buffers.push_back(request.send->buffer);
@@ -502,7 +516,7 @@ void submit_collective(Communicator::State& state, const Stream& stream, Operati
   }
   if (state.check && !point_to_point) compare_fingerprints(state, operation, request.type, where);
   const hal_status status = state.table->enqueue(state.handle, detail::Access::state(stream)->handle, &operation, 1);
-  if (status != HAL_OK) throw Error(state.backend().error(status, where));
+  if (status != HAL_OK) throw Error(state.backend().error(status, where.text()));
 }
 
 std::uint64_t times_world(const Communicator::State& state, std::uint64_t count) {

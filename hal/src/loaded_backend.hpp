@@ -102,6 +102,11 @@ struct BufferState {
   // Throws for a freed buffer (or a view of one) or a range outside [0, size).
   void check_usable(std::string_view operation) const;
   void check_range(std::uint64_t offset, std::uint64_t bytes, std::string_view operation) const;
+  // What check_range accepts, without a message: for hot paths that build
+  // the message only when it is needed.
+  bool fits(std::uint64_t offset, std::uint64_t bytes) const {
+    return !freed.load() && !(viewed && viewed->freed.load()) && offset <= size && bytes <= size - offset;
+  }
   // The plugin's name for byte `offset` of this buffer.
   hal_tensor_ref_v1 ref(std::uint64_t offset) const { return {handle, base + offset}; }
   std::string describe() const;

@@ -99,52 +99,6 @@ void resolve(const std::string& host, std::uint16_t port, bool passive, AddressL
 
 }  // namespace
 
-namespace detail {
-
-StoreParse parse_store_request(std::string_view input, std::uint64_t max_value_bytes, StoreRequest& request,
-                               std::string& why) {
-  constexpr std::size_t header = 1 + sizeof(std::uint32_t);
-  if (input.empty()) return StoreParse::need_more;
-  const auto op = static_cast<std::uint8_t>(input[0]);
-  if (op != store_set && op != store_get && op != store_add && op != store_token) {
-    why = "request type " + std::to_string(op) + " is not one of S, G, A, T; is this a hal TcpStore client?";
-    return StoreParse::refused;
-  }
-  if (input.size() < header) return StoreParse::need_more;
-  std::uint32_t key_size;
-  std::memcpy(&key_size, input.data() + 1, sizeof(key_size));
-  if (key_size > store_max_key_bytes) {
-    why = "a key of " + std::to_string(key_size) + " bytes is over the store's limit of " +
-          std::to_string(store_max_key_bytes) + " bytes";
-    return StoreParse::refused;
-  }
-  const std::size_t key_end = header + key_size;
-  std::size_t end = key_end;
-  std::uint64_t value_size = 0;
-  if (op == store_set) {
-    if (input.size() < key_end + sizeof(value_size)) return StoreParse::need_more;
-    std::memcpy(&value_size, input.data() + key_end, sizeof(value_size));
-    if (value_size > max_value_bytes) {
-      why = "a value of " + std::to_string(value_size) + " bytes is over the store's limit of " +
-            std::to_string(max_value_bytes) + " bytes (HAL_STORE_MAX_VALUE_BYTES on rank 0)";
-      return StoreParse::refused;
-    }
-    end = key_end + sizeof(value_size) + value_size;
-  } else if (op == store_get || op == store_add) {
-    end = key_end + sizeof(std::int64_t);
-  }
-  if (input.size() < end) return StoreParse::need_more;
-  request.op = op;
-  request.key = input.substr(header, key_size);
-  request.value = op == store_set ? input.substr(key_end + sizeof(value_size), value_size) : std::string_view();
-  request.argument = 0;
-  if (op == store_get || op == store_add) std::memcpy(&request.argument, input.data() + key_end, sizeof(std::int64_t));
-  request.size = end;
-  return StoreParse::complete;
-}
-
-}  // namespace detail
-
 // ---- server ----------------------------------------------------------------
 
 struct TcpStore::Server {
@@ -161,6 +115,9 @@ struct TcpStore::Server {
 
   const std::string token;  // empty: any client may ask
   const std::uint64_t max_value_bytes;
+  // Answers a client has not read, at most: two values and a key (saturated,
+  // for limits near 2^64).
+  const std::uint64_t unread_limit;
   FileDescriptor listener;
   FileDescriptor wake_read, wake_write;  // a pipe that interrupts poll() for shutdown
   std::uint16_t port = 0;
@@ -169,7 +126,10 @@ struct TcpStore::Server {
   std::thread thread;
 
   Server(const std::string& host, std::uint16_t requested_port, std::string required_token, std::uint64_t value_limit)
-      : token(std::move(required_token)), max_value_bytes(value_limit) {
+      : token(std::move(required_token)), max_value_bytes(value_limit),
+        unread_limit(value_limit > (UINT64_MAX - detail::store_max_key_bytes) / 2
+                         ? UINT64_MAX
+                         : 2 * value_limit + detail::store_max_key_bytes) {
     AddressList addresses;
     resolve(host, requested_port, true, addresses);
     std::string last_error = "no address";
@@ -334,7 +294,7 @@ struct TcpStore::Server {
           connection.output += static_cast<char>(store_timed_out);
         }
         // A client that asks and never reads: its answers are not kept without bound.
-        if (connection.output.size() > 2 * max_value_bytes + detail::store_max_key_bytes) closed[i] = true;
+        if (connection.output.size() > unread_limit) closed[i] = true;
         while (!closed[i] && !connection.output.empty()) {
           const ssize_t sent = ::send(connection.fd.get(), connection.output.data(), connection.output.size(),
                                       MSG_NOSIGNAL);

@@ -9,11 +9,13 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "hal/collectives.hpp"
 #include "hal/hal.hpp"
+#include "device_test_support.hpp"
 #include "launch.hpp"
 #include "scoped_environment.hpp"
 #include "store_protocol.hpp"
@@ -247,6 +249,12 @@ TEST_CASE("TcpStore: the request parser on random and cut-off input") {
   CHECK(request.op == 'S');
   CHECK(request.key == "key");
   CHECK(request.value == "value");
+
+  // Under the largest limit, a value of 2^64 - 1 bytes is one that has not
+  // arrived yet; the request's end must not wrap around (found by
+  // tests/fuzz/store_request_fuzzer: set-value-size-wraps-past-2-64).
+  const std::string wrapping = request_header('S', "") + bytes_of<std::uint64_t>(UINT64_MAX) + "x";
+  CHECK(hal::detail::parse_store_request(wrapping, UINT64_MAX, request, why) == hal::detail::StoreParse::need_more);
 }
 
 // Random and malformed connections against a live store while four ranks
@@ -443,6 +451,43 @@ TEST_CASE("Communicator: bad arguments fail on the calling rank before anything 
   CHECK(comm.async_error().is_ok());
   comm.destroy();
   CHECK(!comm.valid());
+  std::filesystem::remove_all(directory);
+}
+
+// The stream's error rules hold for collectives whether the stream's thread
+// or a synchronizing thread runs them: a failed operation's error comes out
+// of the next synchronize, once, and later work (but not host callbacks) is
+// skipped until then.
+TEST_CASE("a collective that fails on its stream: later work is skipped and synchronize reports it once") {
+  ScopedEnvironment environment{{"HAL_BACKEND_PATH", HAL_PLUGIN_DIR}, {"HAL_BACKENDS", "host"},
+                                {"HAL_COLL_ENGINE", "gloo"}};
+  const hal::Runtime runtime = hal::Runtime::create();
+  const hal::Device device = runtime.device("host:0");
+  const std::string directory = temporary_directory();
+  hal::Communicator comm = hal::Communicator::create(device, 0, 1, std::make_shared<hal::FileStore>(directory));
+  comm.abort();
+  hal::Buffer buffer = device.allocate(16);
+  const auto* bytes = static_cast<const std::uint8_t*>(buffer.host_address());
+  for (const bool stream_thread_busy : {false, true}) {
+    CAPTURE(stream_thread_busy);
+    hal::Stream stream = device.create_stream();
+    hal::testing::StreamGate gate;
+    if (stream_thread_busy) gate.block(stream);
+    std::optional<hal::StatusCode> seen_by_callback;
+    stream.fill(buffer, 0, 16, 0x11);
+    comm.all_reduce(buffer, buffer, 4, hal::DType::f32, hal::ReduceOp::sum, stream);
+    stream.fill(buffer, 0, 16, 0x22);
+    stream.enqueue_host_callback([&](const hal::Status& status) { seen_by_callback = status.code(); });
+    gate.open();
+    CHECK_THROWS_WITH_AS(stream.synchronize(), doctest::Contains("aborted"), hal::Error);
+    CHECK(bytes[0] == 0x11);
+    CHECK(seen_by_callback == hal::StatusCode::aborted);
+    CHECK_NOTHROW(stream.synchronize());
+    stream.fill(buffer, 0, 16, 0x33);
+    CHECK_NOTHROW(stream.synchronize());
+    CHECK(bytes[15] == 0x33);
+  }
+  comm.destroy();
   std::filesystem::remove_all(directory);
 }
 
