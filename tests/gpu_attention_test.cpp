@@ -68,15 +68,8 @@ hal::RuntimeOptions options_without_config() {
 }
 
 hal::AttentionParams small_params() {
-  hal::AttentionParams params;
-  params.batch = 1;
-  params.heads_q = 4;
-  params.heads_kv = 2;
-  params.seq_q = 16;
-  params.head_dim_qk = 64;
-  params.dtype = hal::DType::f16;
-  params.causal = true;
-  return params;
+  return {.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 16, .head_dim_qk = 64, .dtype = hal::DType::f16,
+          .causal = true};
 }
 
 const hal::AttentionCandidate& candidate(const hal::AttentionDecision& decision,
