@@ -4,16 +4,13 @@
 #include <cstdio>
 #include <ctime>
 #include <regex>
-#include <sstream>
 
-#include <toml++/toml.h>
+#include "toml_file.hpp"
 
 namespace hal::conformance {
 namespace {
 
-std::string origin_of(const std::filesystem::path& path, const toml::node& node) {
-  return path.string() + ":" + std::to_string(node.source().begin.line);
-}
+using detail::origin_of;
 
 std::string date_text(const toml::date& date) {
   char text[16];
@@ -47,14 +44,7 @@ bool Waiver::matches(const CaseResult& result, const DeviceInfo& info) const {
 
 std::vector<Waiver> load_waivers(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) throw std::invalid_argument("waiver file " + path.string() + " does not exist");
-  toml::table document;
-  try {
-    document = toml::parse_file(path.string());
-  } catch (const toml::parse_error& error) {
-    std::ostringstream message;
-    message << path.string() << ":" << error.source().begin.line << ": " << error.description();
-    throw std::invalid_argument(message.str());
-  }
+  const toml::table document = detail::parse_toml_file(path);
   for (const auto& [key, node] : document)
     if (key.str() != "waiver")
       throw std::invalid_argument(origin_of(path, node) + ": unknown key '" + std::string(key.str()) +
