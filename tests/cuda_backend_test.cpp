@@ -950,12 +950,9 @@ TEST_SUITE("nvml telemetry") {
     CHECK_FALSE(monitor.wait(std::chrono::milliseconds(30)).has_value());
     {
       ScopedEnvironment xid{{"HAL_FAKE_NVML_XID", "0:13,1:79"}};  // NVML's device 1 is cuda:0
-      const std::optional<hal::HealthEvent> event = monitor.wait(std::chrono::seconds(5));
-      REQUIRE(event.has_value());
-      CHECK(event->kind == hal::HealthEventKind::xid);
-      CHECK(event->code == 79);
-      CHECK(event->device_id == "cuda:0");
-      CHECK(event->description == "XID 79");
+      hal::testing::check_health_event(
+          monitor.wait(std::chrono::seconds(5)),
+          {.kind = hal::HealthEventKind::xid, .code = 79, .device_id = "cuda:0", .description = "XID 79"});
       CHECK_FALSE(monitor.wait(std::chrono::milliseconds(50)).has_value());  // device 1's XID 13 is not ours
     }
     ScopedEnvironment worse{{"HAL_FAKE_NVML_ECC_UNCORRECTED_VOLATILE", "0,3"}, {"HAL_FAKE_NVML_REMAP_PENDING", "0,1"}};

@@ -75,6 +75,26 @@ inline std::string candidate_reasons(const AttentionDecision& decision,
   return reasons;
 }
 
+// What a health event must be; a member left unset is not checked.
+struct ExpectedHealthEvent {
+  std::optional<HealthEventKind> kind{};
+  std::optional<std::int64_t> code{};
+  std::optional<std::string> device_id{};
+  std::optional<std::string> description{};
+};
+
+// Checks that a monitor's wait gave an event, and that it is the one
+// expected; failures name the line of the caller.
+inline void check_health_event(const std::optional<HealthEvent>& event, const ExpectedHealthEvent& expected,
+                               std::source_location caller = std::source_location::current()) {
+  INFO("expected from the call at line ", caller.line());
+  REQUIRE(event.has_value());
+  if (expected.kind) CHECK(event->kind == *expected.kind);
+  if (expected.code) CHECK(event->code == *expected.code);
+  if (expected.device_id) CHECK(event->device_id == *expected.device_id);
+  if (expected.description) CHECK(event->description == *expected.description);
+}
+
 inline const Capability& capability(const DeviceInfo& info, std::string_view key) {
   const Capability* found = info.find_capability(key);
   REQUIRE_MESSAGE(found != nullptr, "no capability " << key);
