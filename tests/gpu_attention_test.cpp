@@ -27,20 +27,13 @@ namespace {
 constexpr const char* backend_name = "cuda";
 constexpr const char* vendor_variable = "HAL_CUDA_DRIVER";
 constexpr const char* vendor_library = HAL_FAKE_CUDA_DRIVER_PATH;
-#if HAL_TEST_CUDA_KERNELS_BUILT
-constexpr const char* kernels_error = "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU";
-#else
-constexpr const char* kernels_error = "built without nvcc";
-#endif
+constexpr const char* kernels_error =
+    HAL_TEST_CUDA_KERNELS_BUILT ? "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU" : "built without nvcc";
 #else
 constexpr const char* backend_name = "rocm";
 constexpr const char* vendor_variable = "HAL_HIP_RUNTIME";
 constexpr const char* vendor_library = HAL_FAKE_HIP_RUNTIME_PATH;
-#if HAL_TEST_ROCM_KERNELS_BUILT
-constexpr const char* kernels_error = "hipModuleLoadData failed";
-#else
-constexpr const char* kernels_error = "built without hipcc";
-#endif
+constexpr const char* kernels_error = HAL_TEST_ROCM_KERNELS_BUILT ? "hipModuleLoadData failed" : "built without hipcc";
 #endif
 constexpr const char* missing_cublas = "/nonexistent/cublas/libcublas.so.13";
 
