@@ -677,19 +677,29 @@ TEST_SUITE("no driver") {
 
 #ifdef HAL_FAKE_CUDNN_PATH
 TEST_SUITE("cudnn quirks") {
+  // The cuda backend on the fake driver and the fake cuDNN, which reports
+  // `version` and refuses every graph with `reject` (unset: the fake's
+  // defaults, a current release that takes the graphs).
+  struct FakeCudnnRuntime {
+    explicit FakeCudnnRuntime(std::optional<std::string> version, std::optional<std::string> reject = std::nullopt)
+        : environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                      {"HAL_BACKENDS", "cuda"},
+                      {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
+                      {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
+                      {"HAL_FAKE_CUDNN_VERSION", std::move(version)},
+                      {"HAL_FAKE_CUDNN_REJECT", std::move(reject)}} {}
+    ScopedEnvironment environment;
+    hal::Runtime runtime = hal::Runtime::create(default_options());
+    hal::Device device = runtime.device("cuda:0");
+  };
+
   // data/quirks.toml withholds fused attention on cuDNN releases with known
   // SDPA bugs, matched by the cuDNN version the plugin reports per device.
   hal::EffectiveCapability fused_on_cudnn(const char* version) {
-    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
-                                  {"HAL_BACKENDS", "cuda"},
-                                  {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
-                                  {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
-                                  {"HAL_FAKE_CUDNN_VERSION", version}};
-    hal::Runtime runtime = hal::Runtime::create(default_options());
-    const hal::Device device = runtime.device("cuda:0");
-    CHECK(device.info().name == "NVIDIA H100 80GB HBM3");
-    CHECK(device.info().version("cudnn") == std::optional<std::string>(version));
-    return hal::effective_capability(device, "attention.fused");
+    const FakeCudnnRuntime fake(version);
+    CHECK(fake.device.info().name == "NVIDIA H100 80GB HBM3");
+    CHECK(fake.device.info().version("cudnn") == std::optional<std::string>(version));
+    return hal::effective_capability(fake.device, "attention.fused");
   }
 
   bool decided_by_quirk(const hal::EffectiveCapability& capability, std::string_view id) {
@@ -714,14 +724,8 @@ TEST_SUITE("cudnn quirks") {
   }
 
   TEST_CASE("with cuDNN loaded the plugin declares fused, and the explain carries cuDNN's refusal of a shape") {
-    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
-                                  {"HAL_BACKENDS", "cuda"},
-                                  {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
-                                  {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
-                                  {"HAL_FAKE_CUDNN_VERSION", "9.19.0"},
-                                  {"HAL_FAKE_CUDNN_REJECT", "no engine supports this SDPA graph (fake cuDNN)"}};
-    hal::Runtime runtime = hal::Runtime::create(default_options());
-    const hal::Device device = runtime.device("cuda:0");
+    const FakeCudnnRuntime fake("9.19.0", "no engine supports this SDPA graph (fake cuDNN)");
+    const hal::Device& device = fake.device;
     const hal::EffectiveCapability fused = hal::effective_capability(device, "attention.fused");
     CHECK(fused.decided_by == "declared");
 #if !HAL_TEST_CUDNN_FRONTEND_BUILT
@@ -731,18 +735,14 @@ TEST_SUITE("cudnn quirks") {
     return;
 #endif
     CHECK(fused.value == "true");
-    hal::AttentionParams params;
-    params.heads_q = 4;
-    params.seq_q = 128;
-    params.dtype = hal::DType::bf16;
+    const hal::AttentionParams params{.heads_q = 4, .seq_q = 128, .dtype = hal::DType::bf16};
     const hal::AttentionDecision decision = hal::explain_attention(device, params);
     const auto candidate = std::find_if(decision.candidates.begin(), decision.candidates.end(), [](const auto& c) {
       return c.implementation == hal::AttentionImplementation::fused;
     });
     REQUIRE(candidate != decision.candidates.end());
     CHECK_FALSE(candidate->eligible);
-    std::string reasons;
-    for (const auto& reason : candidate->reasons) reasons += reason + "\n";
+    const std::string reasons = hal::testing::candidate_reasons(decision, hal::AttentionImplementation::fused);
     CHECK_MESSAGE(contains(reasons, "no engine supports this SDPA graph (fake cuDNN)"), reasons);
     CHECK_MESSAGE(contains(reasons, "9.19.0"), reasons);
   }
@@ -751,16 +751,9 @@ TEST_SUITE("cudnn quirks") {
   // into a framework's buffer must go to flash, with the reason given.
   TEST_CASE("a call whose tensors are not 16-byte aligned is not given to cuDNN, and says why") {
 #if HAL_TEST_CUDNN_FRONTEND_BUILT
-    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
-                                  {"HAL_BACKENDS", "cuda"},
-                                  {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
-                                  {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
-                                  {"HAL_FAKE_CUDNN_REJECT", "the graph reached the fake cuDNN"}};
-    hal::Runtime runtime = hal::Runtime::create(default_options());
-    const hal::Device device = runtime.device("cuda:0");
-    hal::AttentionParams params;
-    params.seq_q = 16;
-    params.dtype = hal::DType::f16;
+    const FakeCudnnRuntime fake(std::nullopt, "the graph reached the fake cuDNN");
+    const hal::Device& device = fake.device;
+    const hal::AttentionParams params{.seq_q = 16, .dtype = hal::DType::f16};
     const std::uint64_t tensor_bytes = 16 * 64 * 2;
     const hal::Buffer buffer = device.allocate(4 * tensor_bytes + 64);
     const hal::Stream stream = device.create_stream();
@@ -769,11 +762,7 @@ TEST_SUITE("cudnn quirks") {
       const hal::AttentionDecision decision = hal::attention_forward(stream, params, at(0), at(1), at(2), at(3));
       stream.synchronize();
       CHECK(decision.chosen == hal::AttentionImplementation::flash);
-      std::string reasons;
-      for (const auto& candidate : decision.candidates)
-        if (candidate.implementation == hal::AttentionImplementation::fused)
-          for (const auto& reason : candidate.reasons) reasons += reason + "\n";
-      return reasons;
+      return hal::testing::candidate_reasons(decision, hal::AttentionImplementation::fused);
     };
     const std::string aligned = fused_reasons(32);
     CHECK_MESSAGE(contains(aligned, "the graph reached the fake cuDNN"), aligned);
