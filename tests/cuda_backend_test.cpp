@@ -238,6 +238,21 @@ TEST_SUITE("cuda interop") {
 #include "gpu_interop_cases.inc"
 }
 
+// The fake driver's failures and the CUDA errors that follow (gpu_fake_error_cases.inc).
+using GpuFakeFixture = FakeDriverFixture;
+const hal::testing::FakeVendor fake_vendor{
+    .backend = "cuda",
+    .fail_variable = "HAL_FAKE_CUDA_FAIL",
+    .fill_async = "cuMemsetD8Async",
+    .copy_to_host = "cuMemcpyDtoH",
+    .copy_to_device = "cuMemcpyHtoD",
+    .allocate = "cuMemAlloc",
+    .out_of_memory = {"CUDA_ERROR_OUT_OF_MEMORY", CUDA_ERROR_OUT_OF_MEMORY},
+    .illegal_address = {"CUDA_ERROR_ILLEGAL_ADDRESS", CUDA_ERROR_ILLEGAL_ADDRESS},
+    .launch_failure = {"CUDA_ERROR_LAUNCH_FAILED", CUDA_ERROR_LAUNCH_FAILED},
+    .not_supported = {"CUDA_ERROR_NOT_SUPPORTED", CUDA_ERROR_NOT_SUPPORTED},
+    .unknown = {"CUDA_ERROR_UNKNOWN", CUDA_ERROR_UNKNOWN}};
+
 // The memory test kernel on the fake driver (in the SIMT emulator), and on a
 // real GPU with HAL_TEST_CUDA_DRIVER=system (scripts/gpu-check.sh).
 using GpuMemoryTestFixture = FakeDriverFixture;
@@ -499,37 +514,7 @@ TEST_SUITE("fake driver") {
     CHECK(device(1).free_memory() == free_before);
   }
 
-  TEST_CASE_FIXTURE(FakeDriverFixture, "an allocation beyond the device's memory is out_of_memory") {
-    check_error([&] { (void)device(1).allocate(600ull << 20); }, StatusCode::out_of_memory,
-                {"CUDA_ERROR_OUT_OF_MEMORY", "629145600 bytes of device memory on cuda:1"}, CUDA_ERROR_OUT_OF_MEMORY);
-    check_error([&] { (void)device(1).allocate(600ull << 20, MemoryKind::managed); }, StatusCode::out_of_memory,
-                {"managed memory"});
-    // The failure leaves the device usable.
-    hal::Buffer buffer = device(1).allocate(64);
-    CHECK(buffer.valid());
-  }
-
-  TEST_CASE_FIXTURE(FakeDriverFixture, "a device fault in stream work is device_lost at synchronize") {
-    hal::Stream stream = device(0).create_stream();
-    hal::Buffer buffer = device(0).allocate(64);
-    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemsetD8Async=700");
-    stream.fill(buffer, 0, 64, 1);  // enqueued fine; fails when it runs
-    check_error([&] { stream.synchronize(); }, StatusCode::device_lost,
-                {"CUDA_ERROR_ILLEGAL_ADDRESS", "restart the process"}, CUDA_ERROR_ILLEGAL_ADDRESS);
-  }
-
-  TEST_CASE_FIXTURE(FakeDriverFixture, "driver errors of synchronous calls map to hal status codes") {
-    hal::Buffer buffer = device(0).allocate(64);
-    std::uint8_t byte = 0;
-    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemcpyDtoH=719");
-    check_error([&] { buffer.read(0, &byte, 1); }, StatusCode::device_lost, {"CUDA_ERROR_LAUNCH_FAILED", "cuda:0"},
-                CUDA_ERROR_LAUNCH_FAILED);
-    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemcpyHtoD=801");
-    check_error([&] { buffer.write(0, &byte, 1); }, StatusCode::unsupported, {"CUDA_ERROR_NOT_SUPPORTED"},
-                CUDA_ERROR_NOT_SUPPORTED);
-    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemAlloc=999");
-    check_error([&] { (void)device(0).allocate(64); }, StatusCode::internal, {"CUDA_ERROR_UNKNOWN"}, CUDA_ERROR_UNKNOWN);
-  }
+#include "gpu_fake_error_cases.inc"
 
   TEST_CASE("a driver without cuGetProcAddress is resolved by its exported names") {
     ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},

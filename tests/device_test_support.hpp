@@ -101,6 +101,26 @@ inline const Capability& capability(const DeviceInfo& info, std::string_view key
   return *found;
 }
 
+// A vendor's error: its name as messages print it, and its code.
+struct VendorError {
+  const char* name;
+  long long code;
+};
+
+// A backend's fake vendor library as the shared GPU cases
+// (gpu_fake_error_cases.inc) use it: how to make one of its functions fail,
+// and the vendor's errors that follow.
+struct FakeVendor {
+  const char* backend;        // "cuda": its devices are cuda:0, cuda:1
+  const char* fail_variable;  // "<function>=<code>" in it makes the fake's function return code
+  // The functions behind Stream::fill, Buffer::read, Buffer::write and Device::allocate.
+  const char* fill_async;
+  const char* copy_to_host;
+  const char* copy_to_device;
+  const char* allocate;
+  VendorError out_of_memory, illegal_address, launch_failure, not_supported, unknown;
+};
+
 // Holds a stream at a point of its queue until open(); opens on destruction
 // so a failing test never leaves a stream stuck.
 class StreamGate {
