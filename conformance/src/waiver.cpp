@@ -2,9 +2,9 @@
 #include "hal/conformance/waiver.hpp"
 
 #include <cstdio>
-#include <ctime>
 #include <regex>
 
+#include "hal/probe_cache.hpp"
 #include "toml_file.hpp"
 
 namespace hal::conformance {
@@ -27,14 +27,8 @@ const DeviceInfo* device_of(const std::vector<DeviceInfo>& devices, const std::s
 
 }  // namespace
 
-std::string utc_date_today() {
-  const std::time_t now = std::time(nullptr);
-  std::tm parts{};
-  gmtime_r(&now, &parts);
-  char text[16];
-  std::strftime(text, sizeof(text), "%Y-%m-%d", &parts);
-  return text;
-}
+// The date part of "YYYY-MM-DDTHH:MM:SSZ".
+std::string utc_date_today() { return utc_timestamp_now().substr(0, 10); }
 
 bool Waiver::matches(const CaseResult& result, const DeviceInfo& info) const {
   if (!glob_match(cases, result.case_id)) return false;
