@@ -869,28 +869,14 @@ LoadResult<AmdGpuManagement> open_reader(const LibraryRequest& request) {
 }  // namespace
 
 LibraryRequest amd_smi_request() {
-  LibraryRequest request;
-  request.display_name = "AMD SMI (libamd_smi.so)";
-  request.sonames = {"libamd_smi.so", "libamd_smi.so.26", "libamd_smi.so.25", "libamd_smi.so.24",
-                     "libamd_smi.so.23"};
-  request.environment_variable = "HAL_AMD_SMI";
-  request.search_toolkit = false;
-  request.search_python_packages = false;
-  request.install_directories = rocm_library_directories();
-  request.never_unload = true;  // it starts threads and registers exit handlers
-  return request;
+  return rocm_library_request(
+      "AMD SMI (libamd_smi.so)",
+      {"libamd_smi.so", "libamd_smi.so.26", "libamd_smi.so.25", "libamd_smi.so.24", "libamd_smi.so.23"}, "HAL_AMD_SMI");
 }
 
 LibraryRequest rocm_smi_request() {
-  LibraryRequest request;
-  request.display_name = "rocm_smi (librocm_smi64.so)";
-  request.sonames = {"librocm_smi64.so", "librocm_smi64.so.7", "librocm_smi64.so.5"};
-  request.environment_variable = "HAL_ROCM_SMI";
-  request.search_toolkit = false;
-  request.search_python_packages = false;
-  request.install_directories = rocm_library_directories();
-  request.never_unload = true;
-  return request;
+  return rocm_library_request("rocm_smi (librocm_smi64.so)",
+                              {"librocm_smi64.so", "librocm_smi64.so.7", "librocm_smi64.so.5"}, "HAL_ROCM_SMI");
 }
 
 LoadResult<AmdGpuManagement> open_amd_gpu_management() {

@@ -10,13 +10,8 @@ using GetProcAddressV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdr
 }  // namespace
 
 LibraryRequest CudaDriver::nvidia_request(const std::string& configured_path) {
-  LibraryRequest request;
-  request.display_name = "CUDA driver (libcuda.so.1)";
-  request.sonames = {"libcuda.so.1"};
-  request.environment_variable = "HAL_CUDA_DRIVER";
-  request.configured_path = configured_path;
-  request.never_unload = true;
-  return request;
+  return {.display_name = "CUDA driver (libcuda.so.1)", .sonames = {"libcuda.so.1"},
+          .environment_variable = "HAL_CUDA_DRIVER", .configured_path = configured_path, .never_unload = true};
 }
 
 LoadResult<CudaDriver> CudaDriver::load(const std::string& configured_path) {

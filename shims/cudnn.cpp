@@ -3,12 +3,8 @@
 namespace hal::shims {
 
 LibraryRequest Cudnn::nvidia_request(const std::string& configured_path) {
-  LibraryRequest request;
-  request.display_name = "cuDNN (libcudnn.so.9)";
-  request.sonames = {"libcudnn.so.9"};
-  request.environment_variable = "HAL_CUDNN";
-  request.configured_path = configured_path;
-  return request;
+  return {.display_name = "cuDNN (libcudnn.so.9)", .sonames = {"libcudnn.so.9"}, .environment_variable = "HAL_CUDNN",
+          .configured_path = configured_path};
 }
 
 LoadResult<Cudnn> Cudnn::load(const std::string& configured_path) { return load(nvidia_request(configured_path)); }

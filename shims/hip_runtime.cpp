@@ -5,18 +5,11 @@
 namespace hal::shims {
 
 LibraryRequest HipRuntime::library_request(const std::string& configured_path) {
-  LibraryRequest request;
-  request.display_name = "the HIP runtime (libamdhip64.so)";
   // The versioned names first: the unversioned link is a development file.
-  request.sonames = {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"};
-  request.environment_variable = "HAL_HIP_RUNTIME";
-  request.configured_path = configured_path;
-  request.search_toolkit = false;
-  request.search_python_packages = false;
-  request.install_directories = rocm_library_directories();
+  LibraryRequest request = rocm_library_request("the HIP runtime (libamdhip64.so)",
+                                                {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"},
+                                                "HAL_HIP_RUNTIME", configured_path);
   request.not_found_advice = "install ROCm, set ROCM_PATH, or set HAL_HIP_RUNTIME to the library";
-  // The runtime starts threads (HSA) and registers exit handlers.
-  request.never_unload = true;
   return request;
 }
 

@@ -164,6 +164,18 @@ std::vector<std::pair<std::string, std::string>> rocm_library_directories() {
   return directories;
 }
 
+LibraryRequest rocm_library_request(std::string display_name, std::vector<std::string> sonames,
+                                    std::string environment_variable, std::string configured_path) {
+  return {.display_name = std::move(display_name),
+          .sonames = std::move(sonames),
+          .environment_variable = std::move(environment_variable),
+          .configured_path = std::move(configured_path),
+          .search_toolkit = false,
+          .search_python_packages = false,
+          .install_directories = rocm_library_directories(),
+          .never_unload = true};
+}
+
 namespace {
 
 // A virtual environment is a prefix with pyvenv.cfg; its interpreter is in bin/.

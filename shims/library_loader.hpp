@@ -43,23 +43,25 @@ struct LoadAttempt {
   std::string outcome;  // "loaded" or why not (dlerror, "not found", ...)
 };
 
+// Every member has an initializer, so a request may be written with
+// designated initializers naming only what it sets.
 struct LibraryRequest {
-  std::string display_name;          // "CUDA driver": used in messages
-  std::vector<std::string> sonames;  // file names to look for, in order: {"libcuda.so.1"}
+  std::string display_name{};          // "CUDA driver": used in messages
+  std::vector<std::string> sonames{};  // file names to look for, in order: {"libcuda.so.1"}
   // An explicit file (or directory holding one of the sonames); the
   // environment variable wins over the configured path. When either is set,
   // nothing else is searched: the user asked for that library.
-  std::string environment_variable;  // "HAL_CUDA_DRIVER"
-  std::string configured_path;       // from the backend's config options
+  std::string environment_variable{};  // "HAL_CUDA_DRIVER"
+  std::string configured_path{};       // from the backend's config options
   bool search_toolkit = true;        // $CUDA_HOME, $CUDA_PATH, /usr/local/cuda
   bool search_python_packages = true;  // site-packages/nvidia/*/lib
   // Vendor install directories searched after an explicit path and before
   // the CUDA stages, each reported under its label: {"ROCM_PATH", "/opt/rocm-6.1/lib"}.
-  std::vector<std::pair<std::string, std::string>> install_directories;
+  std::vector<std::pair<std::string, std::string>> install_directories{};
   // What to do when nothing is found, for the message ("install ROCm, set
   // ROCM_PATH, or set HAL_HIP_RUNTIME to the library"); empty: set the
   // environment variable.
-  std::string not_found_advice;
+  std::string not_found_advice{};
   // Keeps the library mapped after close: drivers start threads and
   // register exit handlers that must not outlive their code.
   bool never_unload = false;
@@ -81,6 +83,11 @@ std::vector<std::string> toolkit_library_directories();
 // The ROCm install's library directories, as install_directories lists
 // them: $ROCM_PATH/lib when ROCM_PATH is set, then /opt/rocm/lib.
 std::vector<std::pair<std::string, std::string>> rocm_library_directories();
+// A library of the ROCm install: an explicit path, else the ROCm directories
+// and the system, never a CUDA toolkit or Python packages; kept mapped, as
+// ROCm's libraries start threads and register exit handlers.
+LibraryRequest rocm_library_request(std::string display_name, std::vector<std::string> sonames,
+                                    std::string environment_variable, std::string configured_path = {});
 // site-packages / dist-packages directories found from prefixes derived
 // without running Python: virtualenv, conda, pyenv, user and system paths.
 std::vector<std::string> python_site_package_directories();

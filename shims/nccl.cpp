@@ -3,26 +3,13 @@
 namespace hal::shims {
 
 LibraryRequest Nccl::nvidia_request(const std::string& configured_path) {
-  LibraryRequest request;
-  request.display_name = "NCCL (libnccl.so.2)";
-  request.sonames = {"libnccl.so.2"};
-  request.environment_variable = "HAL_NCCL";
-  request.configured_path = configured_path;
-  request.never_unload = true;  // its proxy and bootstrap threads must not outlive their code
-  return request;
+  // Kept mapped: its proxy and bootstrap threads must not outlive their code.
+  return {.display_name = "NCCL (libnccl.so.2)", .sonames = {"libnccl.so.2"}, .environment_variable = "HAL_NCCL",
+          .configured_path = configured_path, .never_unload = true};
 }
 
 LibraryRequest Nccl::amd_request(const std::string& configured_path) {
-  LibraryRequest request;
-  request.display_name = "RCCL (librccl.so.1)";
-  request.sonames = {"librccl.so.1", "librccl.so"};
-  request.environment_variable = "HAL_RCCL";
-  request.configured_path = configured_path;
-  request.search_toolkit = false;
-  request.search_python_packages = false;
-  request.install_directories = rocm_library_directories();
-  request.never_unload = true;
-  return request;
+  return rocm_library_request("RCCL (librccl.so.1)", {"librccl.so.1", "librccl.so"}, "HAL_RCCL", configured_path);
 }
 
 LoadResult<Nccl> Nccl::load(const LibraryRequest& request) {

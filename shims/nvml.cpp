@@ -3,31 +3,22 @@
 namespace hal::shims {
 
 LibraryRequest Nvml::nvidia_request(const std::string& configured_path) {
-  LibraryRequest request;
-  request.display_name = "NVML (libnvidia-ml.so.1)";
-  request.sonames = {"libnvidia-ml.so.1"};
-  request.environment_variable = "HAL_NVML";
-  request.configured_path = configured_path;
-  // The driver installs it; a toolkit's stubs/libnvidia-ml.so only links.
-  request.search_toolkit = false;
-  request.search_python_packages = false;
-  request.never_unload = true;  // it starts threads of its own
-  return request;
+  // The driver installs it: a toolkit's stubs/libnvidia-ml.so only links. Kept
+  // mapped: it starts threads of its own.
+  return {.display_name = "NVML (libnvidia-ml.so.1)", .sonames = {"libnvidia-ml.so.1"},
+          .environment_variable = "HAL_NVML", .configured_path = configured_path, .search_toolkit = false,
+          .search_python_packages = false, .never_unload = true};
 }
 
 LibraryRequest Nvml::hgml_request(const std::string& configured_path, const std::string& sdk_root) {
-  LibraryRequest request;
-  request.display_name = "HGML (libhgml.so), the PPU SDK's management library";
-  request.sonames = {"libhgml.so", "libhgml.so.1"};
-  request.environment_variable = "HAL_HGML";
-  request.configured_path = configured_path;
-  request.search_toolkit = false;
-  request.search_python_packages = false;
+  LibraryRequest request{.display_name = "HGML (libhgml.so), the PPU SDK's management library",
+                         .sonames = {"libhgml.so", "libhgml.so.1"}, .environment_variable = "HAL_HGML",
+                         .configured_path = configured_path, .search_toolkit = false,
+                         .search_python_packages = false, .never_unload = true};
   if (!sdk_root.empty()) {
     request.install_directories.emplace_back("PPU SDK", sdk_root + "/lib64");
     request.install_directories.emplace_back("PPU SDK", sdk_root + "/lib");
   }
-  request.never_unload = true;
   return request;
 }
 

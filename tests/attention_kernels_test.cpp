@@ -473,48 +473,21 @@ TEST_CASE("HAL_HOST_ISA lowers the flash path and is ignored when unknown") {
 
 // ---- numerics ------------------------------------------------------------------
 
-TEST_CASE("multi-head, no mask, batch 2, seq 37 (not a tile multiple)") {
-  Problem p;
-  p.batch = 2;
-  check_problem(p);
-}
+TEST_CASE("multi-head, no mask, batch 2, seq 37 (not a tile multiple)") { check_problem({.batch = 2}); }
 
 TEST_CASE("GQA with one kv head (MQA), causal, seq 131, head dim 80") {
-  Problem p;
-  p.heads_q = 4;
-  p.heads_kv = 1;
-  p.seq_q = p.seq_kv = 131;
-  p.dim_qk = p.dim_v = 80;
-  p.causal = true;
-  check_problem(p);
+  check_problem({.heads_q = 4, .heads_kv = 1, .seq_q = 131, .seq_kv = 131, .dim_qk = 80, .dim_v = 80, .causal = true});
 }
 
 TEST_CASE("GQA with two kv heads, causal bottom-right, seq_q < seq_kv, head dim 128") {
-  Problem p;
-  p.heads_q = 4;
-  p.heads_kv = 2;
-  p.seq_q = 37;
-  p.seq_kv = 131;
-  p.dim_qk = p.dim_v = 128;
-  p.causal = true;
-  p.alignment = HAL_MASK_BOTTOM_RIGHT;
-  check_problem(p);
+  check_problem({.heads_q = 4, .heads_kv = 2, .seq_q = 37, .seq_kv = 131, .dim_qk = 128, .dim_v = 128, .causal = true,
+                 .alignment = HAL_MASK_BOTTOM_RIGHT});
 }
 
-TEST_CASE("causal top-left with seq_q < seq_kv") {
-  Problem p;
-  p.seq_q = 37;
-  p.seq_kv = 100;
-  p.causal = true;
-  check_problem(p);
-}
+TEST_CASE("causal top-left with seq_q < seq_kv") { check_problem({.seq_q = 37, .seq_kv = 100, .causal = true}); }
 
 TEST_CASE("causal with seq_q > seq_kv: bottom-right leaves fully masked rows (O = 0, LSE = -inf)") {
-  Problem p;
-  p.seq_q = 131;
-  p.seq_kv = 37;
-  p.causal = true;
-  p.alignment = HAL_MASK_BOTTOM_RIGHT;
+  Problem p{.seq_q = 131, .seq_kv = 37, .causal = true, .alignment = HAL_MASK_BOTTOM_RIGHT};
   check_problem(p);
   Case c(p);
   ThreadPool pool(2);
@@ -529,22 +502,12 @@ TEST_CASE("causal with seq_q > seq_kv: bottom-right leaves fully masked rows (O 
 }
 
 TEST_CASE("decode: one query against 131 keys, causal bottom-right") {
-  Problem p;
-  p.heads_q = 4;
-  p.heads_kv = 2;
-  p.seq_q = 1;
-  p.seq_kv = 131;
-  p.dim_qk = p.dim_v = 128;
-  p.causal = true;
-  p.alignment = HAL_MASK_BOTTOM_RIGHT;
-  check_problem(p);
+  check_problem({.heads_q = 4, .heads_kv = 2, .seq_q = 1, .seq_kv = 131, .dim_qk = 128, .dim_v = 128, .causal = true,
+                 .alignment = HAL_MASK_BOTTOM_RIGHT});
 }
 
 TEST_CASE("sliding window: causal with left window, and a two-sided window") {
-  Problem p;
-  p.seq_q = p.seq_kv = 131;
-  p.causal = true;
-  p.window_left = 16;
+  Problem p{.seq_q = 131, .seq_kv = 131, .causal = true, .window_left = 16};
   check_problem(p);
   p.causal = false;
   p.window_left = 9;
@@ -559,55 +522,26 @@ TEST_CASE("sliding window: causal with left window, and a two-sided window") {
 }
 
 TEST_CASE("head dim 256 and different Q/K and V dims") {
-  Problem p;
-  p.seq_q = p.seq_kv = 40;
-  p.dim_qk = p.dim_v = 256;
-  check_problem(p);
-  p.dim_qk = 48;
-  p.dim_v = 72;
-  p.causal = true;
-  check_problem(p);
+  check_problem({.seq_q = 40, .seq_kv = 40, .dim_qk = 256, .dim_v = 256});
+  check_problem({.seq_q = 40, .seq_kv = 40, .dim_qk = 48, .dim_v = 72, .causal = true});
 }
 
 TEST_CASE("non-contiguous layouts: BSHD, padded V, dim-strided K, gradients with their own strides") {
-  Problem p;
-  p.batch = 2;
-  p.heads_q = 4;
-  p.heads_kv = 2;
-  p.seq_q = 37;
-  p.seq_kv = 70;
-  p.q_layout = Layout::bshd;
-  p.k_layout = Layout::dim_strided;
-  p.v_layout = Layout::padded;
-  p.o_layout = Layout::bshd;
-  p.grad_layout = Layout::padded;
-  p.causal = true;
-  p.alignment = HAL_MASK_BOTTOM_RIGHT;
-  check_problem(p);
+  check_problem({.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 37, .seq_kv = 70, .causal = true,
+                 .alignment = HAL_MASK_BOTTOM_RIGHT, .q_layout = Layout::bshd, .k_layout = Layout::dim_strided,
+                 .v_layout = Layout::padded, .o_layout = Layout::bshd, .grad_layout = Layout::padded});
 }
 
 TEST_CASE("f16 and bf16 inputs") {
   for (hal_dtype dtype : {HAL_DTYPE_F16, HAL_DTYPE_BF16}) {
     INFO("dtype " << (dtype == HAL_DTYPE_F16 ? "f16" : "bf16"));
-    Problem p;
-    p.dtype = dtype;
-    p.heads_q = 4;
-    p.heads_kv = 2;
-    p.seq_q = 70;
-    p.seq_kv = 131;
-    p.causal = true;
-    p.alignment = HAL_MASK_BOTTOM_RIGHT;
-    p.v_layout = Layout::bshd;
-    check_problem(p);
+    check_problem({.heads_q = 4, .heads_kv = 2, .seq_q = 70, .seq_kv = 131, .dtype = dtype, .causal = true,
+                   .alignment = HAL_MASK_BOTTOM_RIGHT, .v_layout = Layout::bshd});
   }
 }
 
 TEST_CASE("flash backward is deterministic for a given thread count") {
-  Problem p;
-  p.heads_q = 4;
-  p.heads_kv = 1;
-  p.seq_q = p.seq_kv = 200;
-  p.causal = true;
+  const Problem p{.heads_q = 4, .heads_kv = 1, .seq_q = 200, .seq_kv = 200, .causal = true};
   ThreadPool pool(2);
   Case first(p), second(p);
   for (Case* c : {&first, &second}) {
@@ -620,17 +554,8 @@ TEST_CASE("flash backward is deterministic for a given thread count") {
 }
 
 TEST_CASE("f64 reference gradients match central finite differences") {
-  Problem p;
-  p.heads_q = 2;
-  p.heads_kv = 1;
-  p.seq_q = 5;
-  p.seq_kv = 7;
-  p.dim_qk = 4;
-  p.dim_v = 3;
-  p.causal = true;
-  p.alignment = HAL_MASK_BOTTOM_RIGHT;
-  p.window_left = 3;
-  Case c(p);
+  Case c({.heads_q = 2, .heads_kv = 1, .seq_q = 5, .seq_kv = 7, .dim_qk = 4, .dim_v = 3, .causal = true,
+          .alignment = HAL_MASK_BOTTOM_RIGHT, .window_left = 3});
   ThreadPool pool(1);
   const Reference analytic = reference_for(c, pool);
   const std::vector<double> grad_o = c.grad_o.to_doubles();

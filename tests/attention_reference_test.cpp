@@ -47,14 +47,8 @@ TEST_CASE("f16 and bf16 rounding: nearest, ties to even, overflow, subnormals") 
 }
 
 TEST_CASE("forward: known answers for uniform weights, bottom-right alignment, windows and empty rows") {
-  hal::AttentionParams params;
-  params.heads_q = 2;
-  params.heads_kv = 1;
-  params.seq_q = 2;
-  params.seq_kv = 3;
-  params.head_dim_qk = 2;
-  params.causal = true;
-  params.alignment = hal::MaskAlignment::bottom_right;
+  hal::AttentionParams params{.heads_q = 2, .heads_kv = 1, .seq_q = 2, .seq_kv = 3, .head_dim_qk = 2, .causal = true,
+                              .alignment = hal::MaskAlignment::bottom_right};
   const std::vector<double> q(8, 0.0);  // zero queries: every visible key weighs the same
   const std::vector<double> k = {1, 2, 3, 4, 5, 6};
   const std::vector<double> v = {1, 10, 2, 20, 6, 60};
@@ -88,18 +82,9 @@ TEST_CASE("forward: known answers for uniform weights, bottom-right alignment, w
 }
 
 TEST_CASE("backward: gradients match central finite differences of sum(O * dO)") {
-  hal::AttentionParams params;
-  params.batch = 2;
-  params.heads_q = 4;
-  params.heads_kv = 2;
-  params.seq_q = 3;
-  params.seq_kv = 5;
-  params.head_dim_qk = 4;
-  params.head_dim_v = 3;
-  params.causal = true;
-  params.alignment = hal::MaskAlignment::bottom_right;
-  params.window_left = 2;
-  params.softmax_scale = 0.9f;
+  const hal::AttentionParams params{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 3, .seq_kv = 5, .head_dim_qk = 4,
+                                    .head_dim_v = 3, .causal = true, .alignment = hal::MaskAlignment::bottom_right,
+                                    .window_left = 2, .softmax_scale = 0.9f};
   const auto extents = conf::AttentionExtents::of(params);
   std::mt19937 generator(5);
   std::vector<double> q = random_tensor(extents.q, generator), k = random_tensor(extents.k, generator),

@@ -44,17 +44,8 @@ hal::Device host_device() {
 }
 
 hal::AttentionParams small_params() {
-  hal::AttentionParams params;
-  params.batch = 2;
-  params.heads_q = 4;
-  params.heads_kv = 2;
-  params.seq_q = 5;
-  params.seq_kv = 7;
-  params.head_dim_qk = 8;
-  params.causal = true;
-  params.alignment = hal::MaskAlignment::bottom_right;
-  params.return_lse = true;
-  return params;
+  return {.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 5, .seq_kv = 7, .head_dim_qk = 8, .causal = true,
+          .alignment = hal::MaskAlignment::bottom_right, .return_lse = true};
 }
 
 // Contiguous BSHD values in the logical [batch][heads][seq][dim] order of the

@@ -238,6 +238,21 @@ TEST_SUITE("cuda interop") {
 #include "gpu_interop_cases.inc"
 }
 
+// The fake driver's failures and the CUDA errors that follow (gpu_fake_error_cases.inc).
+using GpuFakeFixture = FakeDriverFixture;
+const hal::testing::FakeVendor fake_vendor{
+    .backend = "cuda",
+    .fail_variable = "HAL_FAKE_CUDA_FAIL",
+    .fill_async = "cuMemsetD8Async",
+    .copy_to_host = "cuMemcpyDtoH",
+    .copy_to_device = "cuMemcpyHtoD",
+    .allocate = "cuMemAlloc",
+    .out_of_memory = {"CUDA_ERROR_OUT_OF_MEMORY", CUDA_ERROR_OUT_OF_MEMORY},
+    .illegal_address = {"CUDA_ERROR_ILLEGAL_ADDRESS", CUDA_ERROR_ILLEGAL_ADDRESS},
+    .launch_failure = {"CUDA_ERROR_LAUNCH_FAILED", CUDA_ERROR_LAUNCH_FAILED},
+    .not_supported = {"CUDA_ERROR_NOT_SUPPORTED", CUDA_ERROR_NOT_SUPPORTED},
+    .unknown = {"CUDA_ERROR_UNKNOWN", CUDA_ERROR_UNKNOWN}};
+
 // The memory test kernel on the fake driver (in the SIMT emulator), and on a
 // real GPU with HAL_TEST_CUDA_DRIVER=system (scripts/gpu-check.sh).
 using GpuMemoryTestFixture = FakeDriverFixture;
@@ -499,37 +514,7 @@ TEST_SUITE("fake driver") {
     CHECK(device(1).free_memory() == free_before);
   }
 
-  TEST_CASE_FIXTURE(FakeDriverFixture, "an allocation beyond the device's memory is out_of_memory") {
-    check_error([&] { (void)device(1).allocate(600ull << 20); }, StatusCode::out_of_memory,
-                {"CUDA_ERROR_OUT_OF_MEMORY", "629145600 bytes of device memory on cuda:1"}, CUDA_ERROR_OUT_OF_MEMORY);
-    check_error([&] { (void)device(1).allocate(600ull << 20, MemoryKind::managed); }, StatusCode::out_of_memory,
-                {"managed memory"});
-    // The failure leaves the device usable.
-    hal::Buffer buffer = device(1).allocate(64);
-    CHECK(buffer.valid());
-  }
-
-  TEST_CASE_FIXTURE(FakeDriverFixture, "a device fault in stream work is device_lost at synchronize") {
-    hal::Stream stream = device(0).create_stream();
-    hal::Buffer buffer = device(0).allocate(64);
-    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemsetD8Async=700");
-    stream.fill(buffer, 0, 64, 1);  // enqueued fine; fails when it runs
-    check_error([&] { stream.synchronize(); }, StatusCode::device_lost,
-                {"CUDA_ERROR_ILLEGAL_ADDRESS", "restart the process"}, CUDA_ERROR_ILLEGAL_ADDRESS);
-  }
-
-  TEST_CASE_FIXTURE(FakeDriverFixture, "driver errors of synchronous calls map to hal status codes") {
-    hal::Buffer buffer = device(0).allocate(64);
-    std::uint8_t byte = 0;
-    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemcpyDtoH=719");
-    check_error([&] { buffer.read(0, &byte, 1); }, StatusCode::device_lost, {"CUDA_ERROR_LAUNCH_FAILED", "cuda:0"},
-                CUDA_ERROR_LAUNCH_FAILED);
-    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemcpyHtoD=801");
-    check_error([&] { buffer.write(0, &byte, 1); }, StatusCode::unsupported, {"CUDA_ERROR_NOT_SUPPORTED"},
-                CUDA_ERROR_NOT_SUPPORTED);
-    environment.set("HAL_FAKE_CUDA_FAIL", "cuMemAlloc=999");
-    check_error([&] { (void)device(0).allocate(64); }, StatusCode::internal, {"CUDA_ERROR_UNKNOWN"}, CUDA_ERROR_UNKNOWN);
-  }
+#include "gpu_fake_error_cases.inc"
 
   TEST_CASE("a driver without cuGetProcAddress is resolved by its exported names") {
     ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
@@ -677,19 +662,29 @@ TEST_SUITE("no driver") {
 
 #ifdef HAL_FAKE_CUDNN_PATH
 TEST_SUITE("cudnn quirks") {
+  // The cuda backend on the fake driver and the fake cuDNN, which reports
+  // `version` and refuses every graph with `reject` (unset: the fake's
+  // defaults, a current release that takes the graphs).
+  struct FakeCudnnRuntime {
+    explicit FakeCudnnRuntime(std::optional<std::string> version, std::optional<std::string> reject = std::nullopt)
+        : environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                      {"HAL_BACKENDS", "cuda"},
+                      {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
+                      {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
+                      {"HAL_FAKE_CUDNN_VERSION", std::move(version)},
+                      {"HAL_FAKE_CUDNN_REJECT", std::move(reject)}} {}
+    ScopedEnvironment environment;
+    hal::Runtime runtime = hal::Runtime::create(default_options());
+    hal::Device device = runtime.device("cuda:0");
+  };
+
   // data/quirks.toml withholds fused attention on cuDNN releases with known
   // SDPA bugs, matched by the cuDNN version the plugin reports per device.
   hal::EffectiveCapability fused_on_cudnn(const char* version) {
-    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
-                                  {"HAL_BACKENDS", "cuda"},
-                                  {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
-                                  {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
-                                  {"HAL_FAKE_CUDNN_VERSION", version}};
-    hal::Runtime runtime = hal::Runtime::create(default_options());
-    const hal::Device device = runtime.device("cuda:0");
-    CHECK(device.info().name == "NVIDIA H100 80GB HBM3");
-    CHECK(device.info().version("cudnn") == std::optional<std::string>(version));
-    return hal::effective_capability(device, "attention.fused");
+    const FakeCudnnRuntime fake(version);
+    CHECK(fake.device.info().name == "NVIDIA H100 80GB HBM3");
+    CHECK(fake.device.info().version("cudnn") == std::optional<std::string>(version));
+    return hal::effective_capability(fake.device, "attention.fused");
   }
 
   bool decided_by_quirk(const hal::EffectiveCapability& capability, std::string_view id) {
@@ -714,14 +709,8 @@ TEST_SUITE("cudnn quirks") {
   }
 
   TEST_CASE("with cuDNN loaded the plugin declares fused, and the explain carries cuDNN's refusal of a shape") {
-    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
-                                  {"HAL_BACKENDS", "cuda"},
-                                  {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
-                                  {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
-                                  {"HAL_FAKE_CUDNN_VERSION", "9.19.0"},
-                                  {"HAL_FAKE_CUDNN_REJECT", "no engine supports this SDPA graph (fake cuDNN)"}};
-    hal::Runtime runtime = hal::Runtime::create(default_options());
-    const hal::Device device = runtime.device("cuda:0");
+    const FakeCudnnRuntime fake("9.19.0", "no engine supports this SDPA graph (fake cuDNN)");
+    const hal::Device& device = fake.device;
     const hal::EffectiveCapability fused = hal::effective_capability(device, "attention.fused");
     CHECK(fused.decided_by == "declared");
 #if !HAL_TEST_CUDNN_FRONTEND_BUILT
@@ -731,18 +720,14 @@ TEST_SUITE("cudnn quirks") {
     return;
 #endif
     CHECK(fused.value == "true");
-    hal::AttentionParams params;
-    params.heads_q = 4;
-    params.seq_q = 128;
-    params.dtype = hal::DType::bf16;
+    const hal::AttentionParams params{.heads_q = 4, .seq_q = 128, .dtype = hal::DType::bf16};
     const hal::AttentionDecision decision = hal::explain_attention(device, params);
     const auto candidate = std::find_if(decision.candidates.begin(), decision.candidates.end(), [](const auto& c) {
       return c.implementation == hal::AttentionImplementation::fused;
     });
     REQUIRE(candidate != decision.candidates.end());
     CHECK_FALSE(candidate->eligible);
-    std::string reasons;
-    for (const auto& reason : candidate->reasons) reasons += reason + "\n";
+    const std::string reasons = hal::testing::candidate_reasons(decision, hal::AttentionImplementation::fused);
     CHECK_MESSAGE(contains(reasons, "no engine supports this SDPA graph (fake cuDNN)"), reasons);
     CHECK_MESSAGE(contains(reasons, "9.19.0"), reasons);
   }
@@ -751,16 +736,9 @@ TEST_SUITE("cudnn quirks") {
   // into a framework's buffer must go to flash, with the reason given.
   TEST_CASE("a call whose tensors are not 16-byte aligned is not given to cuDNN, and says why") {
 #if HAL_TEST_CUDNN_FRONTEND_BUILT
-    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
-                                  {"HAL_BACKENDS", "cuda"},
-                                  {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
-                                  {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
-                                  {"HAL_FAKE_CUDNN_REJECT", "the graph reached the fake cuDNN"}};
-    hal::Runtime runtime = hal::Runtime::create(default_options());
-    const hal::Device device = runtime.device("cuda:0");
-    hal::AttentionParams params;
-    params.seq_q = 16;
-    params.dtype = hal::DType::f16;
+    const FakeCudnnRuntime fake(std::nullopt, "the graph reached the fake cuDNN");
+    const hal::Device& device = fake.device;
+    const hal::AttentionParams params{.seq_q = 16, .dtype = hal::DType::f16};
     const std::uint64_t tensor_bytes = 16 * 64 * 2;
     const hal::Buffer buffer = device.allocate(4 * tensor_bytes + 64);
     const hal::Stream stream = device.create_stream();
@@ -769,11 +747,7 @@ TEST_SUITE("cudnn quirks") {
       const hal::AttentionDecision decision = hal::attention_forward(stream, params, at(0), at(1), at(2), at(3));
       stream.synchronize();
       CHECK(decision.chosen == hal::AttentionImplementation::flash);
-      std::string reasons;
-      for (const auto& candidate : decision.candidates)
-        if (candidate.implementation == hal::AttentionImplementation::fused)
-          for (const auto& reason : candidate.reasons) reasons += reason + "\n";
-      return reasons;
+      return hal::testing::candidate_reasons(decision, hal::AttentionImplementation::fused);
     };
     const std::string aligned = fused_reasons(32);
     CHECK_MESSAGE(contains(aligned, "the graph reached the fake cuDNN"), aligned);
@@ -950,12 +924,9 @@ TEST_SUITE("nvml telemetry") {
     CHECK_FALSE(monitor.wait(std::chrono::milliseconds(30)).has_value());
     {
       ScopedEnvironment xid{{"HAL_FAKE_NVML_XID", "0:13,1:79"}};  // NVML's device 1 is cuda:0
-      const std::optional<hal::HealthEvent> event = monitor.wait(std::chrono::seconds(5));
-      REQUIRE(event.has_value());
-      CHECK(event->kind == hal::HealthEventKind::xid);
-      CHECK(event->code == 79);
-      CHECK(event->device_id == "cuda:0");
-      CHECK(event->description == "XID 79");
+      hal::testing::check_health_event(
+          monitor.wait(std::chrono::seconds(5)),
+          {.kind = hal::HealthEventKind::xid, .code = 79, .device_id = "cuda:0", .description = "XID 79"});
       CHECK_FALSE(monitor.wait(std::chrono::milliseconds(50)).has_value());  // device 1's XID 13 is not ours
     }
     ScopedEnvironment worse{{"HAL_FAKE_NVML_ECC_UNCORRECTED_VOLATILE", "0,3"}, {"HAL_FAKE_NVML_REMAP_PENDING", "0,1"}};

@@ -6,37 +6,23 @@ include(${CMAKE_CURRENT_LIST_DIR}/gpu_suite_tests.cmake)
 # The fake driver is named like the real one, alone in its directory, and
 # never installed.
 set(HAL_FAKE_CUDA_DRIVER_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_cuda_driver)
-add_library(fake_cuda_driver SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_driver/fake_cuda_driver.cpp)
-set_target_properties(fake_cuda_driver PROPERTIES
-  OUTPUT_NAME cuda PREFIX lib SUFFIX .so.1
-  LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_CUDA_DRIVER_DIR}
-  CXX_VISIBILITY_PRESET hidden)
-target_include_directories(fake_cuda_driver SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-target_include_directories(fake_cuda_driver PRIVATE ${CMAKE_CURRENT_LIST_DIR}/fakes)
-target_link_libraries(fake_cuda_driver PRIVATE hal_simt_kernels hal_warnings Threads::Threads)
+hal_add_fake_library(fake_cuda_driver fake_cuda_driver/fake_cuda_driver.cpp cuda .so.1 ${HAL_FAKE_CUDA_DRIVER_DIR})
 # The flavour of a CUDA-compatible SDK's libcuda that stops before cuDeviceGetUuid_v2 (CUDA 11.4).
-add_library(fake_cuda_driver_no_uuid_v2 SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cuda_driver/fake_cuda_driver.cpp)
-set_target_properties(fake_cuda_driver_no_uuid_v2 PROPERTIES
-  OUTPUT_NAME cuda PREFIX lib SUFFIX .so.1
-  LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_CUDA_DRIVER_DIR}/no_uuid_v2
-  CXX_VISIBILITY_PRESET hidden)
-target_compile_definitions(fake_cuda_driver_no_uuid_v2 PRIVATE HAL_FAKE_CUDA_NO_UUID_V2=1)
-target_include_directories(fake_cuda_driver_no_uuid_v2 SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-target_include_directories(fake_cuda_driver_no_uuid_v2 PRIVATE ${CMAKE_CURRENT_LIST_DIR}/fakes)
-target_link_libraries(fake_cuda_driver_no_uuid_v2 PRIVATE hal_simt_kernels hal_warnings Threads::Threads)
+hal_add_fake_library(fake_cuda_driver_no_uuid_v2 fake_cuda_driver/fake_cuda_driver.cpp cuda .so.1
+  ${HAL_FAKE_CUDA_DRIVER_DIR}/no_uuid_v2 HAL_FAKE_CUDA_NO_UUID_V2=1)
+foreach(fake fake_cuda_driver fake_cuda_driver_no_uuid_v2)
+  target_include_directories(${fake} SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  target_include_directories(${fake} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/fakes)
+  target_link_libraries(${fake} PRIVATE hal_simt_kernels Threads::Threads)
+endforeach()
 
 # NVML and the PPU SDK's HGML, one source built with either prefix, each
 # under its real soname alone in its directory.
 set(HAL_FAKE_NVML_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_nvml)
-add_library(fake_nvml SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_nvml/fake_nvml.cpp)
-set_target_properties(fake_nvml PROPERTIES OUTPUT_NAME nvidia-ml PREFIX lib SUFFIX .so.1
-  LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_NVML_DIR}/nvml CXX_VISIBILITY_PRESET hidden)
-add_library(fake_hgml SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_nvml/fake_nvml.cpp)
-set_target_properties(fake_hgml PROPERTIES OUTPUT_NAME hgml PREFIX lib SUFFIX .so
-  LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_NVML_DIR}/hgml CXX_VISIBILITY_PRESET hidden)
-target_compile_definitions(fake_hgml PRIVATE FAKE_NVML_HGML=1)
+hal_add_fake_library(fake_nvml fake_nvml/fake_nvml.cpp nvidia-ml .so.1 ${HAL_FAKE_NVML_DIR}/nvml)
+hal_add_fake_library(fake_hgml fake_nvml/fake_nvml.cpp hgml .so ${HAL_FAKE_NVML_DIR}/hgml FAKE_NVML_HGML=1)
 foreach(fake fake_nvml fake_hgml)
-  target_link_libraries(${fake} PRIVATE hal_warnings Threads::Threads)
+  target_link_libraries(${fake} PRIVATE Threads::Threads)
 endforeach()
 
 find_package(nlohmann_json 3 REQUIRED)  # the halconform reports the tests read
@@ -93,13 +79,9 @@ hal_add_suite_test(cuda_no_driver_tests hal_cuda_tests "no driver" "${HAL_CUDA_T
 hal_add_no_vendor_library_test(cuda_plugin_needs_no_nvidia_library hal_backend_cuda)
 
 # cuBLAS's GEMM on the host in stream order, for the math path on the fake driver.
-add_library(fake_cublas SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cublas/fake_cublas.cpp)
-set_target_properties(fake_cublas PROPERTIES
-  OUTPUT_NAME cublas PREFIX lib SUFFIX .so.13
-  LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_cublas
-  CXX_VISIBILITY_PRESET hidden)
+hal_add_fake_library(fake_cublas fake_cublas/fake_cublas.cpp cublas .so.13 ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_cublas)
 target_include_directories(fake_cublas SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-target_link_libraries(fake_cublas PRIVATE hal_warnings ${CMAKE_DL_LIBS})
+target_link_libraries(fake_cublas PRIVATE ${CMAKE_DL_LIBS})
 
 # Attention numerics on a real CUDA device against the host backend (label
 # gpu: CI has no GPU; scripts/gpu-check.sh runs it). Without a usable device
@@ -123,13 +105,8 @@ endif()
 # cuDNN's fused attention, driven directly on the fake driver and a fake cuDNN named like the real one.
 if(HAL_CUDNN_INCLUDE_DIR)
   set(HAL_FAKE_CUDNN_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_cudnn)
-  add_library(fake_cudnn SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_cudnn/fake_cudnn.cpp)
-  set_target_properties(fake_cudnn PROPERTIES
-    OUTPUT_NAME cudnn PREFIX lib SUFFIX .so.9
-    LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_CUDNN_DIR}
-    CXX_VISIBILITY_PRESET hidden)
+  hal_add_fake_library(fake_cudnn fake_cudnn/fake_cudnn.cpp cudnn .so.9 ${HAL_FAKE_CUDNN_DIR})
   target_include_directories(fake_cudnn SYSTEM PRIVATE ${HAL_CUDNN_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
-  target_link_libraries(fake_cudnn PRIVATE hal_warnings)
 
   add_executable(hal_cudnn_attention_tests
     ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp

@@ -75,11 +75,51 @@ inline std::string candidate_reasons(const AttentionDecision& decision,
   return reasons;
 }
 
+// What a health event must be; a member left unset is not checked.
+struct ExpectedHealthEvent {
+  std::optional<HealthEventKind> kind{};
+  std::optional<std::int64_t> code{};
+  std::optional<std::string> device_id{};
+  std::optional<std::string> description{};
+};
+
+// Checks that a monitor's wait gave an event, and that it is the one
+// expected; failures name the line of the caller.
+inline void check_health_event(const std::optional<HealthEvent>& event, const ExpectedHealthEvent& expected,
+                               std::source_location caller = std::source_location::current()) {
+  INFO("expected from the call at line ", caller.line());
+  REQUIRE(event.has_value());
+  if (expected.kind) CHECK(event->kind == *expected.kind);
+  if (expected.code) CHECK(event->code == *expected.code);
+  if (expected.device_id) CHECK(event->device_id == *expected.device_id);
+  if (expected.description) CHECK(event->description == *expected.description);
+}
+
 inline const Capability& capability(const DeviceInfo& info, std::string_view key) {
   const Capability* found = info.find_capability(key);
   REQUIRE_MESSAGE(found != nullptr, "no capability " << key);
   return *found;
 }
+
+// A vendor's error: its name as messages print it, and its code.
+struct VendorError {
+  const char* name;
+  long long code;
+};
+
+// A backend's fake vendor library as the shared GPU cases
+// (gpu_fake_error_cases.inc) use it: how to make one of its functions fail,
+// and the vendor's errors that follow.
+struct FakeVendor {
+  const char* backend;        // "cuda": its devices are cuda:0, cuda:1
+  const char* fail_variable;  // "<function>=<code>" in it makes the fake's function return code
+  // The functions behind Stream::fill, Buffer::read, Buffer::write and Device::allocate.
+  const char* fill_async;
+  const char* copy_to_host;
+  const char* copy_to_device;
+  const char* allocate;
+  VendorError out_of_memory, illegal_address, launch_failure, not_supported, unknown;
+};
 
 // Holds a stream at a point of its queue until open(); opens on destruction
 // so a failing test never leaves a stream stuck.

@@ -27,20 +27,13 @@ namespace {
 constexpr const char* backend_name = "cuda";
 constexpr const char* vendor_variable = "HAL_CUDA_DRIVER";
 constexpr const char* vendor_library = HAL_FAKE_CUDA_DRIVER_PATH;
-#if HAL_TEST_CUDA_KERNELS_BUILT
-constexpr const char* kernels_error = "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU";
-#else
-constexpr const char* kernels_error = "built without nvcc";
-#endif
+constexpr const char* kernels_error =
+    HAL_TEST_CUDA_KERNELS_BUILT ? "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU" : "built without nvcc";
 #else
 constexpr const char* backend_name = "rocm";
 constexpr const char* vendor_variable = "HAL_HIP_RUNTIME";
 constexpr const char* vendor_library = HAL_FAKE_HIP_RUNTIME_PATH;
-#if HAL_TEST_ROCM_KERNELS_BUILT
-constexpr const char* kernels_error = "hipModuleLoadData failed";
-#else
-constexpr const char* kernels_error = "built without hipcc";
-#endif
+constexpr const char* kernels_error = HAL_TEST_ROCM_KERNELS_BUILT ? "hipModuleLoadData failed" : "built without hipcc";
 #endif
 constexpr const char* missing_cublas = "/nonexistent/cublas/libcublas.so.13";
 
@@ -68,15 +61,8 @@ hal::RuntimeOptions options_without_config() {
 }
 
 hal::AttentionParams small_params() {
-  hal::AttentionParams params;
-  params.batch = 1;
-  params.heads_q = 4;
-  params.heads_kv = 2;
-  params.seq_q = 16;
-  params.head_dim_qk = 64;
-  params.dtype = hal::DType::f16;
-  params.causal = true;
-  return params;
+  return {.batch = 1, .heads_q = 4, .heads_kv = 2, .seq_q = 16, .head_dim_qk = 64, .dtype = hal::DType::f16,
+          .causal = true};
 }
 
 const hal::AttentionCandidate& candidate(const hal::AttentionDecision& decision,

@@ -1,6 +1,7 @@
 # Test registration the GPU backends' test files share (cuda_tests.cmake,
 # rocm_tests.cmake).
 include_guard(GLOBAL)
+include(${CMAKE_CURRENT_LIST_DIR}/fakes/fakes.cmake)
 set(HAL_GPU_SUITE_TESTS_DIR ${CMAKE_CURRENT_LIST_DIR})
 find_program(HAL_READELF readelf REQUIRED)
 

@@ -224,16 +224,9 @@ TEST_CASE_FIXTURE(HostDeviceFixture, "a view keeps its allocation alive") {
 }
 
 TEST_CASE_FIXTURE(HostDeviceFixture, "attention runs on imported memory, at byte offsets, against the reference") {
-  hal::AttentionParams params;
-  params.batch = 2;
-  params.heads_q = 4;
-  params.heads_kv = 2;
-  params.seq_q = 9;
-  params.seq_kv = 13;
-  params.head_dim_qk = 16;
-  params.causal = true;
-  params.alignment = hal::MaskAlignment::bottom_right;
-  params.layout = hal::AttentionLayout::bhsd;
+  const hal::AttentionParams params{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 9, .seq_kv = 13,
+                                    .head_dim_qk = 16, .layout = hal::AttentionLayout::bhsd, .causal = true,
+                                    .alignment = hal::MaskAlignment::bottom_right};
   const auto extents = hal::conformance::AttentionExtents::of(params);
   std::mt19937 generator(5);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);

@@ -40,12 +40,7 @@ TEST_CASE("dtype sizes and kinds") {
 }
 
 TEST_CASE("resolved attention parameters make every default explicit") {
-  hal::AttentionParams params;
-  params.batch = 2;
-  params.heads_q = 8;
-  params.heads_kv = 2;
-  params.seq_q = 5;
-  params.head_dim_qk = 16;
+  const hal::AttentionParams params{.batch = 2, .heads_q = 8, .heads_kv = 2, .seq_q = 5, .head_dim_qk = 16};
   const hal::AttentionParams resolved = params.resolved();
   CHECK(resolved.seq_kv == 5);
   CHECK(resolved.head_dim_v == 16);

@@ -133,6 +133,20 @@ TEST_SUITE("rocm interop") {
 #include "gpu_interop_cases.inc"
 }
 
+// The fake runtime's failures and the HIP errors that follow (gpu_fake_error_cases.inc).
+using GpuFakeFixture = FakeRuntimeFixture;
+const hal::testing::FakeVendor fake_vendor{.backend = "rocm",
+                                           .fail_variable = "HAL_FAKE_HIP_FAIL",
+                                           .fill_async = "hipMemsetD8Async",
+                                           .copy_to_host = "hipMemcpy",
+                                           .copy_to_device = "hipMemcpy",
+                                           .allocate = "hipMalloc",
+                                           .out_of_memory = {"hipErrorOutOfMemory", hip_out_of_memory},
+                                           .illegal_address = {"hipErrorIllegalAddress", hip_illegal_address},
+                                           .launch_failure = {"hipErrorLaunchFailure", hip_launch_failure},
+                                           .not_supported = {"hipErrorNotSupported", hip_not_supported},
+                                           .unknown = {"hipErrorUnknown", hip_unknown}};
+
 // The memory test kernel on the fake runtime, which loads the code object's
 // entry for the device (HAL_FAKE_HIP_CODE_OBJECTS=1, set by the test's
 // environment) and runs the kernel in the SIMT emulator.
@@ -289,39 +303,9 @@ TEST_SUITE("fake runtime") {
     CHECK(device(1).free_memory() == free_before);
   }
 
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "an allocation beyond the device's memory is out_of_memory") {
-    check_error([&] { (void)device(1).allocate(600ull << 20); }, StatusCode::out_of_memory,
-                {"hipErrorOutOfMemory", "629145600 bytes of device memory on rocm:1"}, hip_out_of_memory);
-    check_error([&] { (void)device(1).allocate(600ull << 20, MemoryKind::managed); }, StatusCode::out_of_memory,
-                {"managed memory"});
-    hal::Buffer buffer = device(1).allocate(64);  // the failure leaves the device usable
-    CHECK(buffer.valid());
-  }
+#include "gpu_fake_error_cases.inc"
 
-
-
-
-
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "a device fault in stream work is device_lost at synchronize") {
-    hal::Stream stream = device(0).create_stream();
-    hal::Buffer buffer = device(0).allocate(64);
-    environment.set("HAL_FAKE_HIP_FAIL", "hipMemsetD8Async=700");
-    stream.fill(buffer, 0, 64, 1);  // enqueued fine; fails when it runs
-    check_error([&] { stream.synchronize(); }, StatusCode::device_lost,
-                {"hipErrorIllegalAddress", "an illegal memory access", "restart the process"}, hip_illegal_address);
-  }
-
-  TEST_CASE_FIXTURE(FakeRuntimeFixture, "runtime errors of synchronous calls map to hal status codes") {
-    hal::Buffer buffer = device(0).allocate(64);
-    std::uint8_t byte = 0;
-    environment.set("HAL_FAKE_HIP_FAIL", "hipMemcpy=719");
-    check_error([&] { buffer.read(0, &byte, 1); }, StatusCode::device_lost, {"hipErrorLaunchFailure", "rocm:0 to host"},
-                hip_launch_failure);
-    environment.set("HAL_FAKE_HIP_FAIL", "hipMemcpy=801");
-    check_error([&] { buffer.write(0, &byte, 1); }, StatusCode::unsupported, {"hipErrorNotSupported"},
-                hip_not_supported);
-    environment.set("HAL_FAKE_HIP_FAIL", "hipMalloc=999");
-    check_error([&] { (void)device(0).allocate(64); }, StatusCode::internal, {"hipErrorUnknown"}, hip_unknown);
+  TEST_CASE_FIXTURE(FakeRuntimeFixture, "a stream the runtime cannot create is out_of_memory, saying what to free") {
     environment.set("HAL_FAKE_HIP_FAIL", "hipStreamCreateWithFlags=2");
     check_error([&] { (void)device(0).create_stream(); }, StatusCode::out_of_memory,
                 {"creating a stream on rocm:0", "free device memory"}, hip_out_of_memory);

@@ -16,6 +16,7 @@
 #include "scoped_environment.hpp"
 
 using hal::Unavailable;
+using hal::testing::check_health_event;
 using hal::testing::contains;
 
 namespace {
@@ -322,12 +323,9 @@ TEST_SUITE("amd smi telemetry") {
     script("HAL_FAKE_AMD_SMI_UNCORRECTED", "0");
     script("HAL_FAKE_AMD_SMI_UNCORRECTED_RISE", "2");  // two more at every read
     hal::HealthMonitor monitor(device(0), std::chrono::milliseconds(5));
-    const std::optional<hal::HealthEvent> event = monitor.wait(std::chrono::seconds(5));
-    REQUIRE(event.has_value());
-    CHECK(event->kind == hal::HealthEventKind::uncorrected_ecc);
-    CHECK(event->code == 2);
-    CHECK(event->device_id == "rocm:0");
-    CHECK(event->description == "2 more uncorrected ECC errors");
+    check_health_event(monitor.wait(std::chrono::seconds(5)),
+                       {.kind = hal::HealthEventKind::uncorrected_ecc, .code = 2, .device_id = "rocm:0",
+                        .description = "2 more uncorrected ECC errors"});
   }
 
   TEST_CASE_FIXTURE(SmiFixture, "struct layouts are read only for the AMD SMI releases they belong to") {
@@ -394,27 +392,20 @@ TEST_SUITE("amd smi telemetry") {
       hal::HealthMonitor second(device(1), std::chrono::milliseconds(5));
       CHECK(event_registrations() == 2);
       // The first wait takes both devices' events from AMD SMI's one queue.
-      std::optional<hal::HealthEvent> event = first.wait(std::chrono::seconds(5));
-      REQUIRE(event.has_value());
-      CHECK(event->kind == hal::HealthEventKind::xid);
-      CHECK(event->code == 1);
-      CHECK(event->device_id == "rocm:0");
-      CHECK(event->description == "AMD SMI event 1, GPU VM fault: page fault at 0x7f0000001000");
-      event = first.wait(std::chrono::seconds(5));
-      REQUIRE(event.has_value());
-      CHECK(event->kind == hal::HealthEventKind::thermal);
-      CHECK(event->description == "AMD SMI event 2, thermal throttling: edge at 95 C");
-      event = first.wait(std::chrono::seconds(5));
-      REQUIRE(event.has_value());
-      CHECK(event->kind == hal::HealthEventKind::xid);
-      CHECK(event->description == "AMD SMI event 5, ring hang: gfx ring timeout");
+      check_health_event(first.wait(std::chrono::seconds(5)),
+                         {.kind = hal::HealthEventKind::xid, .code = 1, .device_id = "rocm:0",
+                          .description = "AMD SMI event 1, GPU VM fault: page fault at 0x7f0000001000"});
+      check_health_event(first.wait(std::chrono::seconds(5)),
+                         {.kind = hal::HealthEventKind::thermal,
+                          .description = "AMD SMI event 2, thermal throttling: edge at 95 C"});
+      check_health_event(first.wait(std::chrono::seconds(5)),
+                         {.kind = hal::HealthEventKind::xid,
+                          .description = "AMD SMI event 5, ring hang: gfx ring timeout"});
       CHECK_FALSE(first.wait(std::chrono::milliseconds(20)).has_value());
 
-      event = second.wait(std::chrono::seconds(5));
-      REQUIRE(event.has_value());
-      CHECK(event->device_id == "rocm:1");
-      CHECK(event->code == 3);
-      CHECK(event->description == "AMD SMI event 3, GPU reset starting: reset for a ring timeout");
+      check_health_event(second.wait(std::chrono::seconds(5)),
+                         {.code = 3, .device_id = "rocm:1",
+                          .description = "AMD SMI event 3, GPU reset starting: reset for a ring timeout"});
       CHECK_FALSE(second.wait(std::chrono::milliseconds(20)).has_value());
     }
     CHECK(event_registrations() == 0);
@@ -425,10 +416,8 @@ TEST_SUITE("amd smi telemetry") {
     const std::string message(120, 'x');
     script("HAL_FAKE_AMD_SMI_EVENTS", "1:5:migration;1:4:" + message);
     hal::HealthMonitor monitor(device(0), std::chrono::milliseconds(5));
-    const std::optional<hal::HealthEvent> event = monitor.wait(std::chrono::seconds(5));
-    REQUIRE(event.has_value());
-    CHECK(event->code == 4);
-    CHECK(event->description == "AMD SMI event 4, GPU reset done: " + message);
+    check_health_event(monitor.wait(std::chrono::seconds(5)),
+                       {.code = 4, .description = "AMD SMI event 4, GPU reset done: " + message});
     CHECK_FALSE(monitor.wait(std::chrono::milliseconds(20)).has_value());
   }
 
@@ -444,9 +433,8 @@ TEST_SUITE("amd smi telemetry") {
     script("HAL_FAKE_AMD_SMI_UNCORRECTED_RISE", "1");
     hal::HealthMonitor monitor(device(0), std::chrono::milliseconds(5));
     CHECK(event_registrations() == 0);
-    const std::optional<hal::HealthEvent> event = monitor.wait(std::chrono::seconds(5));
-    REQUIRE(event.has_value());
-    CHECK(event->kind == hal::HealthEventKind::uncorrected_ecc);  // from snapshots, not the VM fault
+    // From snapshots, not the VM fault.
+    check_health_event(monitor.wait(std::chrono::seconds(5)), {.kind = hal::HealthEventKind::uncorrected_ecc});
   }
 
   TEST_CASE_FIXTURE(SmiFixture, "a failing event read is an error naming the call") {

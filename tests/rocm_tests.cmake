@@ -6,33 +6,22 @@ include(${CMAKE_CURRENT_LIST_DIR}/gpu_suite_tests.cmake)
 # Two fakes, each alone in its directory under its real soname, never
 # installed: ROCm 6's exports, and ROCm 5's (no hipLaunchHostFunc).
 set(HAL_FAKE_HIP_RUNTIME_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_hip_runtime)
+hal_add_fake_library(fake_hip_runtime_rocm6 fake_hip_runtime/fake_hip_runtime.cpp amdhip64 .so.6
+  ${HAL_FAKE_HIP_RUNTIME_DIR}/rocm6)
+hal_add_fake_library(fake_hip_runtime_rocm5 fake_hip_runtime/fake_hip_runtime.cpp amdhip64 .so.5
+  ${HAL_FAKE_HIP_RUNTIME_DIR}/rocm5 FAKE_HIP_ROCM5)
 foreach(variant rocm6 rocm5)
-  add_library(fake_hip_runtime_${variant} SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_hip_runtime/fake_hip_runtime.cpp)
-  set_target_properties(fake_hip_runtime_${variant} PROPERTIES
-    OUTPUT_NAME amdhip64 PREFIX lib LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_HIP_RUNTIME_DIR}/${variant}
-    CXX_VISIBILITY_PRESET hidden)
   target_include_directories(fake_hip_runtime_${variant} SYSTEM PRIVATE ${HAL_HIP_INCLUDE_DIR})
   target_include_directories(fake_hip_runtime_${variant} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/fakes)
-  target_link_libraries(fake_hip_runtime_${variant} PRIVATE hal_simt_kernels hal_warnings Threads::Threads)
+  target_link_libraries(fake_hip_runtime_${variant} PRIVATE hal_simt_kernels Threads::Threads)
 endforeach()
-set_target_properties(fake_hip_runtime_rocm6 PROPERTIES SUFFIX .so.6)
-set_target_properties(fake_hip_runtime_rocm5 PROPERTIES SUFFIX .so.5)
-target_compile_definitions(fake_hip_runtime_rocm5 PRIVATE FAKE_HIP_ROCM5)
 
 # A fake AMD SMI (libamd_smi.so) and a fake ROCm 5 rocm_smi
 # (librocm_smi64.so.5) from one source, each alone in its directory.
 set(HAL_FAKE_AMD_SMI_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_amd_smi)
-add_library(fake_amd_smi SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_amd_smi/fake_amd_smi.cpp)
-set_target_properties(fake_amd_smi PROPERTIES
-  OUTPUT_NAME amd_smi PREFIX lib LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_AMD_SMI_DIR}/amd_smi CXX_VISIBILITY_PRESET hidden)
-add_library(fake_rocm_smi SHARED ${CMAKE_CURRENT_LIST_DIR}/fakes/fake_amd_smi/fake_amd_smi.cpp)
-set_target_properties(fake_rocm_smi PROPERTIES
-  OUTPUT_NAME rocm_smi64 PREFIX lib SUFFIX .so.5 LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_AMD_SMI_DIR}/rocm_smi
-  CXX_VISIBILITY_PRESET hidden)
-target_compile_definitions(fake_rocm_smi PRIVATE FAKE_ROCM_SMI)
-foreach(fake fake_amd_smi fake_rocm_smi)
-  target_link_libraries(${fake} PRIVATE hal_warnings)
-endforeach()
+hal_add_fake_library(fake_amd_smi fake_amd_smi/fake_amd_smi.cpp amd_smi .so ${HAL_FAKE_AMD_SMI_DIR}/amd_smi)
+hal_add_fake_library(fake_rocm_smi fake_amd_smi/fake_amd_smi.cpp rocm_smi64 .so.5 ${HAL_FAKE_AMD_SMI_DIR}/rocm_smi
+  FAKE_ROCM_SMI)
 
 add_executable(hal_rocm_tests ${CMAKE_CURRENT_LIST_DIR}/test_main.cpp ${CMAKE_CURRENT_LIST_DIR}/rocm_backend_test.cpp
   ${CMAKE_CURRENT_LIST_DIR}/gpu_attention_test.cpp ${CMAKE_CURRENT_LIST_DIR}/rocm_telemetry_test.cpp)

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "device_test_support.hpp"
 #include "hal/hal.hpp"
 #include "scoped_environment.hpp"
 #include "telemetry_sources.hpp"
@@ -217,11 +218,8 @@ TEST_SUITE("telemetry api") {
     });
     const std::optional<hal::HealthEvent> event = monitor.wait(std::chrono::seconds(5));
     raise.join();
-    REQUIRE(event.has_value());
-    CHECK(event->kind == hal::HealthEventKind::uncorrected_ecc);
-    CHECK(event->code == 2);
-    CHECK(event->device_id == "host:0");
-    CHECK(event->description == "2 more uncorrected ECC errors");
+    hal::testing::check_health_event(event, {.kind = hal::HealthEventKind::uncorrected_ecc, .code = 2,
+                                             .device_id = "host:0", .description = "2 more uncorrected ECC errors"});
     CHECK_FALSE(monitor.wait(std::chrono::milliseconds(30)).has_value());
   }
 

@@ -52,35 +52,15 @@ struct NamedShape {
 // BHSD order, and head dim 128 with an explicit softmax scale.
 std::vector<NamedShape> numerics_shapes(DType dtype, bool quick) {
   const std::int64_t grow = quick ? 1 : 4;
-  AttentionParams gqa;
-  gqa.batch = 2;
-  gqa.heads_q = 4;
-  gqa.heads_kv = 2;
-  gqa.seq_q = gqa.seq_kv = 37 * grow;
-  gqa.head_dim_qk = 64;
-  gqa.dtype = dtype;
-
-  AttentionParams bottom_right;
-  bottom_right.batch = 1;
-  bottom_right.heads_q = 4;
-  bottom_right.heads_kv = 1;
-  bottom_right.seq_q = 19 * grow;
-  bottom_right.seq_kv = 53 * grow;
-  bottom_right.head_dim_qk = 64;
-  bottom_right.dtype = dtype;
-  bottom_right.layout = AttentionLayout::bhsd;
-  bottom_right.causal = true;
-  bottom_right.alignment = MaskAlignment::bottom_right;
-
-  AttentionParams wide;
-  wide.batch = 1;
-  wide.heads_q = 2;
-  wide.heads_kv = 2;
-  wide.seq_q = wide.seq_kv = 64 * grow;
-  wide.head_dim_qk = 128;
-  wide.dtype = dtype;
-  wide.causal = true;
-  wide.softmax_scale = 2.0f / std::sqrt(128.0f);  // sharper than the default: a softmax far from uniform
+  const AttentionParams gqa{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 37 * grow, .seq_kv = 37 * grow,
+                            .head_dim_qk = 64, .dtype = dtype};
+  const AttentionParams bottom_right{.batch = 1, .heads_q = 4, .heads_kv = 1, .seq_q = 19 * grow, .seq_kv = 53 * grow,
+                                     .head_dim_qk = 64, .dtype = dtype, .layout = AttentionLayout::bhsd,
+                                     .causal = true, .alignment = MaskAlignment::bottom_right};
+  // A scale sharper than the default: a softmax far from uniform.
+  const AttentionParams wide{.batch = 1, .heads_q = 2, .heads_kv = 2, .seq_q = 64 * grow, .seq_kv = 64 * grow,
+                             .head_dim_qk = 128, .dtype = dtype, .causal = true,
+                             .softmax_scale = 2.0f / std::sqrt(128.0f)};
 
   return {{"gqa", gqa}, {"causal_bottom_right", bottom_right}, {"head_dim_128", wide}};
 }

@@ -7,18 +7,16 @@
 #include <set>
 #include <sstream>
 
-#include <toml++/toml.h>
+#include "toml_file.hpp"
 #include "environment.hpp"
 
 namespace hal::conformance {
 namespace {
 
-std::string where(const std::filesystem::path& path, const toml::node& node) {
-  return path.string() + ":" + std::to_string(node.source().begin.line);
-}
+using detail::origin_of;
 
 [[noreturn]] void bad(const std::filesystem::path& path, const toml::node& node, const std::string& message) {
-  throw std::invalid_argument(where(path, node) + ": " + message);
+  throw std::invalid_argument(origin_of(path, node) + ": " + message);
 }
 
 void check_keys(const std::filesystem::path& path, const toml::table& table, const std::set<std::string>& allowed,
@@ -119,14 +117,7 @@ CaseSettings Profile::settings_for(const DeviceInfo& info) const {
 }
 
 Profile load_profile(const std::filesystem::path& path) {
-  toml::table document;
-  try {
-    document = toml::parse_file(path.string());
-  } catch (const toml::parse_error& error) {
-    std::ostringstream message;
-    message << path.string() << ":" << error.source().begin.line << ": " << error.description();
-    throw std::invalid_argument(message.str());
-  }
+  const toml::table document = detail::parse_toml_file(path);
   check_keys(path, document,
              {"name", "description", "tiers", "cases", "exclude", "requirement", "quick", "stress_seconds",
               "timeout_seconds", "thresholds"},

@@ -2,18 +2,15 @@
 #include "hal/conformance/waiver.hpp"
 
 #include <cstdio>
-#include <ctime>
 #include <regex>
-#include <sstream>
 
-#include <toml++/toml.h>
+#include "hal/probe_cache.hpp"
+#include "toml_file.hpp"
 
 namespace hal::conformance {
 namespace {
 
-std::string origin_of(const std::filesystem::path& path, const toml::node& node) {
-  return path.string() + ":" + std::to_string(node.source().begin.line);
-}
+using detail::origin_of;
 
 std::string date_text(const toml::date& date) {
   char text[16];
@@ -30,14 +27,8 @@ const DeviceInfo* device_of(const std::vector<DeviceInfo>& devices, const std::s
 
 }  // namespace
 
-std::string utc_date_today() {
-  const std::time_t now = std::time(nullptr);
-  std::tm parts{};
-  gmtime_r(&now, &parts);
-  char text[16];
-  std::strftime(text, sizeof(text), "%Y-%m-%d", &parts);
-  return text;
-}
+// The date part of "YYYY-MM-DDTHH:MM:SSZ".
+std::string utc_date_today() { return utc_timestamp_now().substr(0, 10); }
 
 bool Waiver::matches(const CaseResult& result, const DeviceInfo& info) const {
   if (!glob_match(cases, result.case_id)) return false;
@@ -47,14 +38,7 @@ bool Waiver::matches(const CaseResult& result, const DeviceInfo& info) const {
 
 std::vector<Waiver> load_waivers(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) throw std::invalid_argument("waiver file " + path.string() + " does not exist");
-  toml::table document;
-  try {
-    document = toml::parse_file(path.string());
-  } catch (const toml::parse_error& error) {
-    std::ostringstream message;
-    message << path.string() << ":" << error.source().begin.line << ": " << error.description();
-    throw std::invalid_argument(message.str());
-  }
+  const toml::table document = detail::parse_toml_file(path);
   for (const auto& [key, node] : document)
     if (key.str() != "waiver")
       throw std::invalid_argument(origin_of(path, node) + ": unknown key '" + std::string(key.str()) +

@@ -15,6 +15,7 @@
 #include "hal/settings.hpp"
 #include "hal/status.hpp"
 #include "environment.hpp"
+#include "text.hpp"
 
 namespace hal {
 
@@ -65,19 +66,9 @@ bool is_lower_case_name(std::string_view text) {
 
 std::vector<std::string> split_comma_list(std::string_view text) {
   std::vector<std::string> items;
-  auto trim = [](std::string_view part) {
-    constexpr std::string_view kSpace = " \t";
-    std::size_t first = part.find_first_not_of(kSpace);
-    if (first == std::string_view::npos) return std::string_view();
-    return part.substr(first, part.find_last_not_of(kSpace) - first + 1);
-  };
-  if (trim(text).empty()) return items;
-  for (std::size_t start = 0;;) {
-    std::size_t comma = text.find(',', start);
-    items.emplace_back(trim(text.substr(start, comma - start)));
-    if (comma == std::string_view::npos) return items;
-    start = comma + 1;
-  }
+  if (detail::trim(text).empty()) return items;
+  for (const std::string& part : detail::split(text, ',')) items.emplace_back(detail::trim(part));
+  return items;
 }
 
 // A problem with one item of a list value: which item, and what is wrong.

@@ -30,6 +30,16 @@ bool table_has(const hal_backend_v1* table, std::size_t offset, std::size_t size
   return table->struct_size >= offset + size;
 }
 
+// The sub-table `member` (at offset in the table), or nullptr where the
+// plugin's table is too short to hold it, the plugin left it unset, or it is
+// smaller than hal's struct.
+template <typename SubTable>
+const SubTable* sub_table(const hal_backend_v1* table, std::size_t offset, const SubTable* hal_backend_v1::*member) {
+  if (!table_has(table, offset, sizeof(table->*member))) return nullptr;
+  const SubTable* sub = table->*member;
+  return sub != nullptr && sub->struct_size >= sizeof(SubTable) ? sub : nullptr;
+}
+
 }  // namespace
 
 const hal_attention_v1* LoadedBackend::attention() const {
@@ -44,41 +54,26 @@ const hal_attention_v2* LoadedBackend::attention_v2() const {
 }
 
 const hal_interop_v1* LoadedBackend::interop() const {
-  if (!table_has(table, offsetof(hal_backend_v1, interop), sizeof(table->interop))) return nullptr;
-  const hal_interop_v1* interop = table->interop;
-  if (interop == nullptr || interop->struct_size < sizeof(hal_interop_v1)) return nullptr;
-  return interop;
+  return sub_table(table, offsetof(hal_backend_v1, interop), &hal_backend_v1::interop);
 }
 
 const hal_telemetry_v1* LoadedBackend::telemetry() const {
-  if (!table_has(table, offsetof(hal_backend_v1, telemetry), sizeof(table->telemetry))) return nullptr;
-  const hal_telemetry_v1* telemetry = table->telemetry;
-  if (telemetry == nullptr || telemetry->struct_size < sizeof(hal_telemetry_v1) || telemetry->snapshot == nullptr)
-    return nullptr;
-  return telemetry;
+  const auto* telemetry = sub_table(table, offsetof(hal_backend_v1, telemetry), &hal_backend_v1::telemetry);
+  return telemetry != nullptr && telemetry->snapshot != nullptr ? telemetry : nullptr;
 }
 
 const hal_memory_test_v1* LoadedBackend::memory_test() const {
-  if (!table_has(table, offsetof(hal_backend_v1, memory_test), sizeof(table->memory_test))) return nullptr;
-  const hal_memory_test_v1* memory_test = table->memory_test;
-  if (memory_test == nullptr || memory_test->struct_size < sizeof(hal_memory_test_v1) || memory_test->run_element == nullptr)
-    return nullptr;
-  return memory_test;
+  const auto* memory_test = sub_table(table, offsetof(hal_backend_v1, memory_test), &hal_backend_v1::memory_test);
+  return memory_test != nullptr && memory_test->run_element != nullptr ? memory_test : nullptr;
 }
 
 const hal_topology_v1* LoadedBackend::topology() const {
-  if (!table_has(table, offsetof(hal_backend_v1, topology), sizeof(table->topology))) return nullptr;
-  const hal_topology_v1* topology = table->topology;
-  if (topology == nullptr || topology->struct_size < sizeof(hal_topology_v1) || topology->device_links == nullptr)
-    return nullptr;
-  return topology;
+  const auto* topology = sub_table(table, offsetof(hal_backend_v1, topology), &hal_backend_v1::topology);
+  return topology != nullptr && topology->device_links != nullptr ? topology : nullptr;
 }
 
 const hal_collectives_v1* LoadedBackend::collectives() const {
-  if (!table_has(table, offsetof(hal_backend_v1, collectives), sizeof(table->collectives))) return nullptr;
-  const hal_collectives_v1* collectives = table->collectives;
-  if (collectives == nullptr || collectives->struct_size < sizeof(hal_collectives_v1)) return nullptr;
-  return collectives;
+  return sub_table(table, offsetof(hal_backend_v1, collectives), &hal_backend_v1::collectives);
 }
 
 namespace {

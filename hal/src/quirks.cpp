@@ -10,24 +10,17 @@
 #include <toml++/toml.h>
 
 #include "environment.hpp"
+#include "text.hpp"
 
 #include "hal/status.hpp"
 
 namespace hal::detail {
 namespace {
 
+// text cut at each separator, every space dropped; empty parts are kept.
 std::vector<std::string> split_parts(std::string_view text, char separator) {
-  std::vector<std::string> parts;
-  std::string current;
-  for (char c : text) {
-    if (c == separator) {
-      parts.push_back(current);
-      current.clear();
-    } else if (c != ' ') {
-      current += c;
-    }
-  }
-  parts.push_back(current);
+  std::vector<std::string> parts = split(text, separator);
+  for (std::string& part : parts) std::erase(part, ' ');
   return parts;
 }
 

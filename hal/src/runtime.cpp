@@ -12,6 +12,7 @@
 #include "hal/capabilities.hpp"
 #include "hal/topology.hpp"
 #include "loader.hpp"
+#include "text.hpp"
 
 namespace hal {
 
@@ -40,27 +41,13 @@ struct Runtime::State {
 
 namespace {
 
-std::vector<std::string> split(std::string_view text, char separator) {
-  std::vector<std::string> parts;
-  std::string current;
-  for (char c : text) {
-    if (c == separator) {
-      parts.push_back(current);
-      current.clear();
-    } else {
-      current += c;
-    }
-  }
-  parts.push_back(current);
-  // Trim blanks around items; drop empty ones ("host,,cuda", trailing ':').
-  std::vector<std::string> trimmed;
-  for (auto& part : parts) {
-    const auto first = part.find_first_not_of(" \t");
-    if (first == std::string::npos) continue;
-    const auto last = part.find_last_not_of(" \t");
-    trimmed.push_back(part.substr(first, last - first + 1));
-  }
-  return trimmed;
+// The items of a list, blanks around them trimmed; empty ones ("host,,cuda",
+// a trailing ':') dropped.
+std::vector<std::string> list_items(std::string_view text, char separator) {
+  std::vector<std::string> items;
+  for (const std::string& part : detail::split(text, separator))
+    if (const std::string_view item = detail::trim(part); !item.empty()) items.emplace_back(item);
+  return items;
 }
 
 std::string join(const std::vector<std::string>& items, std::string_view separator) {
@@ -209,7 +196,7 @@ DeviceInfo convert_device_info(const std::string& backend, std::uint32_t index, 
     info.capabilities.push_back(std::move(capability));
   }
   if (HAL_DEVICE_INFO_HAS(&raw, supersedes) && raw.supersedes != nullptr)
-    info.supersedes = split(raw.supersedes, ',');
+    info.supersedes = list_items(raw.supersedes, ',');
   return info;
 }
 
@@ -327,7 +314,7 @@ Runtime Runtime::create(const RuntimeOptions& options) {
 
   std::vector<Candidate> candidates;
   if (const char* forced = environment("HAL_BACKENDS_FORCE")) {
-    candidates = forced_candidates(split(forced, ':'));
+    candidates = forced_candidates(list_items(forced, ':'));
     state->search_directories = {};
   } else {
     state->search_directories = plugin_directories(values);

@@ -125,25 +125,21 @@ constexpr const char* kLegacy = "dltensor";
 constexpr const char* kUsedLegacy = "used_dltensor";
 
 // Runs when a capsule goes away: a capsule still named "dltensor(_versioned)"
-// was never consumed, so its tensor is still ours to delete.
+// was never consumed, so its tensor (a Managed) is still ours to delete.
+template <typename Managed>
+void delete_unconsumed(PyObject* capsule, const char* unconsumed_name) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  if (PyCapsule_IsValid(capsule, unconsumed_name)) {
+    auto* managed = static_cast<Managed*>(PyCapsule_GetPointer(capsule, unconsumed_name));
+    if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
+  }
+  PyErr_Restore(type, value, traceback);
+}
 void versioned_capsule_destructor(PyObject* capsule) {
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  if (PyCapsule_IsValid(capsule, kVersioned)) {
-    auto* managed = static_cast<hal::dlpack::DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kVersioned));
-    if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
-  }
-  PyErr_Restore(type, value, traceback);
+  delete_unconsumed<hal::dlpack::DLManagedTensorVersioned>(capsule, kVersioned);
 }
-void legacy_capsule_destructor(PyObject* capsule) {
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  if (PyCapsule_IsValid(capsule, kLegacy)) {
-    auto* managed = static_cast<hal::dlpack::DLManagedTensor*>(PyCapsule_GetPointer(capsule, kLegacy));
-    if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
-  }
-  PyErr_Restore(type, value, traceback);
-}
+void legacy_capsule_destructor(PyObject* capsule) { delete_unconsumed<hal::dlpack::DLManagedTensor>(capsule, kLegacy); }
 
 [[noreturn]] void buffer_error(const std::string& message) {
   PyErr_SetString(PyExc_BufferError, message.c_str());

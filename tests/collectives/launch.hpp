@@ -43,6 +43,21 @@ inline int free_tcp_port() {
   return ntohs(address.sin_port);
 }
 
+// In a forked child: adds `environment` to what the caller set and replaces
+// the process with `command`; where that fails, says so (naming `what`) and
+// exits 127.
+[[noreturn]] inline void exec_child(const std::vector<std::string>& command,
+                                    const std::vector<std::pair<std::string, std::string>>& environment,
+                                    const char* what) {
+  for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
+  std::vector<char*> arguments;
+  for (const std::string& argument : command) arguments.push_back(const_cast<char*>(argument.c_str()));
+  arguments.push_back(nullptr);
+  ::execv(arguments[0], arguments.data());
+  std::perror(what);
+  ::_exit(127);
+}
+
 inline std::vector<RankOutcome> launch_ranks(int world_size, const std::vector<std::string>& command,
                                              const std::vector<std::pair<std::string, std::string>>& environment,
                                              std::chrono::seconds limit) {
@@ -64,13 +79,7 @@ inline std::vector<RankOutcome> launch_ranks(int world_size, const std::vector<s
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", port.c_str(), 1);
       ::unsetenv("HAL_STORE_DIR");
-      for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
-      std::vector<char*> arguments;
-      for (const std::string& argument : command) arguments.push_back(const_cast<char*>(argument.c_str()));
-      arguments.push_back(nullptr);
-      ::execv(arguments[0], arguments.data());
-      std::perror("execv");
-      ::_exit(127);
+      exec_child(command, environment, "execv");
     }
     ::close(log);
     children.push_back(child);

@@ -81,13 +81,7 @@ Outcome run_mpirun(int ranks, const std::vector<std::string>& arguments,
       ::unsetenv(name);
     ::setenv("HAL_BACKEND_PATH", HAL_PLUGIN_DIR, 1);
     ::setenv("HAL_BACKENDS", "host", 1);
-    for (const auto& [name, value] : environment) ::setenv(name.c_str(), value.c_str(), 1);
-    std::vector<char*> argv;
-    for (const std::string& argument : command) argv.push_back(const_cast<char*>(argument.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    std::perror("execv mpirun");
-    ::_exit(127);
+    hal::testing::exec_child(command, environment, "execv mpirun");
   }
   ::close(log);
   Outcome outcome;

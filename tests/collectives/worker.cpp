@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -392,35 +393,51 @@ void scenario_p2p(const hal::Runtime& runtime) {
   }
 }
 
+// A sum all_reduce over the buffer's floats, finished.
+void all_reduce_buffer(Context& c, const hal::Buffer& buffer) {
+  c.comm.all_reduce(buffer, buffer, buffer.size() / 4, DType::f32, ReduceOp::sum, c.stream);
+  c.stream.synchronize();
+}
+
+// How an all_reduce that had to fail failed.
+struct Failure {
+  std::string error;
+  double seconds = 0;
+};
+
+// An all_reduce over the buffer that must fail because rank `victim` is gone
+// (how: "was killed", "left"): prints the error and when it came; nothing,
+// after saying FAILED, when the all_reduce succeeded.
+std::optional<Failure> failing_all_reduce(Context& c, const hal::Buffer& buffer, int victim, std::string_view how) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    all_reduce_buffer(c, buffer);
+    std::cout << "FAILED: the all_reduce succeeded although rank " << victim << " " << how << std::endl;
+    return std::nullopt;
+  } catch (const hal::Error& error) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "error after " << seconds << " s: " << error.what() << std::endl;
+    return Failure{error.what(), seconds};
+  }
+}
+
 // The victim dies while the others wait inside an all_reduce; they must fail
 // with an error naming it, within the 3 s timeout.
 int scenario_kill(const hal::Runtime& runtime, int victim) {
   const auto timeout = std::chrono::seconds(3);
   Context c = connect(runtime, timeout);
   hal::Buffer buffer = c.device.allocate(1 << 20);
-  for (int round = 0; round < 3; ++round) {
-    c.comm.all_reduce(buffer, buffer, (1 << 20) / 4, DType::f32, ReduceOp::sum, c.stream);
-    c.stream.synchronize();
-  }
+  for (int round = 0; round < 3; ++round) all_reduce_buffer(c, buffer);
   if (c.rank == victim) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others are waiting by now
     std::raise(SIGKILL);
   }
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    c.comm.all_reduce(buffer, buffer, (1 << 20) / 4, DType::f32, ReduceOp::sum, c.stream);
-    c.stream.synchronize();
-    std::cout << "FAILED: the all_reduce succeeded although rank " << victim << " was killed" << std::endl;
-    return 1;
-  } catch (const hal::Error& error) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cout << "error after " << seconds << " s: " << error.what() << std::endl;
-    const std::string text = error.what();
-    EXPECT(text.find("rank " + std::to_string(victim)) != std::string::npos, "the error names the victim");
-    EXPECT(text.find("all_reduce #3") != std::string::npos, "the error names the operation and its sequence");
-    EXPECT(seconds < 3.0 + 1.0, "failed within the timeout");
-    EXPECT(!c.comm.async_error().is_ok(), "the communicator reports the error too");
-  }
+  const std::optional<Failure> failure = failing_all_reduce(c, buffer, victim, "was killed");
+  if (!failure) return 1;
+  EXPECT(failure->error.find("rank " + std::to_string(victim)) != std::string::npos, "the error names the victim");
+  EXPECT(failure->error.find("all_reduce #3") != std::string::npos, "the error names the operation and its sequence");
+  EXPECT(failure->seconds < 3.0 + 1.0, "failed within the timeout");
+  EXPECT(!c.comm.async_error().is_ok(), "the communicator reports the error too");
   return failures == 0 ? 0 : 1;
 }
 
@@ -482,27 +499,17 @@ void scenario_abort(const hal::Runtime& runtime) {
 int scenario_leave(const hal::Runtime& runtime, int victim) {
   Context c = connect(runtime, std::chrono::seconds(3));
   hal::Buffer buffer = c.device.allocate(1 << 16);
-  for (int round = 0; round < 3; ++round) {
-    c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DType::f32, ReduceOp::sum, c.stream);
-    c.stream.synchronize();
-  }
+  for (int round = 0; round < 3; ++round) all_reduce_buffer(c, buffer);
   if (c.rank == victim) {
     std::cout << "rank " << victim << " leaves early" << std::endl;
     c.comm.destroy();
     return 0;
   }
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DType::f32, ReduceOp::sum, c.stream);
-    c.stream.synchronize();
-    std::cout << "FAILED: the all_reduce succeeded although rank " << victim << " left" << std::endl;
-    return 1;
-  } catch (const hal::Error& error) {  // the Gloo engine reports here; the MPI engine ended the job before
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::cout << "error after " << seconds << " s: " << error.what() << std::endl;
-    EXPECT(std::string(error.what()).find("rank " + std::to_string(victim)) != std::string::npos,
-           "the error names the rank that left");
-  }
+  // The Gloo engine reports here; the MPI engine ended the job before.
+  const std::optional<Failure> failure = failing_all_reduce(c, buffer, victim, "left");
+  if (!failure) return 1;
+  EXPECT(failure->error.find("rank " + std::to_string(victim)) != std::string::npos,
+         "the error names the rank that left");
   return failures == 0 ? 0 : 1;
 }
 
@@ -663,16 +670,14 @@ int scenario_cut(const hal::Runtime& runtime, int first_cut, int last_cut) {
   const auto timeout = std::chrono::seconds(3);
   Context c = connect(runtime, timeout);
   hal::Buffer buffer = c.device.allocate(1 << 16);
-  c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DType::f32, ReduceOp::sum, c.stream);
-  c.stream.synchronize();
+  all_reduce_buffer(c, buffer);
   std::cout << "ready" << std::endl;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   auto start = std::chrono::steady_clock::now();
   try {
     while (std::chrono::steady_clock::now() < deadline) {
       start = std::chrono::steady_clock::now();
-      c.comm.all_reduce(buffer, buffer, (1 << 16) / 4, DType::f32, ReduceOp::sum, c.stream);
-      c.stream.synchronize();
+      all_reduce_buffer(c, buffer);
     }
     std::cout << "FAILED: all_reduces went on for 60 s although ranks " << first_cut << ".." << last_cut
               << " lost the network" << std::endl;

@@ -114,6 +114,13 @@ void add_common_options(OptionParser& parser, CommonOptions& options, std::strin
   parser.add_switch("--json", "print one JSON document (schema hal.bench/1) instead of a table", options.json);
 }
 
+bool parse_common_options(std::span<const std::string_view> arguments, std::string command,
+                          std::string_view description, CommonOptions& options, std::string iterations_help) {
+  OptionParser parser(std::move(command), std::string(description));
+  add_common_options(parser, options, std::move(iterations_help));
+  return parser.parse(arguments);
+}
+
 // ---- value parsing -----------------------------------------------------------------
 
 namespace {
@@ -283,6 +290,12 @@ double load_average() {
 }
 
 }  // namespace
+
+Json latency_json(const LatencyResult& latency) {
+  return {{"name", latency.name}, {"description", latency.description}, {"iterations", latency.iterations},
+          {"p50_us", latency.p50_us}, {"p99_us", latency.p99_us}, {"min_us", latency.min_us},
+          {"mean_us", latency.mean_us}};
+}
 
 Json make_document(std::string_view benchmark, const hal::Runtime& runtime, const hal::Device& device,
                    Json parameters, Json results) {

@@ -87,6 +87,10 @@ inline constexpr std::string_view default_device_help =
 // is, device_help what --device picks when it is not given.
 void add_common_options(OptionParser& parser, CommonOptions& options, std::string iterations_help,
                         std::string_view device_help = default_device_help);
+// Parses the arguments of a benchmark that has only the common flags
+// (command: "halbench dispatch"); false when --help was asked for.
+bool parse_common_options(std::span<const std::string_view> arguments, std::string command,
+                          std::string_view description, CommonOptions& options, std::string iterations_help);
 
 // "--iters", "100" -> 100; rejects signs, junk and values below minimum.
 std::uint64_t parse_count(std::string_view flag, std::string_view text, std::uint64_t minimum = 1);
@@ -140,6 +144,9 @@ LatencyResult measure_latency(std::string name, std::string description, std::ui
   result.mean_us = std::accumulate(microseconds.begin(), microseconds.end(), 0.0) / static_cast<double>(iterations);
   return result;
 }
+
+// A latency as one row of a document's results.
+Json latency_json(const LatencyResult& latency);
 
 // Keeps the compiler from dropping work whose result nobody reads (a memcpy
 // into a buffer that is never read again may legally be removed).

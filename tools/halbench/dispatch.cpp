@@ -59,14 +59,7 @@ Json to_json(const std::vector<LatencyResult>& latencies, const ThroughputResult
                      {"throughput_repeats", throughput_repeats},
                      {"clock", "steady_clock (wall)"}};
   Json results = Json::array();
-  for (const LatencyResult& latency : latencies)
-    results.push_back({{"name", latency.name},
-                       {"description", latency.description},
-                       {"iterations", latency.iterations},
-                       {"p50_us", latency.p50_us},
-                       {"p99_us", latency.p99_us},
-                       {"min_us", latency.min_us},
-                       {"mean_us", latency.mean_us}});
+  for (const LatencyResult& latency : latencies) results.push_back(latency_json(latency));
   results.push_back({{"name", throughput.name},
                      {"description", throughput.description},
                      {"iterations", throughput.iterations},
@@ -86,11 +79,10 @@ constexpr std::string_view description =
 
 int run_dispatch(std::span<const std::string_view> arguments) {
   CommonOptions options;
-  OptionParser parser("halbench dispatch", std::string(description));
-  add_common_options(parser, options,
-                     "round trips per latency measurement and callbacks per throughput batch\n"
-                     "(default " + std::to_string(default_iterations) + ")");
-  if (!parser.parse(arguments)) return exit_success;
+  if (!parse_common_options(arguments, "halbench dispatch", description, options,
+                            "round trips per latency measurement and callbacks per throughput batch\n"
+                            "(default " + std::to_string(default_iterations) + ")"))
+    return exit_success;
   const std::uint64_t iterations = options.iterations.value_or(default_iterations);
 
   const hal::Runtime runtime = hal::Runtime::create();

@@ -20,9 +20,9 @@ constexpr std::string_view description =
 
 int run_telemetry(std::span<const std::string_view> arguments) {
   CommonOptions options;
-  OptionParser parser("halbench telemetry", std::string(description));
-  add_common_options(parser, options, "snapshots to time (default " + std::to_string(default_iterations) + ")");
-  if (!parser.parse(arguments)) return exit_success;
+  if (!parse_common_options(arguments, "halbench telemetry", description, options,
+                            "snapshots to time (default " + std::to_string(default_iterations) + ")"))
+    return exit_success;
   const std::uint64_t iterations = options.iterations.value_or(default_iterations);
 
   const hal::Runtime runtime = hal::Runtime::create();
@@ -35,13 +35,7 @@ int run_telemetry(std::span<const std::string_view> arguments) {
   if (options.json) {
     Json parameters = {{"iterations", iterations}, {"warm_up_round_trips", warm_up_round_trips},
                        {"clock", "steady_clock (wall)"}, {"source", source}};
-    Json results = Json::array({{{"name", latency.name},
-                                 {"description", latency.description},
-                                 {"iterations", latency.iterations},
-                                 {"p50_us", latency.p50_us},
-                                 {"p99_us", latency.p99_us},
-                                 {"min_us", latency.min_us},
-                                 {"mean_us", latency.mean_us}}});
+    Json results = Json::array({latency_json(latency)});
     print_json(make_document("telemetry", runtime, device, std::move(parameters), std::move(results)));
     return exit_success;
   }

@@ -47,11 +47,13 @@ struct AttentionParams {
   MaskAlignment alignment = MaskAlignment::top_left;
   std::int64_t window_left = -1;   // -1: unbounded
   std::int64_t window_right = -1;  // -1: unbounded
-  std::optional<float> softmax_scale;  // default 1/sqrt(head_dim_qk)
-  bool return_lse = false;            // LSE: f32, contiguous [batch, heads_q, seq_q]
+  std::optional<float> softmax_scale{};  // default 1/sqrt(head_dim_qk)
+  bool return_lse = false;              // LSE: f32, contiguous [batch, heads_q, seq_q]
   // Explicit strides (elements) override the layout's; non-contiguous is fine.
-  std::optional<TensorStrides> q_strides, k_strides, v_strides, o_strides;
-  std::optional<TensorStrides> grad_o_strides, grad_q_strides, grad_k_strides, grad_v_strides;
+  // Every member has an initializer, so a problem may be written with
+  // designated initializers naming only what differs.
+  std::optional<TensorStrides> q_strides{}, k_strides{}, v_strides{}, o_strides{};
+  std::optional<TensorStrides> grad_o_strides{}, grad_q_strides{}, grad_k_strides{}, grad_v_strides{};
 
   // The same problem with every default made explicit (heads_kv, seq_kv,
   // head_dim_v, softmax_scale and all eight strides set); throws

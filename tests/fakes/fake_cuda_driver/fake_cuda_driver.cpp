@@ -160,6 +160,12 @@ Driver& driver() {
   return instance;
 }
 
+// One of the driver's counters for the test hooks, read under its lock.
+int counter(int Driver::*member) {
+  std::lock_guard lock(driver().mutex);
+  return driver().*member;
+}
+
 // initial-exec: kept in the static TLS block, which a dlclose never frees
 // (LeakSanitizer faults scanning a freed dynamic TLS block of a reloaded fake).
 thread_local CUctx_st* current_context __attribute__((tls_model("initial-exec"))) = nullptr;
@@ -1357,23 +1363,14 @@ FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribut
 }
 
 // Stream-ordered allocations made so far (cuMemAllocAsync and cuMemAllocFromPoolAsync).
-FAKE_EXPORT int hal_fake_cuda_async_allocations() {
-  std::lock_guard lock(driver().mutex);
-  return driver().async_allocations;
-}
+FAKE_EXPORT int hal_fake_cuda_async_allocations() { return counter(&Driver::async_allocations); }
 
 // Of those, the ones for which a pool reserved fresh memory: a workspace
 // reused across synchronizes is reserved once.
-FAKE_EXPORT int hal_fake_cuda_pool_reservations() {
-  std::lock_guard lock(driver().mutex);
-  return driver().pool_reservations;
-}
+FAKE_EXPORT int hal_fake_cuda_pool_reservations() { return counter(&Driver::pool_reservations); }
 
 // cuModuleLoadData calls so far, failed ones included.
-FAKE_EXPORT int hal_fake_cuda_module_loads() {
-  std::lock_guard lock(driver().mutex);
-  return driver().module_loads;
-}
+FAKE_EXPORT int hal_fake_cuda_module_loads() { return counter(&Driver::module_loads); }
 
 // ---- pointer attributes, host registration, context synchronize -----------
 
@@ -1442,18 +1439,9 @@ FAKE_EXPORT CUresult cuCtxSynchronize() {
   return sticky_error(context);
 }
 
-FAKE_EXPORT int hal_fake_cuda_host_registrations() {
-  std::lock_guard lock(driver().mutex);
-  return driver().registrations;
-}
-FAKE_EXPORT int hal_fake_cuda_host_unregistrations() {
-  std::lock_guard lock(driver().mutex);
-  return driver().unregistrations;
-}
-FAKE_EXPORT int hal_fake_cuda_context_synchronizes() {
-  std::lock_guard lock(driver().mutex);
-  return driver().context_synchronizes;
-}
+FAKE_EXPORT int hal_fake_cuda_host_registrations() { return counter(&Driver::registrations); }
+FAKE_EXPORT int hal_fake_cuda_host_unregistrations() { return counter(&Driver::unregistrations); }
+FAKE_EXPORT int hal_fake_cuda_context_synchronizes() { return counter(&Driver::context_synchronizes); }
 
 // ---- cuGetProcAddress ------------------------------------------------------
 

@@ -857,15 +857,16 @@ FAKE_EXPORT hipError_t hipDeviceSynchronize() {
   return first;
 }
 
-FAKE_EXPORT int hal_fake_hip_host_registrations() {
+namespace {
+
+// One of the runtime's counters for the test hooks, read under its lock.
+int counter(int State::*member) {
   std::lock_guard lock(state().mutex);
-  return state().registrations;
+  return state().*member;
 }
-FAKE_EXPORT int hal_fake_hip_host_unregistrations() {
-  std::lock_guard lock(state().mutex);
-  return state().unregistrations;
-}
-FAKE_EXPORT int hal_fake_hip_device_synchronizes() {
-  std::lock_guard lock(state().mutex);
-  return state().device_synchronizes;
-}
+
+}  // namespace
+
+FAKE_EXPORT int hal_fake_hip_host_registrations() { return counter(&State::registrations); }
+FAKE_EXPORT int hal_fake_hip_host_unregistrations() { return counter(&State::unregistrations); }
+FAKE_EXPORT int hal_fake_hip_device_synchronizes() { return counter(&State::device_synchronizes); }

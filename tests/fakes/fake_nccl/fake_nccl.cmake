@@ -4,17 +4,11 @@
 #   legacy/libnccl.so.2  NCCL 2.8: no ncclAlltoAll/Gather/Scatter, no
 #                        ncclCommInitRankConfig, no bf16 or avg
 #   rccl/librccl.so.1    RCCL's spelling (ncclAllToAll) on the fake HIP runtime's streams
+include(${PROJECT_SOURCE_DIR}/tests/fakes/fakes.cmake)
 set(HAL_FAKE_NCCL_DIR ${PROJECT_BINARY_DIR}/tests/fakes/fake_nccl)
 function(hal_add_fake_nccl target directory name suffix)
-  add_library(${target} SHARED ${PROJECT_SOURCE_DIR}/tests/fakes/fake_nccl/fake_nccl.cpp)
-  set_target_properties(${target} PROPERTIES
-    OUTPUT_NAME ${name} PREFIX lib SUFFIX ${suffix}
-    LIBRARY_OUTPUT_DIRECTORY ${HAL_FAKE_NCCL_DIR}/${directory}
-    CXX_VISIBILITY_PRESET hidden)
-  target_link_libraries(${target} PRIVATE hal_warnings Threads::Threads ${CMAKE_DL_LIBS})
-  if(ARGN)
-    target_compile_definitions(${target} PRIVATE ${ARGN})
-  endif()
+  hal_add_fake_library(${target} fake_nccl/fake_nccl.cpp ${name} ${suffix} ${HAL_FAKE_NCCL_DIR}/${directory} ${ARGN})
+  target_link_libraries(${target} PRIVATE Threads::Threads ${CMAKE_DL_LIBS})
 endfunction()
 if(HAL_WITH_CUDA)
   hal_add_fake_nccl(fake_nccl nccl nccl .so.2)
