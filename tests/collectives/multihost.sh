@@ -204,7 +204,10 @@ grep -h 'error after' "$work/kill.h0" "$work/kill.h1" | sed 's/^/  /'
 
 # The MPI engine across the hosts: Open MPI's mpirun starts its daemons
 # through a launch agent (plm_rsh_agent, where a cluster has ssh) that enters
-# the host's namespace; daemons and ranks talk over eth0 only.
+# the host's namespace; daemons and ranks talk over eth0 only. Each host also
+# gets a UTS namespace named as in the hostfile: Open MPI matches daemons to
+# nodes by the name they report, and with the machine's one name every daemon
+# claimed mpirun's own node, which made its routing fail at random.
 if command -v mpirun >/dev/null; then
   cat >"$work/agent" <<AGENT
 #!/bin/sh
@@ -212,12 +215,14 @@ if command -v mpirun >/dev/null; then
 while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
 host=\$1
 shift
-exec ip netns exec "$prefix-\$host" sh -c "\$*"
+exec ip netns exec "$prefix-\$host" unshare --uts sh -c "hostname \$host && \$*"
 AGENT
   chmod +x "$work/agent"
+  # mpirun itself runs on host 0 under its name, so host 0 is its local node.
+  mpirun_on_h0() { ip netns exec "$prefix-h0" unshare --uts sh -c 'hostname h0 && exec "$@"' sh "$@"; }
   for h in $(seq 0 $((hosts - 1))); do echo "h$h slots=$per_host"; done >"$work/hostfile"
   port=$((port + 2))
-  ip netns exec "$prefix-h0" timeout 180 mpirun --allow-run-as-root -np $((hosts * per_host)) --hostfile "$work/hostfile" \
+  mpirun_on_h0 timeout 180 mpirun --allow-run-as-root -np $((hosts * per_host)) --hostfile "$work/hostfile" \
     --mca plm_rsh_agent "$work/agent" --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 --mca btl tcp,self \
     -x HAL_BACKENDS=host -x HAL_BACKEND_PATH="$plugins" -x HAL_COLL_ENGINE=mpi -x HAL_TEST_EXPECT_ENGINE=mpi \
     -x MASTER_ADDR="$subnet.1" -x MASTER_PORT=$port \
@@ -234,7 +239,7 @@ AGENT
   # halconform's bus bandwidth case under mpirun, one rank per host, on the MPI engine.
   for h in $(seq 0 $((hosts - 1))); do echo "h$h slots=1"; done >"$work/hostfile1"
   port=$((port + 2))
-  ip netns exec "$prefix-h0" timeout 120 mpirun --allow-run-as-root -np $hosts --hostfile "$work/hostfile1" \
+  mpirun_on_h0 timeout 120 mpirun --allow-run-as-root -np $hosts --hostfile "$work/hostfile1" \
     --mca plm_rsh_agent "$work/agent" --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 --mca btl tcp,self \
     -x HAL_BACKENDS=host -x HAL_BACKEND_PATH="$plugins" -x MASTER_ADDR="$subnet.1" -x MASTER_PORT=$port \
     sh -c 'exec "$0" --profile "$1" --report-dir "$2.rank$OMPI_COMM_WORLD_RANK"' \
