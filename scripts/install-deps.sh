@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages hal needs to build and test; does nothing when all are present.
 # clang-15 (with libclang-common-15-dev, its libFuzzer, ASan and UBSan runtimes) builds the
-# fuzz targets of tests/fuzz; hipcc needs it too.
+# fuzz targets of tests/fuzz; hipcc needs it too. iwyu runs scripts/check-includes.py.
 set -euo pipefail
 
 packages=(
@@ -12,7 +12,7 @@ packages=(
   libbenchmark-dev nlohmann-json3-dev
   libssl-dev python3 python3-pip
   iproute2 nftables
-  clang-15
+  clang-15 iwyu
 )
 
 missing=()

@@ -1,5 +1,9 @@
 #include "cublas.hpp"
 
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include <library_types.h>
 
 namespace hal::shims {

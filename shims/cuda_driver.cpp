@@ -1,5 +1,9 @@
 #include "cuda_driver.hpp"
 
+#include <memory>
+#include <utility>
+#include <vector>
+
 namespace hal::shims {
 namespace {
 

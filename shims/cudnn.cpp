@@ -1,5 +1,9 @@
 #include "cudnn.hpp"
 
+#include <memory>
+#include <utility>
+#include <vector>
+
 namespace hal::shims {
 
 LibraryRequest Cudnn::nvidia_request(const std::string& configured_path) {

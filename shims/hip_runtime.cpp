@@ -1,6 +1,9 @@
 #include "hip_runtime.hpp"
 
 #include <filesystem>
+#include <memory>
+#include <utility>
+#include <vector>
 
 namespace hal::shims {
 

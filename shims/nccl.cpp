@@ -1,5 +1,9 @@
 #include "nccl.hpp"
 
+#include <memory>
+#include <utility>
+#include <vector>
+
 namespace hal::shims {
 
 LibraryRequest Nccl::nvidia_request(const std::string& configured_path) {

@@ -1,5 +1,9 @@
 #include "nvml.hpp"
 
+#include <memory>
+#include <utility>
+#include <vector>
+
 namespace hal::shims {
 
 LibraryRequest Nvml::nvidia_request(const std::string& configured_path) {

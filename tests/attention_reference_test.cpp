@@ -3,9 +3,15 @@
 // differences, and the tolerance comparison.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
+#include <optional>
 #include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "hal/conformance/attention_reference.hpp"
 

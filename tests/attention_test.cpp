@@ -2,9 +2,16 @@
 // the explainable choice of implementation under every order source.
 #include <doctest/doctest.h>
 
-#include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
 #include <random>
+#include <string>
+#include <string_view>
+#include <variant>
 #include <vector>
 
 #include <unistd.h>

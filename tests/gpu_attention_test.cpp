@@ -8,9 +8,12 @@
 #include <sys/wait.h>
 
 #include <array>
-#include <cstdio>
+#include <cstdint>
+#include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hal/capabilities.hpp"

@@ -2,14 +2,15 @@
 // waivers, and fake backends that crash, hang, overclaim or compute wrong results.
 #include <doctest/doctest.h>
 
-#include <array>
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <sstream>
 #include <string>
+#include <vector>
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -6,13 +6,19 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
 #include <sys/wait.h>
 
 #include "discovery.hpp"

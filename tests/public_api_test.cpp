@@ -2,6 +2,9 @@
 // and there is one dtype vocabulary.
 #include <doctest/doctest.h>
 
+#include <optional>
+#include <string>
+
 #include "hal/collectives.hpp"
 #include "hal/hal.hpp"
 #include "hal/probe_cache.hpp"

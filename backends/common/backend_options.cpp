@@ -1,7 +1,7 @@
 #include "backend_options.hpp"
 
 #include <algorithm>
-#include <string_view>
+#include <cstdint>
 
 namespace hal::backend {
 

@@ -1,5 +1,6 @@
 #include "collective_names.hpp"
 
+#include <cstdint>
 #include <iterator>
 #include <sstream>
 

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <fstream>
+#include <memory>
+#include <type_traits>
 
 namespace hal::backend {
 

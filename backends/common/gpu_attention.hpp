@@ -6,9 +6,11 @@
 // which VendorPlatform<V> implements once over a backend's Vendor.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "attention_kernels.h"
 #include "device_description.hpp"

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <exception>
 
 #include "last_error.hpp"
 #include "telemetry_writer.hpp"

@@ -1,5 +1,7 @@
 #include "last_error.hpp"
 
+#include <utility>
+
 namespace hal::backend {
 namespace {
 

@@ -1,6 +1,7 @@
 #include "telemetry_writer.hpp"
 
 #include <deque>
+#include <memory>
 
 namespace hal::backend {
 namespace {

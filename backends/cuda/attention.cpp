@@ -4,8 +4,13 @@
 // FusedAttention set on the context (cuDNN), when one is built in.
 #include "attention.hpp"
 
+#include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "environment.hpp"

@@ -7,6 +7,11 @@
 #include "gpu_plugin.hpp"
 #include "vendor.hpp"
 
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
 #ifndef HAL_VERSION_STRING
 #define HAL_VERSION_STRING "unknown"
 #endif

@@ -5,7 +5,11 @@
 #include "cudnn_attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <string>

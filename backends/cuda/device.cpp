@@ -1,6 +1,13 @@
 // CUDA device discovery: identity, memory, clocks, version axes and the
 // capabilities each device declares.
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "kernels.hpp"
 #include "vendor.hpp"

@@ -4,6 +4,15 @@
 #include "cuda_backend.hpp"
 #include "kernels.hpp"
 
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
 namespace hal::cuda {
 namespace {
 

@@ -2,6 +2,9 @@
 // never goes looking for a file at run time.
 #include "kernels.hpp"
 
+#include <cstddef>
+#include <span>
+
 #ifdef HAL_CUDA_KERNEL_FATBIN
 // The driver reads the fatbin in place and expects it 8-byte aligned.
 __asm__(".pushsection .rodata.hal_cuda_kernel_image, \"a\"\n"

@@ -2,8 +2,13 @@
 // resolved by name, and launched (CudaVendor's kernel calls).
 #include "kernels.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "vendor.hpp"

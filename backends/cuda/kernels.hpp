@@ -2,6 +2,7 @@
 // embedded fatbin and checked once, or off with the reason.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
 

@@ -1,7 +1,14 @@
 // Device, pinned host and managed memory; copies and fills, synchronous
 // (stream == NULL) or ordered on a stream: CudaVendor's memory calls, under
 // backends/common/gpu_memory.hpp; and the scratch pool attention uses.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include "vendor.hpp"
 

@@ -1,7 +1,14 @@
 // The cuda plugin: the CUDA core with NVIDIA's profile. Libraries are searched
 // the NVIDIA way (HAL_CUDA_DRIVER / HAL_CUDNN / HAL_NCCL, the [backend.cuda]
 // options, CUDA_HOME, pip wheels, the system); the vendor comes from PCI.
+#include <cstdint>
+#include <exception>
+#include <functional>
 #include <map>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
 
 #include "backend_options.hpp"
 #include "gpu_plugin.hpp"

@@ -5,8 +5,14 @@
 // CUDA_DEVICE_ORDER=PCI_BUS_ID.
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "gpu_telemetry.hpp"
 #include "nvml.hpp"

@@ -1,6 +1,15 @@
 // The host backend's attention sub-table: math and flash on the CPU.
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "attention/attention_kernels.hpp"
 #include "host_backend.hpp"

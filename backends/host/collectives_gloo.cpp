@@ -28,14 +28,20 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
+#include <memory>
 #include <set>
+#include <span>
+#include <string>
 #include <thread>
 #include <mutex>
 #include <sstream>
-#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "collectives.hpp"
 #include "collectives_engine.hpp"
@@ -95,8 +101,6 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   std::string prefix_;
   Milliseconds timeout_;
 };
-
-
 
 // "[127.0.0.1]:5000", the way Gloo prints addresses in its errors.
 std::string format_address(const sockaddr_storage& address) {
@@ -249,7 +253,6 @@ struct GlooCommunicator final : CommunicatorEngine {
 };
 
 namespace {
-
 
 // ---- per-operation execution -------------------------------------------------
 

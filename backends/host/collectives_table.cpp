@@ -1,8 +1,14 @@
 // The host backend's collectives sub-table: argument checks, the engine
 // choice (Gloo or MPI) per communicator, and the stream plumbing both
 // engines share.
+#include <cstdint>
 #include <cstdlib>
-#include <sstream>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "collectives.hpp"
 #include "collectives_engine.hpp"

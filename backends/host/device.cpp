@@ -1,10 +1,18 @@
 // Host device discovery: NUMA nodes, CPUs and identity from sysfs and procfs.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <sstream>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <gnu/libc-version.h>
 #include <sys/utsname.h>

@@ -2,7 +2,12 @@
 // copy. Host streams are hal's own worker threads, so there is no native
 // stream to wrap or hand out.
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <sys/mman.h>
 

@@ -1,8 +1,13 @@
 // Host memory: buffers are ordinary memory bound to the device's NUMA node.
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <sys/mman.h>
 #include <sys/syscall.h>

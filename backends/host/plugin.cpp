@@ -1,7 +1,17 @@
 // The host backend's plugin table: the C entry points over the host types.
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <cstring>
+#include <exception>
+#include <filesystem>
+#include <memory>
+#include <mutex>
 #include <new>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
 
 #include "attention/thread_pool.hpp"
 #include "collectives.hpp"

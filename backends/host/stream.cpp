@@ -1,7 +1,18 @@
 // Streams: operations run in order, on the stream's worker thread or on a
 // thread that synchronizes the stream (host_backend.hpp says why).
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
 #include <iterator>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "host_backend.hpp"
 

@@ -1,6 +1,11 @@
 // The host backend's telemetry sub-table over telemetry_sources. No vendor
 // event API: libhal finds health events by comparing snapshots.
+#include <cstdint>
+#include <exception>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "host_backend.hpp"
 #include "telemetry_sources.hpp"

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <map>
 #include <string_view>
+#include <system_error>
+#include <utility>
 
 #include <fcntl.h>
 #include <unistd.h>

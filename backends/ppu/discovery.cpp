@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+#include <type_traits>
+#include <utility>
 
 #include "environment.hpp"
 

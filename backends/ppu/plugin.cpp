@@ -3,7 +3,16 @@
 // CUDA core (backends/cuda, hal_cuda_core) with a PPU profile: the SDK's own
 // CUDA-compatible libraries by path, ACCL-P by install path, vendor T-Head,
 // and the reported compute capability flagged as a compatibility value.
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
 #include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "backend_options.hpp"
 #include "cuda_backend.hpp"

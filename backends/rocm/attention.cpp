@@ -6,6 +6,9 @@
 #include "attention.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
 
 #include "gemm_kernels.h"
 #include "gpu_plugin.hpp"

@@ -1,7 +1,14 @@
 // ROCm device discovery: identity, memory, clocks, version axes and the
 // capabilities each device declares.
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "pci_bus_id.hpp"
 #include "vendor.hpp"

@@ -1,6 +1,13 @@
 // hipError_t -> hal_status, and the device current on the calling thread.
 #include "rocm_backend.hpp"
 
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
 namespace hal::rocm {
 namespace {
 

@@ -3,7 +3,13 @@
 // matching code object gets no kernels, and the reason is kept for every
 // capability that needs them.
 #include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "vendor.hpp"
 

@@ -3,6 +3,9 @@
 // backends/common/gpu_memory.hpp.
 #include "vendor.hpp"
 
+#include <cstddef>
+#include <cstdint>
+
 namespace hal::rocm {
 namespace {
 

@@ -1,8 +1,14 @@
 // The ROCm plugin: initialization (the HIP runtime, RCCL, the engines, the
 // devices) and the table made from RocmVendor.
-#include <cstdlib>
+#include <cstdint>
+#include <exception>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <new>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "attention.hpp"
 #include "backend_options.hpp"

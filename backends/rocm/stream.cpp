@@ -3,6 +3,8 @@
 #include "gpu_streams.hpp"
 #include "vendor.hpp"
 
+#include <string_view>
+
 namespace hal::rocm {
 namespace {
 

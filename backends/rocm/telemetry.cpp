@@ -8,9 +8,17 @@
 // it finds by comparing snapshots (ECC counts, retirements).
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "amd_smi.hpp"
 #include "telemetry_writer.hpp"

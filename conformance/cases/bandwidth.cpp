@@ -4,8 +4,14 @@
 // run's timing is checked for plausibility and the data it moved for
 // correctness, so a backend whose timer or copies lie cannot pass.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "case_support.hpp"
 

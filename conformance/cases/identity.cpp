@@ -1,7 +1,13 @@
 // Identity tier: the device says what it is, completely and consistently.
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "case_support.hpp"
 

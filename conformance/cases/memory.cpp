@@ -1,6 +1,12 @@
 // Memory cases: allocation, copies and fills checked byte for byte against
 // host reference data (api tier), at many sizes and offsets (numerics tier).
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "case_support.hpp"
 

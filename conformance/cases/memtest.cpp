@@ -6,10 +6,17 @@
 // read-backs. Each failing byte is reported with its offset in the tested
 // region and the elements that caught it.
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "case_support.hpp"
 #include "hal/memory_test.hpp"

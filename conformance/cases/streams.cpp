@@ -3,6 +3,11 @@
 // cases run on every device, whatever it declares.
 #include <atomic>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "case_support.hpp"
 

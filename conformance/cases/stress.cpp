@@ -2,7 +2,13 @@
 // streams ordered by events, checked against a host mirror at the end of every
 // round, with telemetry watched (health.hpp). The compute soak is with the
 // attention cases (attention.cpp).
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "case_support.hpp"
 #include "hal/conformance/health.hpp"

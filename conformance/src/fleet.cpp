@@ -9,7 +9,10 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <tuple>
+#include <type_traits>
+#include <utility>
 
 #include "hal/conformance/model.hpp"
 #include "hal/conformance/report.hpp"

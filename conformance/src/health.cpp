@@ -1,6 +1,7 @@
 #include "hal/conformance/health.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "hal/conformance/case.hpp"
 

@@ -3,9 +3,17 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <exception>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
-#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
 
 #include <dlfcn.h>
 #include <sys/utsname.h>

@@ -1,7 +1,13 @@
 // Timing and judging shared by the measuring cases (cases/case_support.hpp).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "../cases/case_support.hpp"
 

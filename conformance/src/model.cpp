@@ -1,7 +1,10 @@
 // Names, JSON forms and helpers of the result model.
 #include "hal/conformance/model.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <map>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>

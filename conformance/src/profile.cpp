@@ -3,9 +3,11 @@
 #include "hal/conformance/profile.hpp"
 
 #include <algorithm>
-#include <cstdlib>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <stdexcept>
+#include <system_error>
 
 #include "toml_file.hpp"
 #include "environment.hpp"

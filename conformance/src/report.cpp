@@ -1,8 +1,12 @@
 // Roll-up, the JSON report (hal.conformance/1), JUnit XML and writing files.
 #include "hal/conformance/report.hpp"
 
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 

@@ -2,9 +2,18 @@
 // per-device tables, failures with evidence, bandwidth curves as inline SVG,
 // and the environment manifest.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstddef>
 #include <iomanip>
+#include <iterator>
+#include <map>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include "hal/conformance/report.hpp"
 #include "text.hpp"

@@ -8,10 +8,16 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
+#include <system_error>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include <fcntl.h>
 #include <poll.h>

@@ -2,7 +2,12 @@
 #include "hal/conformance/waiver.hpp"
 
 #include <cstdio>
+#include <optional>
 #include <regex>
+#include <stdexcept>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 
 #include "hal/probe_cache.hpp"
 #include "toml_file.hpp"

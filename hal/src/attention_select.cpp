@@ -1,9 +1,20 @@
 // Choosing an attention implementation, explaining the choice, and running it.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
 
 #include "abi.hpp"
 #include "attention_internal.hpp"

@@ -1,9 +1,13 @@
 #include "hal/capabilities.hpp"
 
-#include <cstdlib>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <optional>
 #include <mutex>
+#include <string_view>
+#include <system_error>
+#include <utility>
 
 #include "loaded_backend.hpp"
 #include "quirks.hpp"

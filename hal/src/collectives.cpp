@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 
 #include "abi.hpp"
 #include "loaded_backend.hpp"

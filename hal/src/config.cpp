@@ -10,7 +10,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <iosfwd>
+#include <memory>
 #include <system_error>
+#include <type_traits>
+#include <utility>
 
 #include "hal/settings.hpp"
 #include "hal/status.hpp"

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <sstream>
+#include <type_traits>
 
 #include "hal/event.hpp"
 #include "hal/memory.hpp"

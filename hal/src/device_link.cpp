@@ -1,7 +1,12 @@
 // Links between devices: NVLink peers from the backend's topology sub-table
 // (its management library), PCIe ceilings from both devices' telemetry.
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hal/device.hpp"

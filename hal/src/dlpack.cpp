@@ -1,4 +1,6 @@
 // DLPack: tensors in and out of hal without a copy.
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>

@@ -1,5 +1,8 @@
 #include "hal/event.hpp"
 
+#include <string>
+#include <string_view>
+
 #include "loaded_backend.hpp"
 
 namespace hal {

@@ -3,9 +3,10 @@
 #include "hal/interop.hpp"
 
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <string>
-#include <utility>
+#include <string_view>
 
 #include "abi.hpp"
 #include "hal/event.hpp"

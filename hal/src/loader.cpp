@@ -1,6 +1,10 @@
 #include "loader.hpp"
 
 #include <cstddef>
+#include <exception>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <boost/dll/shared_library.hpp>

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "environment.hpp"
 #include "loaded_backend.hpp"

@@ -1,5 +1,9 @@
 #include "hal/memory.hpp"
 
+#include <atomic>
+#include <string>
+#include <string_view>
+
 #include "loaded_backend.hpp"
 
 namespace hal {

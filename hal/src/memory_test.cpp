@@ -2,9 +2,9 @@
 #include "hal/memory_test.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "hal/memory.hpp"
 #include "hal/stream.hpp"

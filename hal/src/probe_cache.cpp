@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <sstream>
+#include <system_error>
+#include <type_traits>
 
 #include <fcntl.h>
 #include <sys/file.h>

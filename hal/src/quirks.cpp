@@ -1,10 +1,15 @@
 #include "quirks.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fnmatch.h>
+#include <exception>
+#include <filesystem>
 #include <fstream>
-#include <mutex>
+#include <memory>
+#include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include <boost/dll/runtime_symbol_info.hpp>
 #include <toml++/toml.h>

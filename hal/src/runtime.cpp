@@ -1,9 +1,15 @@
 #include "hal/runtime.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <map>
 #include <set>
-#include <sstream>
+#include <system_error>
+#include <type_traits>
+#include <variant>
 
 #include <boost/dll/runtime_symbol_info.hpp>
 

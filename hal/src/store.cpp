@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <cerrno>
 #include <charconv>
@@ -14,10 +16,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
-#include <random>
 #include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "hal/collectives.hpp"
 #include "loaded_backend.hpp"

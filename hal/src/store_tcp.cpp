@@ -14,10 +14,18 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
+#include <functional>
+#include <iosfwd>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "hal/collectives.hpp"
 #include "store_protocol.hpp"

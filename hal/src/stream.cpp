@@ -1,9 +1,13 @@
 #include "hal/stream.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 

@@ -6,11 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <exception>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 namespace hal {
 

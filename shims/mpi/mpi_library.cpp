@@ -2,9 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 #include "environment.hpp"
 

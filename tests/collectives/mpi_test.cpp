@@ -2,15 +2,21 @@
 // the engine choice, and a rank that leaves early. Ranks are
 // collectives_worker processes started by OpenMPI's mpirun.
 #include <doctest/doctest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "launch.hpp"

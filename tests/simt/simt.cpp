@@ -6,6 +6,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <memory>
 #include <vector>
 

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <memory>
+#include <system_error>
 #include <thread>
 
 #include <unistd.h>

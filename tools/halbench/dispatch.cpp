@@ -1,8 +1,13 @@
 // halbench dispatch: what it costs to get work onto a stream and to learn
 // that it finished, measured with operations that do nothing.
 #include <algorithm>
-#include <numeric>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "benchmarks.hpp"

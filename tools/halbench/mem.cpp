@@ -1,9 +1,17 @@
 // halbench mem: copy and fill bandwidth of hal buffers and streams, each
 // beside std::memcpy / std::memset on plain host memory of the same size.
 #include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
+#include <span>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "benchmarks.hpp"

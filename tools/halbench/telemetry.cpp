@@ -1,7 +1,12 @@
 // halbench telemetry: what one telemetry snapshot costs (the host's must stay
 // well under a millisecond, a GPU's within a few).
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <span>
 #include <string>
-#include <vector>
+#include <string_view>
+#include <utility>
 
 #include "benchmarks.hpp"
 #include "common.hpp"

@@ -1,16 +1,22 @@
 // halconform: qualifies this machine's devices against a conformance profile.
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
-#include <iostream>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <map>
+#include <stdexcept>
 #include <string>
-#include <thread>
+#include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <unistd.h>

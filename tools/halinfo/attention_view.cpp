@@ -1,7 +1,11 @@
 #include "attention_view.hpp"
 
+#include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 

@@ -1,7 +1,12 @@
 #include "config_view.hpp"
 
 #include <algorithm>
+#include <cstddef>
+#include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace halinfo {
 namespace {

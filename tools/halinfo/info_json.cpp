@@ -1,5 +1,12 @@
 #include "info_json.hpp"
 
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
 #include "hal/collectives.hpp"
 #include "telemetry_view.hpp"
 

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <vector>
+
 #include "hal/hal.hpp"
 
 namespace halinfo {

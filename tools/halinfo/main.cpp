@@ -1,8 +1,10 @@
 // halinfo: what backends and devices this machine has, and what they can do.
 #include <cstdio>
 #include <cmath>
-#include <cstring>
+#include <cstdlib>
+#include <exception>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>

@@ -2,13 +2,20 @@
 
 #include <algorithm>
 
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <functional>
 #include <iomanip>
+#include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
+#include <string_view>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 namespace halinfo {
 namespace {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>

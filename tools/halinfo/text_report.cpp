@@ -3,9 +3,14 @@
 #include "hal/collectives.hpp"
 #include "telemetry_view.hpp"
 
+#include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iomanip>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <string_view>
 
 namespace halinfo {
 namespace {

@@ -1,6 +1,14 @@
 // halinfo topo: where each device sits relative to packages, NUMA nodes and CPUs.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
 #include "text_report.hpp"
 
 namespace halinfo {

@@ -1,6 +1,7 @@
 #include "attention/attention_bench.hpp"
 
 #include <chrono>
+#include <cstddef>
 #include <random>
 #include <stdexcept>
 #include <vector>

@@ -1,6 +1,8 @@
 #include "attention/attention_internal.hpp"
 
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace hal::host {
 

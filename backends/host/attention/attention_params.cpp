@@ -1,8 +1,10 @@
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 #include <type_traits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/attention_kernels.hpp"

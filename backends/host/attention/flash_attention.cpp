@@ -18,6 +18,7 @@
 // backward packs Q, dO of one pass plus threads * (dQ partial of one pass)
 // plus per-thread tiles. All O(batch * heads * seq), nothing O(seq^2).
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>

@@ -1,6 +1,8 @@
 // Flash kernels for any CPU: one float per "vector".
 #include "attention/flash_kernels_impl.hpp"
 
+#include <cstdint>
+
 namespace hal::host::flash {
 namespace {
 

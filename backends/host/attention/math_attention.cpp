@@ -3,6 +3,8 @@
 // One template serves f32 accumulation (math_*) and f64 (math_*_f64).
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <vector>
 

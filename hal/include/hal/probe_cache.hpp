@@ -4,11 +4,14 @@
 // process picks a fallback without probing again.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hal/device.hpp"

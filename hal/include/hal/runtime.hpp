@@ -1,11 +1,13 @@
 // Runtime: finds backend plugins, loads them, and owns the devices they offer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hal/config.hpp"

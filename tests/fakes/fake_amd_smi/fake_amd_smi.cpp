@@ -13,10 +13,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))

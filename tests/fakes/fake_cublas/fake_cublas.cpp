@@ -6,10 +6,8 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 

@@ -6,14 +6,14 @@
 // calls before Init say UNINITIALIZED, unknown handles INVALID_ARGUMENT.
 #include <algorithm>
 #include <chrono>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))

@@ -2,9 +2,13 @@
 // JSON (schema hal.conformance/1), JUnit XML and one self-contained HTML file.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>

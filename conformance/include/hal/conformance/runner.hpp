@@ -2,6 +2,8 @@
 // so a backend that crashes or hangs is recorded and the run goes on.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <map>
