@@ -116,21 +116,25 @@ std::string release_warp(Launch& launch, std::size_t warp) {
   return "";
 }
 
+// Thread `linear` of the block, ready to run fiber_main from its start. On its
+// own, not in run_block's loop: getcontext returns twice as far as the
+// compiler knows, and a loop counter live across it draws -Wclobbered.
+void prepare_fiber(Launch& launch, Fiber& fiber, unsigned linear) {
+  fiber.index = dim3(linear % launch.block.x, linear / launch.block.x % launch.block.y,
+                     linear / (launch.block.x * launch.block.y));
+  fiber.linear = linear;
+  fiber.finished = fiber.at_barrier = fiber.at_warp_collective = false;
+  fiber.collectives = 0;
+  getcontext(&fiber.context);
+  fiber.context.uc_stack.ss_sp = fiber.stack.get();
+  fiber.context.uc_stack.ss_size = kFiberStackBytes;
+  fiber.context.uc_link = &launch.scheduler;
+  makecontext(&fiber.context, fiber_main, 0);
+}
+
 std::string run_block(Launch& launch) {
-  for (std::size_t t = 0; t < launch.fibers.size(); ++t) {
-    Fiber& fiber = launch.fibers[t];
-    const unsigned linear = static_cast<unsigned>(t);
-    fiber.index = dim3(linear % launch.block.x, linear / launch.block.x % launch.block.y,
-                       linear / (launch.block.x * launch.block.y));
-    fiber.linear = linear;
-    fiber.finished = fiber.at_barrier = fiber.at_warp_collective = false;
-    fiber.collectives = 0;
-    getcontext(&fiber.context);
-    fiber.context.uc_stack.ss_sp = fiber.stack.get();
-    fiber.context.uc_stack.ss_size = kFiberStackBytes;
-    fiber.context.uc_link = &launch.scheduler;
-    makecontext(&fiber.context, fiber_main, 0);
-  }
+  for (std::size_t t = 0; t < launch.fibers.size(); ++t)
+    prepare_fiber(launch, launch.fibers[t], static_cast<unsigned>(t));
   for (;;) {
     bool ran = false;
     for (std::size_t t = 0; t < launch.fibers.size(); ++t) {
