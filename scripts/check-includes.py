@@ -44,8 +44,9 @@ def additions(iwyu_output):
         if heading:
             file, section = heading.group(1), heading.group(2)
             continue
-        if section != "add" or line.startswith("---"):
-            section = None if line.startswith("---") else section
+        if line.startswith("---"):
+            section = None
+        if section != "add":
             continue
         include = re.match(r"#include <([^>]+)>", line)
         if include and (is_std(include.group(1)) or is_posix(include.group(1))):
@@ -89,6 +90,11 @@ def insert_includes(lines, headers):
     return lines
 
 
+def fail(message):
+    print(f"check-includes: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"),
@@ -97,30 +103,35 @@ def main():
     parser.add_argument("--fix", action="store_true", help="add the missing includes")
     parser.add_argument("files", nargs="*", help="only these sources (default: every one in the database)")
     args = parser.parse_args()
+    build_dir = os.path.abspath(args.build_dir)
+
+    def in_tree(path):  # hal's own files, not what the build generated
+        return path.startswith(ROOT + os.sep) and not path.startswith(build_dir + os.sep)
 
     for tool in ("iwyu_tool", "include-what-you-use"):
         if shutil.which(tool) is None:
-            sys.exit(f"check-includes: {tool} is not on PATH; install Debian's iwyu (apt-get install iwyu)")
-    if not os.path.isfile(os.path.join(args.build_dir, "CMakeCache.txt")):
-        sys.exit(f"check-includes: {args.build_dir} is not a configured build; run scripts/build.sh first")
+            fail(f"{tool} is not on PATH; install Debian's iwyu (apt-get install iwyu)")
+    if not os.path.isfile(os.path.join(build_dir, "CMakeCache.txt")):
+        fail(f"{build_dir} is not a configured build; run scripts/build.sh first")
     # The compile database is a configure-time switch; turning it on rebuilds nothing.
-    subprocess.run(["cmake", "-S", ROOT, "-B", args.build_dir, "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"],
+    subprocess.run(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON"],
                    check=True, stdout=subprocess.DEVNULL)
-    database = os.path.join(args.build_dir, "compile_commands.json")
-    with open(database) as f:
-        inside_tree = [entry["file"] for entry in json.load(f)
-                       if entry["file"].startswith(ROOT + os.sep) and not entry["file"].startswith(args.build_dir)]
-    files = [os.path.abspath(name) for name in args.files] or inside_tree
+    with open(os.path.join(build_dir, "compile_commands.json")) as f:
+        sources = [entry["file"] for entry in json.load(f) if in_tree(entry["file"])]
+    files = [os.path.abspath(name) for name in args.files] or sources
 
     iwyu = subprocess.run(
-        ["iwyu_tool", "-p", args.build_dir, "-j", str(args.jobs), *files, "--",
+        ["iwyu_tool", "-p", build_dir, "-j", str(args.jobs), *files, "--",
          "-Xiwyu", "--mapping_file=" + os.path.join(ROOT, "scripts", "iwyu.imp"),
          "-Xiwyu", "--no_fwd_decls", "-Xiwyu", "--cxx17ns"],
         capture_output=True, text=True)
-    if iwyu.returncode not in (0, 1, 2) and not iwyu.stdout:
-        sys.exit(f"check-includes: iwyu_tool failed ({iwyu.returncode}): {iwyu.stderr.strip()}")
-    wanted = {file: headers for file, headers in additions(iwyu.stdout).items()
-              if file.startswith(ROOT + os.sep) and not file.startswith(os.path.abspath(args.build_dir) + os.sep)}
+    # iwyu speaks of every file it read, even one that needs nothing; silence
+    # means it did not run (a bad mapping file, a compile error), not a pass.
+    answered = len(re.findall(r"should add these lines:|has correct #includes", iwyu.stdout))
+    if answered < len(files):
+        fail(f"iwyu answered for {answered} of {len(files)} files "
+                 f"(exit {iwyu.returncode}): {(iwyu.stderr or iwyu.stdout).strip()[-2000:]}")
+    wanted = {file: headers for file, headers in additions(iwyu.stdout).items() if in_tree(file)}
     count = sum(len(headers) for headers in wanted.values())
     if count == 0:
         print(f"check-includes: {len(files)} sources (and their headers) include what they use")
