@@ -244,13 +244,17 @@ struct Implementation {
   std::string name;
   bool flash;
   FlashIsa isa;
+  FlashForwardTiling tiling = FlashForwardTiling::automatic;
 };
 
 std::vector<Implementation> implementations() {
   std::vector<Implementation> list{{"math", false, FlashIsa::scalar}};
   for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512}) {
     if (flash_isa_supported(isa)) {
+      // automatic takes the decode tiling where a group's rows fit one tile
       list.push_back({std::string("flash/") + flash_isa_name(isa), true, isa});
+      list.push_back({std::string("flash/") + flash_isa_name(isa) + "/query_blocks", true, isa,
+                      FlashForwardTiling::query_blocks});
     } else {
       MESSAGE("flash/" << flash_isa_name(isa) << " is not supported by this CPU: not tested");
     }
@@ -260,7 +264,7 @@ std::vector<Implementation> implementations() {
 
 void run_forward(const Implementation& impl, Case& c, ThreadPool& pool) {
   if (impl.flash) {
-    flash_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), pool, impl.isa);
+    flash_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), pool, impl.isa, impl.tiling);
   } else {
     math_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), pool);
   }
@@ -277,8 +281,8 @@ void run_backward(const Implementation& impl, Case& c, ThreadPool& pool) {
 }
 
 // Forward and backward of every implementation against the f64 reference.
-void check_problem(const Problem& problem) {
-  ThreadPool pool(2);
+void check_problem(const Problem& problem, unsigned threads = 2) {
+  ThreadPool pool(threads);
   Case reference_case(problem);
   const Reference expected = reference_for(reference_case, pool);
   const Tolerance tolerance = tolerance_for(problem.dtype);
@@ -505,6 +509,34 @@ TEST_CASE("causal with seq_q > seq_kv: bottom-right leaves fully masked rows (O 
 TEST_CASE("decode: one query against 131 keys, causal bottom-right") {
   check_problem({.heads_q = 4, .heads_kv = 2, .seq_q = 1, .seq_kv = 131, .dim_qk = 128, .dim_v = 128, .causal = true,
                  .alignment = HAL_MASK_BOTTOM_RIGHT});
+}
+
+TEST_CASE("decode and chunked prefill: keys split across threads, splits merged by their LSE") {
+  // 4 query heads per kv head x 5 queries = 20 rows in one decode tile; 1000
+  // keys in 16 blocks, split 8 ways for 2 threads, 12 for 3 and not at all for 1.
+  Problem p{.heads_q = 8, .heads_kv = 2, .seq_q = 5, .seq_kv = 1000, .dim_qk = 128, .dim_v = 96, .causal = true,
+            .alignment = HAL_MASK_BOTTOM_RIGHT};
+  for (unsigned threads : {1u, 2u, 3u}) {
+    CAPTURE(threads);
+    check_problem(p, threads);
+  }
+  // A sliding window leaves most splits with no visible key for some rows:
+  // their partials must drop out of the merge.
+  p.window_left = 70;
+  check_problem(p, 3);
+  // Top-left: query i sees keys [0, i] only, so every split but the first sees nothing.
+  p.window_left = -1;
+  p.alignment = HAL_MASK_TOP_LEFT;
+  check_problem(p, 2);
+  // Reduced-precision inputs through the vector conversions, in a BSHD layout.
+  for (hal_dtype dtype : {HAL_DTYPE_BF16, HAL_DTYPE_F16}) {
+    CAPTURE(dtype);
+    Problem reduced = p;
+    reduced.alignment = HAL_MASK_BOTTOM_RIGHT;
+    reduced.dtype = dtype;
+    reduced.q_layout = reduced.k_layout = reduced.v_layout = reduced.o_layout = Layout::bshd;
+    check_problem(reduced, 2);
+  }
 }
 
 TEST_CASE("sliding window: causal with left window, and a two-sided window") {

@@ -66,9 +66,16 @@ void flash_forward(const hal_attention_params_v1& params, const void* q, const v
 void flash_backward(const hal_attention_params_v1& params, const void* q, const void* k,
                     const void* v, const void* o, const void* grad_o, const float* lse,
                     void* grad_q, void* grad_k, void* grad_v, ThreadPool& pool);
+// How the forward pass tiles the queries: `automatic` takes the decode
+// tiling (every query row of a kv group in one tile, keys split across
+// threads) when those rows fit one tile, `query_blocks` always tiles each
+// head's queries on their own (the prefill tiling).
+enum class FlashForwardTiling { automatic, query_blocks };
+
 // Same on an explicit path (which must be supported); for tests and benchmarks.
 void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k,
-                   const void* v, void* o, float* lse_or_null, ThreadPool& pool, FlashIsa isa);
+                   const void* v, void* o, float* lse_or_null, ThreadPool& pool, FlashIsa isa,
+                   FlashForwardTiling tiling = FlashForwardTiling::automatic);
 void flash_backward(const hal_attention_params_v1& params, const void* q, const void* k,
                     const void* v, const void* o, const void* grad_o, const float* lse,
                     void* grad_q, void* grad_k, void* grad_v, ThreadPool& pool, FlashIsa isa);

@@ -5,6 +5,11 @@
 //   1. pack K^T panels and V of the groups to f32 (parallel over key blocks);
 //   2. each (query head, query block of 64 rows) runs the online-softmax loop
 //      over the key blocks it can see (parallel, longest causal rows first).
+// Decode and short chunks (every query row of a group fits one 64-row tile):
+//   one pass; each (group, split of the keys) packs the key blocks it reads
+//   into its own scratch, so K and V are read once; when the groups are fewer
+//   than the threads want, the keys are split and the splits' partial O are
+//   merged by their running max and sum (the LSE).
 // Backward (FlashAttention-2), per pass:
 //   1. pack scaled Q, dO, LSE and D = rowsum(dO * O) of the groups' query heads;
 //   2. `chunks` fixed work lists (one per thread) over (group, key block):
@@ -39,7 +44,8 @@ constexpr std::int64_t kDimAlignment = 16;  // the widest vector: padded dims ar
 // keep the packed pass small.
 constexpr std::int64_t kUnitsPerThread = 4;
 
-flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int thread_count) {
+flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int thread_count,
+                          FlashForwardTiling tiling = FlashForwardTiling::automatic) {
   flash::Layout layout{};
   layout.query_block = kQueryBlock;
   layout.key_block = kKeyBlock;
@@ -54,6 +60,21 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
   const std::int64_t br = layout.query_block;
   const std::int64_t bc = layout.key_block;
   std::int64_t units_per_group = 0;
+  const std::int64_t wanted_units = kUnitsPerThread * threads;
+  if (!backward && tiling == FlashForwardTiling::automatic && layout.group_size * p.seq_q <= kQueryBlock) {
+    // Decode: one tile holds every query row of a group, and each thread
+    // packs the key blocks it reads itself, so K and V are read once and never
+    // copied whole. Too few groups for the threads: split the keys.
+    const std::int64_t splits = std::clamp<std::int64_t>((wanted_units + layout.group_count - 1) / layout.group_count,
+                                                         1, layout.key_blocks);
+    layout.split_key_blocks = (layout.key_blocks + splits - 1) / splits;
+    layout.kv_splits = (layout.key_blocks + layout.split_key_blocks - 1) / layout.split_key_blocks;
+    layout.partial_floats = layout.kv_splits > 1 ? br * (layout.dim_v_padded + 2) : 0;
+    layout.scratch_floats = br * layout.dim_qk_padded + br * bc + br * layout.dim_v_padded + 2 * br +
+                            bc * (p.head_dim_qk + layout.dim_v_padded);
+    layout.groups_per_pass = layout.group_count;
+    return layout;
+  }
   if (!backward) {
     units_per_group = layout.group_size * layout.query_blocks;
     layout.packed_group_floats = layout.key_blocks * bc * (p.head_dim_qk + layout.dim_v_padded);
@@ -67,7 +88,6 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
                             bc * layout.dim_qk_padded + 4 * br * bc;
     layout.chunks = threads;
   }
-  const std::int64_t wanted_units = kUnitsPerThread * threads;
   layout.groups_per_pass =
       std::clamp<std::int64_t>((wanted_units + units_per_group - 1) / units_per_group, 1, layout.group_count);
   layout.dq_partial_floats =
@@ -78,7 +98,7 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
 std::int64_t workspace_floats(const flash::Layout& layout, int thread_count) {
   const std::int64_t scratch_slots = layout.chunks > 0 ? layout.chunks : std::max(1, thread_count);
   return layout.groups_per_pass * layout.packed_group_floats + scratch_slots * layout.scratch_floats +
-         layout.chunks * layout.dq_partial_floats;
+         layout.chunks * layout.dq_partial_floats + layout.group_count * layout.kv_splits * layout.partial_floats;
 }
 
 }  // namespace
@@ -107,10 +127,11 @@ bool flash_isa_supported(FlashIsa isa) {
   switch (isa) {
     case FlashIsa::scalar: return true;
 #if defined(HAL_HOST_ATTENTION_X86)
-    case FlashIsa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case FlashIsa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case FlashIsa::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma");
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif
     default: return false;
   }
@@ -142,7 +163,7 @@ std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool 
 }
 
 void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v, void* o,
-                   float* lse_or_null, ThreadPool& pool, FlashIsa isa) {
+                   float* lse_or_null, ThreadPool& pool, FlashIsa isa, FlashForwardTiling tiling) {
   require_valid_params(params, false);
   require_pointer(q, "q");
   require_pointer(k, "k");
@@ -150,7 +171,7 @@ void flash_forward(const hal_attention_params_v1& params, const void* q, const v
   require_pointer(o, "o");
   const flash::KernelTable& kernels = flash_kernel_table(isa);
   const int threads = pool.thread_count();
-  const flash::Layout layout = make_layout(params, false, threads);
+  const flash::Layout layout = make_layout(params, false, threads, tiling);
   AlignedBuffer<float> workspace(static_cast<std::size_t>(workspace_floats(layout, threads)));
 
   flash::ForwardJob job{};
@@ -163,6 +184,21 @@ void flash_forward(const hal_attention_params_v1& params, const void* q, const v
   job.layout = layout;
   job.packed = workspace.data();
   job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;
+  job.partials = job.scratch + threads * layout.scratch_floats;
+  if (layout.kv_splits > 0) {
+    pool.parallel_for_with_worker(layout.group_count * layout.kv_splits,
+                                  [&](int worker, std::int64_t begin, std::int64_t end) {
+                                    for (std::int64_t unit = begin; unit < end; ++unit) {
+                                      kernels.forward_decode(job, unit, worker);
+                                    }
+                                  });
+    if (layout.kv_splits > 1) {
+      pool.parallel_for(layout.group_count, [&](std::int64_t begin, std::int64_t end) {
+        for (std::int64_t group = begin; group < end; ++group) kernels.forward_merge_splits(job, group);
+      });
+    }
+    return;
+  }
   for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
     job.first_group = first;
     job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);

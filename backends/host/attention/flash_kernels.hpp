@@ -32,6 +32,11 @@ struct Layout {
   std::int64_t scratch_floats;       // per thread (forward) or per chunk (backward)
   std::int64_t dq_partial_floats;    // backward, per chunk
   std::int64_t chunks;               // backward: fixed work split, one dQ partial each
+  // Decode (forward with every query row of a kv group in one tile): the
+  // keys of each group are split kv_splits ways, split_key_blocks each; 0 otherwise.
+  std::int64_t kv_splits;
+  std::int64_t split_key_blocks;
+  std::int64_t partial_floats;  // per (group, split) when kv_splits > 1
 };
 
 struct ForwardJob {
@@ -44,8 +49,11 @@ struct ForwardJob {
   Layout layout;
   std::int64_t first_group;  // of the current pass
   std::int64_t pass_groups;
-  float* packed;   // per group: K^T panels [key_blocks][dim_qk][Bc], then V [key_blocks*Bc][dim_v_padded]
-  float* scratch;  // per thread: scratch_floats
+  // per group: K^T [key_blocks][dim_qk][Bc], then V [key_blocks][Bc][dim_v_padded], each block
+  // a packed Gemm operand (column panels of the ISA's tile width)
+  float* packed;
+  float* scratch;   // per thread: scratch_floats
+  float* partials;  // decode with kv_splits > 1: per (group, split) partial_floats
 };
 
 struct BackwardJob {
@@ -76,6 +84,10 @@ struct KernelTable {
   // one query block of one query head; units are ordered by decreasing query
   // block so that the longest causal rows start first
   void (*forward_queries)(const ForwardJob& job, std::int64_t unit, int worker);
+  // decode: unit = group * kv_splits + split; packs its own key blocks
+  void (*forward_decode)(const ForwardJob& job, std::int64_t unit, int worker);
+  // decode with kv_splits > 1: unit = group; merges the splits by their LSE
+  void (*forward_merge_splits)(const ForwardJob& job, std::int64_t unit);
   // unit = (group_in_pass * group_size + head_in_group) * query_blocks + query_block
   void (*backward_pack_queries)(const BackwardJob& job, std::int64_t unit);
   // unit = group_in_pass * key_blocks + key_block: dK, dV of that block, dQ into `dq_partial`

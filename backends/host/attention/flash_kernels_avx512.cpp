@@ -8,6 +8,8 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <cstdint>
+
 #include "attention/flash_kernels_impl.hpp"
 
 namespace hal::host::flash {
@@ -35,6 +37,28 @@ struct VecAvx512 {
   static Reg pow2_integer(Reg exponent) {
     const __m512i biased = _mm512_add_epi32(_mm512_cvtps_epi32(exponent), _mm512_set1_epi32(127));
     return _mm512_castsi512_ps(_mm512_slli_epi32(biased, 23));
+  }
+  static Reg load_f16(const std::uint16_t* source) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(source)));
+  }
+  static Reg load_bf16(const std::uint16_t* source) {
+    const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(source)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+  }
+  static void store_f16(std::uint16_t* destination, Reg value) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(destination),
+                        _mm512_cvtps_ph(value, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static void store_bf16(std::uint16_t* destination, Reg value) {
+    // Round to nearest even on the bits; a NaN keeps its top bits, made quiet.
+    const __m512i bits = _mm512_castps_si512(value);
+    const __m512i high = _mm512_srli_epi32(bits, 16);
+    const __m512i odd = _mm512_and_si512(high, _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), odd)), 16);
+    const __m512i quiet_nan = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(value, value, _CMP_UNORD_Q);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(destination),
+                        _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(is_nan, rounded, quiet_nan)));
   }
 };
 

@@ -6,7 +6,9 @@
 //   of the micro-kernel: tile_rows rows of tile_vectors Regs),
 //   zero, load, store (unaligned), broadcast, fmadd(a, b, c) = a * b + c,
 //   add, sub, mul, max, min, reduce_add, reduce_max,
-//   pow2_integer(n) = 2^n for integer-valued n in [-127, 127] (0 for -127).
+//   pow2_integer(n) = 2^n for integer-valued n in [-127, 127] (0 for -127),
+//   load_f16, load_bf16 (width halves to floats), store_f16, store_bf16
+//   (round to nearest even, NaN stays NaN).
 //
 // Everything lives in an anonymous namespace (see flash_kernels.hpp for why).
 #pragma once
@@ -44,16 +46,46 @@ HAL_HOST_INLINE typename V::Reg exp2(typename V::Reg x) {
   return V::mul(poly, V::pow2_integer(whole));
 }
 
-// C[rows x cols] (=|+=) A[rows x depth] * B[depth x cols], all row-major f32,
-// cols = col_vectors * V::width. The micro-kernel keeps a tile_rows x
-// tile_vectors block of C in registers, loads tile_vectors Regs of one B row
-// per step and multiplies them by broadcast A elements.
+// The B operand of Gemm: `depth` rows of `col_vectors` Regs, read one
+// column panel (tile_vectors Regs wide, the last maybe narrower) at a time.
+// Panel p starts at data + p * panel_stride and its rows lie row_stride
+// floats apart; a packed operand stores each panel's rows contiguously
+// (row_stride is then the panel's own width), so the panel the micro-kernel
+// streams is one contiguous block of L1 instead of lines a power of two
+// apart that compete for a few cache sets.
+struct GemmB {
+  const float* data;
+  std::int64_t row_stride;  // 0: packed
+  std::int64_t panel_stride;
+};
+
+// Where element (row, column) of a packed B with `depth_capacity` rows
+// lives; `panel_width` is tile_vectors * width floats, `columns` the padded
+// width of the whole operand.
+HAL_HOST_INLINE std::int64_t packed_b_offset(std::int64_t row, std::int64_t column, std::int64_t depth_capacity,
+                                             std::int64_t columns, std::int64_t panel_width) {
+  const std::int64_t panel = column / panel_width;
+  const std::int64_t panel_start = panel * panel_width;
+  const std::int64_t width = min_i64(panel_width, columns - panel_start);
+  return panel_start * depth_capacity + row * width + (column - panel_start);
+}
+
+// C[rows x cols] (=|+=) A[rows x depth] * B[depth x cols], f32, A and C
+// row-major, cols = col_vectors * V::width. The micro-kernel keeps a
+// tile_rows x tile_vectors block of C in registers, loads tile_vectors Regs
+// of one B row per step and multiplies them by broadcast A elements.
 template <class V, bool Accumulate>
 struct Gemm {
   static constexpr int kRows = V::tile_rows;
   static constexpr int kVectors = V::tile_vectors;
+  static constexpr std::int64_t kPanelWidth = kVectors * V::width;
   using Kernel = void (*)(const float*, std::int64_t, const float*, std::int64_t, float*, std::int64_t,
                           std::int64_t);
+
+  static GemmB row_major(const float* b, std::int64_t ldb) { return GemmB{b, ldb, kPanelWidth}; }
+  static GemmB packed(const float* b, std::int64_t depth_capacity) {
+    return GemmB{b, 0, depth_capacity * kPanelWidth};
+  }
 
   template <int Rows, int Vectors>
   static void micro_kernel(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
@@ -91,19 +123,65 @@ struct Gemm {
   static constexpr KernelGrid grid = make_grid(std::make_index_sequence<kRows * kVectors>{});
 
   static void run(std::int64_t rows, std::int64_t col_vectors, std::int64_t depth, const float* a,
-                  std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc) {
+                  std::int64_t lda, GemmB b, float* c, std::int64_t ldc) {
     // Column panels outermost: the depth x tile_vectors panel of B stays in L1
     // while every row block of A streams past it.
     for (std::int64_t col = 0; col < col_vectors; col += kVectors) {
       const std::int64_t vectors = min_i64(kVectors, col_vectors - col);
+      const float* panel = b.data + (col / kVectors) * b.panel_stride;
+      const std::int64_t ldb = b.row_stride != 0 ? b.row_stride : vectors * V::width;
       for (std::int64_t row = 0; row < rows; row += kRows) {
         const std::int64_t block_rows = min_i64(kRows, rows - row);
-        grid.kernels[block_rows - 1][vectors - 1](a + row * lda, lda, b + col * V::width, ldb,
-                                                  c + row * ldc + col * V::width, ldc, depth);
+        grid.kernels[block_rows - 1][vectors - 1](a + row * lda, lda, panel, ldb, c + row * ldc + col * V::width, ldc,
+                                                  depth);
       }
     }
   }
 };
+
+// Reads `count` elements of a row of a tensor of `dtype` (element `offset`,
+// `stride` elements apart) as floats times `scale`; whole vectors when the
+// row is contiguous.
+template <class V>
+HAL_HOST_INLINE void load_row(hal_dtype dtype, const void* data, std::int64_t offset, std::int64_t stride,
+                              std::int64_t count, float scale, float* out) {
+  std::int64_t i = 0;
+  if (stride == 1) {
+    const typename V::Reg factor = V::broadcast(scale);
+    if (dtype == HAL_DTYPE_F32) {
+      const float* row = static_cast<const float*>(data) + offset;
+      for (; i + V::width <= count; i += V::width) V::store(out + i, V::mul(V::load(row + i), factor));
+    } else if (dtype == HAL_DTYPE_F16) {
+      const std::uint16_t* row = static_cast<const std::uint16_t*>(data) + offset;
+      for (; i + V::width <= count; i += V::width) V::store(out + i, V::mul(V::load_f16(row + i), factor));
+    } else if (dtype == HAL_DTYPE_BF16) {
+      const std::uint16_t* row = static_cast<const std::uint16_t*>(data) + offset;
+      for (; i + V::width <= count; i += V::width) V::store(out + i, V::mul(V::load_bf16(row + i), factor));
+    }
+  }
+  for (; i < count; ++i) out[i] = scale * load_as_float(dtype, data, offset + i * stride);
+}
+
+// Writes `count` floats of `in` times `scale` to a row of a tensor of `dtype`.
+template <class V>
+HAL_HOST_INLINE void store_row(hal_dtype dtype, void* data, std::int64_t offset, std::int64_t stride,
+                               std::int64_t count, float scale, const float* in) {
+  std::int64_t i = 0;
+  if (stride == 1) {
+    const typename V::Reg factor = V::broadcast(scale);
+    if (dtype == HAL_DTYPE_F32) {
+      float* row = static_cast<float*>(data) + offset;
+      for (; i + V::width <= count; i += V::width) V::store(row + i, V::mul(V::load(in + i), factor));
+    } else if (dtype == HAL_DTYPE_F16) {
+      std::uint16_t* row = static_cast<std::uint16_t*>(data) + offset;
+      for (; i + V::width <= count; i += V::width) V::store_f16(row + i, V::mul(V::load(in + i), factor));
+    } else if (dtype == HAL_DTYPE_BF16) {
+      std::uint16_t* row = static_cast<std::uint16_t*>(data) + offset;
+      for (; i + V::width <= count; i += V::width) V::store_bf16(row + i, V::mul(V::load(in + i), factor));
+    }
+  }
+  for (; i < count; ++i) store_float(dtype, data, offset + i * stride, scale * in[i]);
+}
 
 template <class V>
 HAL_HOST_INLINE float row_max(const float* row, std::int64_t count) {
@@ -141,6 +219,152 @@ HAL_HOST_INLINE KeyRange block_keys(const hal_attention_params_v1& p, std::int64
 
 // ---- forward ---------------------------------------------------------------
 
+// K^T and V of keys [key0, key0 + bc) as packed Gemm B operands: K^T is
+// head_dim_qk x bc, V is bc x dv_padded; keys past seq_kv are zero (and
+// masked by the caller).
+template <class V>
+void pack_key_block(const hal_attention_params_v1& p, const void* k, const void* v, std::int64_t batch,
+                    std::int64_t kv_head, std::int64_t key0, std::int64_t bc, std::int64_t dv_padded, float* keys_t,
+                    float* values) {
+  constexpr std::int64_t panel_width = Gemm<V, false>::kPanelWidth;  // bc is a multiple of it
+  constexpr std::int64_t kChunk = 64;
+  float key_row[kChunk];
+  const std::int64_t dqk = p.head_dim_qk;
+  for (std::int64_t column = 0; column < bc; ++column) {
+    const std::int64_t key = key0 + column;
+    const bool present = key < p.seq_kv;
+    float* key_column = keys_t + (column / panel_width) * panel_width * dqk + column % panel_width;
+    for (std::int64_t dim0 = 0; dim0 < dqk; dim0 += kChunk) {
+      const std::int64_t count = min_i64(kChunk, dqk - dim0);
+      if (present) {
+        load_row<V>(p.dtype, k, element_offset(p.k_strides, batch, kv_head, key, dim0), p.k_strides.dim, count, 1.0f,
+                    key_row);
+      } else {
+        fill(key_row, count, 0.0f);
+      }
+      for (std::int64_t i = 0; i < count; ++i) key_column[(dim0 + i) * panel_width] = key_row[i];
+    }
+    for (std::int64_t panel_start = 0; panel_start < dv_padded; panel_start += panel_width) {
+      const std::int64_t width = min_i64(panel_width, dv_padded - panel_start);
+      float* value_row = values + packed_b_offset(column, panel_start, bc, dv_padded, panel_width);
+      const std::int64_t stored = present ? max_i64(0, min_i64(width, p.head_dim_v - panel_start)) : 0;
+      load_row<V>(p.dtype, v, element_offset(p.v_strides, batch, kv_head, key, panel_start), p.v_strides.dim, stored,
+                  1.0f, value_row);
+      fill(value_row + stored, width - stored, 0.0f);
+    }
+  }
+}
+
+// Running state of one tile of query rows: scaled Q, scores, unnormalized O,
+// running max (log2 domain) and sum per row, in a thread's scratch.
+struct QueryTile {
+  float* queries;  // [query_block][dim_qk_padded]
+  float* scores;   // [query_block][key_block]
+  float* out;      // [query_block][dim_v_padded]
+  float* running_max;
+  float* running_sum;
+  float* end;  // first float after the tile
+};
+
+HAL_HOST_INLINE QueryTile query_tile(const Layout& layout, float* scratch) {
+  QueryTile tile;
+  tile.queries = scratch;
+  tile.scores = tile.queries + layout.query_block * layout.dim_qk_padded;
+  tile.out = tile.scores + layout.query_block * layout.key_block;
+  tile.running_max = tile.out + layout.query_block * layout.dim_v_padded;
+  tile.running_sum = tile.running_max + layout.query_block;
+  tile.end = tile.running_sum + layout.query_block;
+  return tile;
+}
+
+// Which (head, query) row r of a tile holds: head0 + r / period, query0 + r % period.
+// A prefill tile is one head's consecutive queries (period >= rows); a
+// decode tile stacks every query of each head of a kv group (period = seq_q).
+struct TileRows {
+  std::int64_t batch;
+  std::int64_t head0;
+  std::int64_t query0;
+  std::int64_t period;
+  std::int64_t count;
+  std::int64_t head(std::int64_t row) const { return head0 + row / period; }
+  std::int64_t query(std::int64_t row) const { return query0 + row % period; }
+};
+
+// Keys some row of the tile sees (the band ends grow with the query index).
+HAL_HOST_INLINE KeyRange tile_keys(const hal_attention_params_v1& p, const TileRows& rows) {
+  const std::int64_t last_query = rows.query0 + min_i64(rows.period, rows.count) - 1;
+  return KeyRange{visible_keys(p, rows.query0).first, visible_keys(p, last_query).last};
+}
+
+template <class V>
+void start_tile(const hal_attention_params_v1& p, const void* q, const Layout& layout, const TileRows& rows,
+                const QueryTile& tile) {
+  // Scores in the log2 domain: folding scale * log2(e) into Q lets the
+  // softmax use exp2 with no extra multiply per score.
+  const float q_scale = p.softmax_scale * kLog2e;
+  for (std::int64_t row = 0; row < rows.count; ++row) {
+    load_row<V>(p.dtype, q, element_offset(p.q_strides, rows.batch, rows.head(row), rows.query(row), 0),
+                p.q_strides.dim, p.head_dim_qk, q_scale, tile.queries + row * layout.dim_qk_padded);
+  }
+  fill(tile.out, rows.count * layout.dim_v_padded, 0.0f);
+  fill(tile.running_max, rows.count, -kInfinity);
+  fill(tile.running_sum, rows.count, 0.0f);
+}
+
+// One step of the online softmax: the tile's rows against keys
+// [key0, key0 + key_block), given as packed K^T and V.
+template <class V>
+void attend_key_block(const hal_attention_params_v1& p, const Layout& layout, const TileRows& rows,
+                      const QueryTile& tile, std::int64_t key0, const float* keys_t, const float* values) {
+  using Reg = typename V::Reg;
+  const std::int64_t bc = layout.key_block;
+  const std::int64_t dv_padded = layout.dim_v_padded;
+  Gemm<V, false>::run(rows.count, bc / V::width, p.head_dim_qk, tile.queries, layout.dim_qk_padded,
+                      Gemm<V, false>::packed(keys_t, p.head_dim_qk), tile.scores, bc);
+  for (std::int64_t row = 0; row < rows.count; ++row) {
+    float* score_row = tile.scores + row * bc;
+    mask_scores(score_row, key0, bc, visible_keys(p, rows.query(row)));
+    const float new_max = __builtin_fmaxf(tile.running_max[row], row_max<V>(score_row, bc));
+    if (new_max == -kInfinity) {  // nothing visible yet: contributes nothing
+      fill(score_row, bc, 0.0f);
+      continue;
+    }
+    const Reg max_reg = V::broadcast(new_max);
+    Reg sum = V::zero();
+    for (std::int64_t column = 0; column < bc; column += V::width) {
+      const Reg probability = exp2<V>(V::sub(V::load(score_row + column), max_reg));
+      V::store(score_row + column, probability);
+      sum = V::add(sum, probability);
+    }
+    const float correction = __builtin_exp2f(tile.running_max[row] - new_max);  // 0 on the first block
+    tile.running_sum[row] = tile.running_sum[row] * correction + V::reduce_add(sum);
+    if (correction != 1.0f) scale_row<V>(tile.out + row * dv_padded, dv_padded, correction);
+    tile.running_max[row] = new_max;
+  }
+  const std::int64_t key_count = min_i64(bc, p.seq_kv - key0);
+  Gemm<V, true>::run(rows.count, dv_padded / V::width, key_count, tile.scores, bc, Gemm<V, true>::packed(values, bc),
+                     tile.out, dv_padded);
+}
+
+// O = out / sum and LSE = (max + log2 sum) * ln 2 of every row; rows that saw
+// no key get O = 0 and LSE = -inf.
+template <class V>
+void finish_tile(const hal_attention_params_v1& p, const Layout& layout, const TileRows& rows, const QueryTile& tile,
+                 void* o, float* lse) {
+  for (std::int64_t row = 0; row < rows.count; ++row) {
+    const std::int64_t head = rows.head(row);
+    const std::int64_t query = rows.query(row);
+    const bool sees_keys = tile.running_sum[row] > 0.0f;
+    const float inverse_sum = sees_keys ? 1.0f / tile.running_sum[row] : 0.0f;
+    store_row<V>(p.dtype, o, element_offset(p.o_strides, rows.batch, head, query, 0), p.o_strides.dim, p.head_dim_v,
+                 inverse_sum, tile.out + row * layout.dim_v_padded);
+    if (lse != nullptr) {
+      lse[(rows.batch * p.heads_q + head) * p.seq_q + query] =
+          sees_keys ? (tile.running_max[row] + __builtin_log2f(tile.running_sum[row])) * kLn2 : -kInfinity;
+    }
+  }
+}
+
 template <class V>
 void forward_pack_keys(const ForwardJob& job, std::int64_t unit) {
   const hal_attention_params_v1& p = *job.params;
@@ -148,31 +372,16 @@ void forward_pack_keys(const ForwardJob& job, std::int64_t unit) {
   const std::int64_t group_in_pass = unit / layout.key_blocks;
   const std::int64_t key_block = unit % layout.key_blocks;
   const std::int64_t group = job.first_group + group_in_pass;
-  const std::int64_t batch = group / p.heads_kv;
-  const std::int64_t kv_head = group % p.heads_kv;
   const std::int64_t bc = layout.key_block;
   float* group_base = job.packed + group_in_pass * layout.packed_group_floats;
   float* keys_t = group_base + key_block * p.head_dim_qk * bc;
   float* values = group_base + layout.key_blocks * p.head_dim_qk * bc + key_block * bc * layout.dim_v_padded;
-  for (std::int64_t column = 0; column < bc; ++column) {
-    const std::int64_t key = key_block * bc + column;
-    const bool present = key < p.seq_kv;  // padding keys are zero, masked later
-    for (std::int64_t dim = 0; dim < p.head_dim_qk; ++dim) {
-      keys_t[dim * bc + column] =
-          present ? load_as_float(p.dtype, job.k, element_offset(p.k_strides, batch, kv_head, key, dim)) : 0.0f;
-    }
-    float* value_row = values + column * layout.dim_v_padded;
-    for (std::int64_t dim = 0; dim < layout.dim_v_padded; ++dim) {
-      value_row[dim] = present && dim < p.head_dim_v
-                           ? load_as_float(p.dtype, job.v, element_offset(p.v_strides, batch, kv_head, key, dim))
-                           : 0.0f;
-    }
-  }
+  pack_key_block<V>(p, job.k, job.v, group / p.heads_kv, group % p.heads_kv, key_block * bc, bc, layout.dim_v_padded,
+                    keys_t, values);
 }
 
 template <class V>
 void forward_queries(const ForwardJob& job, std::int64_t unit, int worker) {
-  using Reg = typename V::Reg;
   const hal_attention_params_v1& p = *job.params;
   const Layout& layout = job.layout;
   const std::int64_t heads_in_pass = job.pass_groups * layout.group_size;
@@ -180,81 +389,124 @@ void forward_queries(const ForwardJob& job, std::int64_t unit, int worker) {
   const std::int64_t head_in_pass = unit % heads_in_pass;
   const std::int64_t group_in_pass = head_in_pass / layout.group_size;
   const std::int64_t group = job.first_group + group_in_pass;
-  const std::int64_t batch = group / p.heads_kv;
-  const std::int64_t head = (group % p.heads_kv) * layout.group_size + head_in_pass % layout.group_size;
-  const std::int64_t br = layout.query_block;
   const std::int64_t bc = layout.key_block;
   const std::int64_t dqk = p.head_dim_qk;
-  const std::int64_t dv_padded = layout.dim_v_padded;
-  const std::int64_t query0 = query_block * br;
-  const std::int64_t rows = min_i64(br, p.seq_q - query0);
-
-  float* q_tile = job.scratch + worker * layout.scratch_floats;  // [br][dim_qk_padded]
-  float* scores = q_tile + br * layout.dim_qk_padded;            // [br][bc]
-  float* out = scores + br * bc;                                 // [br][dim_v_padded]
-  float* running_max = out + br * dv_padded;                     // [br], log2 domain
-  float* running_sum = running_max + br;                         // [br]
-
-  // Scores in the log2 domain: folding scale * log2(e) into Q lets the
-  // softmax use exp2 with no extra multiply per score.
-  const float q_scale = p.softmax_scale * kLog2e;
-  for (std::int64_t row = 0; row < rows; ++row) {
-    for (std::int64_t dim = 0; dim < dqk; ++dim) {
-      q_tile[row * layout.dim_qk_padded + dim] =
-          q_scale * load_as_float(p.dtype, job.q, element_offset(p.q_strides, batch, head, query0 + row, dim));
-    }
-  }
-  fill(out, rows * dv_padded, 0.0f);
-  fill(running_max, rows, -kInfinity);
-  fill(running_sum, rows, 0.0f);
+  TileRows rows;
+  rows.batch = group / p.heads_kv;
+  rows.head0 = (group % p.heads_kv) * layout.group_size + head_in_pass % layout.group_size;
+  rows.query0 = query_block * layout.query_block;
+  rows.count = min_i64(layout.query_block, p.seq_q - rows.query0);
+  rows.period = rows.count;
+  const QueryTile tile = query_tile(layout, job.scratch + worker * layout.scratch_floats);
+  start_tile<V>(p, job.q, layout, rows, tile);
 
   const float* group_base = job.packed + group_in_pass * layout.packed_group_floats;
   const float* values = group_base + layout.key_blocks * dqk * bc;
-  const KeyRange keys = block_keys(p, query0, rows);
+  const KeyRange keys = tile_keys(p, rows);
   if (keys.first <= keys.last) {
     for (std::int64_t key_block = keys.first / bc; key_block <= keys.last / bc; ++key_block) {
-      const std::int64_t key0 = key_block * bc;
-      Gemm<V, false>::run(rows, bc / V::width, dqk, q_tile, layout.dim_qk_padded, group_base + key_block * dqk * bc,
-                          bc, scores, bc);
-      for (std::int64_t row = 0; row < rows; ++row) {
-        float* score_row = scores + row * bc;
-        mask_scores(score_row, key0, bc, visible_keys(p, query0 + row));
-        const float new_max = __builtin_fmaxf(running_max[row], row_max<V>(score_row, bc));
-        if (new_max == -kInfinity) {  // nothing visible yet: contributes nothing
-          fill(score_row, bc, 0.0f);
-          continue;
-        }
-        const Reg max_reg = V::broadcast(new_max);
-        Reg sum = V::zero();
-        for (std::int64_t column = 0; column < bc; column += V::width) {
-          const Reg probability = exp2<V>(V::sub(V::load(score_row + column), max_reg));
-          V::store(score_row + column, probability);
-          sum = V::add(sum, probability);
-        }
-        const float correction = __builtin_exp2f(running_max[row] - new_max);  // 0 on the first block
-        running_sum[row] = running_sum[row] * correction + V::reduce_add(sum);
-        if (correction != 1.0f) scale_row<V>(out + row * dv_padded, dv_padded, correction);
-        running_max[row] = new_max;
-      }
-      const std::int64_t key_count = min_i64(bc, p.seq_kv - key0);
-      Gemm<V, true>::run(rows, dv_padded / V::width, key_count, scores, bc, values + key0 * dv_padded, dv_padded, out,
-                         dv_padded);
+      attend_key_block<V>(p, layout, rows, tile, key_block * bc, group_base + key_block * dqk * bc,
+                          values + key_block * bc * layout.dim_v_padded);
     }
   }
+  finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
+}
 
-  for (std::int64_t row = 0; row < rows; ++row) {
-    const std::int64_t query = query0 + row;
-    const bool sees_keys = running_sum[row] > 0.0f;
-    const float inverse_sum = sees_keys ? 1.0f / running_sum[row] : 0.0f;
-    for (std::int64_t dim = 0; dim < p.head_dim_v; ++dim) {
-      store_float(p.dtype, job.o, element_offset(p.o_strides, batch, head, query, dim),
-                  out[row * dv_padded + dim] * inverse_sum);
-    }
-    if (job.lse != nullptr) {
-      job.lse[(batch * p.heads_q + head) * p.seq_q + query] =
-          sees_keys ? (running_max[row] + __builtin_log2f(running_sum[row])) * kLn2 : -kInfinity;
+// Partial result of one (group, split) of a decode pass: the tile's
+// unnormalized O rows, then the running max and sum of each row.
+HAL_HOST_INLINE float* decode_partial(const ForwardJob& job, std::int64_t unit) {
+  return job.partials + unit * job.layout.partial_floats;
+}
+
+template <class V>
+void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
+  const hal_attention_params_v1& p = *job.params;
+  const Layout& layout = job.layout;
+  const std::int64_t group = unit / layout.kv_splits;
+  const std::int64_t split = unit % layout.kv_splits;
+  const std::int64_t bc = layout.key_block;
+  const std::int64_t kv_head = group % p.heads_kv;
+  TileRows rows;
+  rows.batch = group / p.heads_kv;
+  rows.head0 = kv_head * layout.group_size;
+  rows.query0 = 0;
+  rows.period = p.seq_q;
+  rows.count = layout.group_size * p.seq_q;
+  const QueryTile tile = query_tile(layout, job.scratch + worker * layout.scratch_floats);
+  float* keys_t = tile.end;                           // packed [head_dim_qk][bc]
+  float* values = keys_t + p.head_dim_qk * bc;       // packed [bc][dim_v_padded]
+  start_tile<V>(p, job.q, layout, rows, tile);
+
+  const KeyRange keys = tile_keys(p, rows);
+  const std::int64_t first_block = max_i64(split * layout.split_key_blocks, keys.first / bc);
+  const std::int64_t end_block = min_i64((split + 1) * layout.split_key_blocks, keys.last / bc + 1);
+  if (keys.first <= keys.last) {
+    for (std::int64_t key_block = first_block; key_block < end_block; ++key_block) {
+      pack_key_block<V>(p, job.k, job.v, rows.batch, kv_head, key_block * bc, bc, layout.dim_v_padded, keys_t, values);
+      attend_key_block<V>(p, layout, rows, tile, key_block * bc, keys_t, values);
     }
   }
+  if (layout.kv_splits == 1) {
+    finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
+    return;
+  }
+  float* partial = decode_partial(job, unit);
+  const std::int64_t out_floats = rows.count * layout.dim_v_padded;
+  for (std::int64_t i = 0; i < out_floats; ++i) partial[i] = tile.out[i];
+  for (std::int64_t row = 0; row < rows.count; ++row) {
+    partial[out_floats + row] = tile.running_max[row];
+    partial[out_floats + rows.count + row] = tile.running_sum[row];
+  }
+}
+
+// Merges the kv splits of one group: each split's O and sum are rescaled to
+// the largest running max, summed, then normalized as one tile.
+template <class V>
+void forward_merge_splits(const ForwardJob& job, std::int64_t group) {
+  const hal_attention_params_v1& p = *job.params;
+  const Layout& layout = job.layout;
+  const std::int64_t dv_padded = layout.dim_v_padded;
+  TileRows rows;
+  rows.batch = group / p.heads_kv;
+  rows.head0 = (group % p.heads_kv) * layout.group_size;
+  rows.query0 = 0;
+  rows.period = p.seq_q;
+  rows.count = layout.group_size * p.seq_q;
+  const std::int64_t out_floats = rows.count * dv_padded;
+  // Split 0's partial accumulates the merged tile in place.
+  float* merged = decode_partial(job, group * layout.kv_splits);
+  QueryTile tile{};
+  tile.out = merged;
+  tile.running_max = merged + out_floats;
+  tile.running_sum = tile.running_max + rows.count;
+  for (std::int64_t row = 0; row < rows.count; ++row) {
+    float best = -kInfinity;
+    for (std::int64_t split = 0; split < layout.kv_splits; ++split) {
+      best = __builtin_fmaxf(best, decode_partial(job, group * layout.kv_splits + split)[out_floats + row]);
+    }
+    float* out_row = tile.out + row * dv_padded;
+    if (best == -kInfinity) {  // no split saw a key for this row
+      tile.running_sum[row] = 0.0f;
+      continue;
+    }
+    const float own_weight = __builtin_exp2f(tile.running_max[row] - best);
+    float sum = tile.running_sum[row] * own_weight;
+    scale_row<V>(out_row, dv_padded, own_weight);
+    for (std::int64_t split = 1; split < layout.kv_splits; ++split) {
+      const float* partial = decode_partial(job, group * layout.kv_splits + split);
+      const float weight = __builtin_exp2f(partial[out_floats + row] - best);  // 0 for a split that saw nothing
+      if (weight == 0.0f) continue;
+      sum += partial[out_floats + rows.count + row] * weight;
+      const typename V::Reg weight_reg = V::broadcast(weight);
+      const float* partial_row = partial + row * dv_padded;
+      for (std::int64_t i = 0; i < dv_padded; i += V::width) {
+        V::store(out_row + i, V::fmadd(V::load(partial_row + i), weight_reg, V::load(out_row + i)));
+      }
+    }
+    tile.running_max[row] = best;
+    tile.running_sum[row] = sum;
+  }
+  finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
 }
 
 // ---- backward --------------------------------------------------------------
@@ -293,20 +545,18 @@ void backward_pack_queries(const BackwardJob& job, std::int64_t unit) {
     const std::int64_t query = query_block * layout.query_block + row;
     const bool present = query < p.seq_q;
     float* query_row = buffers.queries + query * layout.dim_qk_padded;
-    for (std::int64_t dim = 0; dim < layout.dim_qk_padded; ++dim) {
-      query_row[dim] = present && dim < p.head_dim_qk
-                           ? q_scale * load_as_float(p.dtype, job.q, element_offset(p.q_strides, batch, head, query, dim))
-                           : 0.0f;
-    }
     float* grad_row = buffers.output_grads + query * layout.dim_v_padded;
+    const std::int64_t query_dims = present ? p.head_dim_qk : 0;
+    const std::int64_t value_dims = present ? p.head_dim_v : 0;
+    load_row<V>(p.dtype, job.q, element_offset(p.q_strides, batch, head, query, 0), p.q_strides.dim, query_dims,
+                q_scale, query_row);
+    fill(query_row + query_dims, layout.dim_qk_padded - query_dims, 0.0f);
+    load_row<V>(p.dtype, job.grad_o, element_offset(p.grad_o_strides, batch, head, query, 0), p.grad_o_strides.dim,
+                value_dims, 1.0f, grad_row);
+    fill(grad_row + value_dims, layout.dim_v_padded - value_dims, 0.0f);
     float output_dot_grad = 0.0f;
-    for (std::int64_t dim = 0; dim < layout.dim_v_padded; ++dim) {
-      float grad = 0.0f;
-      if (present && dim < p.head_dim_v) {
-        grad = load_as_float(p.dtype, job.grad_o, element_offset(p.grad_o_strides, batch, head, query, dim));
-        output_dot_grad += grad * load_as_float(p.dtype, job.o, element_offset(p.o_strides, batch, head, query, dim));
-      }
-      grad_row[dim] = grad;
+    for (std::int64_t dim = 0; dim < value_dims; ++dim) {
+      output_dot_grad += grad_row[dim] * load_as_float(p.dtype, job.o, element_offset(p.o_strides, batch, head, query, dim));
     }
     buffers.output_dot_grads[query] = output_dot_grad;
     const float lse = present ? job.lse[(batch * p.heads_q + head) * p.seq_q + query] : -kInfinity;
@@ -351,21 +601,20 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
   float* probabilities_t = score_grads + br * bc;      // [bc][br]
   float* score_grads_t = probabilities_t + bc * br;    // [bc][br]
 
+  float* value_row = key_grads;  // key_grads is zeroed after the loads
   for (std::int64_t column = 0; column < bc; ++column) {
     const std::int64_t key = key0 + column;
-    const bool present = column < key_count;
-    for (std::int64_t dim = 0; dim < dqk_padded; ++dim) {
-      const float value = present && dim < dqk
-                              ? load_as_float(p.dtype, job.k, element_offset(p.k_strides, batch, kv_head, key, dim))
-                              : 0.0f;
-      keys[column * dqk_padded + dim] = value;
-      keys_t[dim * bc + column] = value;
-    }
-    for (std::int64_t dim = 0; dim < dv_padded; ++dim) {
-      values_t[dim * bc + column] =
-          present && dim < dv ? load_as_float(p.dtype, job.v, element_offset(p.v_strides, batch, kv_head, key, dim))
-                              : 0.0f;
-    }
+    const std::int64_t key_dims = column < key_count ? dqk : 0;
+    const std::int64_t value_dims = column < key_count ? dv : 0;
+    float* key_row = keys + column * dqk_padded;
+    load_row<V>(p.dtype, job.k, element_offset(p.k_strides, batch, kv_head, key, 0), p.k_strides.dim, key_dims, 1.0f,
+                key_row);
+    fill(key_row + key_dims, dqk_padded - key_dims, 0.0f);
+    load_row<V>(p.dtype, job.v, element_offset(p.v_strides, batch, kv_head, key, 0), p.v_strides.dim, value_dims, 1.0f,
+                value_row);
+    fill(value_row + value_dims, dv_padded - value_dims, 0.0f);
+    for (std::int64_t dim = 0; dim < dqk_padded; ++dim) keys_t[dim * bc + column] = key_row[dim];
+    for (std::int64_t dim = 0; dim < dv_padded; ++dim) values_t[dim * bc + column] = value_row[dim];
   }
   fill(key_grads, bc * (dqk_padded + dv_padded), 0.0f);
 
@@ -382,7 +631,7 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
       const float* grad_o_tile = buffers.output_grads + query0 * dv_padded;
 
       // P = exp2(S - LSE) with S = Q K^T in the log2 domain.
-      Gemm<V, false>::run(rows, bc / V::width, dqk, q_tile, dqk_padded, keys_t, bc, probabilities, bc);
+      Gemm<V, false>::run(rows, bc / V::width, dqk, q_tile, dqk_padded, Gemm<V, false>::row_major(keys_t, bc), probabilities, bc);
       for (std::int64_t row = 0; row < rows; ++row) {
         float* row_values = probabilities + row * bc;
         mask_scores(row_values, key0, bc, visible_keys(p, query0 + row));
@@ -392,7 +641,7 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
         }
       }
       // dS = P * (dO V^T - rowsum(dO * O)), the gradient of the natural-log scores.
-      Gemm<V, false>::run(rows, bc / V::width, dv, grad_o_tile, dv_padded, values_t, bc, score_grads, bc);
+      Gemm<V, false>::run(rows, bc / V::width, dv, grad_o_tile, dv_padded, Gemm<V, false>::row_major(values_t, bc), score_grads, bc);
       for (std::int64_t row = 0; row < rows; ++row) {
         const Reg dot_reg = V::broadcast(buffers.output_dot_grads[query0 + row]);
         float* grad_row = score_grads + row * bc;
@@ -405,11 +654,11 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
       transpose(probabilities, bc, rows, key_count, probabilities_t, br);
       transpose(score_grads, bc, rows, key_count, score_grads_t, br);
       // dV += P^T dO;  dK += dS^T Q' (Q' = Q * scale * log2 e, corrected when written);  dQ += dS K.
-      Gemm<V, true>::run(key_count, dv_padded / V::width, rows, probabilities_t, br, grad_o_tile, dv_padded, value_grads,
+      Gemm<V, true>::run(key_count, dv_padded / V::width, rows, probabilities_t, br, Gemm<V, true>::row_major(grad_o_tile, dv_padded), value_grads,
                          dv_padded);
-      Gemm<V, true>::run(key_count, dqk_padded / V::width, rows, score_grads_t, br, q_tile, dqk_padded, key_grads,
+      Gemm<V, true>::run(key_count, dqk_padded / V::width, rows, score_grads_t, br, Gemm<V, true>::row_major(q_tile, dqk_padded), key_grads,
                          dqk_padded);
-      Gemm<V, true>::run(rows, dqk_padded / V::width, key_count, score_grads, bc, keys, dqk_padded,
+      Gemm<V, true>::run(rows, dqk_padded / V::width, key_count, score_grads, bc, Gemm<V, true>::row_major(keys, dqk_padded),
                          head_dq + query0 * dqk_padded, dqk_padded);
     }
   }
@@ -417,14 +666,10 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
   // dK = scale * dS^T Q = ln 2 * dS^T Q'.
   for (std::int64_t column = 0; column < key_count; ++column) {
     const std::int64_t key = key0 + column;
-    for (std::int64_t dim = 0; dim < dqk; ++dim) {
-      store_float(p.dtype, job.grad_k, element_offset(p.grad_k_strides, batch, kv_head, key, dim),
-                  kLn2 * key_grads[column * dqk_padded + dim]);
-    }
-    for (std::int64_t dim = 0; dim < dv; ++dim) {
-      store_float(p.dtype, job.grad_v, element_offset(p.grad_v_strides, batch, kv_head, key, dim),
-                  value_grads[column * dv_padded + dim]);
-    }
+    store_row<V>(p.dtype, job.grad_k, element_offset(p.grad_k_strides, batch, kv_head, key, 0), p.grad_k_strides.dim,
+                 dqk, kLn2, key_grads + column * dqk_padded);
+    store_row<V>(p.dtype, job.grad_v, element_offset(p.grad_v_strides, batch, kv_head, key, 0), p.grad_v_strides.dim,
+                 dv, 1.0f, value_grads + column * dv_padded);
   }
 }
 
@@ -441,14 +686,17 @@ void backward_reduce_dq(const BackwardJob& job, std::int64_t unit) {
   const std::int64_t rows = min_i64(layout.query_block, p.seq_q - query0);
   for (std::int64_t row = 0; row < rows; ++row) {
     const std::int64_t query = query0 + row;
-    const float* partial = job.dq_partials + (head_in_pass * layout.seq_q_padded + query) * layout.dim_qk_padded;
-    for (std::int64_t dim = 0; dim < p.head_dim_qk; ++dim) {
-      float sum = 0.0f;
-      // Fixed chunk order: the result does not depend on thread timing.
-      for (std::int64_t chunk = 0; chunk < layout.chunks; ++chunk) sum += partial[chunk * layout.dq_partial_floats + dim];
-      store_float(p.dtype, job.grad_q, element_offset(p.grad_q_strides, batch, head, query, dim),
-                  p.softmax_scale * sum);
+    // The chunks summed into the first one, in fixed chunk order: the result
+    // does not depend on thread timing.
+    float* sum = job.dq_partials + (head_in_pass * layout.seq_q_padded + query) * layout.dim_qk_padded;
+    for (std::int64_t chunk = 1; chunk < layout.chunks; ++chunk) {
+      const float* other = sum + chunk * layout.dq_partial_floats;
+      for (std::int64_t dim = 0; dim < layout.dim_qk_padded; dim += V::width) {
+        V::store(sum + dim, V::add(V::load(sum + dim), V::load(other + dim)));
+      }
     }
+    store_row<V>(p.dtype, job.grad_q, element_offset(p.grad_q_strides, batch, head, query, 0), p.grad_q_strides.dim,
+                 p.head_dim_qk, p.softmax_scale, sum);
   }
 }
 
@@ -475,8 +723,8 @@ double fma_chains(std::int64_t iterations) {
 
 template <class V>
 constexpr KernelTable make_kernel_table() {
-  return KernelTable{&forward_pack_keys<V>, &forward_queries<V>, &backward_pack_queries<V>,
-                     &backward_keys<V>,     &backward_reduce_dq<V>, &fma_chains<V>};
+  return KernelTable{&forward_pack_keys<V>, &forward_queries<V>,     &forward_decode<V>,    &forward_merge_splits<V>,
+                     &backward_pack_queries<V>, &backward_keys<V>, &backward_reduce_dq<V>, &fma_chains<V>};
 }
 
 #undef HAL_FLASH_UNROLL

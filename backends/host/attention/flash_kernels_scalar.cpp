@@ -26,6 +26,10 @@ struct VecScalar {
   static Reg pow2_integer(Reg exponent) {
     return float_from_bits(static_cast<std::uint32_t>(static_cast<std::int32_t>(exponent) + 127) << 23);
   }
+  static Reg load_f16(const std::uint16_t* source) { return f16_bits_to_float(*source); }
+  static Reg load_bf16(const std::uint16_t* source) { return bf16_bits_to_float(*source); }
+  static void store_f16(std::uint16_t* destination, Reg value) { *destination = float_to_f16_bits(value); }
+  static void store_bf16(std::uint16_t* destination, Reg value) { *destination = float_to_bf16_bits(value); }
 };
 
 }  // namespace
