@@ -13,6 +13,7 @@
 // The f64 reference is itself checked against central finite differences.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -22,9 +23,11 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attention/attention_common.hpp"
@@ -384,6 +387,84 @@ TEST_CASE("thread pool covers every index once, on distinct workers, and rethrow
 }
 
 // ---- validation --------------------------------------------------------------
+
+// Sets (or with nullptr unsets) an environment variable for one scope.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) saved_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnvironment() {
+    if (saved_) {
+      setenv(name_.c_str(), saved_->c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> saved_;
+};
+
+TEST_CASE("default thread count: explicit settings, the affinity mask, ranks sharing the machine") {
+  ScopedEnvironment no_hal("HAL_HOST_THREADS", nullptr);
+  ScopedEnvironment no_omp("OMP_NUM_THREADS", nullptr);
+  ScopedEnvironment no_local("LOCAL_WORLD_SIZE", nullptr);
+  ScopedEnvironment no_ompi("OMPI_COMM_WORLD_LOCAL_SIZE", nullptr);
+  ScopedEnvironment no_slurm("SLURM_NTASKS_PER_NODE", nullptr);
+  const unsigned online = std::max(1u, std::thread::hardware_concurrency());
+  cpu_set_t saved_mask;
+  REQUIRE(sched_getaffinity(0, sizeof(saved_mask), &saved_mask) == 0);
+  const unsigned allowed = static_cast<unsigned>(CPU_COUNT(&saved_mask));
+  CHECK(default_thread_count().threads == allowed);
+  {
+    ScopedEnvironment omp("OMP_NUM_THREADS", "3");
+    CHECK(default_thread_count().threads == 3);
+    ScopedEnvironment hal("HAL_HOST_THREADS", "5");  // wins over OMP_NUM_THREADS
+    const ThreadCount count = default_thread_count();
+    CHECK(count.threads == 5);
+    CHECK(count.reason == "HAL_HOST_THREADS=5");
+  }
+  {
+    ScopedEnvironment garbage("HAL_HOST_THREADS", "lots");  // ignored, not a crash
+    CHECK(default_thread_count().threads == allowed);
+  }
+  if (allowed == online && online >= 2) {
+    ScopedEnvironment ranks("LOCAL_WORLD_SIZE", "2");
+    const ThreadCount count = default_thread_count();
+    CHECK(count.threads == online / 2);
+    CHECK(count.reason.find("LOCAL_WORLD_SIZE=2") != std::string::npos);
+    ScopedEnvironment more_ranks("LOCAL_WORLD_SIZE", std::to_string(online * 4).c_str());
+    CHECK(default_thread_count().threads == 1);  // never zero
+  }
+  if (online >= 2) {
+    // A launcher that binds each rank to its CPUs: the mask already says the share.
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (unsigned cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &saved_mask)) {
+        CPU_SET(cpu, &one);
+        break;
+      }
+    }
+    REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+    ScopedEnvironment ranks("LOCAL_WORLD_SIZE", "2");
+    const ThreadCount count = default_thread_count();
+    CHECK(sched_setaffinity(0, sizeof(saved_mask), &saved_mask) == 0);
+    CHECK(count.threads == 1);
+    CHECK(count.reason.find("affinity") != std::string::npos);
+  } else {
+    MESSAGE("one CPU: the affinity-mask case is not tested");
+  }
+}
 
 TEST_CASE("check_attention_params names each problem with its value") {
   Problem problem;

@@ -95,6 +95,36 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
   return layout;
 }
 
+// Runs unit(worker, u) for u in [0, count) on the pool's threads, or on the
+// calling thread alone when the whole call is too small to pay for waking
+// the workers (tens of microseconds).
+class UnitRunner {
+ public:
+  UnitRunner(ThreadPool& pool, double flops) : pool_(pool), serial_(flops < kSerialFlops) {}
+
+  template <class Unit>
+  void run(std::int64_t count, const Unit& unit) {
+    if (serial_) {
+      for (std::int64_t index = 0; index < count; ++index) unit(0, index);
+      return;
+    }
+    pool_.parallel_for_with_worker(count, [&](int worker, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t index = begin; index < end; ++index) unit(worker, index);
+    });
+  }
+
+ private:
+  static constexpr double kSerialFlops = 2e6;
+  ThreadPool& pool_;
+  bool serial_;
+};
+
+// Multiply-adds of the two products, counting every key for every query (an upper bound under masks).
+double forward_flops(const hal_attention_params_v1& p) {
+  return 2.0 * static_cast<double>(p.batch * p.heads_q) * static_cast<double>(p.seq_q) *
+         static_cast<double>(p.seq_kv) * static_cast<double>(p.head_dim_qk + p.head_dim_v);
+}
+
 std::int64_t workspace_floats(const flash::Layout& layout, int thread_count) {
   const std::int64_t scratch_slots = layout.chunks > 0 ? layout.chunks : std::max(1, thread_count);
   return layout.groups_per_pass * layout.packed_group_floats + scratch_slots * layout.scratch_floats +
@@ -185,32 +215,21 @@ void flash_forward(const hal_attention_params_v1& params, const void* q, const v
   job.packed = workspace.data();
   job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;
   job.partials = job.scratch + threads * layout.scratch_floats;
+  UnitRunner units(pool, forward_flops(params));
   if (layout.kv_splits > 0) {
-    pool.parallel_for_with_worker(layout.group_count * layout.kv_splits,
-                                  [&](int worker, std::int64_t begin, std::int64_t end) {
-                                    for (std::int64_t unit = begin; unit < end; ++unit) {
-                                      kernels.forward_decode(job, unit, worker);
-                                    }
-                                  });
+    units.run(layout.group_count * layout.kv_splits,
+              [&](int worker, std::int64_t unit) { kernels.forward_decode(job, unit, worker); });
     if (layout.kv_splits > 1) {
-      pool.parallel_for(layout.group_count, [&](std::int64_t begin, std::int64_t end) {
-        for (std::int64_t group = begin; group < end; ++group) kernels.forward_merge_splits(job, group);
-      });
+      units.run(layout.group_count, [&](int, std::int64_t group) { kernels.forward_merge_splits(job, group); });
     }
     return;
   }
   for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
     job.first_group = first;
     job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);
-    pool.parallel_for(job.pass_groups * layout.key_blocks, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t unit = begin; unit < end; ++unit) kernels.forward_pack_keys(job, unit);
-    });
-    pool.parallel_for_with_worker(job.pass_groups * layout.group_size * layout.query_blocks,
-                                  [&](int worker, std::int64_t begin, std::int64_t end) {
-                                    for (std::int64_t unit = begin; unit < end; ++unit) {
-                                      kernels.forward_queries(job, unit, worker);
-                                    }
-                                  });
+    units.run(job.pass_groups * layout.key_blocks, [&](int, std::int64_t unit) { kernels.forward_pack_keys(job, unit); });
+    units.run(job.pass_groups * layout.group_size * layout.query_blocks,
+              [&](int worker, std::int64_t unit) { kernels.forward_queries(job, unit, worker); });
   }
 }
 
@@ -247,28 +266,23 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
   job.packed = workspace.data();
   job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;
   job.dq_partials = job.scratch + layout.chunks * layout.scratch_floats;
+  UnitRunner units(pool, 2.5 * forward_flops(params));
   for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
     job.first_group = first;
     job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);
     const std::int64_t query_units = job.pass_groups * layout.group_size * layout.query_blocks;
-    pool.parallel_for(query_units, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t unit = begin; unit < end; ++unit) kernels.backward_pack_queries(job, unit);
-    });
+    units.run(query_units, [&](int, std::int64_t unit) { kernels.backward_pack_queries(job, unit); });
     const std::int64_t key_units = job.pass_groups * layout.key_blocks;
     const std::int64_t partial_floats = job.pass_groups * layout.group_size * layout.seq_q_padded * layout.dim_qk_padded;
-    pool.parallel_for(layout.chunks, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t chunk = begin; chunk < end; ++chunk) {
-        float* partial = job.dq_partials + chunk * layout.dq_partial_floats;
-        std::fill(partial, partial + partial_floats, 0.0f);
-        // Interleaved: under a causal mask early key blocks cost more.
-        for (std::int64_t unit = chunk; unit < key_units; unit += layout.chunks) {
-          kernels.backward_keys(job, unit, job.scratch + chunk * layout.scratch_floats, partial);
-        }
+    units.run(layout.chunks, [&](int, std::int64_t chunk) {
+      float* partial = job.dq_partials + chunk * layout.dq_partial_floats;
+      std::fill(partial, partial + partial_floats, 0.0f);
+      // Interleaved: under a causal mask early key blocks cost more.
+      for (std::int64_t unit = chunk; unit < key_units; unit += layout.chunks) {
+        kernels.backward_keys(job, unit, job.scratch + chunk * layout.scratch_floats, partial);
       }
     });
-    pool.parallel_for(query_units, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t unit = begin; unit < end; ++unit) kernels.backward_reduce_dq(job, unit);
-    });
+    units.run(query_units, [&](int, std::int64_t unit) { kernels.backward_reduce_dq(job, unit); });
   }
 }
 

@@ -1,6 +1,12 @@
 #include "attention/thread_pool.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <charconv>
+#include <system_error>
+
+#include "environment.hpp"
 
 namespace hal::host {
 namespace {
@@ -25,7 +31,39 @@ class WorkerScope {
   CurrentWorker saved_;
 };
 
+// A positive integer, or 0 for anything else (unset, empty, garbage).
+unsigned positive_integer(const char* text) {
+  if (text == nullptr) return 0;
+  unsigned value = 0;
+  const char* end = text + std::char_traits<char>::length(text);
+  const auto [rest, error] = std::from_chars(text, end, value);
+  return error == std::errc{} && rest == end ? value : 0;
+}
+
 }  // namespace
+
+ThreadCount default_thread_count() {
+  for (const char* variable : {"HAL_HOST_THREADS", "OMP_NUM_THREADS"}) {
+    if (const unsigned threads = positive_integer(shared::environment(variable))) {
+      return {threads, std::string(variable) + "=" + std::to_string(threads)};
+    }
+  }
+  const unsigned online = std::max(1u, std::thread::hardware_concurrency());
+  unsigned allowed = online;
+  cpu_set_t mask;
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) allowed = std::max(1, CPU_COUNT(&mask));
+  if (allowed < online) {
+    return {allowed, std::to_string(allowed) + " of " + std::to_string(online) + " CPUs in this process's affinity mask"};
+  }
+  for (const char* variable : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
+    if (const unsigned ranks = positive_integer(shared::environment(variable)); ranks > 1) {
+      const unsigned share = std::max(1u, allowed / ranks);
+      return {share, std::to_string(allowed) + " CPUs shared by " + std::string(variable) + "=" + std::to_string(ranks) +
+                         " ranks on this machine"};
+    }
+  }
+  return {allowed, std::to_string(allowed) + " CPUs"};
+}
 
 ThreadPool::ThreadPool(unsigned thread_count) {
   const unsigned total = std::max(1u, thread_count);

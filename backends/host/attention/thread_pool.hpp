@@ -7,16 +7,31 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace hal::host {
 
+// Threads one process should use for CPU kernels, and why:
+//   HAL_HOST_THREADS, else OMP_NUM_THREADS (as PyTorch reads it), when set to
+//   a positive integer;
+//   else the CPUs this process may run on (its affinity mask), shared evenly
+//   by the ranks on this machine (LOCAL_WORLD_SIZE from halrun or torchrun,
+//   OMPI_COMM_WORLD_LOCAL_SIZE from mpirun, SLURM_NTASKS_PER_NODE) when
+//   their launcher left every rank on every CPU, so that two ranks on one
+//   machine do not each start a thread per CPU.
+struct ThreadCount {
+  unsigned threads;
+  std::string reason;
+};
+ThreadCount default_thread_count();
+
 class ThreadPool {
  public:
   // `thread_count` counts the calling thread: a pool of N starts N - 1 workers.
-  // Zero (hardware_concurrency() may report it) means one.
-  explicit ThreadPool(unsigned thread_count = std::thread::hardware_concurrency());
+  // Zero means one.
+  explicit ThreadPool(unsigned thread_count = default_thread_count().threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
