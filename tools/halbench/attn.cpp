@@ -60,10 +60,20 @@ constexpr double contended_cpu_share = 0.9;
 enum class Direction { forward, backward };
 std::string_view to_string(Direction direction) { return direction == Direction::forward ? "forward" : "backward"; }
 
+// One measured shape: query length and key/value length. Without --seq-q
+// they are equal (self-attention over one sequence); with it the queries are
+// the last seq_q positions of seq_kv (decode, chunked prefill).
+struct Shape {
+  std::int64_t seq_q;
+  std::int64_t seq_kv;
+  bool operator==(const Shape&) const = default;
+};
+
 struct AttnOptions {
   CommonOptions common;
   std::vector<AttentionImplementation> implementations{AttentionImplementation::flash, AttentionImplementation::math};
-  std::vector<std::int64_t> seqs = default_seqs;
+  std::vector<std::int64_t> seqs = default_seqs;  // key/value lengths (and query lengths without --seq-q)
+  std::vector<std::int64_t> seq_qs;               // --seq-q; empty: query length = key length
   std::int64_t batch = 1;
   std::int64_t heads_q = 32;
   std::int64_t heads_kv = 8;
@@ -82,20 +92,49 @@ struct AttnOptions {
     if (backward) return {Direction::forward, Direction::backward};
     return {Direction::forward};
   }
+  bool separate_seq_q() const { return !seq_qs.empty(); }
+  // In measuring order: each --seq value alone, or with --seq-q every
+  // (seq_q, seq_kv) pair, by query length and then key length.
+  std::vector<Shape> shapes() const {
+    std::vector<Shape> result;
+    if (!separate_seq_q()) {
+      for (const std::int64_t seq : seqs) result.push_back({seq, seq});
+      return result;
+    }
+    for (const std::int64_t seq_q : seq_qs)
+      for (const std::int64_t seq_kv : seqs) result.push_back({seq_q, seq_kv});
+    return result;
+  }
 };
 
-hal::AttentionParams make_params(const AttnOptions& options, std::int64_t seq) {
+// Causal masks with unequal lengths are aligned bottom-right: the queries
+// are the last seq_q positions, so the last query sees every key (as in
+// decode and chunked prefill). With equal lengths both alignments are the
+// same mask; top-left is kept there.
+hal::MaskAlignment mask_alignment(const AttnOptions& options, const Shape& shape) {
+  return options.causal && shape.seq_q != shape.seq_kv ? hal::MaskAlignment::bottom_right
+                                                       : hal::MaskAlignment::top_left;
+}
+
+// "seq 2048", or "seq_q 16 seq_kv 2048" when the lengths differ.
+std::string shape_name(const Shape& shape) {
+  if (shape.seq_q == shape.seq_kv) return "seq " + std::to_string(shape.seq_kv);
+  return "seq_q " + std::to_string(shape.seq_q) + " seq_kv " + std::to_string(shape.seq_kv);
+}
+
+hal::AttentionParams make_params(const AttnOptions& options, const Shape& shape) {
   hal::AttentionParams params;
   params.batch = options.batch;
   params.heads_q = options.heads_q;
   params.heads_kv = options.heads_kv;
-  params.seq_q = seq;
-  params.seq_kv = seq;
+  params.seq_q = shape.seq_q;
+  params.seq_kv = shape.seq_kv;
   params.head_dim_qk = options.head_dim;
   params.head_dim_v = options.head_dim;
   params.dtype = options.dtype;
   params.layout = hal::AttentionLayout::bshd;
   params.causal = options.causal;
+  params.alignment = mask_alignment(options, shape);
   params.return_lse = true;  // as in training: the backward pass needs it
   return params;
 }
@@ -106,6 +145,15 @@ std::int64_t parse_positive(std::string_view flag, std::string_view text) {
   const std::uint64_t value = parse_count(flag, text, 1);
   if (value > (1ull << 31)) throw UsageError(std::string(flag) + ": " + std::string(text) + " is too large");
   return static_cast<std::int64_t>(value);
+}
+
+// A list of lengths, sorted, each once.
+std::vector<std::int64_t> parse_lengths(std::string_view flag, std::string_view text) {
+  std::vector<std::int64_t> lengths;
+  for (const std::string& item : split_list(flag, text)) lengths.push_back(parse_positive(flag, item));
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  return lengths;
 }
 
 double parse_seconds(std::string_view flag, std::string_view text) {
@@ -192,7 +240,7 @@ class CpuInterval {
 
 struct Measurement {
   AttentionImplementation implementation;
-  std::int64_t seq;
+  Shape shape;
   Direction direction;
   std::uint64_t iterations;
   double event_ms;  // median over timed calls, hal events (execution on the stream)
@@ -209,7 +257,7 @@ struct Measurement {
 
 struct Skip {
   AttentionImplementation implementation;
-  std::int64_t seq;
+  Shape shape;
   Direction direction;
   std::string reason;
 };
@@ -228,9 +276,9 @@ class Runner {
   // Measures one implementation on one shape and direction, or says why not.
   // `tensors` of this shape are allocated on first use, so a shape that
   // every implementation skips allocates nothing.
-  void run(AttentionImplementation implementation, std::int64_t seq, Direction direction,
+  void run(AttentionImplementation implementation, const Shape& shape, Direction direction,
            std::optional<Tensors>& tensors, std::vector<Measurement>& measurements, std::vector<Skip>& skips) {
-    const hal::AttentionParams params = make_params(options_, seq);
+    const hal::AttentionParams params = make_params(options_, shape);
     const bool backward = direction == Direction::backward;
     const hal::AttentionOptions per_call{{implementation}};
     const hal::AttentionDecision decision = hal::explain_attention(device_, params, backward, per_call);
@@ -241,13 +289,13 @@ class Runner {
       std::string reason = "not eligible on " + device_.id();
       if (candidate != decision.candidates.end() && !candidate->reasons.empty())
         reason += ": " + candidate->reasons.front();
-      skips.push_back({implementation, seq, direction, reason});
+      skips.push_back({implementation, shape, direction, reason});
       return;
     }
     const double flops = hal::host::attention_flops(hal::detail::to_abi(params), backward);
     if (const std::optional<std::string> reason =
-            too_big(implementation, direction, seq, flops, candidate->workspace_bytes)) {
-      skips.push_back({implementation, seq, direction, *reason});
+            too_big(implementation, direction, shape, flops, candidate->workspace_bytes)) {
+      skips.push_back({implementation, shape, direction, *reason});
       return;
     }
     if (!tensors) tensors = make_tensors(device_, params, options_.backward);
@@ -266,7 +314,7 @@ class Runner {
     }
     const CpuInterval::Elapsed elapsed = cpu.finish();
     const Measurement m{implementation,
-                        seq,
+                        shape,
                         direction,
                         iterations,
                         median(event_ms),
@@ -276,7 +324,7 @@ class Runner {
                         candidate->workspace_bytes,
                         elapsed.share(threads_),
                         elapsed.cpu_seconds / static_cast<double>(iterations)};
-    rates_.push_back({implementation, direction, seq, m.gflops()});
+    rates_.push_back({implementation, direction, shape, m.gflops()});
     measurements.push_back(m);
   }
 
@@ -288,7 +336,7 @@ class Runner {
   struct Rate {
     AttentionImplementation implementation;
     Direction direction;
-    std::int64_t seq;
+    Shape shape;
     double gflops;
   };
 
@@ -319,39 +367,48 @@ class Runner {
     return times;
   }
 
-  // The rate this implementation reached on the largest shape below `seq`
-  // measured in this run; when there is none, one untimed-for-results call
-  // at calibration_seq provides it.
-  const Rate& rate_below(AttentionImplementation implementation, Direction direction, std::int64_t seq) {
+  // The rate this implementation reached on the largest shape below `shape`
+  // measured in this run: the same query length and a shorter key length
+  // (or, without --seq-q, a shorter sequence); when there is none, one
+  // untimed-for-results call at key length calibration_seq (and the query
+  // length, at most calibration_seq) provides it.
+  const Rate& rate_below(AttentionImplementation implementation, Direction direction, const Shape& shape) {
+    const bool equal = shape.seq_q == shape.seq_kv;
+    auto below = [&](const Shape& other) {
+      return equal ? other.seq_q == other.seq_kv && other.seq_kv < shape.seq_kv
+                   : other.seq_q == shape.seq_q && other.seq_kv < shape.seq_kv;
+    };
     const Rate* best = nullptr;
     for (const Rate& rate : rates_)
-      if (rate.implementation == implementation && rate.direction == direction && rate.seq < seq &&
-          (best == nullptr || rate.seq > best->seq))
+      if (rate.implementation == implementation && rate.direction == direction && below(rate.shape) &&
+          (best == nullptr || rate.shape.seq_kv > best->shape.seq_kv))
         best = &rate;
     if (best != nullptr) return *best;
-    const hal::AttentionParams params = make_params(options_, calibration_seq);
+    const Shape calibration{std::min(shape.seq_q, calibration_seq), calibration_seq};
+    const hal::AttentionParams params = make_params(options_, calibration);
     const bool backward = direction == Direction::backward;
     Tensors tensors = make_tensors(device_, params, backward);
     const CallTime time = time_calls(params, backward, {{implementation}}, tensors, 1).front();
     const double flops = hal::host::attention_flops(hal::detail::to_abi(params), backward);
-    rates_.push_back({implementation, direction, calibration_seq, flops / (time.event_ms * 1e-3) * 1e-9});
+    rates_.push_back({implementation, direction, calibration, flops / (time.event_ms * 1e-3) * 1e-9});
     return rates_.back();
   }
 
   // Why a shape is skipped: its workspace is over --max-workspace, or its
   // call would take over --max-call-seconds at the rate of rate_below (FLOPs
-  // grow as seq^2; the rate per FLOP of math does not improve with size).
-  std::optional<std::string> too_big(AttentionImplementation implementation, Direction direction, std::int64_t seq,
-                                     double flops, std::uint64_t workspace_bytes) {
+  // grow as seq_q * seq_kv; the rate per FLOP of math does not improve with size).
+  std::optional<std::string> too_big(AttentionImplementation implementation, Direction direction,
+                                     const Shape& shape, double flops, std::uint64_t workspace_bytes) {
     if (options_.max_workspace > 0 && workspace_bytes > options_.max_workspace)
       return "needs " + format_bytes(workspace_bytes) + " of workspace, over --max-workspace " +
              format_bytes(options_.max_workspace);
-    if (options_.max_call_seconds <= 0 || seq <= calibration_seq) return std::nullopt;
-    const Rate& rate = rate_below(implementation, direction, seq);
+    if (options_.max_call_seconds <= 0 || (shape.seq_q <= calibration_seq && shape.seq_kv <= calibration_seq))
+      return std::nullopt;
+    const Rate& rate = rate_below(implementation, direction, shape);
     const double estimate = flops / (rate.gflops * 1e9);
     if (estimate <= options_.max_call_seconds) return std::nullopt;
     return "estimated " + format_fixed(estimate, 1) + " s per call (at the " + format_fixed(rate.gflops, 1) +
-           " GFLOP/s measured at seq " + std::to_string(rate.seq) + "), over --max-call-seconds " +
+           " GFLOP/s measured at " + shape_name(rate.shape) + "), over --max-call-seconds " +
            format_fixed(options_.max_call_seconds, 1);
   }
 
@@ -437,7 +494,7 @@ std::optional<double> efficiency_per_cpu_second(const Measurement& m, const Peak
 // ---- flash / math ratios -------------------------------------------------------------------
 
 struct Ratio {
-  std::int64_t seq;
+  Shape shape;
   Direction direction;
   double speedup;       // math ms / flash ms
   double memory_ratio;  // math workspace / flash workspace
@@ -448,9 +505,9 @@ std::vector<Ratio> flash_math_ratios(const std::vector<Measurement>& measurement
   for (const Measurement& flash : measurements) {
     if (flash.implementation != AttentionImplementation::flash) continue;
     for (const Measurement& math : measurements)
-      if (math.implementation == AttentionImplementation::math && math.seq == flash.seq &&
+      if (math.implementation == AttentionImplementation::math && math.shape == flash.shape &&
           math.direction == flash.direction)
-        ratios.push_back({flash.seq, flash.direction, math.event_ms / flash.event_ms,
+        ratios.push_back({flash.shape, flash.direction, math.event_ms / flash.event_ms,
                           flash.workspace_bytes == 0 ? 0.0
                                                      : static_cast<double>(math.workspace_bytes) /
                                                            static_cast<double>(flash.workspace_bytes)});
@@ -461,16 +518,21 @@ std::vector<Ratio> flash_math_ratios(const std::vector<Measurement>& measurement
 // ---- output ----------------------------------------------------------------------------------
 
 std::string shape_text(const AttnOptions& o) {
+  const std::string mask = !o.causal             ? "no mask"
+                           : o.separate_seq_q() ? "causal (bottom-right where seq_q != seq_kv: the queries are the "
+                                                  "last seq_q positions)"
+                                                : "causal";
   return "batch " + std::to_string(o.batch) + ", " + std::to_string(o.heads_q) + " query heads, " +
          std::to_string(o.heads_kv) + " kv heads, head dim " + std::to_string(o.head_dim) + ", " +
-         std::string(hal::to_string(o.dtype)) + ", " + (o.causal ? "causal" : "no mask") + ", BSHD";
+         std::string(hal::to_string(o.dtype)) + ", " + mask + ", BSHD";
 }
 
 std::string format_mib(std::uint64_t bytes) { return format_fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1); }
 
-const TorchRow* find_torch(const TorchResults& torch, std::int64_t seq, Direction direction) {
+// torch's row of the same query length, key length and direction.
+const TorchRow* find_torch(const TorchResults& torch, const Shape& shape, Direction direction) {
   for (const TorchRow& row : torch.rows)
-    if (row.seq == seq && row.direction == to_string(direction)) return &row;
+    if (row.seq_q == shape.seq_q && row.seq == shape.seq_kv && row.direction == to_string(direction)) return &row;
   return nullptr;
 }
 
@@ -494,8 +556,20 @@ std::optional<double> torch_over_hal_cpu_seconds(const TorchRow& torch, const Me
   return torch.cpu_seconds_per_call / m.cpu_seconds_per_call;
 }
 
-void print_table(const hal::Device& device, const PeakReport& peak, const std::vector<Measurement>& measurements,
-                 const std::vector<Skip>& skips, const std::optional<TorchResults>& torch) {
+// The shape's columns: "seq", or with --seq-q "seq_q" and "seq_kv".
+std::vector<Table::Column> shape_columns(const AttnOptions& options) {
+  if (options.separate_seq_q()) return {{"seq_q"}, {"seq_kv"}};
+  return {{"seq"}};
+}
+
+std::vector<std::string> shape_cells(const AttnOptions& options, const Shape& shape) {
+  if (options.separate_seq_q()) return {std::to_string(shape.seq_q), std::to_string(shape.seq_kv)};
+  return {std::to_string(shape.seq_kv)};
+}
+
+void print_table(const AttnOptions& options, const hal::Device& device, const PeakReport& peak,
+                 const std::vector<Measurement>& measurements, const std::vector<Skip>& skips,
+                 const std::optional<TorchResults>& torch) {
   std::printf(
       "# f32 FMA peak again after the runs: %.1f GFLOP/s all threads, %.1f GFLOP per CPU-second;\n"
       "# efficiency is against the higher of each pair%s\n",
@@ -507,8 +581,10 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
       "# FMA GFLOP per CPU-second (other work's time slices taken out); extra = workspace of one call\n",
       peak.threads());
   const bool with_torch = torch && !torch->rows.empty();
-  std::vector<Table::Column> columns{{"impl", true}, {"dir", true}, {"seq"},   {"iters"},     {"ms"},       {"wall ms"},
-                                     {"TFLOP/s"},    {"eff %"},     {"cpu %"}, {"cpu eff %"}, {"extra MiB"}};
+  std::vector<Table::Column> columns{{"impl", true}, {"dir", true}};
+  for (Table::Column& column : shape_columns(options)) columns.push_back(std::move(column));
+  for (const char* name : {"iters", "ms", "wall ms", "TFLOP/s", "eff %", "cpu %", "cpu eff %", "extra MiB"})
+    columns.push_back({name});
   if (with_torch) {
     columns.push_back({"torch ms"});
     columns.push_back({"torch cpu %"});
@@ -519,19 +595,17 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
   for (const Measurement& m : measurements) {
     const std::optional<double> eff = efficiency(m, peak);
     const std::optional<double> cpu_eff = efficiency_per_cpu_second(m, peak);
-    std::vector<std::string> row{std::string(hal::to_string(m.implementation)),
-                                 std::string(to_string(m.direction)),
-                                 std::to_string(m.seq),
-                                 std::to_string(m.iterations),
-                                 format_fixed(m.event_ms, 2),
-                                 format_fixed(m.wall_ms, 2),
-                                 format_fixed(m.gflops() * 1e-3, 3),
-                                 eff ? format_fixed(*eff * 100, 1) : "-",
-                                 peak.applies ? format_fixed(m.cpu_share * 100, 0) : "-",
-                                 cpu_eff ? format_fixed(*cpu_eff * 100, 1) : "-",
-                                 format_mib(m.workspace_bytes)};
+    std::vector<std::string> row{std::string(hal::to_string(m.implementation)), std::string(to_string(m.direction))};
+    for (std::string& cell : shape_cells(options, m.shape)) row.push_back(std::move(cell));
+    for (std::string& cell : std::vector<std::string>{std::to_string(m.iterations), format_fixed(m.event_ms, 2),
+                                                      format_fixed(m.wall_ms, 2), format_fixed(m.gflops() * 1e-3, 3),
+                                                      eff ? format_fixed(*eff * 100, 1) : "-",
+                                                      peak.applies ? format_fixed(m.cpu_share * 100, 0) : "-",
+                                                      cpu_eff ? format_fixed(*cpu_eff * 100, 1) : "-",
+                                                      format_mib(m.workspace_bytes)})
+      row.push_back(std::move(cell));
     if (with_torch) {
-      const TorchRow* t = find_torch(*torch, m.seq, m.direction);
+      const TorchRow* t = find_torch(*torch, m.shape, m.direction);
       row.push_back(t ? format_fixed(t->ms, 2) : "-");
       row.push_back(t ? format_fixed(t->cpu_share * 100, 0) : "-");
       row.push_back(t ? format_fixed(t->ms / m.event_ms, 2) : "-");
@@ -551,16 +625,23 @@ void print_table(const hal::Device& device, const PeakReport& peak, const std::v
         "# and their eff %% is unreliable (the FMA peak may have been lowered too); rerun on a quiet machine\n",
         contended_cpu_share * 100);
   for (const Skip& skip : skips)
-    std::printf("# skipped %s %s seq %lld: %s\n", std::string(hal::to_string(skip.implementation)).c_str(),
-                std::string(to_string(skip.direction)).c_str(), static_cast<long long>(skip.seq), skip.reason.c_str());
+    std::printf("# skipped %s %s %s: %s\n", std::string(hal::to_string(skip.implementation)).c_str(),
+                std::string(to_string(skip.direction)).c_str(), shape_name(skip.shape).c_str(), skip.reason.c_str());
 
   const std::vector<Ratio> ratios = flash_math_ratios(measurements);
   if (!ratios.empty()) {
     std::printf("# flash vs math: speedup = math ms / flash ms, memory = math extra / flash extra\n");
-    Table ratio_table({{"seq"}, {"dir", true}, {"speedup"}, {"memory"}});
-    for (const Ratio& r : ratios)
-      ratio_table.add_row({std::to_string(r.seq), std::string(to_string(r.direction)), format_fixed(r.speedup, 2),
-                           format_fixed(r.memory_ratio, 2)});
+    std::vector<Table::Column> ratio_columns = shape_columns(options);
+    for (const Table::Column& column : {Table::Column{"dir", true}, Table::Column{"speedup"}, Table::Column{"memory"}})
+      ratio_columns.push_back(column);
+    Table ratio_table(std::move(ratio_columns));
+    for (const Ratio& r : ratios) {
+      std::vector<std::string> row = shape_cells(options, r.shape);
+      row.push_back(std::string(to_string(r.direction)));
+      row.push_back(format_fixed(r.speedup, 2));
+      row.push_back(format_fixed(r.memory_ratio, 2));
+      ratio_table.add_row(std::move(row));
+    }
     ratio_table.print(stdout);
   }
   if (torch) {
@@ -590,12 +671,16 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
   Json parameters = {
       {"implementations", implementations},
       {"seq", options.seqs},
+      {"seq_q", options.separate_seq_q() ? Json(options.seq_qs) : Json(nullptr)},
       {"batch", options.batch},
       {"heads_q", options.heads_q},
       {"heads_kv", options.heads_kv},
       {"head_dim", options.head_dim},
       {"dtype", hal::to_string(options.dtype)},
       {"causal", options.causal},
+      {"causal_alignment", options.causal ? Json(options.separate_seq_q() ? "bottom_right where seq_q != seq_kv"
+                                                                          : "top_left")
+                                          : Json(nullptr)},
       {"layout", "bshd"},
       {"directions", directions},
       {"iterations", options.common.iterations ? Json(*options.common.iterations) : Json("auto")},
@@ -609,7 +694,8 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
     const std::optional<double> eff = efficiency(m, peak);
     Json row = {{"implementation", hal::to_string(m.implementation)},
                 {"direction", to_string(m.direction)},
-                {"seq", m.seq},
+                {"seq", m.shape.seq_kv},
+                {"seq_q", m.shape.seq_q},
                 {"iterations", m.iterations},
                 {"ms_per_call", m.event_ms},
                 {"wall_ms_per_call", m.wall_ms},
@@ -623,7 +709,7 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                  efficiency_per_cpu_second(m, peak) ? Json(*efficiency_per_cpu_second(m, peak)) : Json(nullptr)},
                 {"peak_extra_bytes", m.workspace_bytes}};
     if (torch) {
-      const TorchRow* t = find_torch(*torch, m.seq, m.direction);
+      const TorchRow* t = find_torch(*torch, m.shape, m.direction);
       row["torch_ms_per_call"] = t ? Json(t->ms) : Json(nullptr);
       row["torch_over_hal"] = t ? Json(t->ms / m.event_ms) : Json(nullptr);
       const std::optional<double> cpu_ratio = t ? torch_over_hal_cpu_seconds(*t, m) : std::nullopt;
@@ -644,7 +730,8 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                           {"applies_to_device", peak.applies}};
   Json ratios = Json::array();
   for (const Ratio& r : flash_math_ratios(measurements))
-    ratios.push_back({{"seq", r.seq},
+    ratios.push_back({{"seq", r.shape.seq_kv},
+                      {"seq_q", r.shape.seq_q},
                       {"direction", to_string(r.direction)},
                       {"flash_speedup_over_math", r.speedup},
                       {"math_over_flash_memory", r.memory_ratio}});
@@ -653,7 +740,8 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
   for (const Skip& s : skips)
     skipped.push_back({{"implementation", hal::to_string(s.implementation)},
                        {"direction", to_string(s.direction)},
-                       {"seq", s.seq},
+                       {"seq", s.shape.seq_kv},
+                       {"seq_q", s.shape.seq_q},
                        {"reason", s.reason}});
   document["skipped"] = std::move(skipped);
   if (torch) document["torch"] = torch->document;
@@ -688,14 +776,14 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
         }
       });
   parser.add_value("--seq", "LIST",
-                   "sequence lengths (query = key/value), e.g. 512,1024,2048,4096,8192\n(default 512,2048,4096)",
-                   [&](std::string_view text) {
-                     options.seqs.clear();
-                     for (const std::string& item : split_list("--seq", text))
-                       options.seqs.push_back(parse_positive("--seq", item));
-                     std::sort(options.seqs.begin(), options.seqs.end());
-                     options.seqs.erase(std::unique(options.seqs.begin(), options.seqs.end()), options.seqs.end());
-                   });
+                   "sequence lengths (query = key/value), e.g. 512,1024,2048,4096,8192\n"
+                   "(default 512,2048,4096); with --seq-q the key/value lengths",
+                   [&](std::string_view text) { options.seqs = parse_lengths("--seq", text); });
+  parser.add_value("--seq-q", "LIST",
+                   "query lengths, e.g. 1,16 (decode, chunked prefill): every pair of a --seq-q\n"
+                   "and a --seq value is measured; with --causal the queries are the last\n"
+                   "seq_q positions (mask aligned bottom-right). Default: query = key length",
+                   [&](std::string_view text) { options.seq_qs = parse_lengths("--seq-q", text); });
   parser.add_value("--batch", "N", "batch size (default 1)",
                    [&](std::string_view text) { options.batch = parse_positive("--batch", text); });
   parser.add_value("--heads-q", "N", "query heads (default 32)",
@@ -710,7 +798,10 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
       throw UsageError("--dtype: '" + std::string(text) + "' is not an attention dtype; expected f32, f16 or bf16");
     options.dtype = *dtype;
   });
-  parser.add_switch("--causal", "causal mask (top-left; query and key lengths are equal)", options.causal);
+  parser.add_switch("--causal",
+                    "causal mask; with --seq-q and unequal lengths aligned bottom-right\n"
+                    "(query i sees keys up to i + seq_kv - seq_q)",
+                    options.causal);
   parser.add_switch("--backward", "measure the backward pass too (about 2.5x the forward FLOPs)", options.backward);
   parser.add_switch("--forward-only", "measure the forward pass only (the default)", options.forward_only);
   parser.add_value(
@@ -733,13 +824,13 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
     throw UsageError("--backward and --forward-only contradict each other; give one");
   // Keeps every element count and byte offset far from overflowing.
   constexpr double max_elements = 1ull << 40;
+  const std::int64_t longest = std::max(options.seqs.back(), options.seq_qs.empty() ? 0 : options.seq_qs.back());
   const double largest = static_cast<double>(options.batch) * static_cast<double>(options.heads_q) *
-                         static_cast<double>(options.seqs.back()) * static_cast<double>(options.head_dim);
+                         static_cast<double>(longest) * static_cast<double>(options.head_dim);
   if (largest > max_elements)
     throw UsageError("the shape batch " + std::to_string(options.batch) + " x heads " +
-                     std::to_string(options.heads_q) + " x seq " + std::to_string(options.seqs.back()) +
-                     " x head dim " + std::to_string(options.head_dim) +
-                     " has over 2^40 elements per tensor; choose a smaller one");
+                     std::to_string(options.heads_q) + " x seq " + std::to_string(longest) + " x head dim " +
+                     std::to_string(options.head_dim) + " has over 2^40 elements per tensor; choose a smaller one");
   if (options.heads_q % options.heads_kv != 0)
     throw UsageError("--heads-kv " + std::to_string(options.heads_kv) + " does not divide --heads-q " +
                      std::to_string(options.heads_q) + "; expected a divisor (GQA groups are equal)");
@@ -764,29 +855,35 @@ int run_attn(std::span<const std::string_view> arguments) {
   std::vector<Measurement> measurements;
   std::vector<Skip> skips;
   Runner runner(options, device, peak.threads());
-  for (const std::int64_t seq : options.seqs) {
+  for (const Shape& shape : options.shapes()) {
     std::optional<Tensors> tensors;
     for (const Direction direction : options.directions())
       for (const AttentionImplementation implementation : options.implementations)
-        runner.run(implementation, seq, direction, tensors, measurements, skips);
+        runner.run(implementation, shape, direction, tensors, measurements, skips);
   }
 
   peak.after = measure_peak();
 
   std::optional<TorchResults> torch;
   if (options.compare_torch) {
-    TorchRequest request{options.seqs,     options.batch,
-                         options.heads_q,  options.heads_kv,
-                         options.head_dim, std::string(hal::to_string(options.dtype)),
-                         options.causal,   options.backward,
-                         peak.threads(),   options.common.iterations};
+    const TorchRequest request{.seqs = options.seqs,
+                               .seq_qs = options.seq_qs,
+                               .batch = options.batch,
+                               .heads_q = options.heads_q,
+                               .heads_kv = options.heads_kv,
+                               .head_dim = options.head_dim,
+                               .dtype = std::string(hal::to_string(options.dtype)),
+                               .causal = options.causal,
+                               .backward = options.backward,
+                               .threads = peak.threads(),
+                               .iterations = options.common.iterations};
     torch = run_torch_sdpa(request, options.python, options.torch_script);
   }
 
   if (options.common.json)
     print_json(to_json(options, runtime, device, peak, measurements, skips, torch));
   else
-    print_table(device, peak, measurements, skips, torch);
+    print_table(options, device, peak, measurements, skips, torch);
   return exit_success;
 }
 

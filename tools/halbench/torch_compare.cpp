@@ -98,6 +98,10 @@ TorchResults run_torch_sdpa(const TorchRequest& request, const std::string& pyth
                                 "--dtype",    request.dtype,
                                 "--threads",  std::to_string(request.threads),
                                 "--json"};
+  if (!request.seq_qs.empty()) {
+    argv.push_back("--seq-q");
+    argv.push_back(join(request.seq_qs));
+  }
   if (request.causal) argv.push_back("--causal");
   if (request.backward) argv.push_back("--backward");
   if (request.iterations) {
@@ -116,10 +120,12 @@ TorchResults run_torch_sdpa(const TorchRequest& request, const std::string& pyth
     if (environment.contains("torch_version") && environment["torch_version"].is_string())
       results.version = environment["torch_version"].get<std::string>();
     results.threads = environment.value("threads", 0);
-    for (const Json& row : results.document.at("results"))
-      results.rows.push_back({row.at("seq").get<std::int64_t>(), row.at("direction").get<std::string>(),
+    for (const Json& row : results.document.at("results")) {
+      const auto seq = row.at("seq").get<std::int64_t>();
+      results.rows.push_back({seq, row.value("seq_q", seq), row.at("direction").get<std::string>(),
                               row.at("ms_per_call").get<double>(), row.value("cpu_share", 0.0),
                               row.value("cpu_seconds_per_call", 0.0), row.value("note", "")});
+    }
     if (results.rows.empty()) {
       const Json& skipped = results.document.at("skipped");
       results.reason = skipped.empty() ? "it measured nothing" : skipped.front().value("reason", "no reason given");

@@ -12,7 +12,8 @@
 namespace halbench {
 
 struct TorchRequest {
-  std::vector<std::int64_t> seqs;
+  std::vector<std::int64_t> seqs;    // key/value lengths (and query lengths when seq_qs is empty)
+  std::vector<std::int64_t> seq_qs;  // --seq-q: query lengths, every pair with seqs; empty: none given
   std::int64_t batch, heads_q, heads_kv, head_dim;
   std::string dtype;  // f32, f16, bf16
   bool causal;
@@ -22,7 +23,8 @@ struct TorchRequest {
 };
 
 struct TorchRow {
-  std::int64_t seq;
+  std::int64_t seq;    // key/value length
+  std::int64_t seq_q;  // query length (= seq from a script that does not report it)
   std::string direction;        // "forward" / "backward"
   double ms;                    // median per call
   double cpu_share;             // CPU time / (wall x threads) over its timed calls

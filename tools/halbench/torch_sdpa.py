@@ -5,7 +5,11 @@ Runs torch.nn.functional.scaled_dot_product_attention forward (under
 torch.no_grad) and, with --backward, backward (torch.autograd.grad of the
 output), with the thread count set by torch.set_num_threads, and prints the
 result fields of `halbench attn` (schema hal.bench/1), so `halbench attn
---compare-torch` can put the two side by side. Where torch cannot be imported
+--compare-torch` can put the two side by side. With --seq-q the query
+lengths differ from the key/value lengths (--seq) and every pair is measured;
+a causal mask is then aligned bottom-right (the queries are the last seq_q
+positions, as in decode), which torch's is_causal is not, so an explicit
+boolean mask built before timing is passed instead. Where torch cannot be imported
 it says so and exits 0: the comparison is optional and must not fail a build.
 """
 
@@ -46,13 +50,19 @@ def parse_arguments(argv):
         prog="torch_sdpa.py",
         description="PyTorch CPU scaled_dot_product_attention on halbench attn's shapes (BHSD tensors).")
     parser.add_argument("--seq", type=seq_list, default=[512, 2048, 4096],
-                        help="sequence lengths, query = key/value (default 512,2048,4096)")
+                        help="sequence lengths, query = key/value (default 512,2048,4096); "
+                             "with --seq-q the key/value lengths")
+    parser.add_argument("--seq-q", type=seq_list, default=None,
+                        help="query lengths (e.g. 1,16): every pair with a --seq value is measured; "
+                             "default: query length = key length")
     parser.add_argument("--batch", type=positive_int, default=1)
     parser.add_argument("--heads-q", type=positive_int, default=32)
     parser.add_argument("--heads-kv", type=positive_int, default=8)
     parser.add_argument("--head-dim", type=positive_int, default=128)
     parser.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="f32")
-    parser.add_argument("--causal", action="store_true", help="causal mask (top-left, as is_causal)")
+    parser.add_argument("--causal", action="store_true",
+                        help="causal mask: is_causal where seq_q = seq_kv; bottom-right aligned (an explicit "
+                             "boolean mask) where they differ")
     direction = parser.add_mutually_exclusive_group()
     direction.add_argument("--backward", action="store_true", help="measure the backward pass too")
     direction.add_argument("--forward-only", action="store_true", help="forward only (the default)")
@@ -72,9 +82,25 @@ def parse_arguments(argv):
     return arguments
 
 
-def attention_flops(seq, arguments, backward):
+def shapes(arguments):
+    """(seq_q, seq_kv) pairs in halbench attn's order: by query length, then key length."""
+    if arguments.seq_q is None:
+        return [(seq, seq) for seq in arguments.seq]
+    return [(seq_q, seq_kv) for seq_q in arguments.seq_q for seq_kv in arguments.seq]
+
+
+def visible_pairs(seq_q, seq_kv, causal):
+    """Query/key pairs a mask leaves visible. Causal is bottom-right aligned:
+    query i sees keys 0 .. i + seq_kv - seq_q (top-left when the lengths are equal)."""
+    if not causal:
+        return seq_q * seq_kv
+    offset = seq_kv - seq_q
+    return sum(min(max(i + offset + 1, 0), seq_kv) for i in range(seq_q))
+
+
+def attention_flops(seq_q, seq_kv, arguments, backward):
     """The FLOP count of halbench attn: visible query/key pairs only."""
-    pairs = seq * (seq + 1) // 2 if arguments.causal else seq * seq
+    pairs = visible_pairs(seq_q, seq_kv, arguments.causal)
     pairs *= arguments.batch * arguments.heads_q
     d = arguments.head_dim
     return 2.0 * pairs * ((3 * d + 2 * d) if backward else (d + d))
@@ -107,12 +133,15 @@ def document(arguments, results, skipped, torch_version, threads):
         "parameters": {
             "implementations": ["torch_sdpa"],
             "seq": arguments.seq,
+            "seq_q": arguments.seq_q,
             "batch": arguments.batch,
             "heads_q": arguments.heads_q,
             "heads_kv": arguments.heads_kv,
             "head_dim": arguments.head_dim,
             "dtype": arguments.dtype,
             "causal": arguments.causal,
+            "causal_alignment": (("bottom_right where seq_q != seq_kv" if arguments.seq_q is not None else "top_left")
+                                 if arguments.causal else None),
             "layout": "bhsd",
             "directions": ["forward", "backward"] if arguments.backward else ["forward"],
             "iterations": arguments.iters if arguments.iters else "auto",
@@ -160,11 +189,13 @@ def measure(torch, arguments):
     grouped = group > 1
     native_gqa = grouped and arguments.gqa == "native"
     if grouped and arguments.gqa == "expand":
-        note = f"K/V repeated {group}x to {arguments.heads_q} heads before timing (repeat not timed)"
+        gqa_note = f"K/V repeated {group}x to {arguments.heads_q} heads before timing (repeat not timed)"
     elif native_gqa:
-        note = "enable_gqa=True"
+        gqa_note = "enable_gqa=True"
     else:
-        note = ""
+        gqa_note = ""
+    mask_note = ("causal with seq_q != seq_kv: bottom-right aligned by an explicit boolean attn_mask "
+                 "(built before timing, not timed), since is_causal=True is top-left aligned there")
     generator = torch.Generator().manual_seed(20240607)
 
     def uniform(heads, seq):
@@ -173,31 +204,42 @@ def measure(torch, arguments):
 
     results = []
     directions = ["forward", "backward"] if arguments.backward else ["forward"]
-    for seq in arguments.seq:
-        q = uniform(arguments.heads_q, seq)
-        k = uniform(arguments.heads_kv, seq)
-        v = uniform(arguments.heads_kv, seq)
+    for seq_q, seq_kv in shapes(arguments):
+        q = uniform(arguments.heads_q, seq_q)
+        k = uniform(arguments.heads_kv, seq_kv)
+        v = uniform(arguments.heads_kv, seq_kv)
         if grouped and not native_gqa:
             k = k.repeat_interleave(group, dim=1).contiguous()
             v = v.repeat_interleave(group, dim=1).contiguous()
         extra = {"enable_gqa": True} if native_gqa else {}
+        notes = [gqa_note] if gqa_note else []
+        if arguments.causal and seq_q != seq_kv:
+            # True = take part: query i sees keys up to i + seq_kv - seq_q.
+            mask = torch.ones(seq_q, seq_kv, dtype=torch.bool).tril(diagonal=seq_kv - seq_q)
+            extra["attn_mask"] = mask
+            extra["is_causal"] = False
+            notes.append(mask_note)
+        else:
+            extra["is_causal"] = arguments.causal
+        note = "; ".join(notes)
         for direction in directions:
             if direction == "forward":
                 def call():
                     with torch.no_grad():
-                        sdpa(q, k, v, is_causal=arguments.causal, **extra)
+                        sdpa(q, k, v, **extra)
             else:
                 q_leaf, k_leaf, v_leaf = (t.detach().requires_grad_() for t in (q, k, v))
-                out = sdpa(q_leaf, k_leaf, v_leaf, is_causal=arguments.causal, **extra)
-                grad_out = uniform(arguments.heads_q, seq)
+                out = sdpa(q_leaf, k_leaf, v_leaf, **extra)
+                grad_out = uniform(arguments.heads_q, seq_q)
 
                 def call():
                     torch.autograd.grad(out, (q_leaf, k_leaf, v_leaf), grad_out, retain_graph=True)
             samples, cpu_share, cpu_seconds_per_call = time_calls(call, arguments.iters, torch.get_num_threads())
             ms = statistics.median(samples)
-            flops = attention_flops(seq, arguments, direction == "backward")
+            flops = attention_flops(seq_q, seq_kv, arguments, direction == "backward")
             results.append({
-                "implementation": "torch_sdpa", "direction": direction, "seq": seq, "iterations": len(samples),
+                "implementation": "torch_sdpa", "direction": direction, "seq": seq_kv, "seq_q": seq_q,
+                "iterations": len(samples),
                 "ms_per_call": ms, "wall_ms_per_call": ms, "min_ms_per_call": min(samples), "flops": flops,
                 "tflops": flops / (ms * 1e-3) * 1e-12, "efficiency": None, "cpu_share": cpu_share,
                 "cpu_seconds_per_call": cpu_seconds_per_call,
@@ -215,9 +257,12 @@ def print_table(doc):
         print(f"# not measured: {skip['reason']}")
     if not doc["results"]:
         return
-    print(f"{'dir':<9}{'seq':>6}{'iters':>7}{'ms':>11}{'TFLOP/s':>9}{'cpu %':>7}  note")
+    separate = doc["parameters"]["seq_q"] is not None
+    shape_header = f"{'seq_q':>7}{'seq_kv':>8}" if separate else f"{'seq':>6}"
+    print(f"{'dir':<9}{shape_header}{'iters':>7}{'ms':>11}{'TFLOP/s':>9}{'cpu %':>7}  note")
     for row in doc["results"]:
-        print(f"{row['direction']:<9}{row['seq']:>6}{row['iterations']:>7}{row['ms_per_call']:>11.2f}"
+        shape = f"{row['seq_q']:>7}{row['seq']:>8}" if separate else f"{row['seq']:>6}"
+        print(f"{row['direction']:<9}{shape}{row['iterations']:>7}{row['ms_per_call']:>11.2f}"
               f"{row['tflops']:>9.3f}{row['cpu_share'] * 100:>7.0f}  {row['note']}")
 
 
