@@ -56,6 +56,10 @@ constexpr std::uint64_t auto_max_iterations = 50;
 constexpr std::int64_t calibration_seq = 256;
 // A host run whose process got less of the CPUs than this was contended.
 constexpr double contended_cpu_share = 0.9;
+// The host memcpy bandwidth the kv GB/s column is compared with: two buffers
+// of this size, the best of this many copies.
+constexpr std::uint64_t memcpy_bytes = 256ull * 1024 * 1024;
+constexpr int memcpy_repeats = 5;
 
 enum class Direction { forward, backward };
 std::string_view to_string(Direction direction) { return direction == Direction::forward ? "forward" : "backward"; }
@@ -114,6 +118,13 @@ struct AttnOptions {
 hal::MaskAlignment mask_alignment(const AttnOptions& options, const Shape& shape) {
   return options.causal && shape.seq_q != shape.seq_kv ? hal::MaskAlignment::bottom_right
                                                        : hal::MaskAlignment::top_left;
+}
+
+// Bytes of K and V one call reads (each once): what bounds decode, where
+// every key and value is used by only a few queries.
+std::uint64_t kv_bytes(const AttnOptions& options, const Shape& shape) {
+  return static_cast<std::uint64_t>(options.batch * options.heads_kv * shape.seq_kv * (2 * options.head_dim)) *
+         hal::size_in_bytes(options.dtype);
 }
 
 // "seq 2048", or "seq_q 16 seq_kv 2048" when the lengths differ.
@@ -247,11 +258,13 @@ struct Measurement {
   double wall_ms;   // median over timed calls, wall clock from enqueue to synchronize
   double min_event_ms;
   double flops;
+  std::uint64_t kv_bytes;  // K and V read per call
   std::uint64_t workspace_bytes;
   // Host device only (the work runs in this process): see CpuInterval.
   double cpu_share;
   double cpu_seconds_per_call;  // mean
   double gflops() const { return flops / (event_ms * 1e-3) * 1e-9; }
+  double kv_gbps() const { return static_cast<double>(kv_bytes) / (event_ms * 1e-3) * 1e-9; }
   double gflops_per_cpu_second() const { return cpu_seconds_per_call <= 0 ? 0.0 : flops / cpu_seconds_per_call * 1e-9; }
 };
 
@@ -321,6 +334,7 @@ class Runner {
                         median(wall_ms),
                         *std::min_element(event_ms.begin(), event_ms.end()),
                         flops,
+                        kv_bytes(options_, shape),
                         candidate->workspace_bytes,
                         elapsed.share(threads_),
                         elapsed.cpu_seconds / static_cast<double>(iterations)};
@@ -442,6 +456,9 @@ struct PeakReport {
   PeakSample before{};
   PeakSample after{};
   bool applies = false;  // the device is this CPU: efficiency is meaningful
+  // The host's memcpy bandwidth on the same thread count, measured once
+  // before the attention runs (host device only): what kv GB/s compares with.
+  std::optional<MemcpyBandwidth> memcpy;
   int threads() const { return before.peak.threads; }
   double reference_gflops() const { return std::max(before.peak.all_threads_gflops, after.peak.all_threads_gflops); }
   double reference_gflops_per_cpu_second() const {
@@ -491,6 +508,12 @@ std::optional<double> efficiency_per_cpu_second(const Measurement& m, const Peak
   return m.gflops_per_cpu_second() / peak.reference_gflops_per_cpu_second();
 }
 
+// kv GB/s over the host's memcpy GB/s (bytes read per second over bytes copied per second).
+std::optional<double> kv_over_memcpy(const Measurement& m, const PeakReport& peak) {
+  if (!peak.memcpy || peak.memcpy->gbps <= 0) return std::nullopt;
+  return m.kv_gbps() / peak.memcpy->gbps;
+}
+
 // ---- flash / math ratios -------------------------------------------------------------------
 
 struct Ratio {
@@ -519,12 +542,17 @@ std::vector<Ratio> flash_math_ratios(const std::vector<Measurement>& measurement
 
 std::string shape_text(const AttnOptions& o) {
   const std::string mask = !o.causal             ? "no mask"
-                           : o.separate_seq_q() ? "causal (bottom-right where seq_q != seq_kv: the queries are the "
-                                                  "last seq_q positions)"
+                           : o.separate_seq_q() ? "causal (bottom-right where seq_q != seq_kv)"
                                                 : "causal";
   return "batch " + std::to_string(o.batch) + ", " + std::to_string(o.heads_q) + " query heads, " +
          std::to_string(o.heads_kv) + " kv heads, head dim " + std::to_string(o.head_dim) + ", " +
          std::string(hal::to_string(o.dtype)) + ", " + mask + ", BSHD";
+}
+
+// "256 MiB", "1 GiB"
+std::string format_size(std::uint64_t bytes) {
+  if (bytes >= gibibyte && bytes % gibibyte == 0) return std::to_string(bytes / gibibyte) + " GiB";
+  return format_fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), bytes % (1024 * 1024) == 0 ? 0 : 1) + " MiB";
 }
 
 std::string format_mib(std::uint64_t bytes) { return format_fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1); }
@@ -545,7 +573,18 @@ void print_preamble(const AttnOptions& options, const hal::Device& device, const
       peak.before.peak.isa, peak.threads(), peak.before.peak.all_threads_gflops, peak.before.peak.per_thread_gflops,
       peak.before.gflops_per_cpu_second,
       peak.applies ? "" : " -- of the host CPU, not of this device: no efficiency column");
+  if (peak.memcpy)
+    std::printf(
+        "# memcpy (%d threads, each copying its share of %s, best of %d): %.2f GB/s, counted as bytes copied per\n"
+        "# second (as halbench mem; each byte is read and written, so memory traffic is twice that)\n",
+        peak.memcpy->threads, format_size(peak.memcpy->bytes).c_str(), peak.memcpy->repeats, peak.memcpy->gbps);
+  else
+    std::printf("# memcpy: not measured (the device is not the host CPU); no kv/memcpy column\n");
   std::printf("# %s; FLOPs count visible query/key pairs only\n", shape_text(options).c_str());
+  std::printf(
+      "# kv GB/s = bytes of K and V read per call (batch x kv heads x seq_kv x (d_qk + d_v) x %zu bytes) / ms;\n"
+      "# kv/memcpy = kv GB/s / memcpy GB/s (reading alone can pass 1: a copy also writes)\n",
+      hal::size_in_bytes(options.dtype));
   std::fflush(stdout);
 }
 
@@ -583,7 +622,8 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
   const bool with_torch = torch && !torch->rows.empty();
   std::vector<Table::Column> columns{{"impl", true}, {"dir", true}};
   for (Table::Column& column : shape_columns(options)) columns.push_back(std::move(column));
-  for (const char* name : {"iters", "ms", "wall ms", "TFLOP/s", "eff %", "cpu %", "cpu eff %", "extra MiB"})
+  for (const char* name :
+       {"iters", "ms", "wall ms", "TFLOP/s", "eff %", "kv GB/s", "kv/memcpy", "cpu %", "cpu eff %", "extra MiB"})
     columns.push_back({name});
   if (with_torch) {
     columns.push_back({"torch ms"});
@@ -595,11 +635,14 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
   for (const Measurement& m : measurements) {
     const std::optional<double> eff = efficiency(m, peak);
     const std::optional<double> cpu_eff = efficiency_per_cpu_second(m, peak);
+    const std::optional<double> kv_ratio = kv_over_memcpy(m, peak);
     std::vector<std::string> row{std::string(hal::to_string(m.implementation)), std::string(to_string(m.direction))};
     for (std::string& cell : shape_cells(options, m.shape)) row.push_back(std::move(cell));
     for (std::string& cell : std::vector<std::string>{std::to_string(m.iterations), format_fixed(m.event_ms, 2),
                                                       format_fixed(m.wall_ms, 2), format_fixed(m.gflops() * 1e-3, 3),
                                                       eff ? format_fixed(*eff * 100, 1) : "-",
+                                                      format_fixed(m.kv_gbps(), 2),
+                                                      kv_ratio ? format_fixed(*kv_ratio, 2) : "-",
                                                       peak.applies ? format_fixed(m.cpu_share * 100, 0) : "-",
                                                       cpu_eff ? format_fixed(*cpu_eff * 100, 1) : "-",
                                                       format_mib(m.workspace_bytes)})
@@ -687,6 +730,7 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
       {"statistic", "median"},
       {"clock", "hal events (execution); wall clock also reported"},
       {"flops", "visible query/key pairs only: forward 2*pairs*(d_qk+d_v), backward 2*pairs*(3*d_qk+2*d_v)"},
+      {"kv_bytes", "K and V read once per call: batch*heads_kv*seq_kv*(d_qk+d_v)*dtype size; kv_gbps = kv_bytes/s/1e9"},
       {"max_call_seconds", options.max_call_seconds},
       {"max_workspace_bytes", options.max_workspace}};
   Json results = Json::array();
@@ -703,6 +747,9 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                 {"flops", m.flops},
                 {"tflops", m.gflops() * 1e-3},
                 {"efficiency", eff ? Json(*eff) : Json(nullptr)},
+                {"kv_bytes", m.kv_bytes},
+                {"kv_gbps", m.kv_gbps()},
+                {"kv_over_memcpy", kv_over_memcpy(m, peak) ? Json(*kv_over_memcpy(m, peak)) : Json(nullptr)},
                 {"cpu_share", peak.applies ? Json(m.cpu_share) : Json(nullptr)},
                 {"gflops_per_cpu_second", peak.applies ? Json(m.gflops_per_cpu_second()) : Json(nullptr)},
                 {"efficiency_per_cpu_second",
@@ -728,6 +775,15 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                           {"efficiency_reference_gflops", peak.reference_gflops()},
                           {"efficiency_reference_gflops_per_cpu_second", peak.reference_gflops_per_cpu_second()},
                           {"applies_to_device", peak.applies}};
+  document["memcpy"] = peak.memcpy ? Json{{"gbps", peak.memcpy->gbps},
+                                          {"seconds", peak.memcpy->seconds},
+                                          {"threads", peak.memcpy->threads},
+                                          {"bytes", peak.memcpy->bytes},
+                                          {"repeats", peak.memcpy->repeats},
+                                          {"statistic", "best"},
+                                          {"bandwidth", "bytes copied per second, 1e9 (as halbench mem); memory "
+                                                        "traffic is twice that: each byte is read and written"}}
+                                   : Json(nullptr);
   Json ratios = Json::array();
   for (const Ratio& r : flash_math_ratios(measurements))
     ratios.push_back({{"seq", r.shape.seq_kv},
@@ -850,6 +906,7 @@ int run_attn(std::span<const std::string_view> arguments) {
   PeakReport peak;
   peak.before = measure_peak();
   peak.applies = device.info().type == hal::DeviceType::cpu;
+  if (peak.applies) peak.memcpy = measure_host_memcpy(memcpy_bytes, peak.threads(), memcpy_repeats);
   if (!options.common.json) print_preamble(options, device, peak);
 
   std::vector<Measurement> measurements;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <barrier>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -331,5 +332,44 @@ void print_heading(std::string_view benchmark, const hal::Device& device) {
 }
 
 void print_json(const Json& document) { std::printf("%s\n", document.dump(2).c_str()); }
+
+// ---- host memcpy bandwidth -------------------------------------------------
+
+MemcpyBandwidth measure_host_memcpy(std::uint64_t bytes, int threads, int repeats) {
+  threads = std::max(threads, 1);
+  repeats = std::max(repeats, 1);
+  // Not value-initialized: each thread first touches its own share.
+  const std::unique_ptr<std::uint8_t[]> source(new std::uint8_t[bytes]);
+  const std::unique_ptr<std::uint8_t[]> destination(new std::uint8_t[bytes]);
+  constexpr std::uint64_t line = 64;  // shares start on cache-line boundaries
+  const std::uint64_t share = (bytes / static_cast<std::uint64_t>(threads) + line - 1) / line * line;
+  std::barrier sync(threads);
+  std::vector<double> seconds;
+  auto work = [&](int thread) {
+    const std::uint64_t begin = std::min(bytes, share * static_cast<std::uint64_t>(thread));
+    const std::uint64_t count = std::min(bytes, begin + share) - begin;
+    std::memset(source.get() + begin, 0x5a, count);
+    std::memset(destination.get() + begin, 0, count);
+    for (int repeat = 0; repeat <= repeats; ++repeat) {  // repeat 0: untimed
+      sync.arrive_and_wait();
+      const Clock::time_point start = Clock::now();
+      copy_host_memory(destination.get() + begin, source.get() + begin, count);
+      sync.arrive_and_wait();
+      if (thread == 0 && repeat > 0) seconds.push_back(seconds_between(start, Clock::now()));
+    }
+  };
+  {
+    std::vector<std::jthread> others;
+    for (int thread = 1; thread < threads; ++thread) others.emplace_back(work, thread);
+    work(0);
+  }
+  MemcpyBandwidth result;
+  result.seconds = *std::min_element(seconds.begin(), seconds.end());
+  result.gbps = static_cast<double>(bytes) / result.seconds / 1e9;
+  result.threads = threads;
+  result.bytes = bytes;
+  result.repeats = repeats;
+  return result;
+}
 
 }  // namespace halbench

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -152,6 +153,29 @@ Json latency_json(const LatencyResult& latency);
 // Keeps the compiler from dropping work whose result nobody reads (a memcpy
 // into a buffer that is never read again may legally be removed).
 inline void keep_memory_effects(const void* pointer) { asm volatile("" : : "r"(pointer) : "memory"); }
+
+// std::memcpy that the compiler cannot drop: halbench mem's baseline copy,
+// and each thread's copy in measure_host_memcpy.
+inline void copy_host_memory(void* destination, const void* source, std::size_t bytes) {
+  std::memcpy(destination, source, bytes);
+  keep_memory_effects(destination);
+}
+
+// Host memory bandwidth by std::memcpy on `threads` threads at once: each
+// thread copies its own contiguous share of a `bytes` source into a `bytes`
+// destination (plain host memory, first touched by the thread that copies
+// it). One untimed copy, then `repeats` timed ones; a timed copy runs from
+// the moment all threads are released to the moment the last one is done,
+// and the fastest counts (the best of a few, so that a moment of other work
+// on the machine does not lower it).
+struct MemcpyBandwidth {
+  double gbps = 0;  // bytes copied per second / 1e9; memory traffic is twice that (each byte read and written)
+  double seconds = 0;  // the fastest copy of all `bytes`
+  int threads = 0;
+  std::uint64_t bytes = 0;
+  int repeats = 0;
+};
+MemcpyBandwidth measure_host_memcpy(std::uint64_t bytes, int threads, int repeats);
 
 // ---- output ----------------------------------------------------------------
 
