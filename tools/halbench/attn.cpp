@@ -22,6 +22,7 @@
 #include "benchmarks.hpp"
 #include "common.hpp"
 #include "hal/attention.hpp"
+#include "environment.hpp"
 #include "torch_compare.hpp"
 
 // The one place halbench reaches below the public API: the FMA-peak kernel
@@ -538,6 +539,80 @@ std::vector<Ratio> flash_math_ratios(const std::vector<Measurement>& measurement
   return ratios;
 }
 
+// ---- torch on the instruction set hal runs ---------------------------------------------
+
+// When HAL_HOST_ISA lowers hal's flash kernels, torch_sdpa.py gets the
+// variables that lower torch the same way: ATen's own kernels
+// (ATEN_CPU_CAPABILITY) and the GEMMs it hands to MKL and oneDNN, which
+// otherwise keep using the best instruction set of the CPU. A variable the
+// user already set is left alone.
+struct TorchIsa {
+  std::string requested;  // HAL_HOST_ISA
+  std::string isa;        // the path hal's flash kernels run (lower when the CPU lacks the requested one)
+  bool recognized = false;  // requested is scalar, avx2 or avx512 (hal ignores other values)
+  std::vector<std::pair<std::string, std::string>> set;   // passed to torch_sdpa.py
+  std::vector<std::pair<std::string, std::string>> kept;  // already set by the user
+};
+
+std::optional<TorchIsa> torch_isa() {
+  const char* requested = hal::shared::environment("HAL_HOST_ISA");
+  if (requested == nullptr) return std::nullopt;
+  TorchIsa result;
+  result.requested = requested;
+  result.isa = hal::host::flash_isa_name();
+  result.recognized = result.requested == "scalar" || result.requested == "avx2" || result.requested == "avx512";
+  if (!result.recognized) return result;
+  // torch has no scalar path: for scalar its lowest (ATen's default kernels;
+  // SSE4.2 in MKL, SSE4.1 in oneDNN).
+  struct Variable {
+    const char* name;
+    const char* scalar;
+    const char* avx2;
+    const char* avx512;
+  };
+  constexpr Variable variables[] = {{"ATEN_CPU_CAPABILITY", "default", "avx2", "avx512"},
+                                    {"MKL_ENABLE_INSTRUCTIONS", "SSE4_2", "AVX2", "AVX512"},
+                                    {"ONEDNN_MAX_CPU_ISA", "SSE41", "AVX2", "AVX512_CORE"}};
+  for (const Variable& variable : variables) {
+    if (const char* already = hal::shared::environment(variable.name)) {
+      result.kept.emplace_back(variable.name, already);
+      continue;
+    }
+    const char* value = result.isa == "scalar" ? variable.scalar : result.isa == "avx2" ? variable.avx2 : variable.avx512;
+    result.set.emplace_back(variable.name, value);
+  }
+  return result;
+}
+
+std::string join_variables(const std::vector<std::pair<std::string, std::string>>& variables) {
+  std::string text;
+  for (const auto& [name, value] : variables) text += (text.empty() ? "" : " ") + name + "=" + value;
+  return text;
+}
+
+// One header line: which variables torch_sdpa.py gets, and why.
+void print_torch_isa(const TorchIsa& isa) {
+  if (!isa.recognized) {
+    std::printf(
+        "# torch ISA: HAL_HOST_ISA=%s is not scalar, avx2 or avx512 (hal ignores it); torch's environment is left "
+        "as is\n",
+        isa.requested.c_str());
+    return;
+  }
+  std::string line = "# torch ISA: HAL_HOST_ISA=" + isa.requested + " (flash runs " + isa.isa + "): ";
+  line += isa.set.empty() ? "nothing set" : "torch_sdpa.py runs with " + join_variables(isa.set);
+  if (!isa.kept.empty()) line += "; already set, kept: " + join_variables(isa.kept);
+  if (isa.isa == "scalar") line += " (torch has no scalar path: its lowest)";
+  std::printf("%s\n", line.c_str());
+}
+
+Json torch_isa_json(const TorchIsa& isa) {
+  Json set = Json::object(), kept = Json::object();
+  for (const auto& [name, value] : isa.set) set[name] = value;
+  for (const auto& [name, value] : isa.kept) kept[name] = value;
+  return {{"hal_host_isa", isa.requested}, {"isa", isa.isa}, {"set", set}, {"kept", kept}};
+}
+
 // ---- output ----------------------------------------------------------------------------------
 
 std::string shape_text(const AttnOptions& o) {
@@ -565,7 +640,8 @@ const TorchRow* find_torch(const TorchResults& torch, const Shape& shape, Direct
 }
 
 // The lines printed before measuring starts: what runs, and the FMA peak.
-void print_preamble(const AttnOptions& options, const hal::Device& device, const PeakReport& peak) {
+void print_preamble(const AttnOptions& options, const hal::Device& device, const PeakReport& peak,
+                    const std::optional<TorchIsa>& isa) {
   print_heading("attn", device);
   std::printf(
       "# f32 FMA peak (%s, %d threads): %.1f GFLOP/s all threads, %.1f GFLOP/s one thread, "
@@ -585,6 +661,7 @@ void print_preamble(const AttnOptions& options, const hal::Device& device, const
       "# kv GB/s = bytes of K and V read per call (batch x kv heads x seq_kv x (d_qk + d_v) x %zu bytes) / ms;\n"
       "# kv/memcpy = kv GB/s / memcpy GB/s (reading alone can pass 1: a copy also writes)\n",
       hal::size_in_bytes(options.dtype));
+  if (options.compare_torch && isa) print_torch_isa(*isa);
   std::fflush(stdout);
 }
 
@@ -692,9 +769,11 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
       std::printf("# torch: not measured: %s\n", torch->reason.c_str());
     } else {
       std::printf(
-          "# torch %s, %d threads: torch ms = median of torch.nn.functional.scaled_dot_product_attention "
+          "# torch %s%s, %d threads: torch ms = median of torch.nn.functional.scaled_dot_product_attention "
           "(wall clock);\n# torch/hal > 1: hal is faster; torch/hal cpu-s: the same by CPU seconds per call\n",
-          torch->version.c_str(), torch->threads);
+          torch->version.c_str(),
+          torch->cpu_capability.empty() ? "" : (" (CPU capability " + torch->cpu_capability + ")").c_str(),
+          torch->threads);
       std::vector<std::string> notes;
       for (const TorchRow& row : torch->rows)
         if (!row.note.empty() && std::find(notes.begin(), notes.end(), row.note) == notes.end())
@@ -706,7 +785,7 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
 
 Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal::Device& device, const PeakReport& peak,
              const std::vector<Measurement>& measurements, const std::vector<Skip>& skips,
-             const std::optional<TorchResults>& torch) {
+             const std::optional<TorchResults>& torch, const std::optional<TorchIsa>& isa) {
   Json directions = Json::array();
   for (const Direction d : options.directions()) directions.push_back(to_string(d));
   Json implementations = Json::array();
@@ -800,7 +879,10 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                        {"seq_q", s.shape.seq_q},
                        {"reason", s.reason}});
   document["skipped"] = std::move(skipped);
-  if (torch) document["torch"] = torch->document;
+  if (torch) {
+    document["torch"] = torch->document;
+    document["torch_isa_environment"] = isa && isa->recognized ? torch_isa_json(*isa) : Json(nullptr);
+  }
   return document;
 }
 
@@ -907,7 +989,8 @@ int run_attn(std::span<const std::string_view> arguments) {
   peak.before = measure_peak();
   peak.applies = device.info().type == hal::DeviceType::cpu;
   if (peak.applies) peak.memcpy = measure_host_memcpy(memcpy_bytes, peak.threads(), memcpy_repeats);
-  if (!options.common.json) print_preamble(options, device, peak);
+  const std::optional<TorchIsa> isa = options.compare_torch ? torch_isa() : std::nullopt;
+  if (!options.common.json) print_preamble(options, device, peak, isa);
 
   std::vector<Measurement> measurements;
   std::vector<Skip> skips;
@@ -933,12 +1016,13 @@ int run_attn(std::span<const std::string_view> arguments) {
                                .causal = options.causal,
                                .backward = options.backward,
                                .threads = peak.threads(),
-                               .iterations = options.common.iterations};
+                               .iterations = options.common.iterations,
+                               .environment = isa ? isa->set : std::vector<std::pair<std::string, std::string>>{}};
     torch = run_torch_sdpa(request, options.python, options.torch_script);
   }
 
   if (options.common.json)
-    print_json(to_json(options, runtime, device, peak, measurements, skips, torch));
+    print_json(to_json(options, runtime, device, peak, measurements, skips, torch, isa));
   else
     print_table(options, device, peak, measurements, skips, torch);
   return exit_success;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 #include <type_traits>
 #include <utility>
@@ -44,9 +45,25 @@ std::string join(const std::vector<std::int64_t>& values) {
   return text;
 }
 
-// Runs argv with stdout captured; stderr goes to ours so torch's own
-// messages stay visible. Returns the exit status and the output.
-std::pair<int, std::string> run_capturing_stdout(const std::vector<std::string>& argv) {
+// This process's environment with `overrides` set (each replacing a value
+// of the same name), as NAME=value strings.
+std::vector<std::string> environment_with(const std::vector<std::pair<std::string, std::string>>& overrides) {
+  std::vector<std::string> result;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    const std::string_view name = text.substr(0, text.find('='));
+    if (std::none_of(overrides.begin(), overrides.end(), [&](const auto& o) { return o.first == name; }))
+      result.emplace_back(text);
+  }
+  for (const auto& [name, value] : overrides) result.push_back(name + "=" + value);
+  return result;
+}
+
+// Runs argv with stdout captured and `environment` set on top of ours;
+// stderr goes to ours so torch's own messages stay visible. Returns the
+// exit status and the output.
+std::pair<int, std::string> run_capturing_stdout(const std::vector<std::string>& argv,
+                                                 const std::vector<std::pair<std::string, std::string>>& environment) {
   int pipe_ends[2];
   if (pipe(pipe_ends) != 0) throw std::runtime_error(std::string("cannot create a pipe: ") + std::strerror(errno));
   posix_spawn_file_actions_t actions;
@@ -57,9 +74,13 @@ std::pair<int, std::string> run_capturing_stdout(const std::vector<std::string>&
   std::vector<char*> raw;
   for (const std::string& argument : argv) raw.push_back(const_cast<char*>(argument.c_str()));
   raw.push_back(nullptr);
+  std::vector<std::string> variables = environment_with(environment);
+  std::vector<char*> raw_variables;
+  for (std::string& variable : variables) raw_variables.push_back(variable.data());
+  raw_variables.push_back(nullptr);
   std::fflush(stdout);
   pid_t child = 0;
-  const int spawn_error = posix_spawnp(&child, raw[0], &actions, nullptr, raw.data(), environ);
+  const int spawn_error = posix_spawnp(&child, raw[0], &actions, nullptr, raw.data(), raw_variables.data());
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_ends[1]);
   if (spawn_error != 0) {
@@ -108,7 +129,7 @@ TorchResults run_torch_sdpa(const TorchRequest& request, const std::string& pyth
     argv.push_back("--iters");
     argv.push_back(std::to_string(*request.iterations));
   }
-  const auto [exit_code, output] = run_capturing_stdout(argv);
+  const auto [exit_code, output] = run_capturing_stdout(argv, request.environment);
   if (exit_code != 0)
     throw std::runtime_error("torch_sdpa.py (" + argv[1] + ") failed with exit status " + std::to_string(exit_code));
 
@@ -120,6 +141,8 @@ TorchResults run_torch_sdpa(const TorchRequest& request, const std::string& pyth
     if (environment.contains("torch_version") && environment["torch_version"].is_string())
       results.version = environment["torch_version"].get<std::string>();
     results.threads = environment.value("threads", 0);
+    if (environment.contains("cpu_capability") && environment["cpu_capability"].is_string())
+      results.cpu_capability = environment["cpu_capability"].get<std::string>();
     for (const Json& row : results.document.at("results")) {
       const auto seq = row.at("seq").get<std::int64_t>();
       results.rows.push_back({seq, row.value("seq_q", seq), row.at("direction").get<std::string>(),

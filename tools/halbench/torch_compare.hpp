@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.hpp"
@@ -20,6 +21,8 @@ struct TorchRequest {
   bool backward;  // forward and backward; else forward only
   int threads;    // torch.set_num_threads
   std::optional<std::uint64_t> iterations;
+  // Set in the script's environment (name, value), replacing any value there.
+  std::vector<std::pair<std::string, std::string>> environment{};
 };
 
 struct TorchRow {
@@ -36,6 +39,7 @@ struct TorchResults {
   std::vector<TorchRow> rows;  // empty: not measured, see reason
   std::string reason;
   std::string version;
+  std::string cpu_capability;  // torch.backends.cpu.get_cpu_capability(); empty when not reported
   int threads = 0;
   Json document;  // the script's whole document
 };

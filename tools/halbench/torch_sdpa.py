@@ -124,7 +124,10 @@ def load_average():
         return -1.0
 
 
-def document(arguments, results, skipped, torch_version, threads):
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+
+
+def document(arguments, results, skipped, torch_version, threads, cpu_capability=None):
     return {
         "schema": "hal.bench/1",
         "benchmark": "attn_torch_sdpa",
@@ -151,7 +154,9 @@ def document(arguments, results, skipped, torch_version, threads):
             "gqa": arguments.gqa,
         },
         "results": results,
-        "environment": {"torch_version": torch_version, "threads": threads, "hostname": socket.gethostname(),
+        "environment": {"torch_version": torch_version, "threads": threads, "cpu_capability": cpu_capability,
+                        "isa_variables": {name: os.environ.get(name) for name in ISA_VARIABLES},
+                        "hostname": socket.gethostname(),
                         "cpu": cpu_model(), "logical_cpus": os.cpu_count(), "load_average_1m": load_average(),
                         "python_version": platform.python_version()},
         "skipped": skipped,
@@ -249,10 +254,22 @@ def measure(torch, arguments):
     return results
 
 
+def cpu_capability(torch):
+    """The instruction set of ATen's CPU kernels (ATEN_CPU_CAPABILITY lowers it), or None."""
+    try:
+        return torch.backends.cpu.get_cpu_capability()
+    except Exception:  # older torch
+        return None
+
+
 def print_table(doc):
     env = doc["environment"]
-    print(f"# torch_sdpa.py: torch {env['torch_version']} on {env['cpu']}, {env['threads']} threads, "
+    capability = f" (CPU capability {env['cpu_capability']})" if env.get("cpu_capability") else ""
+    print(f"# torch_sdpa.py: torch {env['torch_version']}{capability} on {env['cpu']}, {env['threads']} threads, "
           f"load average {env['load_average_1m']:.2f} on {env['logical_cpus']} CPUs")
+    isa_set = " ".join(f"{name}={value}" for name, value in env["isa_variables"].items() if value)
+    if isa_set:
+        print(f"# {isa_set}")
     for skip in doc["skipped"]:
         print(f"# not measured: {skip['reason']}")
     if not doc["results"]:
@@ -279,7 +296,8 @@ def main(argv):
             print(f"torch_sdpa.py: {reason}; nothing measured", file=sys.stderr)
         return 0
     torch.set_num_threads(arguments.threads)
-    doc = document(arguments, measure(torch, arguments), [], torch.__version__, torch.get_num_threads())
+    doc = document(arguments, measure(torch, arguments), [], torch.__version__, torch.get_num_threads(),
+                   cpu_capability(torch))
     if arguments.json:
         print(json.dumps(doc, indent=2))
     else:
