@@ -21,8 +21,8 @@
 
 #include "benchmarks.hpp"
 #include "common.hpp"
-#include "hal/attention.hpp"
 #include "environment.hpp"
+#include "hal/attention.hpp"
 #include "torch_compare.hpp"
 
 // The one place halbench reaches below the public API: the FMA-peak kernel
@@ -412,8 +412,8 @@ class Runner {
   // Why a shape is skipped: its workspace is over --max-workspace, or its
   // call would take over --max-call-seconds at the rate of rate_below (FLOPs
   // grow as seq_q * seq_kv; the rate per FLOP of math does not improve with size).
-  std::optional<std::string> too_big(AttentionImplementation implementation, Direction direction,
-                                     const Shape& shape, double flops, std::uint64_t workspace_bytes) {
+  std::optional<std::string> too_big(AttentionImplementation implementation, Direction direction, const Shape& shape,
+                                     double flops, std::uint64_t workspace_bytes) {
     if (options_.max_workspace > 0 && workspace_bytes > options_.max_workspace)
       return "needs " + format_bytes(workspace_bytes) + " of workspace, over --max-workspace " +
              format_bytes(options_.max_workspace);
@@ -547,8 +547,8 @@ std::vector<Ratio> flash_math_ratios(const std::vector<Measurement>& measurement
 // otherwise keep using the best instruction set of the CPU. A variable the
 // user already set is left alone.
 struct TorchIsa {
-  std::string requested;  // HAL_HOST_ISA
-  std::string isa;        // the path hal's flash kernels run (lower when the CPU lacks the requested one)
+  std::string requested;    // HAL_HOST_ISA
+  std::string isa;          // the path hal's flash kernels run (lower when the CPU lacks the requested one)
   bool recognized = false;  // requested is scalar, avx2 or avx512 (hal ignores other values)
   std::vector<std::pair<std::string, std::string>> set;   // passed to torch_sdpa.py
   std::vector<std::pair<std::string, std::string>> kept;  // already set by the user
@@ -578,7 +578,9 @@ std::optional<TorchIsa> torch_isa() {
       result.kept.emplace_back(variable.name, already);
       continue;
     }
-    const char* value = result.isa == "scalar" ? variable.scalar : result.isa == "avx2" ? variable.avx2 : variable.avx512;
+    const char* value = result.isa == "scalar" ? variable.scalar
+                        : result.isa == "avx2" ? variable.avx2
+                                               : variable.avx512;
     result.set.emplace_back(variable.name, value);
   }
   return result;
@@ -616,7 +618,7 @@ Json torch_isa_json(const TorchIsa& isa) {
 // ---- output ----------------------------------------------------------------------------------
 
 std::string shape_text(const AttnOptions& o) {
-  const std::string mask = !o.causal             ? "no mask"
+  const std::string mask = !o.causal            ? "no mask"
                            : o.separate_seq_q() ? "causal (bottom-right where seq_q != seq_kv)"
                                                 : "causal";
   return "batch " + std::to_string(o.batch) + ", " + std::to_string(o.heads_q) + " query heads, " +
@@ -715,14 +717,11 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
     const std::optional<double> kv_ratio = kv_over_memcpy(m, peak);
     std::vector<std::string> row{std::string(hal::to_string(m.implementation)), std::string(to_string(m.direction))};
     for (std::string& cell : shape_cells(options, m.shape)) row.push_back(std::move(cell));
-    for (std::string& cell : std::vector<std::string>{std::to_string(m.iterations), format_fixed(m.event_ms, 2),
-                                                      format_fixed(m.wall_ms, 2), format_fixed(m.gflops() * 1e-3, 3),
-                                                      eff ? format_fixed(*eff * 100, 1) : "-",
-                                                      format_fixed(m.kv_gbps(), 2),
-                                                      kv_ratio ? format_fixed(*kv_ratio, 2) : "-",
-                                                      peak.applies ? format_fixed(m.cpu_share * 100, 0) : "-",
-                                                      cpu_eff ? format_fixed(*cpu_eff * 100, 1) : "-",
-                                                      format_mib(m.workspace_bytes)})
+    for (std::string& cell : std::vector<std::string>{
+             std::to_string(m.iterations), format_fixed(m.event_ms, 2), format_fixed(m.wall_ms, 2),
+             format_fixed(m.gflops() * 1e-3, 3), eff ? format_fixed(*eff * 100, 1) : "-", format_fixed(m.kv_gbps(), 2),
+             kv_ratio ? format_fixed(*kv_ratio, 2) : "-", peak.applies ? format_fixed(m.cpu_share * 100, 0) : "-",
+             cpu_eff ? format_fixed(*cpu_eff * 100, 1) : "-", format_mib(m.workspace_bytes)})
       row.push_back(std::move(cell));
     if (with_torch) {
       const TorchRow* t = find_torch(*torch, m.shape, m.direction);
@@ -800,9 +799,9 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
       {"head_dim", options.head_dim},
       {"dtype", hal::to_string(options.dtype)},
       {"causal", options.causal},
-      {"causal_alignment", options.causal ? Json(options.separate_seq_q() ? "bottom_right where seq_q != seq_kv"
-                                                                          : "top_left")
-                                          : Json(nullptr)},
+      {"causal_alignment", options.causal
+                               ? Json(options.separate_seq_q() ? "bottom_right where seq_q != seq_kv" : "top_left")
+                               : Json(nullptr)},
       {"layout", "bshd"},
       {"directions", directions},
       {"iterations", options.common.iterations ? Json(*options.common.iterations) : Json("auto")},
@@ -860,8 +859,9 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                                           {"bytes", peak.memcpy->bytes},
                                           {"repeats", peak.memcpy->repeats},
                                           {"statistic", "best"},
-                                          {"bandwidth", "bytes copied per second, 1e9 (as halbench mem); memory "
-                                                        "traffic is twice that: each byte is read and written"}}
+                                          {"bandwidth",
+                                           "bytes copied per second, 1e9 (as halbench mem); memory "
+                                           "traffic is twice that: each byte is read and written"}}
                                    : Json(nullptr);
   Json ratios = Json::array();
   for (const Ratio& r : flash_math_ratios(measurements))

@@ -169,7 +169,7 @@ inline void copy_host_memory(void* destination, const void* source, std::size_t 
 // and the fastest counts (the best of a few, so that a moment of other work
 // on the machine does not lower it).
 struct MemcpyBandwidth {
-  double gbps = 0;  // bytes copied per second / 1e9; memory traffic is twice that (each byte read and written)
+  double gbps = 0;     // bytes copied per second / 1e9; memory traffic is twice that (each byte read and written)
   double seconds = 0;  // the fastest copy of all `bytes`
   int threads = 0;
   std::uint64_t bytes = 0;

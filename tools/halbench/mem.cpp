@@ -171,8 +171,7 @@ void measure_size(const MemOptions& options, const hal::Device& device, hal::Mem
   std::uint8_t* const host_source = space.host_source.data();
   std::uint8_t* const host_destination = space.host_destination.data();
   // The baselines use the same host memory as h2d and d2h.
-  const Batch memcpy_baseline =
-      synchronous_batch([=] { copy_host_memory(host_destination, host_source, bytes); });
+  const Batch memcpy_baseline = synchronous_batch([=] { copy_host_memory(host_destination, host_source, bytes); });
   const Batch memset_baseline = synchronous_batch([=] {
     std::memset(host_destination, fill_byte, bytes);
     keep_memory_effects(host_destination);

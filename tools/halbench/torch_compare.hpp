@@ -26,8 +26,8 @@ struct TorchRequest {
 };
 
 struct TorchRow {
-  std::int64_t seq;    // key/value length
-  std::int64_t seq_q;  // query length (= seq from a script that does not report it)
+  std::int64_t seq;             // key/value length
+  std::int64_t seq_q;           // query length (= seq from a script that does not report it)
   std::string direction;        // "forward" / "backward"
   double ms;                    // median per call
   double cpu_share;             // CPU time / (wall x threads) over its timed calls
