@@ -84,6 +84,7 @@ struct AttnOptions {
   std::int64_t heads_kv = 8;
   std::int64_t head_dim = 128;
   hal::DType dtype = hal::DType::f32;
+  hal::AttentionLayout layout = hal::AttentionLayout::bshd;
   bool causal = false;
   bool backward = false;      // also measure backward
   bool forward_only = false;  // explicit default; conflicts with --backward
@@ -144,7 +145,7 @@ hal::AttentionParams make_params(const AttnOptions& options, const Shape& shape)
   params.head_dim_qk = options.head_dim;
   params.head_dim_v = options.head_dim;
   params.dtype = options.dtype;
-  params.layout = hal::AttentionLayout::bshd;
+  params.layout = options.layout;
   params.causal = options.causal;
   params.alignment = mask_alignment(options, shape);
   params.return_lse = true;  // as in training: the backward pass needs it
@@ -617,13 +618,18 @@ Json torch_isa_json(const TorchIsa& isa) {
 
 // ---- output ----------------------------------------------------------------------------------
 
+std::string layout_name(hal::AttentionLayout layout, bool upper) {
+  if (layout == hal::AttentionLayout::bhsd) return upper ? "BHSD" : "bhsd";
+  return upper ? "BSHD" : "bshd";
+}
+
 std::string shape_text(const AttnOptions& o) {
   const std::string mask = !o.causal            ? "no mask"
                            : o.separate_seq_q() ? "causal (bottom-right where seq_q != seq_kv)"
                                                 : "causal";
   return "batch " + std::to_string(o.batch) + ", " + std::to_string(o.heads_q) + " query heads, " +
          std::to_string(o.heads_kv) + " kv heads, head dim " + std::to_string(o.head_dim) + ", " +
-         std::string(hal::to_string(o.dtype)) + ", " + mask + ", BSHD";
+         std::string(hal::to_string(o.dtype)) + ", " + mask + ", " + layout_name(o.layout, true);
 }
 
 // "256 MiB", "1 GiB"
@@ -802,7 +808,7 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
       {"causal_alignment", options.causal
                                ? Json(options.separate_seq_q() ? "bottom_right where seq_q != seq_kv" : "top_left")
                                : Json(nullptr)},
-      {"layout", "bshd"},
+      {"layout", layout_name(options.layout, false)},
       {"directions", directions},
       {"iterations", options.common.iterations ? Json(*options.common.iterations) : Json("auto")},
       {"statistic", "median"},
@@ -936,6 +942,18 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
       throw UsageError("--dtype: '" + std::string(text) + "' is not an attention dtype; expected f32, f16 or bf16");
     options.dtype = *dtype;
   });
+  parser.add_value("--layout", "ORDER",
+                   "memory order of q, k, v and o: bshd ([batch, seq, heads, dim], as flash-attn takes them)\n"
+                   "or bhsd ([batch, heads, seq, dim], as a KV cache usually holds them) (default bshd)",
+                   [&](std::string_view text) {
+                     if (text == "bshd") {
+                       options.layout = hal::AttentionLayout::bshd;
+                     } else if (text == "bhsd") {
+                       options.layout = hal::AttentionLayout::bhsd;
+                     } else {
+                       throw UsageError("--layout: '" + std::string(text) + "' is not a layout; expected bshd or bhsd");
+                     }
+                   });
   parser.add_switch("--causal",
                     "causal mask; with --seq-q and unequal lengths aligned bottom-right\n"
                     "(query i sees keys up to i + seq_kv - seq_q)",

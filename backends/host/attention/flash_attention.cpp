@@ -6,10 +6,11 @@
 //   2. each (query head, query block of 64 rows) runs the online-softmax loop
 //      over the key blocks it can see (parallel, longest causal rows first).
 // Decode and short chunks (every query row of a group fits one 64-row tile):
-//   one pass; each (group, split of the keys) packs the key blocks it reads
-//   into its own scratch, so K and V are read once; when the groups are fewer
-//   than the threads want, the keys are split and the splits' partial O are
-//   merged by their running max and sum (the LSE).
+//   one pass; each (group, split of the keys) reads its key blocks in place
+//   (S^T = K Q^T, O += P V with K and V rows as they lie in memory, converted
+//   only when not f32), so K and V are read once and never packed; when the
+//   groups are fewer than the threads want, the keys are split and the
+//   splits' partial O are merged by their running max and sum (the LSE).
 // Backward (FlashAttention-2), per pass:
 //   1. pack scaled Q, dO, LSE and D = rowsum(dO * O) of the groups' query heads;
 //   2. `chunks` fixed work lists (one per thread) over (group, key block):
@@ -62,16 +63,16 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
   std::int64_t units_per_group = 0;
   const std::int64_t wanted_units = kUnitsPerThread * threads;
   if (!backward && tiling == FlashForwardTiling::automatic && layout.group_size * p.seq_q <= kQueryBlock) {
-    // Decode: one tile holds every query row of a group, and each thread
-    // packs the key blocks it reads itself, so K and V are read once and never
-    // copied whole. Too few groups for the threads: split the keys.
+    // Decode: one tile holds every query row of a group and reads K and V
+    // in place. Too few groups for the threads: split the keys.
     const std::int64_t splits = std::clamp<std::int64_t>((wanted_units + layout.group_count - 1) / layout.group_count,
                                                          1, layout.key_blocks);
     layout.split_key_blocks = (layout.key_blocks + splits - 1) / splits;
     layout.kv_splits = (layout.key_blocks + layout.split_key_blocks - 1) / layout.split_key_blocks;
     layout.partial_floats = layout.kv_splits > 1 ? br * (layout.dim_v_padded + 2) : 0;
+    // the tile, then Q^T, S^T and the key block's K and V rows when they need converting
     layout.scratch_floats = br * layout.dim_qk_padded + br * bc + br * layout.dim_v_padded + 2 * br +
-                            bc * (p.head_dim_qk + layout.dim_v_padded);
+                            p.head_dim_qk * br + bc * br + bc * (layout.dim_qk_padded + layout.dim_v_padded);
     layout.groups_per_pass = layout.group_count;
     return layout;
   }

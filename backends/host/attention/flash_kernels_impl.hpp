@@ -219,6 +219,26 @@ HAL_HOST_INLINE KeyRange block_keys(const hal_attention_params_v1& p, std::int64
 
 // ---- forward ---------------------------------------------------------------
 
+// Keys are read this far ahead of their use: rows of one head in a BSHD
+// tensor lie a page or more apart, where the hardware prefetcher stops, so
+// each row would otherwise wait the whole memory latency.
+constexpr std::int64_t kPrefetchKeys = 8;
+
+HAL_HOST_INLINE std::int64_t dtype_bytes(hal_dtype dtype) {
+  return dtype == HAL_DTYPE_F16 || dtype == HAL_DTYPE_BF16 ? 2 : dtype == HAL_DTYPE_F64 ? 8 : 4;
+}
+
+// Asks for the cache lines of a contiguous row; nothing for a strided row
+// (rare) or when `wanted` is false (past the end of the tensor).
+HAL_HOST_INLINE void prefetch_row(hal_dtype dtype, const void* data, std::int64_t offset, std::int64_t stride,
+                                  std::int64_t count, bool wanted) {
+  if (!wanted || stride != 1) return;
+  constexpr std::int64_t kLine = 64;
+  const char* row = static_cast<const char*>(data) + offset * dtype_bytes(dtype);
+  const std::int64_t bytes = count * dtype_bytes(dtype);
+  for (std::int64_t line = 0; line < bytes; line += kLine) __builtin_prefetch(row + line);
+}
+
 // K^T and V of keys [key0, key0 + bc) as packed Gemm B operands: K^T is
 // head_dim_qk x bc, V is bc x dv_padded; keys past seq_kv are zero (and
 // masked by the caller).
@@ -233,6 +253,10 @@ void pack_key_block(const hal_attention_params_v1& p, const void* k, const void*
   for (std::int64_t column = 0; column < bc; ++column) {
     const std::int64_t key = key0 + column;
     const bool present = key < p.seq_kv;
+    prefetch_row(p.dtype, k, element_offset(p.k_strides, batch, kv_head, key + kPrefetchKeys, 0), p.k_strides.dim, dqk,
+                 key + kPrefetchKeys < p.seq_kv);
+    prefetch_row(p.dtype, v, element_offset(p.v_strides, batch, kv_head, key + kPrefetchKeys, 0), p.v_strides.dim,
+                 p.head_dim_v, key + kPrefetchKeys < p.seq_kv);
     float* key_column = keys_t + (column / panel_width) * panel_width * dqk + column % panel_width;
     for (std::int64_t dim0 = 0; dim0 < dqk; dim0 += kChunk) {
       const std::int64_t count = min_i64(kChunk, dqk - dim0);
@@ -311,16 +335,14 @@ void start_tile(const hal_attention_params_v1& p, const void* q, const Layout& l
   fill(tile.running_sum, rows.count, 0.0f);
 }
 
-// One step of the online softmax: the tile's rows against keys
-// [key0, key0 + key_block), given as packed K^T and V.
+// One step of the online softmax, once the tile's scores against keys
+// [key0, key0 + key_block) are in tile.scores: mask, rescale, O += P V.
 template <class V>
-void attend_key_block(const hal_attention_params_v1& p, const Layout& layout, const TileRows& rows,
-                      const QueryTile& tile, std::int64_t key0, const float* keys_t, const float* values) {
+void softmax_key_block(const hal_attention_params_v1& p, const Layout& layout, const TileRows& rows,
+                       const QueryTile& tile, std::int64_t key0, GemmB values) {
   using Reg = typename V::Reg;
   const std::int64_t bc = layout.key_block;
   const std::int64_t dv_padded = layout.dim_v_padded;
-  Gemm<V, false>::run(rows.count, bc / V::width, p.head_dim_qk, tile.queries, layout.dim_qk_padded,
-                      Gemm<V, false>::packed(keys_t, p.head_dim_qk), tile.scores, bc);
   for (std::int64_t row = 0; row < rows.count; ++row) {
     float* score_row = tile.scores + row * bc;
     mask_scores(score_row, key0, bc, visible_keys(p, rows.query(row)));
@@ -342,8 +364,7 @@ void attend_key_block(const hal_attention_params_v1& p, const Layout& layout, co
     tile.running_max[row] = new_max;
   }
   const std::int64_t key_count = min_i64(bc, p.seq_kv - key0);
-  Gemm<V, true>::run(rows.count, dv_padded / V::width, key_count, tile.scores, bc, Gemm<V, true>::packed(values, bc),
-                     tile.out, dv_padded);
+  Gemm<V, true>::run(rows.count, dv_padded / V::width, key_count, tile.scores, bc, values, tile.out, dv_padded);
 }
 
 // O = out / sum and LSE = (max + log2 sum) * ln 2 of every row; rows that saw
@@ -405,8 +426,10 @@ void forward_queries(const ForwardJob& job, std::int64_t unit, int worker) {
   const KeyRange keys = tile_keys(p, rows);
   if (keys.first <= keys.last) {
     for (std::int64_t key_block = keys.first / bc; key_block <= keys.last / bc; ++key_block) {
-      attend_key_block<V>(p, layout, rows, tile, key_block * bc, group_base + key_block * dqk * bc,
-                          values + key_block * bc * layout.dim_v_padded);
+      Gemm<V, false>::run(rows.count, bc / V::width, dqk, tile.queries, layout.dim_qk_padded,
+                          Gemm<V, false>::packed(group_base + key_block * dqk * bc, dqk), tile.scores, bc);
+      softmax_key_block<V>(p, layout, rows, tile, key_block * bc,
+                           Gemm<V, true>::packed(values + key_block * bc * layout.dim_v_padded, bc));
     }
   }
   finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
@@ -418,6 +441,44 @@ HAL_HOST_INLINE float* decode_partial(const ForwardJob& job, std::int64_t unit) 
   return job.partials + unit * job.layout.partial_floats;
 }
 
+// Rows [key0, key0 + count) of K or V of one (batch, kv head) as f32 rows:
+// the caller's own memory when it already is (f32, unit dim stride, rows of
+// whole vectors where `whole_vectors` asks it), else converted into
+// `scratch` (row stride `padded`, zero past `dims`).
+struct KeyRows {
+  const float* data;
+  std::int64_t stride;
+};
+
+template <class V>
+KeyRows key_rows(const hal_attention_params_v1& p, const void* tensor, const hal_tensor_strides_v1& strides,
+                 std::int64_t dims, std::int64_t padded, bool whole_vectors, std::int64_t batch,
+                 std::int64_t kv_head, std::int64_t key0, std::int64_t count, float* scratch) {
+  if (p.dtype == HAL_DTYPE_F32 && strides.dim == 1 && (!whole_vectors || dims == padded)) {
+    return KeyRows{static_cast<const float*>(tensor) + element_offset(strides, batch, kv_head, key0, 0), strides.seq};
+  }
+  for (std::int64_t row = 0; row < count; ++row) {
+    float* out = scratch + row * padded;
+    load_row<V>(p.dtype, tensor, element_offset(strides, batch, kv_head, key0 + row, 0), strides.dim, dims, 1.0f, out);
+    fill(out + dims, padded - dims, 0.0f);
+  }
+  return KeyRows{scratch, padded};
+}
+
+// Decode reads each key once, so its rows come straight from memory: ask for
+// the next block's rows while this one computes (rows of one head in a BSHD
+// tensor lie a page or more apart, where the hardware prefetcher stops).
+HAL_HOST_INLINE void prefetch_key_block(const hal_attention_params_v1& p, const void* tensor,
+                                        const hal_tensor_strides_v1& strides, std::int64_t dims, std::int64_t batch,
+                                        std::int64_t kv_head, std::int64_t key0, std::int64_t count) {
+  const std::int64_t end = min_i64(key0 + count, p.seq_kv);
+  for (std::int64_t key = key0; key < end; ++key) {
+    prefetch_row(p.dtype, tensor, element_offset(strides, batch, kv_head, key, 0), strides.dim, dims, true);
+  }
+}
+
+// Decode: scores come as S^T = K Q^T, K's rows being the A operand read in
+// place, so K is never transposed; the tile's few rows are Q^T's columns.
 template <class V>
 void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
   const hal_attention_params_v1& p = *job.params;
@@ -425,6 +486,7 @@ void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
   const std::int64_t group = unit / layout.kv_splits;
   const std::int64_t split = unit % layout.kv_splits;
   const std::int64_t bc = layout.key_block;
+  const std::int64_t dqk = p.head_dim_qk;
   const std::int64_t kv_head = group % p.heads_kv;
   TileRows rows;
   rows.batch = group / p.heads_kv;
@@ -432,18 +494,44 @@ void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
   rows.query0 = 0;
   rows.period = p.seq_q;
   rows.count = layout.group_size * p.seq_q;
+  const std::int64_t rows_padded = round_up(rows.count, V::width);
   const QueryTile tile = query_tile(layout, job.scratch + worker * layout.scratch_floats);
-  float* keys_t = tile.end;                           // packed [head_dim_qk][bc]
-  float* values = keys_t + p.head_dim_qk * bc;       // packed [bc][dim_v_padded]
+  float* queries_t = tile.end;                               // packed B: [dqk][rows_padded]
+  float* scores_t = queries_t + dqk * layout.query_block;    // [bc][rows_padded]
+  float* keys = scores_t + bc * layout.query_block;          // [bc][dim_qk_padded] when converted
+  float* values = keys + bc * layout.dim_qk_padded;          // [bc][dim_v_padded] when converted
   start_tile<V>(p, job.q, layout, rows, tile);
+  const std::int64_t panel_width = Gemm<V, false>::kPanelWidth;
+  for (std::int64_t dim = 0; dim < dqk; ++dim) {
+    for (std::int64_t row = 0; row < rows_padded; ++row) {
+      queries_t[packed_b_offset(dim, row, dqk, rows_padded, panel_width)] =
+          row < rows.count ? tile.queries[row * layout.dim_qk_padded + dim] : 0.0f;
+    }
+  }
 
-  const KeyRange keys = tile_keys(p, rows);
-  const std::int64_t first_block = max_i64(split * layout.split_key_blocks, keys.first / bc);
-  const std::int64_t end_block = min_i64((split + 1) * layout.split_key_blocks, keys.last / bc + 1);
-  if (keys.first <= keys.last) {
+  const KeyRange keys_seen = tile_keys(p, rows);
+  const std::int64_t first_block = max_i64(split * layout.split_key_blocks, keys_seen.first / bc);
+  const std::int64_t end_block = min_i64((split + 1) * layout.split_key_blocks, keys_seen.last / bc + 1);
+  if (keys_seen.first <= keys_seen.last) {
     for (std::int64_t key_block = first_block; key_block < end_block; ++key_block) {
-      pack_key_block<V>(p, job.k, job.v, rows.batch, kv_head, key_block * bc, bc, layout.dim_v_padded, keys_t, values);
-      attend_key_block<V>(p, layout, rows, tile, key_block * bc, keys_t, values);
+      const std::int64_t key0 = key_block * bc;
+      const std::int64_t key_count = min_i64(bc, p.seq_kv - key0);
+      if (key_block + 1 < end_block) {
+        prefetch_key_block(p, job.k, p.k_strides, dqk, rows.batch, kv_head, key0 + bc, bc);
+        prefetch_key_block(p, job.v, p.v_strides, p.head_dim_v, rows.batch, kv_head, key0 + bc, bc);
+      }
+      const KeyRows k_rows = key_rows<V>(p, job.k, p.k_strides, dqk, layout.dim_qk_padded, false, rows.batch,
+                                         kv_head, key0, key_count, keys);
+      Gemm<V, false>::run(key_count, rows_padded / V::width, dqk, k_rows.data, k_rows.stride,
+                          Gemm<V, false>::packed(queries_t, dqk), scores_t, rows_padded);
+      for (std::int64_t row = 0; row < rows.count; ++row) {
+        float* score_row = tile.scores + row * bc;
+        for (std::int64_t column = 0; column < key_count; ++column) score_row[column] = scores_t[column * rows_padded + row];
+        fill(score_row + key_count, bc - key_count, 0.0f);  // masked: past seq_kv
+      }
+      const KeyRows v_rows = key_rows<V>(p, job.v, p.v_strides, p.head_dim_v, layout.dim_v_padded, true, rows.batch,
+                                         kv_head, key0, key_count, values);
+      softmax_key_block<V>(p, layout, rows, tile, key0, Gemm<V, true>::row_major(v_rows.data, v_rows.stride));
     }
   }
   if (layout.kv_splits == 1) {
