@@ -2,15 +2,18 @@
 // the explainable choice of implementation under every order source.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -142,6 +145,34 @@ TEST_CASE("attention forward through the API matches the reference for every hos
     INFO(comparison.describe("O", hal::conformance::attention_tolerance(hal::DType::f32)));
     CHECK(comparison.ok());
   }
+}
+
+TEST_CASE("a small call keeps stream order: it waits behind queued work and runs at once on an idle stream") {
+  auto environment = clean_attention_environment();
+  const Problem problem(small_params());  // a few kFLOP: small enough to run on the enqueuing thread
+  const hal::Stream stream = problem.device.create_stream();
+  const std::vector<float> zeros(problem.q.size(), 0.0f);
+  problem.o_buffer.write(0, zeros.data(), zeros.size() * sizeof(float));
+  auto forward = [&] {
+    hal::attention_forward(stream, problem.params, {problem.q_buffer}, {problem.k_buffer}, {problem.v_buffer},
+                           {problem.o_buffer}, {problem.lse_buffer}, {{AttentionImplementation::flash}});
+  };
+  // The worker is held in a host callback: the attention queued behind it must not run first.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  stream.enqueue_host_callback([released](const hal::Status&) { released.wait(); });
+  forward();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(problem.output() == zeros);
+  release.set_value();
+  stream.synchronize();
+  const std::vector<float> first = problem.output();
+  CHECK(first != zeros);
+  // On the idle stream it has run by the time the call returns, with the same result.
+  problem.o_buffer.write(0, zeros.data(), zeros.size() * sizeof(float));
+  forward();
+  CHECK(problem.output() == first);
+  stream.synchronize();
 }
 
 TEST_CASE("the built-in order picks flash on the host and says why fused is out") {

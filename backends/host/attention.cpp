@@ -74,7 +74,7 @@ hal_status enqueue_kernel(hal_stream* stream, hal_backend_context* context, hal_
                        return HAL_ERROR_OUT_OF_MEMORY;
                      }
                    },
-                   false});
+                   false, attention_flops(*params, backward) < kSmallAttentionFlops});
   return succeed();
 }
 

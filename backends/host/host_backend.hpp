@@ -73,6 +73,10 @@ struct Allocation {
 struct Operation {
   Task run;
   bool always_runs = false;
+  // Short, and never waits on anything but memory (no peers, no events): when
+  // the stream is idle, the enqueuing thread runs it at once, which costs
+  // less than handing it to the stream's worker and waking it.
+  bool runs_inline_when_idle = false;
 };
 
 hal_status allocate(const Context& context, std::uint32_t device, hal_memory_kind kind, std::uint64_t size,
@@ -156,7 +160,7 @@ struct hal_stream {
   std::vector<Queued> queue_;               // from head_ on; swapped with a runner's batch
   std::size_t head_ = 0;                    // what runners took from the front is before it
   std::vector<Queued> worker_batch_;        // the worker's
-  std::vector<Queued> caller_batch_;        // a synchronizing thread's (one runs at a time)
+  std::vector<Queued> caller_batch_;        // a synchronizing or inline-running thread's (one runs at a time)
   std::atomic<bool> queued_{false};         // the queue is not empty; read without the lock
   std::atomic<std::uint64_t> batches_ended_{0};
   std::atomic<int> claims_{0};              // threads in synchronize; changed under the lock

@@ -77,7 +77,16 @@ void hal_stream::enqueue_host_callback(hal::host::Operation&& operation) { push(
 void hal_stream::push(hal::host::Operation&& operation, bool worker_only) {
   bool wake = false;
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    if (operation.runs_inline_when_idle && !worker_only && idle_locked()) {
+      // Nothing runs or waits before it: running it here keeps stream order,
+      // and a failure is reported by the next synchronize as for queued work.
+      queue_.emplace_back(std::move(operation), false);
+      queued_.store(true, std::memory_order_release);
+      take(caller_batch_, false, false);
+      run(caller_batch_, lock, false);
+      return;
+    }
     // While a thread synchronizes, it runs what is queued; the worker is
     // needed only for host callbacks.
     wake = worker_sleeping_ && (claims_ == 0 || worker_only);

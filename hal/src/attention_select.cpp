@@ -1,5 +1,6 @@
 // Choosing an attention implementation, explaining the choice, and running it.
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -118,22 +119,47 @@ AttentionCandidate evaluate(const detail::LoadedBackend& backend, const Device& 
   return candidate;
 }
 
+// Numbers appended with to_chars: the key is built on every call, and a
+// stream's locale machinery would cost more than the rest of a small call.
+class KeyText {
+ public:
+  template <class Number>
+  KeyText& operator<<(Number value) {
+    char digits[32];
+    const auto result = std::to_chars(digits, digits + sizeof(digits), value);
+    text_.append(digits, result.ptr);
+    return *this;
+  }
+  KeyText& operator<<(char value) {
+    text_.push_back(value);
+    return *this;
+  }
+  KeyText& operator<<(std::string_view value) {
+    text_.append(value);
+    return *this;
+  }
+  std::string take() { return std::move(text_); }
+
+ private:
+  std::string text_;
+};
+
 std::string cache_key(const hal_attention_params_v1& p, bool backward, const Order& order, bool strict,
                       const std::vector<std::string>& capability_overrides) {
-  std::ostringstream key;
+  KeyText key;
   auto strides = [&](const hal_tensor_strides_v1& s) { key << s.batch << ',' << s.head << ',' << s.seq << ',' << s.dim << ';'; };
   key << p.batch << ' ' << p.heads_q << ' ' << p.heads_kv << ' ' << p.seq_q << ' ' << p.seq_kv << ' '
-      << p.head_dim_qk << ' ' << p.head_dim_v << ' ' << p.dtype << ' ' << p.causal << ' ' << p.alignment << ' '
-      << p.window_left << ' ' << p.window_right << ' ' << p.softmax_scale << ' ' << p.return_lse << ' '
-      << p.address_alignment << ' ';
+      << p.head_dim_qk << ' ' << p.head_dim_v << ' ' << static_cast<int>(p.dtype) << ' ' << p.causal << ' '
+      << static_cast<int>(p.alignment) << ' ' << p.window_left << ' ' << p.window_right << ' ' << p.softmax_scale
+      << ' ' << p.return_lse << ' ' << p.address_alignment << ' ';
   for (const auto* s : {&p.q_strides, &p.k_strides, &p.v_strides, &p.o_strides, &p.grad_o_strides,
                         &p.grad_q_strides, &p.grad_k_strides, &p.grad_v_strides})
     strides(*s);
-  key << backward << strict << order.source << '|';
-  for (auto implementation : order.implementations) key << to_string(implementation) << ',';
+  key << static_cast<int>(backward) << static_cast<int>(strict) << std::string_view(order.source) << '|';
+  for (auto implementation : order.implementations) key << std::string_view(to_string(implementation)) << ',';
   // Per-call capability overrides change the layers, so they are part of the key.
-  for (const auto& item : capability_overrides) key << '|' << item;
-  return key.str();
+  for (const auto& item : capability_overrides) key << '|' << std::string_view(item);
+  return key.take();
 }
 
 AttentionDecision decide(const Device& device, const hal_attention_params_v1& params, bool backward,

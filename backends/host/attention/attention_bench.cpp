@@ -36,18 +36,6 @@ Tensor random_tensor(hal_dtype dtype, std::int64_t elements, std::mt19937& rando
 
 }  // namespace
 
-double attention_flops(const hal_attention_params_v1& p, bool backward) {
-  double pairs = 0.0;
-  for (std::int64_t query = 0; query < p.seq_q; ++query) {
-    const KeyRange range = visible_keys(p, query);
-    if (range.first <= range.last) pairs += static_cast<double>(range.last - range.first + 1);
-  }
-  pairs *= static_cast<double>(p.batch * p.heads_q);
-  const double dims = backward ? 3.0 * p.head_dim_qk + 2.0 * p.head_dim_v
-                               : static_cast<double>(p.head_dim_qk + p.head_dim_v);
-  return 2.0 * pairs * dims;
-}
-
 AttentionBenchResult bench_attention(const hal_attention_params_v1& params, hal_attention_implementation implementation,
                                      bool backward, ThreadPool& pool, int iterations, int warmup_calls) {
   require_valid_params(params, backward);

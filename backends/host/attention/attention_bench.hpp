@@ -15,12 +15,6 @@ struct AttentionBenchResult {
   int iterations;                  // timed calls
 };
 
-// FLOPs of one call counting only visible (query, key) pairs: forward
-// 2 * pairs * (head_dim_qk + head_dim_v) (Q K^T and P V); backward
-// 2 * pairs * (3 * head_dim_qk + 2 * head_dim_v) (S, dP, dV, dK, dQ), i.e.
-// 2.5x forward at equal dims. Without a mask pairs = seq_q * seq_kv, with a
-// causal mask about half of it.
-double attention_flops(const hal_attention_params_v1& params, bool backward);
 
 // Allocates random inputs laid out by params' strides (in params.dtype), runs
 // `warmup_calls` untimed calls, then times `iterations` calls. Backward gets O

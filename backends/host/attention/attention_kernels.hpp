@@ -32,6 +32,17 @@ namespace hal::host {
 std::vector<std::string> check_attention_params(const hal_attention_params_v1& params,
                                                 bool backward = false);
 
+// FLOPs of one call counting only visible (query, key) pairs: forward
+// 2 * pairs * (head_dim_qk + head_dim_v) (Q K^T and P V); backward
+// 2 * pairs * (3 * head_dim_qk + 2 * head_dim_v) (S, dP, dV, dK, dQ), i.e.
+// 2.5x forward at equal dims. Without a mask pairs = seq_q * seq_kv, with a
+// causal mask about half of it.
+double attention_flops(const hal_attention_params_v1& params, bool backward);
+// A call below this many FLOPs takes tens of microseconds: it runs on the
+// calling thread alone (and the host stream runs it inline when idle), since
+// waking other threads would cost about as much as the call.
+constexpr double kSmallAttentionFlops = 2e6;
+
 // lse_or_null: written when not null (the caller decides from return_lse).
 void math_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
                   void* o, float* lse_or_null, ThreadPool& pool);

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention/attention_common.hpp"
 #include "attention/attention_kernels.hpp"
 
 namespace hal::host {
@@ -55,15 +56,14 @@ void check_strides(const char* tensor, const hal_tensor_strides_v1& strides, con
                        {"seq", strides.seq, extents.seq, extents.seq_name},
                        {"dim", strides.dim, extents.dim, extents.dim_name}};
   for (const Axis& axis : axes) {
+    if (axis.stride >= 0 && (axis.stride != 0 || axis.extent <= 1)) continue;  // text only for a problem
     std::ostringstream problem;
     if (axis.stride < 0) {
       problem << tensor << "_strides." << axis.name << " (" << axis.stride
               << ") is negative: strides must be positive";
-    } else if (axis.stride == 0 && axis.extent > 1) {
+    } else {
       problem << tensor << "_strides." << axis.name << " is 0 but " << axis.extent_name << " is "
               << axis.extent << ": a zero stride is only allowed on an axis of extent 1";
-    } else {
-      continue;
     }
     problems.push_back(problem.str());
   }
@@ -150,6 +150,18 @@ std::vector<std::string> check_attention_params(const hal_attention_params_v1& p
     }
   }
   return problems;
+}
+
+double attention_flops(const hal_attention_params_v1& p, bool backward) {
+  double pairs = 0.0;
+  for (std::int64_t query = 0; query < p.seq_q; ++query) {
+    const KeyRange range = visible_keys(p, query);
+    if (range.first <= range.last) pairs += static_cast<double>(range.last - range.first + 1);
+  }
+  pairs *= static_cast<double>(p.batch * p.heads_q);
+  const double dims = backward ? 3.0 * p.head_dim_qk + 2.0 * p.head_dim_v
+                               : static_cast<double>(p.head_dim_qk + p.head_dim_v);
+  return 2.0 * pairs * dims;
 }
 
 }  // namespace hal::host

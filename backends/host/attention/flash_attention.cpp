@@ -97,11 +97,10 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
 }
 
 // Runs unit(worker, u) for u in [0, count) on the pool's threads, or on the
-// calling thread alone when the whole call is too small to pay for waking
-// the workers (tens of microseconds).
+// calling thread alone for a small call (kSmallAttentionFlops).
 class UnitRunner {
  public:
-  UnitRunner(ThreadPool& pool, double flops) : pool_(pool), serial_(flops < kSerialFlops) {}
+  UnitRunner(ThreadPool& pool, double flops) : pool_(pool), serial_(flops < kSmallAttentionFlops) {}
 
   template <class Unit>
   void run(std::int64_t count, const Unit& unit) {
@@ -115,16 +114,9 @@ class UnitRunner {
   }
 
  private:
-  static constexpr double kSerialFlops = 2e6;
   ThreadPool& pool_;
   bool serial_;
 };
-
-// Multiply-adds of the two products, counting every key for every query (an upper bound under masks).
-double forward_flops(const hal_attention_params_v1& p) {
-  return 2.0 * static_cast<double>(p.batch * p.heads_q) * static_cast<double>(p.seq_q) *
-         static_cast<double>(p.seq_kv) * static_cast<double>(p.head_dim_qk + p.head_dim_v);
-}
 
 std::int64_t workspace_floats(const flash::Layout& layout, int thread_count) {
   const std::int64_t scratch_slots = layout.chunks > 0 ? layout.chunks : std::max(1, thread_count);
@@ -216,7 +208,7 @@ void flash_forward(const hal_attention_params_v1& params, const void* q, const v
   job.packed = workspace.data();
   job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;
   job.partials = job.scratch + threads * layout.scratch_floats;
-  UnitRunner units(pool, forward_flops(params));
+  UnitRunner units(pool, attention_flops(params, false));
   if (layout.kv_splits > 0) {
     units.run(layout.group_count * layout.kv_splits,
               [&](int worker, std::int64_t unit) { kernels.forward_decode(job, unit, worker); });
@@ -267,7 +259,7 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
   job.packed = workspace.data();
   job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;
   job.dq_partials = job.scratch + layout.chunks * layout.scratch_floats;
-  UnitRunner units(pool, 2.5 * forward_flops(params));
+  UnitRunner units(pool, attention_flops(params, true));
   for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
     job.first_group = first;
     job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);

@@ -477,6 +477,27 @@ HAL_HOST_INLINE void prefetch_key_block(const hal_attention_params_v1& p, const 
   }
 }
 
+// scores[row][key] = Q[row] . K[key] for a few rows, one dot product each.
+template <class V>
+void key_dot_products(const QueryTile& tile, std::int64_t row_count, std::int64_t query_stride, std::int64_t dims,
+                      KeyRows keys, std::int64_t key_count, std::int64_t score_stride) {
+  using Reg = typename V::Reg;
+  const std::int64_t whole = dims / V::width * V::width;
+  for (std::int64_t key = 0; key < key_count; ++key) {
+    const float* key_row = keys.data + key * keys.stride;
+    for (std::int64_t row = 0; row < row_count; ++row) {
+      const float* query_row = tile.queries + row * query_stride;
+      Reg sum = V::zero();
+      for (std::int64_t dim = 0; dim < whole; dim += V::width) {
+        sum = V::fmadd(V::load(query_row + dim), V::load(key_row + dim), sum);
+      }
+      float score = V::reduce_add(sum);
+      for (std::int64_t dim = whole; dim < dims; ++dim) score += query_row[dim] * key_row[dim];
+      tile.scores[row * score_stride + key] = score;
+    }
+  }
+}
+
 // Decode: scores come as S^T = K Q^T, K's rows being the A operand read in
 // place, so K is never transposed; the tile's few rows are Q^T's columns.
 template <class V>
@@ -501,11 +522,17 @@ void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
   float* keys = scores_t + bc * layout.query_block;          // [bc][dim_qk_padded] when converted
   float* values = keys + bc * layout.dim_qk_padded;          // [bc][dim_v_padded] when converted
   start_tile<V>(p, job.q, layout, rows, tile);
-  const std::int64_t panel_width = Gemm<V, false>::kPanelWidth;
-  for (std::int64_t dim = 0; dim < dqk; ++dim) {
+  // Fewer rows than a vector holds: each score is one dot product, which
+  // beats a GEMM whose columns would be mostly padding.
+  const bool dot_products = rows.count < V::width;
+  if (!dot_products) {
+    const std::int64_t panel_width = Gemm<V, false>::kPanelWidth;
     for (std::int64_t row = 0; row < rows_padded; ++row) {
-      queries_t[packed_b_offset(dim, row, dqk, rows_padded, panel_width)] =
-          row < rows.count ? tile.queries[row * layout.dim_qk_padded + dim] : 0.0f;
+      float* column = queries_t + packed_b_offset(0, row, dqk, rows_padded, panel_width);
+      const std::int64_t width = min_i64(panel_width, rows_padded - row / panel_width * panel_width);
+      for (std::int64_t dim = 0; dim < dqk; ++dim) {
+        column[dim * width] = row < rows.count ? tile.queries[row * layout.dim_qk_padded + dim] : 0.0f;
+      }
     }
   }
 
@@ -522,12 +549,20 @@ void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
       }
       const KeyRows k_rows = key_rows<V>(p, job.k, p.k_strides, dqk, layout.dim_qk_padded, false, rows.batch,
                                          kv_head, key0, key_count, keys);
-      Gemm<V, false>::run(key_count, rows_padded / V::width, dqk, k_rows.data, k_rows.stride,
-                          Gemm<V, false>::packed(queries_t, dqk), scores_t, rows_padded);
+      if (dot_products) {
+        key_dot_products<V>(tile, rows.count, layout.dim_qk_padded, dqk, k_rows, key_count, bc);
+      } else {
+        Gemm<V, false>::run(key_count, rows_padded / V::width, dqk, k_rows.data, k_rows.stride,
+                            Gemm<V, false>::packed(queries_t, dqk), scores_t, rows_padded);
+        for (std::int64_t row = 0; row < rows.count; ++row) {
+          float* score_row = tile.scores + row * bc;
+          for (std::int64_t column = 0; column < key_count; ++column) {
+            score_row[column] = scores_t[column * rows_padded + row];
+          }
+        }
+      }
       for (std::int64_t row = 0; row < rows.count; ++row) {
-        float* score_row = tile.scores + row * bc;
-        for (std::int64_t column = 0; column < key_count; ++column) score_row[column] = scores_t[column * rows_padded + row];
-        fill(score_row + key_count, bc - key_count, 0.0f);  // masked: past seq_kv
+        fill(tile.scores + row * bc + key_count, bc - key_count, 0.0f);  // masked: past seq_kv
       }
       const KeyRows v_rows = key_rows<V>(p, job.v, p.v_strides, p.head_dim_v, layout.dim_v_padded, true, rows.batch,
                                          kv_head, key0, key_count, values);
