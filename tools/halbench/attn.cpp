@@ -473,7 +473,7 @@ PeakSample measure_peak() {
   PeakSample sample{};
   {
     // The same thread count as the host backend's attention pool
-    // (hardware_concurrency); this pool is gone before attention runs.
+    // (default_thread_count); this pool is gone before attention runs.
     hal::host::ThreadPool pool;
     sample.peak = hal::host::measure_fma_peak(pool, isa, peak_seconds_per_figure);
     // The best of a few short measurements, so a moment of other work on the

@@ -94,7 +94,7 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
 // Bytes each implementation allocates for one call (beyond inputs/outputs);
 // throw like the kernels for invalid params. Flash scratch is per thread,
 // hence thread_count (the pool's thread_count()); the two-argument form
-// assumes std::thread::hardware_concurrency().
+// assumes default_thread_count().
 std::uint64_t math_workspace_bytes(const hal_attention_params_v1& params, bool backward);
 std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool backward,
                                     int thread_count);

@@ -28,7 +28,6 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "attention/attention_common.hpp"
 #include "attention/attention_internal.hpp"
@@ -182,7 +181,7 @@ std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool 
 }
 
 std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool backward) {
-  return flash_workspace_bytes(params, backward, static_cast<int>(std::thread::hardware_concurrency()));
+  return flash_workspace_bytes(params, backward, static_cast<int>(default_thread_count().threads));
 }
 
 void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v, void* o,
