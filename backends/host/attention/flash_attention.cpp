@@ -38,7 +38,7 @@ namespace hal::host {
 namespace {
 
 constexpr std::int64_t kQueryBlock = 64;
-constexpr std::int64_t kKeyBlock = 64;    // a multiple of every ISA's tile width (32 floats at most)
+constexpr std::int64_t kKeyBlock = 64;    // a multiple of every ISA's tile width (64 floats at most)
 constexpr std::int64_t kDimAlignment = 16;  // the widest vector: padded dims are whole vectors
 // Work units wanted per thread in one pass: enough to balance, few enough to
 // keep the packed pass small.
