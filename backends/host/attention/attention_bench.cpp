@@ -12,8 +12,6 @@
 namespace hal::host {
 namespace {
 
-std::size_t element_size(hal_dtype dtype) { return dtype == HAL_DTYPE_F32 ? 4 : 2; }
-
 // Elements a tensor with these strides spans (its largest offset + 1).
 std::int64_t span_elements(const hal_tensor_strides_v1& strides, std::int64_t batch, std::int64_t heads,
                            std::int64_t seq, std::int64_t dim) {
@@ -28,7 +26,7 @@ struct Tensor {
 
 Tensor random_tensor(hal_dtype dtype, std::int64_t elements, std::mt19937& random) {
   Tensor tensor;
-  tensor.bytes.resize(static_cast<std::size_t>(elements) * element_size(dtype));
+  tensor.bytes.resize(static_cast<std::size_t>(elements * dtype_size(dtype)));
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (std::int64_t i = 0; i < elements; ++i) store_float(dtype, tensor.data(), i, uniform(random));
   return tensor;

@@ -41,6 +41,11 @@ HAL_HOST_INLINE std::int64_t element_offset(const hal_tensor_strides_v1& strides
   return batch * strides.batch + head * strides.head + seq * strides.seq + dim * strides.dim;
 }
 
+// Bytes of one element of `dtype` (F32, F16, BF16 or F64).
+HAL_HOST_INLINE std::int64_t dtype_size(hal_dtype dtype) {
+  return dtype == HAL_DTYPE_F16 || dtype == HAL_DTYPE_BF16 ? 2 : dtype == HAL_DTYPE_F64 ? 8 : 4;
+}
+
 // Element `offset` of a tensor of `dtype` (F32, F16, BF16 or F64) as float.
 HAL_HOST_INLINE float load_as_float(hal_dtype dtype, const void* data, std::int64_t offset) {
   switch (dtype) {

@@ -200,6 +200,14 @@ HAL_HOST_INLINE void fill(float* data, std::int64_t count, float value) {
   for (std::int64_t i = 0; i < count; ++i) data[i] = value;
 }
 
+// load_row of `count` elements, then zeros up to `padded`.
+template <class V>
+HAL_HOST_INLINE void load_padded_row(hal_dtype dtype, const void* data, std::int64_t offset, std::int64_t stride,
+                                     std::int64_t count, std::int64_t padded, float scale, float* out) {
+  load_row<V>(dtype, data, offset, stride, count, scale, out);
+  fill(out + count, padded - count, 0.0f);
+}
+
 // Sets the scores of keys [key0, key0 + key_block) that `range` does not see to -inf.
 HAL_HOST_INLINE void mask_scores(float* row, std::int64_t key0, std::int64_t key_block, KeyRange range) {
   const std::int64_t first = range.first - key0;
@@ -224,18 +232,14 @@ HAL_HOST_INLINE KeyRange block_keys(const hal_attention_params_v1& p, std::int64
 // each row would otherwise wait the whole memory latency.
 constexpr std::int64_t kPrefetchKeys = 8;
 
-HAL_HOST_INLINE std::int64_t dtype_bytes(hal_dtype dtype) {
-  return dtype == HAL_DTYPE_F16 || dtype == HAL_DTYPE_BF16 ? 2 : dtype == HAL_DTYPE_F64 ? 8 : 4;
-}
-
 // Asks for the cache lines of a contiguous row; nothing for a strided row
 // (rare) or when `wanted` is false (past the end of the tensor).
 HAL_HOST_INLINE void prefetch_row(hal_dtype dtype, const void* data, std::int64_t offset, std::int64_t stride,
                                   std::int64_t count, bool wanted) {
   if (!wanted || stride != 1) return;
   constexpr std::int64_t kLine = 64;
-  const char* row = static_cast<const char*>(data) + offset * dtype_bytes(dtype);
-  const std::int64_t bytes = count * dtype_bytes(dtype);
+  const char* row = static_cast<const char*>(data) + offset * dtype_size(dtype);
+  const std::int64_t bytes = count * dtype_size(dtype);
   for (std::int64_t line = 0; line < bytes; line += kLine) __builtin_prefetch(row + line);
 }
 
@@ -260,21 +264,16 @@ void pack_key_block(const hal_attention_params_v1& p, const void* k, const void*
     float* key_column = keys_t + (column / panel_width) * panel_width * dqk + column % panel_width;
     for (std::int64_t dim0 = 0; dim0 < dqk; dim0 += kChunk) {
       const std::int64_t count = min_i64(kChunk, dqk - dim0);
-      if (present) {
-        load_row<V>(p.dtype, k, element_offset(p.k_strides, batch, kv_head, key, dim0), p.k_strides.dim, count, 1.0f,
-                    key_row);
-      } else {
-        fill(key_row, count, 0.0f);
-      }
+      load_padded_row<V>(p.dtype, k, element_offset(p.k_strides, batch, kv_head, key, dim0), p.k_strides.dim,
+                         present ? count : 0, count, 1.0f, key_row);
       for (std::int64_t i = 0; i < count; ++i) key_column[(dim0 + i) * panel_width] = key_row[i];
     }
     for (std::int64_t panel_start = 0; panel_start < dv_padded; panel_start += panel_width) {
       const std::int64_t width = min_i64(panel_width, dv_padded - panel_start);
       float* value_row = values + packed_b_offset(column, panel_start, bc, dv_padded, panel_width);
       const std::int64_t stored = present ? max_i64(0, min_i64(width, p.head_dim_v - panel_start)) : 0;
-      load_row<V>(p.dtype, v, element_offset(p.v_strides, batch, kv_head, key, panel_start), p.v_strides.dim, stored,
-                  1.0f, value_row);
-      fill(value_row + stored, width - stored, 0.0f);
+      load_padded_row<V>(p.dtype, v, element_offset(p.v_strides, batch, kv_head, key, panel_start), p.v_strides.dim,
+                         stored, width, 1.0f, value_row);
     }
   }
 }
@@ -316,8 +315,7 @@ struct TileRows {
 
 // Keys some row of the tile sees (the band ends grow with the query index).
 HAL_HOST_INLINE KeyRange tile_keys(const hal_attention_params_v1& p, const TileRows& rows) {
-  const std::int64_t last_query = rows.query0 + min_i64(rows.period, rows.count) - 1;
-  return KeyRange{visible_keys(p, rows.query0).first, visible_keys(p, last_query).last};
+  return block_keys(p, rows.query0, min_i64(rows.period, rows.count));
 }
 
 template <class V>
@@ -435,10 +433,27 @@ void forward_queries(const ForwardJob& job, std::int64_t unit, int worker) {
   finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
 }
 
-// Partial result of one (group, split) of a decode pass: the tile's
-// unnormalized O rows, then the running max and sum of each row.
-HAL_HOST_INLINE float* decode_partial(const ForwardJob& job, std::int64_t unit) {
-  return job.partials + unit * job.layout.partial_floats;
+// Every query row of a kv group, as one decode tile holds them.
+HAL_HOST_INLINE TileRows decode_rows(const hal_attention_params_v1& p, const Layout& layout, std::int64_t group) {
+  TileRows rows;
+  rows.batch = group / p.heads_kv;
+  rows.head0 = (group % p.heads_kv) * layout.group_size;
+  rows.query0 = 0;
+  rows.period = p.seq_q;
+  rows.count = layout.group_size * p.seq_q;
+  return rows;
+}
+
+// The online-softmax state of one (group, split) of a decode pass with
+// kv_splits > 1: unnormalized O [query_block][dim_v_padded], then the running
+// max and sum of each row, in the split's partial, where the merge reads it.
+HAL_HOST_INLINE QueryTile split_state(const ForwardJob& job, std::int64_t unit) {
+  const Layout& layout = job.layout;
+  QueryTile state{};
+  state.out = job.partials + unit * layout.partial_floats;
+  state.running_max = state.out + layout.query_block * layout.dim_v_padded;
+  state.running_sum = state.running_max + layout.query_block;
+  return state;
 }
 
 // Rows [key0, key0 + count) of K or V of one (batch, kv head) as f32 rows:
@@ -458,9 +473,8 @@ KeyRows key_rows(const hal_attention_params_v1& p, const void* tensor, const hal
     return KeyRows{static_cast<const float*>(tensor) + element_offset(strides, batch, kv_head, key0, 0), strides.seq};
   }
   for (std::int64_t row = 0; row < count; ++row) {
-    float* out = scratch + row * padded;
-    load_row<V>(p.dtype, tensor, element_offset(strides, batch, kv_head, key0 + row, 0), strides.dim, dims, 1.0f, out);
-    fill(out + dims, padded - dims, 0.0f);
+    load_padded_row<V>(p.dtype, tensor, element_offset(strides, batch, kv_head, key0 + row, 0), strides.dim, dims,
+                       padded, 1.0f, scratch + row * padded);
   }
   return KeyRows{scratch, padded};
 }
@@ -509,14 +523,15 @@ void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
   const std::int64_t bc = layout.key_block;
   const std::int64_t dqk = p.head_dim_qk;
   const std::int64_t kv_head = group % p.heads_kv;
-  TileRows rows;
-  rows.batch = group / p.heads_kv;
-  rows.head0 = kv_head * layout.group_size;
-  rows.query0 = 0;
-  rows.period = p.seq_q;
-  rows.count = layout.group_size * p.seq_q;
+  const TileRows rows = decode_rows(p, layout, group);
   const std::int64_t rows_padded = round_up(rows.count, V::width);
-  const QueryTile tile = query_tile(layout, job.scratch + worker * layout.scratch_floats);
+  QueryTile tile = query_tile(layout, job.scratch + worker * layout.scratch_floats);
+  if (layout.kv_splits > 1) {  // the running O, max and sum live where the merge reads them
+    const QueryTile state = split_state(job, unit);
+    tile.out = state.out;
+    tile.running_max = state.running_max;
+    tile.running_sum = state.running_sum;
+  }
   float* queries_t = tile.end;                               // packed B: [dqk][rows_padded]
   float* scores_t = queries_t + dqk * layout.query_block;    // [bc][rows_padded]
   float* keys = scores_t + bc * layout.query_block;          // [bc][dim_qk_padded] when converted
@@ -569,17 +584,7 @@ void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
       softmax_key_block<V>(p, layout, rows, tile, key0, Gemm<V, true>::row_major(v_rows.data, v_rows.stride));
     }
   }
-  if (layout.kv_splits == 1) {
-    finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
-    return;
-  }
-  float* partial = decode_partial(job, unit);
-  const std::int64_t out_floats = rows.count * layout.dim_v_padded;
-  for (std::int64_t i = 0; i < out_floats; ++i) partial[i] = tile.out[i];
-  for (std::int64_t row = 0; row < rows.count; ++row) {
-    partial[out_floats + row] = tile.running_max[row];
-    partial[out_floats + rows.count + row] = tile.running_sum[row];
-  }
+  if (layout.kv_splits == 1) finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
 }
 
 // Merges the kv splits of one group: each split's O and sum are rescaled to
@@ -589,23 +594,13 @@ void forward_merge_splits(const ForwardJob& job, std::int64_t group) {
   const hal_attention_params_v1& p = *job.params;
   const Layout& layout = job.layout;
   const std::int64_t dv_padded = layout.dim_v_padded;
-  TileRows rows;
-  rows.batch = group / p.heads_kv;
-  rows.head0 = (group % p.heads_kv) * layout.group_size;
-  rows.query0 = 0;
-  rows.period = p.seq_q;
-  rows.count = layout.group_size * p.seq_q;
-  const std::int64_t out_floats = rows.count * dv_padded;
-  // Split 0's partial accumulates the merged tile in place.
-  float* merged = decode_partial(job, group * layout.kv_splits);
-  QueryTile tile{};
-  tile.out = merged;
-  tile.running_max = merged + out_floats;
-  tile.running_sum = tile.running_max + rows.count;
+  const TileRows rows = decode_rows(p, layout, group);
+  // Split 0's state accumulates the merged tile in place.
+  const QueryTile tile = split_state(job, group * layout.kv_splits);
   for (std::int64_t row = 0; row < rows.count; ++row) {
     float best = -kInfinity;
     for (std::int64_t split = 0; split < layout.kv_splits; ++split) {
-      best = __builtin_fmaxf(best, decode_partial(job, group * layout.kv_splits + split)[out_floats + row]);
+      best = __builtin_fmaxf(best, split_state(job, group * layout.kv_splits + split).running_max[row]);
     }
     float* out_row = tile.out + row * dv_padded;
     if (best == -kInfinity) {  // no split saw a key for this row
@@ -616,12 +611,12 @@ void forward_merge_splits(const ForwardJob& job, std::int64_t group) {
     float sum = tile.running_sum[row] * own_weight;
     scale_row<V>(out_row, dv_padded, own_weight);
     for (std::int64_t split = 1; split < layout.kv_splits; ++split) {
-      const float* partial = decode_partial(job, group * layout.kv_splits + split);
-      const float weight = __builtin_exp2f(partial[out_floats + row] - best);  // 0 for a split that saw nothing
+      const QueryTile partial = split_state(job, group * layout.kv_splits + split);
+      const float weight = __builtin_exp2f(partial.running_max[row] - best);  // 0 for a split that saw nothing
       if (weight == 0.0f) continue;
-      sum += partial[out_floats + rows.count + row] * weight;
+      sum += partial.running_sum[row] * weight;
       const typename V::Reg weight_reg = V::broadcast(weight);
-      const float* partial_row = partial + row * dv_padded;
+      const float* partial_row = partial.out + row * dv_padded;
       for (std::int64_t i = 0; i < dv_padded; i += V::width) {
         V::store(out_row + i, V::fmadd(V::load(partial_row + i), weight_reg, V::load(out_row + i)));
       }
@@ -671,12 +666,10 @@ void backward_pack_queries(const BackwardJob& job, std::int64_t unit) {
     float* grad_row = buffers.output_grads + query * layout.dim_v_padded;
     const std::int64_t query_dims = present ? p.head_dim_qk : 0;
     const std::int64_t value_dims = present ? p.head_dim_v : 0;
-    load_row<V>(p.dtype, job.q, element_offset(p.q_strides, batch, head, query, 0), p.q_strides.dim, query_dims,
-                q_scale, query_row);
-    fill(query_row + query_dims, layout.dim_qk_padded - query_dims, 0.0f);
-    load_row<V>(p.dtype, job.grad_o, element_offset(p.grad_o_strides, batch, head, query, 0), p.grad_o_strides.dim,
-                value_dims, 1.0f, grad_row);
-    fill(grad_row + value_dims, layout.dim_v_padded - value_dims, 0.0f);
+    load_padded_row<V>(p.dtype, job.q, element_offset(p.q_strides, batch, head, query, 0), p.q_strides.dim,
+                       query_dims, layout.dim_qk_padded, q_scale, query_row);
+    load_padded_row<V>(p.dtype, job.grad_o, element_offset(p.grad_o_strides, batch, head, query, 0),
+                       p.grad_o_strides.dim, value_dims, layout.dim_v_padded, 1.0f, grad_row);
     float output_dot_grad = 0.0f;
     for (std::int64_t dim = 0; dim < value_dims; ++dim) {
       output_dot_grad += grad_row[dim] * load_as_float(p.dtype, job.o, element_offset(p.o_strides, batch, head, query, dim));
@@ -730,12 +723,10 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
     const std::int64_t key_dims = column < key_count ? dqk : 0;
     const std::int64_t value_dims = column < key_count ? dv : 0;
     float* key_row = keys + column * dqk_padded;
-    load_row<V>(p.dtype, job.k, element_offset(p.k_strides, batch, kv_head, key, 0), p.k_strides.dim, key_dims, 1.0f,
-                key_row);
-    fill(key_row + key_dims, dqk_padded - key_dims, 0.0f);
-    load_row<V>(p.dtype, job.v, element_offset(p.v_strides, batch, kv_head, key, 0), p.v_strides.dim, value_dims, 1.0f,
-                value_row);
-    fill(value_row + value_dims, dv_padded - value_dims, 0.0f);
+    load_padded_row<V>(p.dtype, job.k, element_offset(p.k_strides, batch, kv_head, key, 0), p.k_strides.dim, key_dims,
+                       dqk_padded, 1.0f, key_row);
+    load_padded_row<V>(p.dtype, job.v, element_offset(p.v_strides, batch, kv_head, key, 0), p.v_strides.dim,
+                       value_dims, dv_padded, 1.0f, value_row);
     for (std::int64_t dim = 0; dim < dqk_padded; ++dim) keys_t[dim * bc + column] = key_row[dim];
     for (std::int64_t dim = 0; dim < dv_padded; ++dim) values_t[dim * bc + column] = value_row[dim];
   }
