@@ -11,6 +11,7 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
@@ -152,6 +153,69 @@ void run_point_to_point(const Communicator& communicator, const std::string& ope
   if (synchronize) stream.synchronize();
 }
 
+// A hal::Store over three Python callables, so that a communicator can meet
+// on a store the framework already runs (torch.distributed's TCPStore or
+// FileStore, hal/torch/distributed.py). hal calls them from its own threads
+// too (failure reports, the MPI watchdog), so each call takes the GIL; every
+// binding that waits on such a thread releases it.
+class CallbackStore final : public Store {
+ public:
+  CallbackStore(nb::callable set, nb::callable get, nb::callable add)
+      : set_(std::move(set)), get_(std::move(get)), add_(std::move(add)) {}
+  ~CallbackStore() override {
+    if (!nb::is_alive()) {  // the interpreter is finalizing: too late to drop references, leave them
+      set_.release();
+      get_.release();
+      add_.release();
+      return;
+    }
+    nb::gil_scoped_acquire gil;
+    set_.reset();
+    get_.reset();
+    add_.reset();
+  }
+  void set(std::string_view key, std::string_view value) override {
+    nb::gil_scoped_acquire gil;
+    call("set", key, StatusCode::internal, [&] { set_(key, nb::bytes(value.data(), value.size())); });
+  }
+  // timeout 0 asks whether the key is there now: a missing key is a timeout.
+  std::string get(std::string_view key, std::chrono::milliseconds timeout) override {
+    nb::gil_scoped_acquire gil;
+    std::string value;
+    call("get", key, StatusCode::internal, [&] {
+      nb::object result = get_(key, static_cast<double>(timeout.count()) / 1000.0);
+      if (result.is_none())
+        throw Error(StatusCode::timeout, "store key '" + std::string(key) + "' was not set within " +
+                                             std::to_string(timeout.count()) + " ms");
+      const auto bytes = nb::cast<nb::bytes>(result);
+      value.assign(bytes.c_str(), bytes.size());
+    });
+    return value;
+  }
+  std::int64_t add(std::string_view key, std::int64_t delta) override {
+    nb::gil_scoped_acquire gil;
+    std::int64_t total = 0;
+    call("add", key, StatusCode::internal, [&] { total = nb::cast<std::int64_t>(add_(key, delta)); });
+    return total;
+  }
+  using Store::get;
+
+ private:
+  // A Python exception becomes a hal::Error naming the key, so that hal's
+  // engines (which speak hal_status) report it instead of terminating. A get
+  // that found nothing in time returns None: that is the timeout.
+  template <typename Call>
+  static void call(const char* what, std::string_view key, StatusCode code, Call&& body) {
+    try {
+      body();
+    } catch (nb::python_error& error) {
+      throw Error(code, std::string("store ") + what + " of '" + std::string(key) + "' failed: " + error.what());
+    }
+  }
+
+  nb::callable set_, get_, add_;
+};
+
 }  // namespace
 
 std::string shape_text(const Tensor& tensor) {
@@ -175,6 +239,12 @@ void bind_collectives(nb::module_& m) {
             return nb::bytes(value.data(), value.size());
           }, "key"_a, "timeout"_a = 300.0, "Waits up to timeout seconds for another rank to set the key.")
       .def("add", &Store::add, "key"_a, "delta"_a, "Atomically adds delta to the integer at key; returns the new value.");
+
+  nb::class_<CallbackStore, Store>(m, "_CallbackStore",
+                                   "A hal.Store whose set(key, bytes), get(key, timeout_seconds) -> bytes or None and "
+                                   "add(key, delta) -> int are Python callables (hal.torch.distributed meets on "
+                                   "torch's store through it).")
+      .def(nb::init<nb::callable, nb::callable, nb::callable>(), "set"_a, "get"_a, "add"_a);
 
   nb::class_<Store::FromEnvironment>(m, "LaunchEnvironment",
                                      "What Store.from_environment read: the ranks and the store to meet on.")
@@ -215,8 +285,8 @@ void bind_collectives(nb::module_& m) {
             nb::gil_scoped_release release;
             return c.split(color, key);
           }, "color"_a, "key"_a)
-      .def("abort", &Communicator::abort)
-      .def("destroy", &Communicator::destroy)
+      .def("abort", &Communicator::abort, nb::call_guard<nb::gil_scoped_release>())
+      .def("destroy", &Communicator::destroy, nb::call_guard<nb::gil_scoped_release>())
       .def("async_error", [](const Communicator& c) { return c.async_error().message(); },
            "The first error of an operation that ran on a stream ('' when none).")
       .def("barrier", [](const Communicator& c, const Stream& stream, bool synchronize) {
@@ -226,6 +296,17 @@ void bind_collectives(nb::module_& m) {
           }, "stream"_a, "synchronize"_a = true)
       .def("run", &run_collective, "operation"_a, "send"_a, "recv"_a, "root"_a, "op"_a, "stream"_a,
            "synchronize"_a = true, "timeout"_a = nb::none())
+      // hal.torch.distributed's per-call path: send and recv as (address, shape,
+      // strides) on a DLPack device, borrowed for the call, without a DLPack
+      // exchange per tensor in Python.
+      .def("run_borrowed", [](const Communicator& c, const Runtime& runtime, const std::string& operation,
+                              std::tuple<int, int> device, const std::string& dtype, const BorrowedArgument& send,
+                              const BorrowedArgument& recv, int root, const std::string& op, const Stream& stream,
+                              bool synchronize, std::optional<double> timeout) {
+            const auto tensors = borrowed_tensors(runtime, device, require_dtype(dtype), {send, recv}, 2);
+            run_collective(c, operation, tensors[0], tensors[1], root, op, stream, synchronize, timeout);
+          }, "runtime"_a, "operation"_a, "device"_a, "dtype"_a, "send"_a, "recv"_a, "root"_a, "op"_a, "stream"_a,
+          "synchronize"_a, "timeout"_a = nb::none())
       .def("run_point_to_point", &run_point_to_point, "operation"_a, "tensor"_a, "peer"_a, "stream"_a,
            "synchronize"_a = true, "timeout"_a = nb::none())
       .def("group_start", &Communicator::group_start)

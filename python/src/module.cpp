@@ -272,13 +272,10 @@ hal::AttentionDecision run_backward(const hal::Stream& stream, const hal::Attent
   return decision;
 }
 
-// (address, shape, strides in elements) of memory its owner keeps alive and
-// in place until the call and its stream work are done.
-using BorrowedArgument = std::tuple<std::uintptr_t, std::vector<std::int64_t>, std::vector<std::int64_t>>;
+}  // namespace
 
-// Non-owning hal.Tensors over borrowed memory on a DLPack device, through
-// hal::from_dlpack (which checks them as it checks any producer's); those
-// from index f32_from on are f32 (the LSE), the others `dtype`.
+namespace hal::python {
+
 std::vector<hal::Tensor> borrowed_tensors(const hal::Runtime& runtime, std::tuple<int, int> device, hal::DType dtype,
                                           const std::vector<BorrowedArgument>& arguments, std::size_t f32_from) {
   struct Borrowed {
@@ -307,6 +304,11 @@ std::vector<hal::Tensor> borrowed_tensors(const hal::Runtime& runtime, std::tupl
   }
   return tensors;
 }
+}  // namespace hal::python
+
+namespace {
+using hal::python::BorrowedArgument;
+using hal::python::borrowed_tensors;
 }  // namespace
 
 NB_MODULE(_hal, m) {

@@ -417,3 +417,10 @@ def use_hal_attention() -> Iterator[None]:
     finally:
         with _route_lock:
             F.scaled_dot_product_attention = previous
+
+
+# torch.distributed's backend "hal" (hal/torch/distributed.py): registered on import, where torch has distributed.
+if torch.distributed.is_available():
+    from . import distributed  # noqa: E402
+
+    distributed.register()

@@ -1,4 +1,7 @@
-"""python -m hal.bench attention: hal.torch's SDPA against torch's, in one run, and the Python path's per-call overhead.
+"""python -m hal.bench attention | collectives: hal against torch measured in one run.
+
+attention: hal.torch's SDPA against torch's, and the Python path's per-call overhead.
+collectives: torch.distributed on backend "hal" against gloo (hal/bench/collectives.py).
 
 For each sequence length: forward, and forward + backward, of
 ``hal.torch.scaled_dot_product_attention`` and ``torch.nn.functional.scaled_dot_product_attention``
@@ -38,7 +41,11 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     attention.add_argument("--no-backward", dest="backward", action="store_false")
     attention.add_argument("--overhead-calls", type=int, default=2000, help="calls per overhead measurement")
     attention.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    from .collectives import add_parser as add_collectives
+    add_collectives(sub)
     args = parser.parse_args(argv)
+    if args.benchmark != "attention":
+        return args
     for name in ("batch", "heads", "kv_heads", "head_dim", "repeats", "overhead_calls"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} is {getattr(args, name)}; it must be >= 1")
@@ -201,8 +208,7 @@ def main(argv: List[str] = None) -> int:
     args = _parse(sys.argv[1:] if argv is None else argv)
     if args.benchmark == "attention":
         return _attention(args)
+    if args.benchmark == "collectives":
+        from .collectives import run
+        return run(args)
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
