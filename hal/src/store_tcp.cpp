@@ -1,8 +1,10 @@
 // TcpStore: rank 0 serves a key-value map over TCP; every rank is a client.
 // The wire format is in store_protocol.hpp. The server bounds what one
 // connection may make it hold (a key, a value up to max_value_bytes, the
-// answers it has not read), and with a token set answers nothing on a
-// connection that has not presented it.
+// answers it has not read). With a token set it answers nothing on a
+// connection that has not presented it, and such a connection may make it
+// hold a token request only: anything else is refused on its header, before
+// its body is read, and the connection is closed after auth_timeout.
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "hal/collectives.hpp"
+#include "loaded_backend.hpp"
 #include "store_protocol.hpp"
 
 namespace hal {
@@ -46,6 +50,15 @@ using detail::store_token;
 // Connections beyond this are closed as they come (each costs a descriptor).
 constexpr std::size_t max_connections = 4096;
 
+// Before a connection has presented the token, a token request is all it may
+// send, and the server holds at most its header and a key of this many bytes
+// (or the token's size, if the token is longer).
+constexpr std::size_t unauthenticated_key_bytes = 4096;
+constexpr std::size_t request_header_bytes = 1 + sizeof(std::uint32_t);  // op, key size
+
+const char* const needs_token = "this store needs the job's token first; set HAL_STORE_TOKEN as rank 0 has it";
+const char* const wrong_token = "the token presented is not this job's (HAL_STORE_TOKEN differs from rank 0's)";
+
 // Compares without stopping at the first difference, so the time taken does
 // not tell a guesser how much of the token was right.
 bool same_token(std::string_view presented, std::string_view token) {
@@ -57,6 +70,18 @@ bool same_token(std::string_view presented, std::string_view token) {
 }
 
 std::string errno_text() { return std::strerror(errno); }
+
+// "address:port" of a connected socket's peer, for the log.
+std::string peer_of(int fd) {
+  sockaddr_storage peer{};
+  socklen_t length = sizeof(peer);
+  char host[NI_MAXHOST], service[NI_MAXSERV];
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0 ||
+      ::getnameinfo(reinterpret_cast<sockaddr*>(&peer), length, host, sizeof(host), service, sizeof(service),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "an unknown peer";
+  return std::string(host) + ":" + service;
+}
 
 template <typename T>
 void append(std::string& out, const T& value) {
@@ -117,12 +142,18 @@ struct TcpStore::Server {
     bool waiting = false;
     std::string waiting_key;
     Clock::time_point waiting_deadline;
-    bool authenticated = false;  // presented the token (or none is needed)
-    bool closing = false;        // refused: closed once its answer is sent
+    bool authenticated = false;       // presented the token (or none is needed)
+    Clock::time_point auth_deadline;  // closed then if not authenticated
+    bool closing = false;             // refused: closed once its answer is sent
   };
 
   const std::string token;  // empty: any client may ask
   const std::uint64_t max_value_bytes;
+  const std::chrono::milliseconds auth_timeout;
+  // The longest key an unauthenticated connection may announce, and so the
+  // most input kept for it.
+  const std::size_t unauthenticated_key_limit;
+  const std::size_t unauthenticated_input_limit;
   // Answers a client has not read, at most: two values and a key (saturated,
   // for limits near 2^64).
   const std::uint64_t unread_limit;
@@ -131,13 +162,23 @@ struct TcpStore::Server {
   std::uint16_t port = 0;
   std::map<std::string, std::string, std::less<>> values;
   std::vector<Connection> connections;
+  // Logged the first time, then counted and reported when the server stops,
+  // so that a port scanner or a flood of connections cannot fill the log.
+  std::uint64_t unauthenticated_refusals = 0;
+  std::uint64_t connections_over_limit = 0;
   std::thread thread;
 
-  Server(const std::string& host, std::uint16_t requested_port, std::string required_token, std::uint64_t value_limit)
-      : token(std::move(required_token)), max_value_bytes(value_limit),
-        unread_limit(value_limit > (UINT64_MAX - detail::store_max_key_bytes) / 2
+  explicit Server(const TcpStoreOptions& options)
+      : token(options.token),
+        max_value_bytes(options.max_value_bytes),
+        auth_timeout(options.auth_timeout),
+        unauthenticated_key_limit(std::max(options.token.size(), unauthenticated_key_bytes)),
+        unauthenticated_input_limit(request_header_bytes + unauthenticated_key_limit),
+        unread_limit(max_value_bytes > (UINT64_MAX - detail::store_max_key_bytes) / 2
                          ? UINT64_MAX
-                         : 2 * value_limit + detail::store_max_key_bytes) {
+                         : 2 * max_value_bytes + detail::store_max_key_bytes) {
+    const std::string& host = options.host;
+    const std::uint16_t requested_port = options.port;
     AddressList addresses;
     resolve(host, requested_port, true, addresses);
     std::string last_error = "no address";
@@ -179,21 +220,48 @@ struct TcpStore::Server {
     const char byte = 0;
     [[maybe_unused]] const auto written = ::write(wake_write.get(), &byte, 1);
     thread.join();
+    if (unauthenticated_refusals > 1)
+      detail::log_message(HAL_LOG_WARNING, "TcpStore on port " + std::to_string(port) + ": refused " +
+                                               std::to_string(unauthenticated_refusals) +
+                                               " connections in all that had not presented the job's token");
+    if (connections_over_limit > 1)
+      detail::log_message(HAL_LOG_WARNING, "TcpStore on port " + std::to_string(port) + ": closed " +
+                                               std::to_string(connections_over_limit) +
+                                               " connections in all over the limit of " +
+                                               std::to_string(max_connections) + " open at once");
+  }
+
+  // Why a connection that has not presented the token is refused, decided
+  // from the first bytes of its request so that no body is read: a request
+  // other than the token, or a token longer than this store's can be.
+  // Empty: nothing to refuse yet (bytes that are no request at all are left
+  // to the parser, which names them).
+  std::string unauthenticated_refusal(std::string_view input) const {
+    if (input.empty()) return {};
+    const auto op = static_cast<std::uint8_t>(input[0]);
+    if (op == store_set || op == store_get || op == store_add) return needs_token;
+    if (op != store_token || input.size() < request_header_bytes) return {};
+    std::uint32_t key_size;
+    std::memcpy(&key_size, input.data() + 1, sizeof(key_size));
+    return key_size > unauthenticated_key_limit ? wrong_token : std::string();
   }
 
   // Answers the complete requests at the front of the connection's input.
   void handle_requests(Connection& connection) {
     while (!connection.closing) {
+      if (!connection.authenticated) {
+        if (const std::string why = unauthenticated_refusal(connection.input); !why.empty())
+          return refuse_unauthenticated(connection, why);
+      }
       detail::StoreRequest request;
       std::string why;
       const detail::StoreParse parsed = detail::parse_store_request(connection.input, max_value_bytes, request, why);
       if (parsed == detail::StoreParse::need_more) return;
-      if (parsed == detail::StoreParse::refused) return refuse(connection, why);
+      if (parsed == detail::StoreParse::refused)
+        return connection.authenticated ? refuse(connection, why) : refuse_unauthenticated(connection, why);
       if (!connection.authenticated) {
-        if (request.op != store_token)
-          return refuse(connection, "this store needs the job's token first; set HAL_STORE_TOKEN as rank 0 has it");
-        if (!same_token(request.key, token))
-          return refuse(connection, "the token presented is not this job's (HAL_STORE_TOKEN differs from rank 0's)");
+        // unauthenticated_refusal() let only a token request through.
+        if (!same_token(request.key, token)) return refuse_unauthenticated(connection, wrong_token);
         connection.authenticated = true;
       }
       const std::string key(request.key);
@@ -235,6 +303,17 @@ struct TcpStore::Server {
     connection.closing = true;
   }
 
+  // A refusal of a connection without the token: the first is logged with
+  // its peer and reason, the others only counted.
+  void refuse_unauthenticated(Connection& connection, const std::string& why) {
+    if (unauthenticated_refusals++ == 0)
+      detail::log_message(HAL_LOG_WARNING, "TcpStore on port " + std::to_string(port) + ": refused a connection from " +
+                                               peer_of(connection.fd.get()) +
+                                               " that had not presented the job's token: " + why +
+                                               "; further refusals are counted, not logged, until the store stops");
+    refuse(connection, why);
+  }
+
   static void answer_found(Connection& connection, const std::string& value) {
     connection.output += static_cast<char>(store_found);
     append(connection.output, static_cast<std::uint64_t>(value.size()));
@@ -259,6 +338,7 @@ struct TcpStore::Server {
                        static_cast<short>((connection.closing ? 0 : POLLIN) | (connection.output.empty() ? 0 : POLLOUT)),
                        0});
         if (connection.waiting) next_deadline = std::min(next_deadline, connection.waiting_deadline);
+        if (!connection.authenticated) next_deadline = std::min(next_deadline, connection.auth_deadline);
       }
       const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_deadline - Clock::now()).count();
       if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(wait, 0) + 1)) < 0 && errno != EINTR)
@@ -269,6 +349,11 @@ struct TcpStore::Server {
           const int client = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
           if (client < 0) break;
           if (connections.size() >= max_connections) {
+            if (connections_over_limit++ == 0)
+              detail::log_message(HAL_LOG_WARNING,
+                                  "TcpStore on port " + std::to_string(port) + ": " + std::to_string(max_connections) +
+                                      " connections are open, the most it keeps; closing new ones (" + peer_of(client) +
+                                      " first) as they come, counted, not logged, until the store stops");
             ::close(client);
             continue;
           }
@@ -277,6 +362,7 @@ struct TcpStore::Server {
           Connection connection;
           connection.fd = FileDescriptor(client);
           connection.authenticated = token.empty();
+          connection.auth_deadline = Clock::now() + auth_timeout;
           connections.push_back(std::move(connection));
         }
       // connections may have grown: fds holds the older ones only, in order.
@@ -285,7 +371,18 @@ struct TcpStore::Server {
         Connection& connection = connections[i];
         const short events = fds[i + 2].revents;
         if (events & (POLLIN | POLLHUP | POLLERR)) {
-          const ssize_t got = ::recv(connection.fd.get(), scratch, sizeof(scratch), 0);
+          // Without the token, no more than a token request is kept; the
+          // header checks refuse a connection before it gets this far.
+          const std::size_t room =
+              connection.authenticated || connection.closing
+                  ? sizeof(scratch)
+                  : std::min(sizeof(scratch), unauthenticated_input_limit -
+                                                  std::min(connection.input.size(), unauthenticated_input_limit));
+          if (room == 0) {
+            refuse_unauthenticated(connection, needs_token);
+            continue;
+          }
+          const ssize_t got = ::recv(connection.fd.get(), scratch, room, 0);
           if (got > 0) {
             if (!connection.closing) connection.input.append(scratch, static_cast<std::size_t>(got));
             handle_requests(connection);
@@ -297,6 +394,13 @@ struct TcpStore::Server {
       const auto now = Clock::now();
       for (std::size_t i = 0; i < connections.size(); ++i) {
         Connection& connection = connections[i];
+        if (!connection.authenticated && now >= connection.auth_deadline) {
+          if (connection.closing)  // refused, and its answer still not taken
+            closed[i] = true;
+          else
+            refuse_unauthenticated(connection, "no token within " + std::to_string(auth_timeout.count()) +
+                                                   " ms of connecting; " + needs_token);
+        }
         if (connection.waiting && now >= connection.waiting_deadline) {
           connection.waiting = false;
           connection.output += static_cast<char>(store_timed_out);
@@ -431,9 +535,13 @@ TcpStore::TcpStore(const TcpStoreOptions& options) : max_value_bytes_(options.ma
   if (options.token.size() > detail::store_max_key_bytes)
     throw Error(StatusCode::invalid_argument, "TcpStore: the token is " + std::to_string(options.token.size()) +
                                                   " bytes; at most " + std::to_string(detail::store_max_key_bytes));
+  if (options.is_server && options.auth_timeout.count() <= 0)
+    throw Error(StatusCode::invalid_argument,
+                "TcpStore: auth_timeout is " + std::to_string(options.auth_timeout.count()) +
+                    " ms; it must be positive (the time a client has to present the token)");
   std::uint16_t port = options.port;
   if (options.is_server) {
-    server_ = std::make_unique<Server>(options.host, options.port, options.token, options.max_value_bytes);
+    server_ = std::make_unique<Server>(options);
     port = server_->port;
   } else if (port == 0) {
     throw Error(StatusCode::invalid_argument, "TcpStore: a client needs the server's port; port 0 is only for rank 0");

@@ -3,12 +3,15 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <thread>
@@ -204,6 +207,161 @@ TEST_CASE("TcpStore: a value over the limit is refused with the limit named, and
   hal::TcpStore client(client_options);
   client.set("fits", std::string(1024, 'y'));
   CHECK(server.get("fits", 1s).size() == 1024);
+}
+
+namespace {
+
+// This process's resident memory in KiB (VmRSS), or -1; the store's server
+// runs in the test's process.
+long resident_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+
+// What the server sends until it closes the connection (recv gives 0 or an
+// error), or nothing if it is still open after `limit`.
+std::optional<std::string> closed_within(int fd, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  std::string received;
+  char buffer[4096];
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return std::nullopt;
+    pollfd descriptor{fd, POLLIN, 0};
+    if (::poll(&descriptor, 1, static_cast<int>(left)) <= 0) continue;
+    const ssize_t got = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (got > 0) {
+      received.append(buffer, static_cast<std::size_t>(got));
+    } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+      return received;
+    }
+  }
+}
+
+}  // namespace
+
+// Without the token a connection can make the server hold a few KiB, not a
+// value: a request that is not the token is refused on its header, before
+// its body arrives, while the job's clients are served as usual.
+TEST_CASE("TcpStore: a client without the token is refused on the header, not buffered") {
+  hal::TcpStoreOptions server_options;
+  server_options.is_server = true;
+  server_options.token = "job-51c0";
+  hal::TcpStore server(server_options);
+  hal::TcpStoreOptions client_options;
+  client_options.port = server.port();
+  client_options.token = "job-51c0";
+  hal::TcpStore client(client_options);
+  client.set("warm", std::string(4096, 'w'));
+  const long before = resident_kib();
+  REQUIRE(before > 0);
+
+  // A set announcing 64 MiB (within the value limit, so the request alone is
+  // valid), then 16 MiB of its value, from a thread while the job's client works.
+  constexpr std::size_t body_bytes = 16u << 20;
+  RawConnection intruder(server.port());
+  REQUIRE(intruder.fd >= 0);
+  const timeval send_timeout{1, 0};
+  ::setsockopt(intruder.fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
+  std::atomic<std::size_t> body_sent{0};
+  std::thread sender([&] {
+    intruder.send(request_header('S', "victim") + bytes_of<std::uint64_t>(64ull << 20));
+    const std::string chunk(64u << 10, 'v');
+    while (body_sent.load() < body_bytes) {
+      const ssize_t sent = ::send(intruder.fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      if (sent <= 0) break;  // closed by the server, or stalled for a second
+      body_sent += static_cast<std::size_t>(sent);
+    }
+  });
+  for (int i = 0; i < 50; ++i) {
+    const std::string key = "job/" + std::to_string(i);
+    client.set(key, std::to_string(i * i));
+    CHECK(client.get(key, 1s) == std::to_string(i * i));
+  }
+  const auto answer = closed_within(intruder.fd, 3s);
+  sender.join();
+  const long grown = resident_kib() - before;
+  MESSAGE("resident memory grew by " << grown << " KiB while a client without the token sent " << body_sent.load()
+                                     << " bytes of a 64 MiB value");
+  CHECK_MESSAGE(answer.has_value(), "the server kept a connection that announced 64 MiB without the token");
+  if (answer && !answer->empty()) {
+    CHECK(static_cast<std::uint8_t>((*answer)[0]) == hal::detail::store_refused);
+    CHECK_MESSAGE(contains(*answer, "needs the job's token first"), *answer);
+  }
+  CHECK(grown < 4096);
+  try {
+    client.get("victim", 10ms);
+    FAIL("a client without the token set a key");
+  } catch (const hal::Error& error) {
+    CHECK(error.code() == hal::StatusCode::timeout);
+  }
+
+  // A token request longer than any token this store takes is refused on
+  // its header too, without waiting for the megabyte it announces.
+  RawConnection long_token(server.port());
+  REQUIRE(long_token.fd >= 0);
+  std::string header(1, 'T');
+  header += bytes_of<std::uint32_t>(hal::detail::store_max_key_bytes);
+  long_token.send(header + "job-");
+  const auto refusal = closed_within(long_token.fd, 3s);
+  REQUIRE_MESSAGE(refusal.has_value(), "the server waits for a 1 MiB token from a client without the token");
+  CHECK_MESSAGE(contains(*refusal, "HAL_STORE_TOKEN differs from rank 0's"), *refusal);
+  CHECK(client.get("job/7", 1s) == "49");
+
+  // A token longer than the few KiB kept for a token request is still taken.
+  const std::string long_secret(20000, 't');
+  hal::TcpStoreOptions long_server_options;
+  long_server_options.is_server = true;
+  long_server_options.token = long_secret;
+  hal::TcpStore long_server(long_server_options);
+  hal::TcpStoreOptions long_client_options;
+  long_client_options.port = long_server.port();
+  long_client_options.token = long_secret;
+  hal::TcpStore long_client(long_client_options);
+  long_client.set("key", "value");
+  CHECK(long_server.get("key", 1s) == "value");
+}
+
+// A connection that does not present the token within auth_timeout is
+// closed; the job's clients, which wait in get() for as long as they need,
+// are not.
+TEST_CASE("TcpStore: a connection that does not present the token in time is closed") {
+  hal::TcpStoreOptions server_options;
+  server_options.is_server = true;
+  server_options.token = "job-51c0";
+  server_options.auth_timeout = 300ms;
+  hal::TcpStore server(server_options);
+  hal::TcpStoreOptions client_options;
+  client_options.port = server.port();
+  client_options.token = "job-51c0";
+  hal::TcpStore client(client_options);
+
+  const auto start = std::chrono::steady_clock::now();
+  RawConnection silent(server.port()), slow(server.port());
+  REQUIRE(silent.fd >= 0);
+  REQUIRE(slow.fd >= 0);
+  slow.send(request_header('T', "job-51c0").substr(0, 3));  // a token request that stops short
+  const auto silent_answer = closed_within(silent.fd, 5s);
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  REQUIRE_MESSAGE(silent_answer.has_value(), "a silent connection without the token was kept past auth_timeout");
+  CHECK_MESSAGE(contains(*silent_answer, "no token within 300 ms"), *silent_answer);
+  CHECK(elapsed >= 300ms);
+  CHECK(elapsed < 4s);
+  CHECK_MESSAGE(closed_within(slow.fd, 2s).has_value(), "a connection stalled in its token request was kept");
+
+  // The client presented its token: idle for longer than the deadline, and
+  // waiting in get() for longer still, it is answered.
+  std::thread late([&] {
+    std::this_thread::sleep_for(800ms);
+    server.set("late", "value");
+  });
+  CHECK(client.get("late", 5s) == "value");
+  late.join();
+  client.set("after", "1");
+  CHECK(server.get("after", 1s) == "1");
 }
 
 // The parser never reads past its input, never takes more than it was

@@ -89,6 +89,9 @@ struct TcpStoreOptions {
   // The largest value the server takes (and a client sends); a larger one is
   // refused with the limit named rather than buffered.
   std::uint64_t max_value_bytes = 64ull << 20;
+  // With a token, the server closes a connection that has not presented it
+  // this long after connecting; connections that have are never timed out.
+  std::chrono::milliseconds auth_timeout{std::chrono::seconds(10)};
 };
 
 // Rank 0 runs the server inside its process; every rank (rank 0 too) talks
