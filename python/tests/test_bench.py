@@ -48,3 +48,28 @@ def test_bad_flags_are_refused(args, message):
     result = bench(*args)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def collectives(*args):
+    return subprocess.run([sys.executable, "-m", "hal.bench", "collectives", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_collectives_benchmark_measures_hal_and_gloo_in_one_run():
+    result = collectives("--launcher", "local", "-b", "8", "-e", "4K", "-f", "16", "--rounds", "1",
+                         "--ddp-steps", "1", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["schema"] == "hal.bench.collectives/1" and report["world_size"] == 2
+    assert "gloo" in report["engine"]  # launched without mpirun: hal's Gloo engine, named
+    assert [row["bytes"] for row in report["rows"]] == [8, 128, 2048, 4096]
+    for row in report["rows"]:
+        assert row["hal_us"] > 0 and row["gloo_us"] > 0
+        assert row["hal_over_gloo_time"] == pytest.approx(row["hal_us"] / row["gloo_us"])
+    assert set(report["ddp_step_seconds"]) >= {"hal", "gloo"}
+    assert report["summary"]["small_time_ratio_max"] == max(r["hal_over_gloo_time"] for r in report["rows"])
+
+
+def test_collectives_benchmark_refuses_bad_sizes():
+    result = collectives("-b", "1M", "-e", "1K")
+    assert result.returncode == 2 and "max >= min" in result.stderr

@@ -123,6 +123,8 @@ def _rank(args: argparse.Namespace) -> int:
     while size <= args.max_bytes:
         sizes.append(size)
         size *= args.factor
+    if sizes[-1] != args.max_bytes:
+        sizes.append(args.max_bytes)  # the largest size asked for is always measured
     rows = []
     for size in sizes:
         count = max(1, size // 4)
