@@ -5,7 +5,8 @@ Each mode checks hal's backend against torch's own gloo backend in the same proc
 "rank R: ok" at the end; a failed check raises and exits non-zero.
 
 modes: ops (every op x dtype x reduce op), ddp (Llama-style model, 10 steps), fsdp (fully_shard, 5 steps),
-mismatch (ranks disagree on a size), kill (rank 1 dies inside a collective), launch (a short check, any launcher).
+mismatch (ranks disagree on a size), kill (rank 1 dies inside a collective), launch (a short check, any launcher),
+mixed ("cpu:gloo,cuda:hal": CPU tensors go to torch's gloo).
 """
 import datetime
 import os
@@ -21,7 +22,8 @@ from hal.torch import distributed as hal_dist
 
 mode = sys.argv[1]
 timeout = float(os.environ.get("HAL_TEST_TIMEOUT", "60"))
-dist.init_process_group("hal", timeout=datetime.timedelta(seconds=timeout))
+# mixed: CPU tensors to torch's gloo, CUDA tensors to hal (the backend string's order: hal last)
+dist.init_process_group("cpu:gloo,cuda:hal" if mode == "mixed" else "hal", timeout=datetime.timedelta(seconds=timeout))
 rank, world = dist.get_rank(), dist.get_world_size()
 gloo = dist.new_group(backend="gloo")
 
@@ -318,6 +320,15 @@ def run_kill():
     dist.destroy_process_group()
 
 
+def run_mixed():
+    description = hal_dist.describe()
+    check("cpu: torch's gloo" in description, f"describe() says {description}")
+    t = torch.full((3,), float(rank + 1))
+    dist.all_reduce(t)
+    check(torch.equal(t, torch.full((3,), world * (world + 1) / 2)), f"all_reduce gave {t}")
+    check(not dist.distributed_c10d._get_default_group().communicators, "hal made a communicator for CPU tensors")
+
+
 def run_launch():
     t = torch.full((3,), float(rank + 1))
     dist.all_reduce(t)
@@ -326,7 +337,7 @@ def run_launch():
 
 
 {"ops": run_ops, "ddp": run_ddp, "fsdp": run_fsdp, "mismatch": run_mismatch, "kill": run_kill,
- "launch": run_launch}[mode]()
+ "launch": run_launch, "mixed": run_mixed}[mode]()
 print(f"rank {rank}: ok", flush=True)
 if mode != "kill":
     dist.destroy_process_group()

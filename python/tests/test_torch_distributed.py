@@ -64,6 +64,10 @@ def test_fsdp2_losses_equal_to_gloo():
     assert_ok(launch("fsdp"))
 
 
+def test_a_mixed_backend_string_gives_cpu_tensors_to_gloo():
+    assert_ok(launch("mixed"))
+
+
 def test_size_mismatch_is_an_error_on_every_rank():
     """Under torch's switch for collective checks, a count mismatch is an error naming each rank's call (without
     it, Gloo ends the process on a count mismatch, as under torch's own gloo backend)."""

@@ -228,14 +228,44 @@ def _completed(value) -> torch.futures.Future:
 
 # ------------------------------------------------------------------ the process group
 
+def _first_device(arguments) -> Optional[torch.device]:
+    for argument in arguments:
+        if isinstance(argument, torch.Tensor):
+            return argument.device
+        if isinstance(argument, (list, tuple)):
+            found = _first_device(argument)
+            if found is not None:
+                return found
+    return None
+
+
+def _delegable(method):
+    """Runs the operation on torch's own backend for a device the backend string gave to another backend
+    ("cpu:gloo,cuda:hal": CPU tensors to gloo), else on hal."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def operation(self, *args, **kwargs):
+        if self._delegates:
+            device = _first_device(args)
+            delegate = self._delegates.get(device.type) if device is not None else None
+            if delegate is not None:
+                return getattr(delegate, name)(*args, **kwargs)
+        return method(self, *args, **kwargs)
+    return operation
+
+
 _live_groups: "weakref.WeakSet" = weakref.WeakSet()
 
 
 class ProcessGroupHal(dist.ProcessGroup):
     """A torch.distributed process group whose collectives run on hal.Communicator (one per device type)."""
 
-    def __init__(self, store: "dist.Store", rank: int, size: int, timeout: datetime.timedelta):
+    def __init__(self, store: "dist.Store", rank: int, size: int, timeout: datetime.timedelta,
+                 delegates: Optional[Dict[str, "dist.Backend"]] = None):
         super().__init__(rank, size)
+        # torch's backends for the devices a mixed backend string gives to another backend, by device type
+        self._delegates = dict(delegates or {})
         self._store = store
         self._timeout = timeout.total_seconds() if timeout is not None else 1800.0
         self._communicators: Dict[Tuple[str, int], hal.Communicator] = {}
@@ -273,6 +303,8 @@ class ProcessGroupHal(dist.ProcessGroup):
     def describe(self) -> str:
         lines = [f"process group '{BACKEND_NAME}' rank {self.rank()} of {self.size()}, timeout {self._timeout:g} s"]
         communicators = self.communicators
+        for device, backend in self._delegates.items():
+            lines.append(f"  {device}: torch's {backend.name()} (the backend string gives it {device} tensors)")
         if not communicators:
             lines.append("  no communicator yet: one is made per device type at its first collective")
         for device, comm in communicators.items():
@@ -348,6 +380,7 @@ class ProcessGroupHal(dist.ProcessGroup):
         _run(comm, "all_gather", _engine_view(tensor, "allgather"), _engine_view(out, "allgather"), stream, timeout)
         return out
 
+    @_delegable
     def allreduce(self, tensors: List[torch.Tensor], opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.AllreduceOptions()
         reductions = [_reduction("allreduce", opts.reduceOp, t.dtype) for t in tensors]
@@ -361,6 +394,7 @@ class ProcessGroupHal(dist.ProcessGroup):
                 self._all_reduce(comm, tensor, reduction, timeout, self._stream(comm, tensor))
         return self._submit("allreduce", tensors, run, tensors, opts)
 
+    @_delegable
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts=None) -> "dist.Work":
         """One all_reduce per dtype over the tensors flattened together, copied back."""
         opts = opts if opts is not None else _c10d.AllreduceCoalescedOptions()
@@ -379,6 +413,7 @@ class ProcessGroupHal(dist.ProcessGroup):
                     t.copy_(part.view_as(t))
         return self._submit("allreduce_coalesced", tensors, run, tensors, opts)
 
+    @_delegable
     def reduce(self, tensors: List[torch.Tensor], opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.ReduceOptions()
         tensor = _single(tensors, "reduce")
@@ -416,6 +451,7 @@ class ProcessGroupHal(dist.ProcessGroup):
              _engine_view(dense.dense, "reduce_scatter"), stream, timeout, op=reduction.engine_op)
         dense.finish()
 
+    @_delegable
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         _same_dtype(output, input, "reduce_scatter_tensor")
@@ -428,6 +464,7 @@ class ProcessGroupHal(dist.ProcessGroup):
             self._reduce_scatter(comm, output, input.contiguous(), reduction, timeout, self._stream(comm, input))
         return self._submit("reduce_scatter_tensor", [output, input], run, [output], opts)
 
+    @_delegable
     def reduce_scatter_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
@@ -443,6 +480,7 @@ class ProcessGroupHal(dist.ProcessGroup):
                 self._reduce_scatter(comm, output, input.contiguous(), reduction, timeout, self._stream(comm, input))
         return self._submit("reduce_scatter_tensor_coalesced", list(outputs) + list(inputs), run, outputs, opts)
 
+    @_delegable
     def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
                        opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
@@ -466,6 +504,7 @@ class ProcessGroupHal(dist.ProcessGroup):
 
     # -------------------------------------------------- data movement
 
+    @_delegable
     def broadcast(self, tensors: List[torch.Tensor], opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.BroadcastOptions()
         root, timeout = self._root(opts.rootRank, "broadcast"), self._timeout_of(opts)
@@ -492,6 +531,7 @@ class ProcessGroupHal(dist.ProcessGroup):
              stream, timeout)
         dense.finish()
 
+    @_delegable
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.AllgatherOptions()
         _same_dtype(output, input, "all_gather_into_tensor")
@@ -503,6 +543,7 @@ class ProcessGroupHal(dist.ProcessGroup):
             self._all_gather_into(comm, output, input, timeout, self._stream(comm, input))
         return self._submit("all_gather_into_tensor", [output, input], run, [output], opts)
 
+    @_delegable
     def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.AllgatherOptions()
@@ -517,6 +558,7 @@ class ProcessGroupHal(dist.ProcessGroup):
                 self._all_gather_into(comm, output, input, timeout, self._stream(comm, input))
         return self._submit("allgather_into_tensor_coalesced", list(outputs) + list(inputs), run, outputs, opts)
 
+    @_delegable
     def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                   opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.AllgatherOptions()
@@ -538,6 +580,7 @@ class ProcessGroupHal(dist.ProcessGroup):
                 t.copy_(part.view_as(t))
         return self._submit("allgather", [input] + list(outputs), run, outputs, opts)
 
+    @_delegable
     def allgather_coalesced(self, output_lists: List[List[torch.Tensor]], input_list: List[torch.Tensor],
                             opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.AllgatherOptions()
@@ -558,6 +601,7 @@ class ProcessGroupHal(dist.ProcessGroup):
                     t.copy_(part.view_as(t))
         return self._submit("allgather_coalesced", list(input_list), run, [t for row in output_lists for t in row], opts)
 
+    @_delegable
     def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.GatherOptions()
@@ -585,6 +629,7 @@ class ProcessGroupHal(dist.ProcessGroup):
                 t.copy_(part.view_as(t))
         return self._submit("gather", [input] + list(outputs), run, output_tensors[0] if output_tensors else [], opts)
 
+    @_delegable
     def gather_single(self, output: torch.Tensor, input: torch.Tensor, opts=None) -> "dist.Work":
         """gather into one tensor of world size times the input's elements on the root (empty elsewhere)."""
         opts = opts if opts is not None else _c10d.GatherOptions()
@@ -606,6 +651,7 @@ class ProcessGroupHal(dist.ProcessGroup):
                 dense.finish()
         return self._submit("gather", [output, input], run, [output], opts)
 
+    @_delegable
     def scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
                 opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.ScatterOptions()
@@ -629,6 +675,7 @@ class ProcessGroupHal(dist.ProcessGroup):
             dense.finish()
         return self._submit("scatter", [output] + list(inputs), run, output_tensors, opts)
 
+    @_delegable
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: List[int],
                       input_split_sizes: List[int], opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.AllToAllOptions()
@@ -655,6 +702,7 @@ class ProcessGroupHal(dist.ProcessGroup):
             self._exchange(comm_for(input), sends, receives, timeout)
         return self._submit("all_to_all_single", [output, input], run_unequal, [output], opts)
 
+    @_delegable
     def alltoall(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor],
                  opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.AllToAllOptions()
@@ -710,6 +758,7 @@ class ProcessGroupHal(dist.ProcessGroup):
 
     # -------------------------------------------------- point to point and barrier
 
+    @_delegable
     def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> "dist.Work":
         tensor = _single(tensors, "send")
         _check_dtype(tensor, "send")
@@ -720,6 +769,7 @@ class ProcessGroupHal(dist.ProcessGroup):
             comm.send(_engine_view(tensor.contiguous(), "send"), peer, stream=self._stream(comm, tensor))
         return self._submit("send", tensors, run, tensors)
 
+    @_delegable
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> "dist.Work":
         tensor = _single(tensors, "recv")
         _check_dtype(tensor, "recv")
@@ -732,6 +782,7 @@ class ProcessGroupHal(dist.ProcessGroup):
             dense.finish()
         return self._submit("recv", tensors, run, tensors)
 
+    @_delegable
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> "dist.Work":
         raise _unsupported("recv from any source: hal's engines receive from a named rank; pass src=")
 
@@ -879,8 +930,20 @@ class _Work(dist.Work):
 
 # ------------------------------------------------------------------ registration and inspection
 
-def _create(store, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupHal:
-    return ProcessGroupHal(store, rank, size, timeout)
+def _create(options, backend_options=None) -> ProcessGroupHal:
+    """torch's extended creator API: besides the store and ranks, the process group being built, which holds the
+    backends made before hal's for a mixed string ("cpu:gloo,cuda:hal"): hal's group replaces it (torch keeps a
+    Python process group whole), so it hands those devices' tensors to them."""
+    delegates = {}
+    parent = getattr(options, "process_group", None)
+    for device in ("cpu", "cuda"):
+        try:
+            backend = parent._get_backend(torch.device(device)) if parent is not None else None
+        except RuntimeError:
+            continue  # no backend for that device yet
+        if backend is not None and backend.name() != BACKEND_NAME:
+            delegates[device] = backend
+    return ProcessGroupHal(options.store, options.group_rank, options.group_size, options.timeout, delegates)
 
 
 # (rank, world size, local rank, local world size) variables of the launchers that do not set torchrun's.
@@ -911,7 +974,7 @@ def register() -> None:
     _export_launcher_ranks()
     if BACKEND_NAME.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu", "cuda"])
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
 
 
 def describe(group=None) -> str:
