@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the Python test environment .venv-python/ at the
 # repository root: the build tools of the hal wheel (nanobind,
-# scikit-build-core), numpy, pytest and torch. Does nothing when the
+# scikit-build-core), numpy, pytest, torch and transformers. Does nothing when the
 # environment is complete. PyPI has only the CUDA build of torch (no "+cpu"
 # wheel; those live on download.pytorch.org), so the first run downloads
 # torch with its nvidia-* packages (~5 GB installed, a few minutes); later
@@ -14,6 +14,8 @@ python="${PYTHON:-python3}"
 # Pinned so CI is reproducible; bump together with docs/python.md.
 build_requirements=(nanobind==3.1.0 scikit-build-core==1.1.2)
 test_requirements=(numpy==2.4.* pytest==9.2.*)
+# Installed after torch (transformers needs it): the hal.transformers tests' models (tiny configs, no downloads).
+torch_test_requirements=(transformers==5.25.*)
 torch_requirement=torch==2.15.0
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -41,5 +43,16 @@ if [ "${HAL_PYTHON_NO_TORCH:-0}" != 1 ] && ! "$venv/bin/python" -c "import torch
   start=$(date +%s)
   "${pip[@]}" install "$torch_requirement"
   echo "install-python-deps: torch installed in $(( $(date +%s) - start )) s"
+fi
+if [ "${HAL_PYTHON_NO_TORCH:-0}" != 1 ]; then
+  missing=()
+  for requirement in "${torch_test_requirements[@]}"; do
+    name="${requirement%%=*}"
+    if ! "$venv/bin/python" -m pip show "$name" >/dev/null 2>&1; then missing+=("$requirement"); fi
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-python-deps: installing ${missing[*]}"
+    "${pip[@]}" install "${missing[@]}"
+  fi
 fi
 echo "install-python-deps: $venv ready ($("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])'))"

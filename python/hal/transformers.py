@@ -1,0 +1,147 @@
+"""hal.transformers: hal's attention for Hugging Face transformers models, by name.
+
+``import hal.transformers`` registers ``"hal"`` with transformers'
+``AttentionInterface`` (the attention function) and ``AttentionMaskInterface``
+(the masks: those of ``"sdpa"``; a name registered with the first alone gets no
+padding mask at all, and padded batches go wrong), so that::
+
+    model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="hal")
+    model.set_attn_implementation("hal")          # or on a model already made
+    print(hal.transformers.describe(model))       # per layer: how many calls hal ran, and what fell back and why
+
+run every attention layer through ``hal.torch.scaled_dot_product_attention``.
+A mask that is exactly all-visible or causal (what transformers passes
+during generation and for unpadded batches) is checked and run as such; a
+call hal cannot run (a padding, sliding-window or packed-sequence mask;
+dropout; a position bias; a head dim or dtype hal refuses) runs
+transformers' own SDPA attention instead, with the reason counted per layer
+and warned once (``hal.torch.FallbackWarning``). ``output_attentions`` is
+refused as transformers' "sdpa" refuses it (a warning, no weights). Tested with
+transformers 5.25 (``AttentionInterface`` and ``AttentionMaskInterface``, which
+older releases lack: importing this module there raises ImportError naming
+the minimum version).
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+import weakref
+from typing import Dict, Optional
+
+import torch
+
+import hal.torch as _hal_torch
+
+try:
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+except ImportError as _error:  # transformers missing, or older than its attention registries
+    raise ImportError(f"hal.transformers needs transformers >= 4.53 (AttentionInterface and AttentionMaskInterface); "
+                      f"import failed: {_error}") from None
+
+__all__ = ["NAME", "attention_forward", "calls_of", "describe", "mask_pattern", "reset_counts"]
+
+NAME = "hal"
+
+# Per attention module: {"hal": calls hal ran, "<reason>": calls that ran transformers' SDPA for that reason}.
+_calls: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_warned: set = set()
+
+
+def mask_pattern(mask: torch.Tensor, q_length: int, kv_length: int) -> Optional[bool]:
+    """What a (batch, 1 or heads, q, kv) mask (boolean: True attends; additive: 0 attends, a large negative value
+    does not) asks for, checked element by element: False when every query sees every key, True when it is exactly
+    the causal pattern of q == kv (query i sees keys 0..i), None for anything else (padding, sliding windows,
+    packed sequences), which hal's attention cannot take yet. Costs one pass over the mask, small against the
+    attention it lets hal run."""
+    if mask.dtype == torch.bool:
+        visible = mask
+    elif mask.is_floating_point():
+        visible = mask == 0
+        if not torch.logical_or(visible, mask <= torch.finfo(mask.dtype).min / 2).all():
+            return None  # a bias, not a pattern of visible and hidden keys
+    else:
+        return None
+    if visible.shape[-2:] != (q_length, kv_length):
+        return None
+    if visible.all():
+        return False
+    if q_length == kv_length:
+        causal = torch.ones(q_length, kv_length, dtype=torch.bool, device=mask.device).tril()
+        if bool((visible == causal).all()):
+            return True
+    return None
+
+
+def _fallback_reason(module, query, key, value, attention_mask, dropout, kwargs) -> Optional[str]:
+    if attention_mask is not None:
+        return "an attention mask other than all-visible or causal (padding, a sliding window or packed " \
+               "sequences): hal has no masked attention yet"
+    if dropout:
+        return f"attention dropout {dropout}: hal's attention has no dropout"
+    if kwargs.get("position_bias") is not None:
+        return "a position bias"
+    if kwargs.get("softcap") is not None:
+        return "logit soft-capping"
+    reasons = _hal_torch.fallback_reasons(query, key, value, enable_gqa=key.shape[1] != query.shape[1])
+    return "; ".join(reasons) if reasons else None
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                      attention_mask: Optional[torch.Tensor], dropout: float = 0.0, scaling: Optional[float] = None,
+                      is_causal: Optional[bool] = None, **kwargs):
+    """transformers' attention-function contract: query (batch, heads, q, dim), key and value (batch, kv heads, k,
+    dim) -> (output (batch, q, heads, dim), None)."""
+    if attention_mask is not None:  # transformers passes masks that are plain causal or all-visible too
+        pattern = mask_pattern(attention_mask, query.shape[2], key.shape[2])
+        if pattern is not None:
+            attention_mask, is_causal = None, pattern
+    reason = _fallback_reason(module, query, key, value, attention_mask, dropout, kwargs)
+    counts = _calls.setdefault(module, collections.Counter())
+    if reason is not None:
+        counts[reason] += 1
+        if reason not in _warned:
+            _warned.add(reason)
+            warnings.warn(f"hal.transformers: transformers' SDPA ran instead of hal's for {reason}",
+                          _hal_torch.FallbackWarning, stacklevel=2)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    if kwargs.get("output_attentions", False):
+        warnings.warn("hal.transformers: output_attentions=True gives no attention weights (as with 'sdpa'); use "
+                      "attn_implementation='eager' for them", UserWarning, stacklevel=2)
+    q_length, kv_length = query.shape[2], key.shape[2]
+    causal = (is_causal if is_causal is not None else getattr(module, "is_causal", True)) and q_length > 1
+    if causal and kv_length > q_length:  # a prefill into an empty static cache: the keys past the queries are unset
+        key, value = key[:, :, :q_length], value[:, :, :q_length]
+    out = _hal_torch.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scaling,
+                                                  enable_gqa=key.shape[1] != query.shape[1])
+    counts["hal"] += 1
+    return out.transpose(1, 2).contiguous(), None
+
+
+def describe(model: torch.nn.Module) -> str:
+    """One line per attention layer of the model: the calls hal ran and those that fell back, with the reasons."""
+    lines = []
+    for name, module in model.named_modules():
+        counts: Dict[str, int] = dict(_calls.get(module, {}))
+        if not counts:
+            continue
+        ran = counts.pop("hal", 0)
+        others = "; ".join(f"{count} x {reason}" for reason, count in counts.items())
+        lines.append(f"{name}: hal ran {ran} call(s)" + (f"; transformers' SDPA ran {others}" if others else ""))
+    return "\n".join(lines) if lines else "no attention layer has run through 'hal' yet"
+
+
+def calls_of(module: torch.nn.Module) -> Dict[str, int]:
+    """The counts describe() prints, for one attention module."""
+    return dict(_calls.get(module, {}))
+
+
+def reset_counts() -> None:
+    _calls.clear()
+
+
+AttentionInterface.register(NAME, attention_forward)
+AttentionMaskInterface.register(NAME, sdpa_mask)

@@ -1,0 +1,117 @@
+"""hal.transformers: attn_implementation="hal" in Hugging Face transformers models hal did not write (tiny configs,
+random weights), against attn_implementation="sdpa": logits and gradients, with and without padding, greedy
+generation; and a count showing where hal's kernels ran."""
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+import hal.transformers as ht  # noqa: E402
+
+TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            max_position_embeddings=128)
+FAMILIES = {
+    "llama": lambda: transformers.LlamaConfig(num_key_value_heads=2, **TINY),
+    "mistral": lambda: transformers.MistralConfig(num_key_value_heads=2, sliding_window=None, **TINY),
+    "qwen2": lambda: transformers.Qwen2Config(num_key_value_heads=2, **TINY),
+    "gemma": lambda: transformers.GemmaConfig(num_key_value_heads=1, head_dim=16, **TINY),
+    "gpt2": lambda: transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=128,
+                                            attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, bos_token_id=0,
+                                            eos_token_id=0),
+}
+
+
+def pair(family):
+    """The same weights twice: attn_implementation "sdpa" and "hal"."""
+    config = FAMILIES[family]()
+    torch.manual_seed(0)
+    reference = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").float()
+    mine = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="hal").float()
+    mine.load_state_dict(reference.state_dict())
+    return reference, mine
+
+
+def attention_modules(model):
+    return [m for name, m in model.named_modules() if ht.calls_of(m)]
+
+
+def tokens(batch=2, seq=24, seed=1):
+    return torch.randint(0, 128, (batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_logits_and_gradients_equal_sdpa_and_hal_ran(family):
+    reference, mine = pair(family)
+    ids = tokens()
+    ht.reset_counts()
+    outputs = []
+    for model in (reference, mine):
+        out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        outputs.append((out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (ref_logits, ref_grads), (logits, grads) = outputs
+    assert (logits - ref_logits).abs().max().item() < 2e-5
+    for name, grad in grads.items():
+        scale = ref_grads[name].abs().max().item() + 1e-12
+        assert (grad - ref_grads[name]).abs().max().item() / scale < 2e-4, name
+    layers = attention_modules(mine)
+    assert len(layers) == 2, ht.describe(mine)
+    for module in layers:
+        assert ht.calls_of(module) == {"hal": 1}, ht.describe(mine)  # hal's kernels, no fallback
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_batches_equal_sdpa(side):
+    """The padding mask reaches the attention (hal registers the mask function too): outputs at the real tokens
+    equal sdpa's. Today a padded batch runs transformers' SDPA inside hal's function, counted as a fallback."""
+    reference, mine = pair("llama")
+    ids = tokens(batch=2, seq=16)
+    mask = torch.ones_like(ids)
+    if side == "left":
+        mask[0, :5] = 0
+    else:
+        mask[0, -5:] = 0
+    ht.reset_counts()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = reference(input_ids=ids, attention_mask=mask).logits
+        out = mine(input_ids=ids, attention_mask=mask).logits
+    real = mask.bool()
+    assert (out[real] - ref[real]).abs().max().item() < 2e-5
+    counts = [ht.calls_of(m) for m in attention_modules(mine)]
+    assert all("hal" not in c and any("attention mask" in reason for reason in c) for c in counts), counts
+
+
+def test_greedy_generation_equals_sdpa():
+    reference, mine = pair("llama")
+    prompt = tokens(batch=1, seq=8, seed=3)
+    ht.reset_counts()
+    settings = dict(max_new_tokens=20, do_sample=False, pad_token_id=0, attention_mask=torch.ones_like(prompt))
+    expected = reference.generate(prompt, **settings)
+    got = mine.generate(prompt, **settings)
+    assert torch.equal(got, expected)
+    # the prefill and every decode step (one query against the cache) ran on hal
+    assert all(c.get("hal", 0) == 20 for c in (ht.calls_of(m) for m in attention_modules(mine))), ht.describe(mine)
+
+
+def test_set_attn_implementation_and_describe():
+    reference, _ = pair("qwen2")
+    reference.set_attn_implementation("hal")
+    ht.reset_counts()
+    reference(input_ids=tokens())
+    text = ht.describe(reference)
+    assert text.count("hal ran 1 call(s)") == 2, text
+
+
+def test_mask_pattern_is_checked_not_assumed():
+    causal = torch.ones(4, 4, dtype=torch.bool).tril().expand(2, 1, 4, 4)
+    assert ht.mask_pattern(causal, 4, 4) is True
+    assert ht.mask_pattern(torch.ones(2, 1, 1, 9, dtype=torch.bool), 1, 9) is False
+    padded = causal.clone()
+    padded[0, 0, :, 0] = False  # the first key of the first sequence is padding
+    assert ht.mask_pattern(padded, 4, 4) is None
+    additive = torch.zeros(2, 1, 4, 4).masked_fill(~causal, torch.finfo(torch.float32).min)
+    assert ht.mask_pattern(additive, 4, 4) is True
+    assert ht.mask_pattern(additive + 0.5, 4, 4) is None  # a bias is not a pattern
+    assert ht.mask_pattern(causal[..., :3], 4, 3) is None  # chunked prefill: bottom-right, not hal.torch's causal
