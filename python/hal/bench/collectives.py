@@ -18,14 +18,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from typing import Dict, List
+
+from . import _ranks
 
 SMALL_MESSAGE_BYTES = 64 << 10
 LARGE_MESSAGE_BYTES = 16 << 20
@@ -43,7 +41,7 @@ def _size(text: str) -> int:
 def add_parser(sub) -> None:
     parser = sub.add_parser("collectives", help="torch.distributed all_reduce and a DDP step: hal against gloo")
     parser.add_argument("-n", "--ranks", type=int, default=2, help="ranks to start on this machine (default 2)")
-    parser.add_argument("--launcher", choices=["auto", "mpirun", "local"], default="auto",
+    parser.add_argument("--launcher", choices=_ranks.LAUNCHERS, default="auto",
                         help="auto: mpirun when installed (hal's MPI engine), else local (hal's Gloo engine)")
     parser.add_argument("-b", "--min-bytes", type=_size, default=8)
     parser.add_argument("-e", "--max-bytes", type=_size, default=64 << 20)
@@ -62,43 +60,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"sizes {args.min_bytes}..{args.max_bytes} by x{args.factor}: need factor >= 2 and max >= min",
               file=sys.stderr)
         return 2
-    if "RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ or "SLURM_PROCID" in os.environ:
+    if _ranks.launched():
         return _rank(args)
     return _launch(args)
 
 
-# ------------------------------------------------------------------ the launcher
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(args: argparse.Namespace) -> int:
-    forwarded = [a for a in sys.argv[1:]] if sys.argv[1:2] == ["collectives"] else ["collectives"]
-    command = [sys.executable, "-m", "hal.bench"] + forwarded
-    port = str(_free_port())
-    mpirun = shutil.which("mpirun")
-    launcher = args.launcher if args.launcher != "auto" else ("mpirun" if mpirun else "local")
-    if launcher == "mpirun":
-        if mpirun is None:
-            print("--launcher mpirun: mpirun is not installed (Debian: openmpi-bin)", file=sys.stderr)
-            return 2
-        environment = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-        environment.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        processes = [subprocess.Popen([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(args.ranks),
-                                       "-x", "MASTER_ADDR", "-x", "MASTER_PORT", "-x", "PATH"] + command,
-                                      env=environment)]
-    else:
-        processes = []
-        for rank in range(args.ranks):
-            environment = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.ranks), LOCAL_RANK=str(rank),
-                               LOCAL_WORLD_SIZE=str(args.ranks), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-            processes.append(subprocess.Popen(command, env=environment,
-                                              stdout=None if rank == 0 else subprocess.DEVNULL))
-    codes = [p.wait() for p in processes]
-    return max(codes, key=abs)
+    try:
+        return _ranks.run(["collectives"] + args.argv, args.ranks, args.launcher)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
 
 
 # ------------------------------------------------------------------ one rank

@@ -41,6 +41,7 @@ import gc
 import os
 import queue
 import threading
+import time
 import weakref
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -176,6 +177,7 @@ class _Worker:
         self._queue: "queue.SimpleQueue" = queue.SimpleQueue()
         self._execution = threading.Lock()  # one operation at a time, in submission order
         self._pending = 0  # submitted and not finished, under _count_lock
+        self.busy_seconds = 0.0  # time spent running operations (torch.profiler does not see this thread's)
         self._count_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
@@ -197,13 +199,15 @@ class _Worker:
             self._thread.join(timeout)
 
     def _run(self, run, future) -> None:
-        try:
-            with self._execution:
+        with self._execution:
+            start = time.perf_counter()
+            try:
                 result = run()
-        except BaseException as error:  # noqa: BLE001 (every failure belongs to the waiting caller)
-            result, failure = None, error
-        else:
-            failure = None
+            except BaseException as error:  # noqa: BLE001 (every failure belongs to the waiting caller)
+                result, failure = None, error
+            else:
+                failure = None
+            self.busy_seconds += time.perf_counter() - start
         with self._count_lock:
             self._pending -= 1
         if failure is not None:
@@ -252,7 +256,9 @@ def _delegable(method):
             if delegate is not None:
                 return getattr(delegate, name)(*args, **kwargs)
         return method(self, *args, **kwargs)
-    return operation
+    # Under torch.compile the operation runs as it is (a graph break): its queue, locks and hal calls are not
+    # graph material.
+    return torch.compiler.disable(operation)
 
 
 _live_groups: "weakref.WeakSet" = weakref.WeakSet()
@@ -299,6 +305,11 @@ class ProcessGroupHal(dist.ProcessGroup):
         """The hal communicators made so far, by torch device ('cpu', 'cuda:0')."""
         with self._lock:
             return {_device_text(key): comm for key, comm in self._communicators.items()}
+
+    @property
+    def seconds_in_collectives(self) -> float:
+        """Time this group's CPU operations have spent running, since it was made (GPU ones run on streams)."""
+        return self._worker.busy_seconds
 
     def describe(self) -> str:
         lines = [f"process group '{BACKEND_NAME}' rank {self.rank()} of {self.size()}, timeout {self._timeout:g} s"]
