@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages hal needs to build and test; does nothing when all are present.
 # clang-15 (with libclang-common-15-dev, its libFuzzer, ASan and UBSan runtimes) builds the
-# fuzz targets of tests/fuzz; hipcc needs it too. iwyu runs scripts/check-includes.py.
+# fuzz targets of tests/fuzz; hipcc needs it too. iwyu runs scripts/check-includes.py. chromium
+# (headless) renders hal.bench train's HTML report in its test.
 set -euo pipefail
 
 packages=(
@@ -13,6 +14,7 @@ packages=(
   libssl-dev python3 python3-pip
   iproute2 nftables
   clang-15 iwyu
+  chromium
 )
 
 missing=()

@@ -1,7 +1,8 @@
-"""python -m hal.bench attention | collectives: hal against torch measured in one run.
+"""python -m hal.bench attention | collectives | train: hal against torch measured in one run.
 
 attention: hal.torch's SDPA against torch's, and the Python path's per-call overhead.
 collectives: torch.distributed on backend "hal" against gloo (hal/bench/collectives.py).
+train: a named model's training steps through hal, with ablations (hal/bench/train.py).
 
 For each sequence length: forward, and forward + backward, of
 ``hal.torch.scaled_dot_product_attention`` and ``torch.nn.functional.scaled_dot_product_attention``
@@ -42,8 +43,11 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     attention.add_argument("--overhead-calls", type=int, default=2000, help="calls per overhead measurement")
     attention.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     from .collectives import add_parser as add_collectives
+    from .train import add_parser as add_train
     add_collectives(sub)
+    add_train(sub)
     args = parser.parse_args(argv)
+    args.argv = list(argv)[1:]  # the benchmark's own flags, for the ranks it starts
     if args.benchmark != "attention":
         return args
     for name in ("batch", "heads", "kv_heads", "head_dim", "repeats", "overhead_calls"):
@@ -210,5 +214,8 @@ def main(argv: List[str] = None) -> int:
         return _attention(args)
     if args.benchmark == "collectives":
         from .collectives import run
+        return run(args)
+    if args.benchmark == "train":
+        from .train import run
         return run(args)
     return 2
