@@ -333,3 +333,36 @@ def test_cuda_tensors_map_to_the_same_physical_device_not_the_same_index():
     assert ht._same_physical_device(devices, "ffffffff-0000-0000-0000-000000000000", (0, 0x3B, 0)).id == "cuda:1"
     assert ht._same_physical_device(devices, "ffffffff-0000-0000-0000-000000000000", (1, 0x3B, 0)) is None
     assert ht._pci_triple("3b:00.0") == (0, 0x3B, 0) and ht._pci_triple("not a bus id") is None
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float32,) * 3, (torch.float32, torch.float32, torch.bfloat16)])
+def test_autocast_casts_as_aten_and_runs_hal(dtypes):
+    """Under CPU bf16 autocast (the Trainer's bf16=True) aten's SDPA casts its inputs to bf16 and returns bf16; so
+    does hal's, on hal's bf16 kernels, with gradients in each input's own dtype. Mixed inputs as a transformers
+    Llama makes them (RoPE leaves q and k in f32, v in bf16)."""
+    generator = torch.Generator().manual_seed(5)
+    inputs = [torch.randn(1, 4, 32, 64, generator=generator, dtype=dtype, requires_grad=True) for dtype in dtypes]
+    results = []
+    calls = []
+    original = hal._hal._attention_forward_borrowed
+
+    def counting(*args, **kwargs):
+        calls.append(args[2].dtype)  # the params' dtype: what hal's kernels ran in
+        return original(*args, **kwargs)
+    hal._hal._attention_forward_borrowed = counting
+    try:
+        for sdpa in (ht._torch_sdpa, ht.scaled_dot_product_attention):
+            leaves = [t.detach().clone().requires_grad_() for t in inputs]
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = sdpa(*leaves, is_causal=True)
+            out.float().sum().backward()
+            results.append((out, [t.grad for t in leaves]))
+    finally:
+        hal._hal._attention_forward_borrowed = original
+    (expected, expected_grads), (out, grads) = results
+    assert out.dtype == expected.dtype == torch.bfloat16
+    assert calls == ["bf16"]
+    assert (out.float() - expected.float()).abs().max().item() < 2e-2
+    for grad, reference in zip(grads, expected_grads):
+        assert grad.dtype == reference.dtype
+        assert (grad.float() - reference.float()).abs().max().item() < 5e-2 * reference.float().abs().max().item()

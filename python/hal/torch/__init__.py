@@ -255,8 +255,21 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     three inputs. Returns (B, Hq, L, Ev), allocated by torch. What hal cannot do
     runs torch's SDPA with a FallbackWarning (in strict mode, the
     attention.strict setting or HAL_ATTN_STRICT=1 when the runtime was made:
-    raises hal.UnsupportedError); see fallback_reasons().
+    raises hal.UnsupportedError); see fallback_reasons(). Under torch.autocast
+    the inputs are cast as aten's SDPA casts them (lower-precision op: every
+    floating input but float64 to the autocast dtype), so the output dtype is
+    aten's and hal's f16/bf16 kernels run.
     """
+    device_type = query.device.type
+    if torch.is_autocast_enabled(device_type):
+        target = torch.get_autocast_dtype(device_type)
+
+        def cast(tensor):
+            eligible = isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and tensor.dtype != torch.float64
+            return tensor.to(target) if eligible else tensor
+        with torch.autocast(device_type, enabled=False):
+            return scaled_dot_product_attention(cast(query), cast(key), cast(value), cast(attn_mask), dropout_p,
+                                                is_causal, scale, enable_gqa)
     if _needs_torch_for_errors(query, key, value, enable_gqa):
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, enable_gqa=enable_gqa)
