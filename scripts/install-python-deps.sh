@@ -14,8 +14,9 @@ python="${PYTHON:-python3}"
 # Pinned so CI is reproducible; bump together with docs/python.md.
 build_requirements=(nanobind==3.1.0 scikit-build-core==1.1.2)
 test_requirements=(numpy==2.4.* pytest==9.2.*)
-# Installed after torch (transformers needs it): the hal.transformers tests' models (tiny configs, no downloads).
-torch_test_requirements=(transformers==5.25.*)
+# Installed after torch (they need it): the hal.transformers tests (tiny configs, no downloads; accelerate
+# for transformers' Trainer).
+torch_test_requirements=(transformers==5.25.* accelerate==1.16.*)
 torch_requirement=torch==2.15.0
 
 if [ ! -x "$venv/bin/python" ]; then

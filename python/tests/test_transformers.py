@@ -115,3 +115,37 @@ def test_mask_pattern_is_checked_not_assumed():
     assert ht.mask_pattern(additive, 4, 4) is True
     assert ht.mask_pattern(additive + 0.5, 4, 4) is None  # a bias is not a pattern
     assert ht.mask_pattern(causal[..., :3], 4, 3) is None  # chunked prefill: bottom-right, not hal.torch's causal
+
+
+def test_trainer_losses_equal_sdpa():
+    """transformers' Trainer, 5 steps on a tiny Llama and synthetic data: the same losses with "hal" as with "sdpa",
+    and hal ran every attention call."""
+    pytest.importorskip("accelerate")
+
+    class Data(torch.utils.data.Dataset):
+        def __init__(self):
+            self.ids = torch.randint(0, 128, (20, 32), generator=torch.Generator().manual_seed(0))
+
+        def __len__(self):
+            return len(self.ids)
+
+        def __getitem__(self, index):
+            return {"input_ids": self.ids[index], "labels": self.ids[index]}
+
+    def train(implementation, directory):
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(FAMILIES["llama"](), attn_implementation=implementation)
+        arguments = transformers.TrainingArguments(output_dir=str(directory), max_steps=5, per_device_train_batch_size=4,
+                                                   logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
+                                                   seed=0, data_seed=0, disable_tqdm=True)
+        trainer = transformers.Trainer(model=model, args=arguments, train_dataset=Data())
+        trainer.train()
+        return model, [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+    import tempfile
+    with tempfile.TemporaryDirectory() as directory:
+        _, expected = train("sdpa", directory)
+        ht.reset_counts()
+        model, losses = train("hal", directory)
+    assert len(losses) == 5 and losses == pytest.approx(expected, rel=1e-5)
+    assert all(ht.calls_of(m) == {"hal": 5} for m in attention_modules(model)), ht.describe(model)
