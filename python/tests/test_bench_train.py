@@ -110,3 +110,13 @@ def test_compare_names_what_changed(capsys):
     text = capsys.readouterr().out
     assert "machine torch: 2.14 -> 2.15" in text and "config seq: 64 -> 128" in text
     assert "tokens/s 100 -> 150 (+50.0%)" in text and "attention=torch: new cell" in text
+
+
+def test_a_transformers_model_trains_through_hal(tmp_path):
+    """--hf llama: a Hugging Face transformers Llama of the same shape; hal's attention and torch's give one loss."""
+    pytest.importorskip("transformers")
+    result = bench(*SMALL, "--hf", "llama", "--ablate", "attention", "--json", str(tmp_path / "hf.json"), "--quiet")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "hf.json").read_text())
+    assert [c["cell"]["attention"] for c in report["cells"]] == ["hal", "torch", "hal-flash", "hal-math"]
+    assert all(c["loss_matches_baseline"] for c in report["cells"]), [c.get("losses") for c in report["cells"]]

@@ -82,6 +82,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--hidden", type=int, help="default: 256 on the CPU (heads and FFN follow), else the model's")
     parser.add_argument("--heads", type=int, help="query heads (default: follow --hidden)")
     parser.add_argument("--vocab", type=int, help="default: 2048 on the CPU, else the model's")
+    parser.add_argument("--hf", choices=["llama", "mistral", "qwen2"],
+                        help="a Hugging Face transformers model of this family and --model's shape instead of hal's "
+                             "Llama (attention through attn_implementation 'hal', or 'sdpa' for torch's)")
     parser.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: 128 on the CPU, 8192)")
     parser.add_argument("--batch", type=int, default=2, help="sequences per rank and step")
     parser.add_argument("--steps", type=int, default=6, help="measured steps after --warmup")
@@ -287,7 +290,7 @@ def _measure_cell(args: argparse.Namespace) -> int:
     import torch.nn.functional as F
 
     import hal.torch as ht
-    from hal.torch.models import Llama, synthetic_batches
+    from hal.torch.models import synthetic_batches
 
     cell = Cell(**json.loads(args.cell))
     config, seq = _config(args)
@@ -302,9 +305,8 @@ def _measure_cell(args: argparse.Namespace) -> int:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     peak_flops = _matmul_peak_flops(device, dtype)
 
-    sdpa = ht._torch_sdpa if cell.attention == "torch" else ht.scaled_dot_product_attention
     torch.manual_seed(args.seed)
-    model = Llama(config, max_seq=seq, sdpa=sdpa).to(device=device, dtype=dtype)
+    model = _build_model(args, config, seq, cell).to(device=device, dtype=dtype)
     tokens_all = list(synthetic_batches(config.vocab, args.batch, seq, args.warmup + args.steps,
                                         seed=args.seed + 1000 * rank))
     plan_text = ""
@@ -318,7 +320,7 @@ def _measure_cell(args: argparse.Namespace) -> int:
         else:
             from torch.distributed.fsdp import fully_shard
             core = model
-            for block in core.blocks:
+            for block in _blocks(core):
                 fully_shard(block)
             fully_shard(core)
     step_model = torch.compile(model) if cell.compile else model
@@ -326,6 +328,7 @@ def _measure_cell(args: argparse.Namespace) -> int:
 
     def step(tokens):
         logits = step_model(tokens[:, :-1])
+        logits = getattr(logits, "logits", logits)  # a transformers model returns an output object
         loss = F.cross_entropy(logits.reshape(-1, config.vocab).float(), tokens[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -383,14 +386,43 @@ def _measure_cell(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_model(args, config, seq: int, cell: Cell):
+    """hal's Llama (hal.torch.models) or, with --hf, a Hugging Face transformers model of the same shape, with the
+    cell's attention."""
+    import hal.torch as ht
+    from hal.torch.models import Llama
+
+    if not args.hf:
+        return Llama(config, max_seq=seq, sdpa=ht._torch_sdpa if cell.attention == "torch" else
+                     ht.scaled_dot_product_attention)
+    import transformers
+
+    import hal.transformers  # noqa: F401  (registers "hal")
+
+    shape = dict(vocab_size=config.vocab, hidden_size=config.hidden, intermediate_size=config.ffn,
+                 num_hidden_layers=config.layers, num_attention_heads=config.heads,
+                 num_key_value_heads=config.kv_heads, max_position_embeddings=seq, rope_theta=config.rope_theta,
+                 rms_norm_eps=config.norm_eps)
+    classes = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
+               "qwen2": transformers.Qwen2Config}
+    hf_config = classes[args.hf](**shape)
+    return transformers.AutoModelForCausalLM.from_config(
+        hf_config, attn_implementation="sdpa" if cell.attention == "torch" else "hal")
+
+
+def _blocks(model):
+    """The repeated blocks: hal's Llama's .blocks, a transformers model's decoder layers."""
+    return model.blocks if hasattr(model, "blocks") else model.model.layers
+
+
 def _checkpoint_every_block(model) -> None:
     import torch.utils.checkpoint as checkpoint
 
-    for block in model.blocks:
+    for block in _blocks(model):
         forward = block.forward
 
-        def checkpointed(*inputs, _forward=forward):
-            return checkpoint.checkpoint(_forward, *inputs, use_reentrant=False)
+        def checkpointed(*inputs, _forward=forward, **keywords):
+            return checkpoint.checkpoint(_forward, *inputs, use_reentrant=False, **keywords)
         block.forward = checkpointed
 
 
