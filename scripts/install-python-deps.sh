@@ -29,15 +29,19 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 
-missing=()
-for requirement in "${build_requirements[@]}" "${test_requirements[@]}"; do
-  name="${requirement%%=*}"
-  if ! "$venv/bin/python" -m pip show "$name" >/dev/null 2>&1; then missing+=("$requirement"); fi
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "install-python-deps: installing ${missing[*]}"
-  "${pip[@]}" install "${missing[@]}"
-fi
+# Installs the requirements given whose package the venv lacks.
+install_missing() {
+  local missing=() requirement
+  for requirement in "$@"; do
+    if ! "$venv/bin/python" -m pip show "${requirement%%=*}" >/dev/null 2>&1; then missing+=("$requirement"); fi
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-python-deps: installing ${missing[*]}"
+    "${pip[@]}" install "${missing[@]}"
+  fi
+}
+
+install_missing "${build_requirements[@]}" "${test_requirements[@]}"
 
 if [ "${HAL_PYTHON_NO_TORCH:-0}" != 1 ] && ! "$venv/bin/python" -c "import torch" >/dev/null 2>&1; then
   echo "install-python-deps: installing $torch_requirement (PyPI's CUDA build, several GB; once per venv)"
@@ -45,15 +49,5 @@ if [ "${HAL_PYTHON_NO_TORCH:-0}" != 1 ] && ! "$venv/bin/python" -c "import torch
   "${pip[@]}" install "$torch_requirement"
   echo "install-python-deps: torch installed in $(( $(date +%s) - start )) s"
 fi
-if [ "${HAL_PYTHON_NO_TORCH:-0}" != 1 ]; then
-  missing=()
-  for requirement in "${torch_test_requirements[@]}"; do
-    name="${requirement%%=*}"
-    if ! "$venv/bin/python" -m pip show "$name" >/dev/null 2>&1; then missing+=("$requirement"); fi
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    echo "install-python-deps: installing ${missing[*]}"
-    "${pip[@]}" install "${missing[@]}"
-  fi
-fi
+if [ "${HAL_PYTHON_NO_TORCH:-0}" != 1 ]; then install_missing "${torch_test_requirements[@]}"; fi
 echo "install-python-deps: $venv ready ($("$venv/bin/python" -c 'import sys; print(sys.version.split()[0])'))"

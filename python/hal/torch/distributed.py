@@ -618,27 +618,24 @@ class ProcessGroupHal(dist.ProcessGroup):
         opts = opts if opts is not None else _c10d.GatherOptions()
         input = _single(input_tensors, "gather")
         root, timeout = self._root(opts.rootRank, "gather"), self._timeout_of(opts)
-        outputs = _single(output_tensors, "gather") if self.rank() == root else []
-        if self.rank() == root:
-            self._check_world_list(outputs, "gather", "output")
-            for t in outputs:
-                _same_dtype(t, input, "gather")
-                if t.numel() != input.numel():
-                    raise _error(f"gather: an output has {t.numel()} elements and the input {input.numel()}")
+        outputs = self._root_list(output_tensors, input, root, "gather", "output")
         _check_dtype(input, "gather")
 
         def run(comm_for):
             comm = comm_for(input)
-            stream = self._stream(comm, input)
-            send = _engine_view(input.contiguous(), "gather")
-            if self.rank() != root:
-                _run(comm, "gather", send, send, stream, timeout, root=root)
-                return
-            out = torch.empty((self.size(),) + tuple(input.shape), dtype=input.dtype, device=input.device)
-            _run(comm, "gather", send, _engine_view(out, "gather"), stream, timeout, root=root)
-            for t, part in zip(outputs, out.unbind(0)):
+            out = torch.empty((self.size(),) + tuple(input.shape), dtype=input.dtype, device=input.device) \
+                if outputs else None
+            self._gather(comm, input, out, root, timeout)
+            for t, part in zip(outputs, out.unbind(0) if outputs else ()):
                 t.copy_(part.view_as(t))
         return self._submit("gather", [input] + list(outputs), run, output_tensors[0] if output_tensors else [], opts)
+
+    def _gather(self, comm, input: torch.Tensor, out: Optional[torch.Tensor], root: int, timeout) -> None:
+        """input from every rank into out (contiguous, world size times input's elements) on the root; out is None
+        elsewhere."""
+        send = _engine_view(input.contiguous(), "gather")
+        _run(comm, "gather", send, _engine_view(out, "gather") if out is not None else send,
+             self._stream(comm, input), timeout, root=root)
 
     @_delegable
     def gather_single(self, output: torch.Tensor, input: torch.Tensor, opts=None) -> "dist.Work":
@@ -653,11 +650,8 @@ class ProcessGroupHal(dist.ProcessGroup):
                              f"times the input's {input.numel()}")
 
         def run(comm_for):
-            comm = comm_for(input)
-            send = _engine_view(input.contiguous(), "gather")
             dense = _Dense(output, read=False) if self.rank() == root else None
-            _run(comm, "gather", send, _engine_view(dense.dense, "gather") if dense else send,
-                 self._stream(comm, input), timeout, root=root)
+            self._gather(comm_for(input), input, dense.dense if dense else None, root, timeout)
             if dense:
                 dense.finish()
         return self._submit("gather", [output, input], run, [output], opts)
@@ -668,13 +662,7 @@ class ProcessGroupHal(dist.ProcessGroup):
         opts = opts if opts is not None else _c10d.ScatterOptions()
         output = _single(output_tensors, "scatter")
         root, timeout = self._root(opts.rootRank, "scatter"), self._timeout_of(opts)
-        inputs = _single(input_tensors, "scatter") if self.rank() == root else []
-        if self.rank() == root:
-            self._check_world_list(inputs, "scatter", "input")
-            for t in inputs:
-                _same_dtype(t, output, "scatter")
-                if t.numel() != output.numel():
-                    raise _error(f"scatter: an input has {t.numel()} elements and the output {output.numel()}")
+        inputs = self._root_list(input_tensors, output, root, "scatter", "input")
         _check_dtype(output, "scatter")
 
         def run(comm_for):
@@ -841,6 +829,20 @@ class ProcessGroupHal(dist.ProcessGroup):
             raise _error(f"{operation}: peer rank {peer} must be another rank of this group of {self.size()} "
                          f"(this one is {self.rank()})")
         return peer
+
+    def _root_list(self, lists: Sequence[List[torch.Tensor]], like: torch.Tensor, root: int, operation: str,
+                   role: str) -> List[torch.Tensor]:
+        """The root's list of one tensor per rank (gather's outputs, scatter's inputs), each of like's dtype and
+        size; [] on the other ranks, whose lists do not matter."""
+        if self.rank() != root:
+            return []
+        tensors = _single(lists, operation)
+        self._check_world_list(tensors, operation, role)
+        for t in tensors:
+            _same_dtype(t, like, operation)
+            if t.numel() != like.numel():
+                raise _error(f"{operation}: {role} tensors have {t.numel()} elements, {like.numel()} expected")
+        return tensors
 
     def _check_world_list(self, tensors: Sequence[torch.Tensor], operation: str, role: str) -> None:
         if len(tensors) != self.size():
