@@ -464,45 +464,34 @@ class ProcessGroupHal(dist.ProcessGroup):
 
     @_delegable
     def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts=None) -> "dist.Work":
-        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
-        _same_dtype(output, input, "reduce_scatter_tensor")
-        reduction = _reduction("reduce_scatter_tensor", opts.reduceOp, input.dtype)
-        _check_dtype(input, "reduce_scatter_tensor")
-        timeout = self._timeout_of(opts)
-
-        def run(comm_for):
-            comm = comm_for(input)
-            self._reduce_scatter(comm, output, input.contiguous(), reduction, timeout, self._stream(comm, input))
-        return self._submit("reduce_scatter_tensor", [output, input], run, [output], opts)
+        return self._reduce_scatter_pairs([output], [input], opts, "reduce_scatter_tensor")
 
     @_delegable
     def reduce_scatter_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts=None) -> "dist.Work":
+        return self._reduce_scatter_pairs(outputs, inputs, opts, "reduce_scatter_tensor_coalesced")
+
+    def _reduce_scatter_pairs(self, outputs, inputs, opts, operation: str) -> "dist.Work":
+        """Each input (world size times its output's elements) reduce-scattered into its output, in order."""
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         for output, input in zip(outputs, inputs):
-            _same_dtype(output, input, "reduce_scatter_tensor_coalesced")
-            _check_dtype(input, "reduce_scatter_tensor_coalesced")
-        reductions = [_reduction("reduce_scatter_tensor_coalesced", opts.reduceOp, t.dtype) for t in inputs]
+            _same_dtype(output, input, operation)
+            _check_dtype(input, operation)
+        reductions = [_reduction(operation, opts.reduceOp, t.dtype) for t in inputs]
         timeout = self._timeout_of(opts)
 
         def run(comm_for):
             for output, input, reduction in zip(outputs, inputs, reductions):
                 comm = comm_for(input)
                 self._reduce_scatter(comm, output, input.contiguous(), reduction, timeout, self._stream(comm, input))
-        return self._submit("reduce_scatter_tensor_coalesced", list(outputs) + list(inputs), run, outputs, opts)
+        return self._submit(operation, list(outputs) + list(inputs), run, list(outputs), opts)
 
     @_delegable
     def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
                        opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         output = _single(output_tensors, "reduce_scatter")
-        inputs = _single(input_tensors, "reduce_scatter")
-        self._check_world_list(inputs, "reduce_scatter", "input")
-        for t in inputs:
-            _same_dtype(output, t, "reduce_scatter")
-            if t.numel() != output.numel():
-                raise _error(f"reduce_scatter: an input has {t.numel()} elements and the output {output.numel()}; "
-                             "every input matches the output")
+        inputs = self._per_rank_list(input_tensors, output, "reduce_scatter", "input")
         reduction = _reduction("reduce_scatter", opts.reduceOp, output.dtype)
         _check_dtype(output, "reduce_scatter")
         timeout = self._timeout_of(opts)
@@ -544,43 +533,33 @@ class ProcessGroupHal(dist.ProcessGroup):
 
     @_delegable
     def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts=None) -> "dist.Work":
-        opts = opts if opts is not None else _c10d.AllgatherOptions()
-        _same_dtype(output, input, "all_gather_into_tensor")
-        _check_dtype(input, "all_gather_into_tensor")
-        timeout = self._timeout_of(opts)
-
-        def run(comm_for):
-            comm = comm_for(input)
-            self._all_gather_into(comm, output, input, timeout, self._stream(comm, input))
-        return self._submit("all_gather_into_tensor", [output, input], run, [output], opts)
+        return self._all_gather_pairs([output], [input], opts, "all_gather_into_tensor")
 
     @_delegable
     def allgather_into_tensor_coalesced(self, outputs: List[torch.Tensor], inputs: List[torch.Tensor],
                                         opts=None) -> "dist.Work":
+        return self._all_gather_pairs(outputs, inputs, opts, "allgather_into_tensor_coalesced")
+
+    def _all_gather_pairs(self, outputs, inputs, opts, operation: str) -> "dist.Work":
+        """Each input gathered from every rank into its output (world size times its elements), in order."""
         opts = opts if opts is not None else _c10d.AllgatherOptions()
         for output, input in zip(outputs, inputs):
-            _same_dtype(output, input, "allgather_into_tensor_coalesced")
-            _check_dtype(input, "allgather_into_tensor_coalesced")
+            _same_dtype(output, input, operation)
+            _check_dtype(input, operation)
         timeout = self._timeout_of(opts)
 
         def run(comm_for):
             for output, input in zip(outputs, inputs):
                 comm = comm_for(input)
                 self._all_gather_into(comm, output, input, timeout, self._stream(comm, input))
-        return self._submit("allgather_into_tensor_coalesced", list(outputs) + list(inputs), run, outputs, opts)
+        return self._submit(operation, list(outputs) + list(inputs), run, list(outputs), opts)
 
     @_delegable
     def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                   opts=None) -> "dist.Work":
         opts = opts if opts is not None else _c10d.AllgatherOptions()
         input = _single(input_tensors, "allgather")
-        outputs = _single(output_tensors, "allgather")
-        self._check_world_list(outputs, "allgather", "output")
-        for t in outputs:
-            _same_dtype(t, input, "allgather")
-            if t.numel() != input.numel():
-                raise _error(f"allgather: an output has {t.numel()} elements and the input {input.numel()}; "
-                             "hal gathers equal sizes (torch's gloo does too)")
+        outputs = self._per_rank_list(output_tensors, input, "allgather", "output")  # equal sizes, as gloo's
         _check_dtype(input, "allgather")
         timeout = self._timeout_of(opts)
 
@@ -832,10 +811,13 @@ class ProcessGroupHal(dist.ProcessGroup):
 
     def _root_list(self, lists: Sequence[List[torch.Tensor]], like: torch.Tensor, root: int, operation: str,
                    role: str) -> List[torch.Tensor]:
-        """The root's list of one tensor per rank (gather's outputs, scatter's inputs), each of like's dtype and
-        size; [] on the other ranks, whose lists do not matter."""
-        if self.rank() != root:
-            return []
+        """The root's list of one tensor per rank (gather's outputs, scatter's inputs); [] on the other ranks, whose
+        lists do not matter."""
+        return self._per_rank_list(lists, like, operation, role) if self.rank() == root else []
+
+    def _per_rank_list(self, lists: Sequence[List[torch.Tensor]], like: torch.Tensor, operation: str,
+                       role: str) -> List[torch.Tensor]:
+        """The one list of one tensor per rank, each of like's dtype and size."""
         tensors = _single(lists, operation)
         self._check_world_list(tensors, operation, role)
         for t in tensors:
