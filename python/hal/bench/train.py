@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib.util
 import json
 import math
 import os
@@ -203,9 +204,12 @@ def run(args: argparse.Namespace) -> int:
             environment = cell.environment()
             launcher = "mpirun" if cell.collectives == "hal-mpi" else args.launcher
             try:
+                if cell.checkpoint == "plan" and importlib.util.find_spec("hal.torch.memory") is None:
+                    raise ValueError("checkpoint=plan needs hal.torch.memory, the memory planner, which this "
+                                     "package does not have")
                 code = _ranks.run(arguments, args.ranks, launcher, environment) if args.ranks > 1 else \
                     _run_single(arguments, environment)
-            except ValueError as error:  # hal-mpi without mpirun: this machine cannot run the cell
+            except ValueError as error:  # hal-mpi without mpirun, plan without a planner: not runnable here
                 code, result = 2, {"error": f"unavailable: {error}"}
             else:
                 result = json.loads(result_file.read_text()) if result_file.is_file() else \
