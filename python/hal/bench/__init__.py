@@ -1,7 +1,8 @@
-"""python -m hal.bench attention | collectives | train: hal against torch measured in one run.
+"""python -m hal.bench attention | collectives | memory | train: hal against torch measured in one run.
 
 attention: hal.torch's SDPA against torch's, and the Python path's per-call overhead.
 collectives: torch.distributed on backend "hal" against gloo (hal/bench/collectives.py).
+memory: hal.torch.memory's predicted peak against the measured one (hal/bench/memory.py).
 train: a named model's training steps through hal, with ablations (hal/bench/train.py).
 
 For each sequence length: forward, and forward + backward, of
@@ -43,8 +44,10 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     attention.add_argument("--overhead-calls", type=int, default=2000, help="calls per overhead measurement")
     attention.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     from .collectives import add_parser as add_collectives
+    from .memory import add_parser as add_memory
     from .train import add_parser as add_train
     add_collectives(sub)
+    add_memory(sub)
     add_train(sub)
     args = parser.parse_args(argv)
     args.argv = list(argv)[1:]  # the benchmark's own flags, for the ranks it starts
@@ -217,5 +220,8 @@ def main(argv: List[str] = None) -> int:
         return run(args)
     if args.benchmark == "train":
         from .train import run
+        return run(args)
+    if args.benchmark == "memory":
+        from .memory import run
         return run(args)
     return 2

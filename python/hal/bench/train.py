@@ -31,17 +31,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import importlib.util
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from . import _ranks
 
@@ -101,6 +99,8 @@ def add_parser(sub) -> None:
     parser.add_argument("--collectives", choices=COLLECTIVES, default="hal", help="the baseline's collectives")
     parser.add_argument("--compile", action="store_true", help="the baseline uses torch.compile")
     parser.add_argument("--checkpoint", choices=CHECKPOINT, default="none", help="the baseline's checkpointing")
+    parser.add_argument("--memory-budget", help="the plan cell's budget, e.g. 2GiB (default: hal.torch.memory's, "
+                                                "the device's free memory less 10%%)")
     parser.add_argument("--ablate", nargs="*", choices=AXES + ("all",), default=None,
                         help="axes to vary from the baseline one at a time (no value: all)")
     parser.add_argument("--loss-rtol", type=float, default=2e-3, help="a cell's losses against the baseline's")
@@ -189,6 +189,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"hal.bench train: {error}", file=sys.stderr)
         return 2
     cells = _cells(args)
+    if args.memory_budget:
+        from hal.torch.memory import parse_bytes
+        try:
+            parse_bytes(args.memory_budget)
+        except ValueError as error:
+            print(f"hal.bench train: --memory-budget: {error}", file=sys.stderr)
+            return 2
     if not args.quiet and args.json != "-":
         print(f"model {config.name}: {config.layers} layers, hidden {config.hidden}, heads {config.heads}/"
               f"{config.kv_heads}, ffn {config.ffn}, vocab {config.vocab}; seq {seq}, batch {args.batch} x "
@@ -202,14 +209,13 @@ def run(args: argparse.Namespace) -> int:
             if not args.quiet and args.json != "-":
                 print(f"[{index + 1}/{len(cells)}] {cell.name}", flush=True)
             environment = cell.environment()
+            if args.memory_budget and cell.checkpoint == "plan":
+                environment["HAL_MEMORY_BUDGET"] = args.memory_budget
             launcher = "mpirun" if cell.collectives == "hal-mpi" else args.launcher
             try:
-                if cell.checkpoint == "plan" and importlib.util.find_spec("hal.torch.memory") is None:
-                    raise ValueError("checkpoint=plan needs hal.torch.memory, the memory planner, which this "
-                                     "package does not have")
                 code = _ranks.run(arguments, args.ranks, launcher, environment) if args.ranks > 1 else \
                     _run_single(arguments, environment)
-            except ValueError as error:  # hal-mpi without mpirun, plan without a planner: not runnable here
+            except ValueError as error:  # hal-mpi without mpirun: not runnable here
                 code, result = 2, {"error": f"unavailable: {error}"}
             else:
                 result = json.loads(result_file.read_text()) if result_file.is_file() else \
@@ -294,6 +300,7 @@ def _measure_cell(args: argparse.Namespace) -> int:
     import torch.nn.functional as F
 
     import hal.torch as ht
+    from hal.torch import memory
     from hal.torch.models import synthetic_batches
 
     cell = Cell(**json.loads(args.cell))
@@ -313,11 +320,18 @@ def _measure_cell(args: argparse.Namespace) -> int:
     model = _build_model(args, config, seq, cell).to(device=device, dtype=dtype)
     tokens_all = list(synthetic_batches(config.vocab, args.batch, seq, args.warmup + args.steps,
                                         seed=args.seed + 1000 * rank))
+    def loss_of(m, tokens):
+        logits = m(tokens[:, :-1])
+        logits = getattr(logits, "logits", logits)  # a transformers model returns an output object
+        return F.cross_entropy(logits.reshape(-1, config.vocab).float(), tokens[:, 1:].reshape(-1))
+
     plan_text = ""
     if cell.checkpoint == "all":
-        _checkpoint_every_block(model)
-    elif cell.checkpoint == "plan":
-        plan_text = _apply_plan(model, tokens_all[0].to(device))
+        memory.apply(model, checkpoint=memory.find_blocks(model))
+    elif cell.checkpoint == "plan":  # CHECKPOINT_OPTIMIZATION=true is in the cell's environment
+        plan = memory.auto(model, tokens_all[0].to(device), step=loss_of, optimizer="adamw", world_size=world,
+                           fsdp=world > 1 and args.parallel == "fsdp", device="cuda" if device == "cuda" else "cpu")
+        plan_text = str(plan)
     if world > 1:
         if args.parallel == "ddp":
             model = torch.nn.parallel.DistributedDataParallel(model)
@@ -331,9 +345,7 @@ def _measure_cell(args: argparse.Namespace) -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step(tokens):
-        logits = step_model(tokens[:, :-1])
-        logits = getattr(logits, "logits", logits)  # a transformers model returns an output object
-        loss = F.cross_entropy(logits.reshape(-1, config.vocab).float(), tokens[:, 1:].reshape(-1))
+        loss = loss_of(step_model, tokens)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -419,25 +431,6 @@ def _blocks(model):
     return model.blocks if hasattr(model, "blocks") else model.model.layers
 
 
-def _checkpoint_every_block(model) -> None:
-    import torch.utils.checkpoint as checkpoint
-
-    for block in _blocks(model):
-        forward = block.forward
-
-        def checkpointed(*inputs, _forward=forward, **keywords):
-            return checkpoint.checkpoint(_forward, *inputs, use_reentrant=False, **keywords)
-        block.forward = checkpointed
-
-
-def _apply_plan(model, tokens) -> str:
-    """hal.torch.memory's plan under CHECKPOINT_OPTIMIZATION=true; the reason when there is no planner."""
-    try:
-        from hal.torch import memory
-    except ImportError as error:
-        raise RuntimeError(f"checkpoint=plan needs hal.torch.memory, which this package lacks ({error})") from None
-    plan = memory.auto(model, tokens[:, :-1])
-    return str(plan) if plan is not None else "CHECKPOINT_OPTIMIZATION is not set: no plan"
 
 
 def _profile_split(step, tokens, world) -> Dict[str, float]:
