@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ._resident import reset_peak_resident, status_bytes
+
 VOCAB = 4096
 THRESHOLD = "65536"
 
@@ -156,19 +158,6 @@ def predict(config: Config) -> dict:
 # ------------------------------------------------------------------ the measurements (fresh processes)
 
 
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _reset_peak_resident() -> None:
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # VmHWM back to the resident size now
-
-
 def _train(model, tokens, step, optimizer_name: str, steps: int = 2) -> List[float]:
     import torch
 
@@ -219,11 +208,14 @@ def _worker(kind: str, config: Config, checkpoint: Optional[dict]) -> dict:
     _train(*_build(dataclasses.replace(config, layers=1)), config.optimizer)
     gc.collect()
     if kind == "resident":
-        baseline = _status_bytes("VmRSS")
+        baseline = status_bytes("VmRSS")
+        if not baseline:
+            raise RuntimeError("/proc/self/status has no VmRSS")
         model, tokens, step = _build(config, checkpoint)
-        _reset_peak_resident()
+        if not reset_peak_resident():
+            raise RuntimeError("/proc/self/clear_refs cannot reset this process's peak resident memory")
         times = _train(model, tokens, step, config.optimizer)
-        return {"peak": _status_bytes("VmHWM") - baseline, "step_seconds": times}
+        return {"peak": status_bytes("VmHWM") - baseline, "step_seconds": times}
     if kind == "tracked":
         model, tokens, step = _build(config, checkpoint)
         return {"peak": _memtracker_peak(model, tokens, step, config.optimizer)}

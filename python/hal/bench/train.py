@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from . import _ranks
+from ._resident import reset_peak_resident, status_bytes
 
 SCHEMA = "hal.bench.train/1"
 ATTENTION = ("torch", "hal", "hal-flash", "hal-math")
@@ -249,23 +250,6 @@ def _run_single(arguments: List[str], environment: Dict[str, str]) -> int:
 
 # ------------------------------------------------------------------ one rank of one cell
 
-def _status_bytes(field: str) -> int:
-    """VmHWM (peak resident) or VmRSS (resident now) of this process, from /proc/self/status."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-def _reset_peak_resident() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as clear:
-            clear.write("5")  # resets VmHWM to the current resident size
-    except OSError:
-        pass
-
-
 def _matmul_peak_flops(device: str, dtype) -> float:
     """The best rate torch's matmul reaches on this device in this process: MFU's denominator."""
     import torch
@@ -352,8 +336,8 @@ def _measure_cell(args: argparse.Namespace) -> int:
         return loss
 
     losses, times = [], []
-    resident_before = _status_bytes("VmRSS")  # libraries, the model and its inputs: what the steps add is above it
-    _reset_peak_resident()
+    resident_before = status_bytes("VmRSS")  # libraries, the model and its inputs: what the steps add is above it
+    reset_peak_resident()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     for index, tokens in enumerate(tokens_all):
@@ -373,7 +357,7 @@ def _measure_cell(args: argparse.Namespace) -> int:
     if rank == 0 and not args.quiet and args.json != "-" and sys.stdout.isatty():
         print()
     split = _profile_split(step, tokens_all[-1].to(device), world)
-    peak_resident = _status_bytes("VmHWM")
+    peak_resident = status_bytes("VmHWM")
     memory = {"peak_resident_bytes": peak_resident, "steps_resident_bytes": max(0, peak_resident - resident_before)}
     if device == "cuda":
         memory.update(max_allocated_bytes=torch.cuda.max_memory_allocated(),

@@ -91,6 +91,17 @@ class _Storage:
     block: Optional[str] = None  # the name of the block whose part made it
 
 
+def _alive(events: Iterable[Tuple[int, int, Tuple[int, str, int]]]) -> set:
+    """The storages made and not yet freed after `events`."""
+    alive = set()
+    for kind, index, _ in events:
+        if kind > 0:
+            alive.add(index)
+        else:
+            alive.discard(index)
+    return alive
+
+
 class _StorageTimeline(TorchDispatchMode):
     """Records every storage the ops make (outputs whose storage is new) and when it is freed (a finalizer on the
     storage), in order, each with the part of the step it happened in; with the matmul and attention FLOPs and the
@@ -128,13 +139,7 @@ class _StorageTimeline(TorchDispatchMode):
         return self._index.get(tensor.untyped_storage())
 
     def live(self) -> set:
-        alive = set()
-        for kind, index, _ in self.events:
-            if kind > 0:
-                alive.add(index)
-            else:
-                alive.discard(index)
-        return alive
+        return _alive(self.events)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -451,11 +456,8 @@ class _Trace:
 
     def saved_per_block(self) -> Dict[str, int]:
         """The activations each block's forward leaves for backward (alive when backward starts)."""
-        alive = set()
-        for kind, index, _ in self.events[:self.backward_at]:
-            alive.add(index) if kind > 0 else alive.discard(index)
         saved = {name: 0 for name in self.blocks}
-        for index in alive:
+        for index in _alive(self.events[:self.backward_at]):
             storage = self.storages[index]
             if self.category[index] == "activations" and storage.segment[1] == "fwd":
                 saved[self.blocks[storage.segment[2]]] += storage.bytes
