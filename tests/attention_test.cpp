@@ -318,6 +318,52 @@ TEST_CASE("bad parameters and tensors are rejected with the value named") {
   CHECK_THROWS_WITH_AS(problem.run(), doctest::Contains("attention tensor o"), hal::Error);
 }
 
+TEST_CASE("borrowed addresses run as buffers do, a misaligned one is refused, and the decision is looked up") {
+  auto environment = clean_attention_environment();
+  const Problem problem(small_params());
+  const hal::Stream stream = problem.device.create_stream();
+  const std::vector<float> from_buffers = (problem.run(), problem.output());
+
+  // The same memory by address: a framework's tensors reach the kernels without an import.
+  problem.o_buffer.fill(0, problem.q.size() * sizeof(float), 0);
+  auto at = [](const hal::Buffer& buffer) { return hal::TensorRef::borrowed(buffer.host_address()); };
+  const hal::AttentionDecision& first = hal::attention_forward(
+      stream, problem.params, at(problem.q_buffer), at(problem.k_buffer), at(problem.v_buffer), at(problem.o_buffer),
+      at(problem.lse_buffer));
+  stream.synchronize();
+  CHECK(problem.output() == from_buffers);
+  // A repeated problem is looked up: the runtime's one decision, not a new one.
+  const hal::AttentionDecision& again = hal::attention_forward(
+      stream, problem.params, at(problem.q_buffer), at(problem.k_buffer), at(problem.v_buffer), at(problem.o_buffer),
+      at(problem.lse_buffer));
+  stream.synchronize();
+  CHECK(&first == &again);
+  CHECK(first.chosen == AttentionImplementation::flash);
+
+  const auto* misaligned = static_cast<const std::uint8_t*>(problem.k_buffer.host_address()) + 2;
+  CHECK_THROWS_WITH_AS(hal::attention_forward(stream, problem.params, at(problem.q_buffer),
+                                              hal::TensorRef::borrowed(misaligned), at(problem.v_buffer),
+                                              at(problem.o_buffer), at(problem.lse_buffer)),
+                       doctest::Contains("attention tensor k address"), hal::Error);
+}
+
+TEST_CASE("a backend that does not declare attention.borrowed_addresses gets none: the call says so") {
+  auto environment = clean_attention_environment();
+  const Problem problem(small_params());
+  // The device as its backend would describe it without the capability.
+  hal::DeviceInfo info = problem.device.info();
+  std::erase_if(info.capabilities, [](const hal::Capability& c) { return c.key == "attention.borrowed_addresses"; });
+  const hal::Device without =
+      hal::detail::Access::device(hal::detail::Access::backend(problem.device), problem.device.index(), info);
+  const hal::Stream stream = without.create_stream();
+  const auto* q = problem.q_buffer.host_address();
+  CHECK_THROWS_WITH_AS(hal::attention_forward(stream, problem.params, hal::TensorRef::borrowed(q),
+                                              hal::TensorRef::borrowed(q), hal::TensorRef::borrowed(q),
+                                              {problem.o_buffer}, {problem.lse_buffer}),
+                       doctest::Contains("does not take them (no capability attention.borrowed_addresses)"),
+                       hal::Error);
+}
+
 TEST_CASE("the PPU's known gaps ship as data: fused attention is off on a PPU, with the reason") {
   hal::DeviceInfo ppu;
   ppu.backend = "cuda";

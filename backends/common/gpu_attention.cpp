@@ -382,6 +382,8 @@ void GpuAttention::describe(std::uint32_t device, DeviceDescription& description
   else
     description.add_bool("attention.flash", true,
                          "the flash kernels of backends/kernels; supports() gives the limits of each shape");
+  description.add_bool("attention.borrowed_addresses", true,
+                       "attention takes device addresses it did not allocate (a framework's tensors)");
 
   const std::string gemm = platform_->gemm_unavailable(device);
   if (!kernels.empty() || !gemm.empty()) {
@@ -478,7 +480,7 @@ hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implement
       const bool is_lse = std::strcmp(names[i], "lse") == 0;
       // LSE is optional in forward (return_lse 0) and in math backward, which recomputes it.
       const bool optional = is_lse && (!backward ? params->return_lse == 0 : implementation == HAL_ATTENTION_MATH);
-      if (tensors[i].buffer == nullptr) {
+      if (tensors[i].buffer == nullptr && tensors[i].offset == 0) {  // no tensor (else a borrowed address)
         if (optional) continue;
         return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + ": tensor " + names[i] +
                                                     " has no buffer" +
@@ -489,7 +491,7 @@ hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implement
       if (is_lse && !backward && params->return_lse == 0) continue;
       if (hal_status status = platform.device_address(stream, tensors[i], slots[i]); status != HAL_OK) return status;
     }
-    if (workspace.buffer != nullptr) {
+    if (workspace.buffer != nullptr || workspace.offset != 0) {
       if (hal_status status = platform.device_address(stream, workspace, &addresses.workspace); status != HAL_OK)
         return status;
       addresses.workspace_bytes = workspace_bytes;

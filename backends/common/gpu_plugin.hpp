@@ -67,6 +67,10 @@ class VendorPlatform final : public GpuPlatform {
     return V::free_workspace(context_, of(stream), address);
   }
   hal_status device_address(hal_stream* stream, const hal_tensor_ref_v1& tensor, std::uint64_t* address) override {
+    if (tensor.buffer == nullptr) {  // borrowed: the offset is the device address
+      *address = tensor.offset;
+      return HAL_OK;
+    }
     const auto* buffer = static_cast<const typename V::Buffer*>(tensor.buffer);
     if (buffer == nullptr || buffer->device != of(stream).device)
       return fail(HAL_ERROR_INVALID_ARGUMENT,

@@ -41,8 +41,16 @@ std::vector<std::string> implementation_reasons(hal_attention_implementation imp
   return check_attention_params(params, backward);
 }
 
+// The flash kernels' instruction set, chosen once per process (the CPU and
+// HAL_HOST_ISA do not change under a running program), not on every call.
+FlashIsa flash_isa() {
+  static const FlashIsa isa = flash_selected_isa();
+  return isa;
+}
+
+// A buffer's bytes, or a borrowed address (no buffer: the offset is the address).
 void* address(const hal_tensor_ref_v1& tensor) {
-  return tensor.buffer == nullptr ? nullptr
+  return tensor.buffer == nullptr ? reinterpret_cast<void*>(static_cast<std::uintptr_t>(tensor.offset))
                                   : static_cast<std::uint8_t*>(tensor.buffer->allocation->data) + tensor.offset;
 }
 
@@ -58,10 +66,11 @@ template <typename Kernel>
 hal_status enqueue_kernel(hal_stream* stream, hal_backend_context* context, hal_attention_implementation implementation,
                           const hal_attention_params_v1* params, bool backward,
                           std::vector<std::shared_ptr<Allocation>> buffers, Kernel kernel) {
+  // libhal checked the call and asked supports() for these params before
+  // choosing this implementation; the kernels keep their own guard.
   if (stream == nullptr || params == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention needs a stream and params");
-  if (const auto reasons = implementation_reasons(implementation, *params, backward); !reasons.empty())
-    return fail(HAL_ERROR_UNSUPPORTED, "host " + std::string(implementation == HAL_ATTENTION_FLASH ? "flash" : "math") +
-                                           " attention cannot run these params: " + reasons.front());
+  if (implementation != HAL_ATTENTION_FLASH && implementation != HAL_ATTENTION_MATH)
+    return fail(HAL_ERROR_UNSUPPORTED, implementation_reasons(implementation, *params, backward).front());
   stream->enqueue({[context, copy = *params, buffers = std::move(buffers), kernel](hal_status, std::string& message) {
                      try {
                        kernel(copy, attention_pool(context));
@@ -103,7 +112,7 @@ hal_status forward(hal_stream* stream, hal_attention_implementation implementati
                         [=](const hal_attention_params_v1& p, ThreadPool& pool) {
                           float* lse_out = p.return_lse ? static_cast<float*>(address(lse)) : nullptr;
                           if (implementation == HAL_ATTENTION_FLASH)
-                            flash_forward(p, address(q), address(k), address(v), address(o), lse_out, pool);
+                            flash_forward(p, address(q), address(k), address(v), address(o), lse_out, pool, flash_isa());
                           else
                             math_forward(p, address(q), address(k), address(v), address(o), lse_out, pool);
                         });
@@ -121,7 +130,7 @@ hal_status backward(hal_stream* stream, hal_attention_implementation implementat
         const auto* lse_in = static_cast<const float*>(address(lse));
         if (implementation == HAL_ATTENTION_FLASH)
           flash_backward(p, address(q), address(k), address(v), address(o), address(grad_o), lse_in, address(grad_q),
-                         address(grad_k), address(grad_v), pool);
+                         address(grad_k), address(grad_v), pool, flash_isa());
         else
           math_backward(p, address(q), address(k), address(v), address(o), address(grad_o), lse_in, address(grad_q),
                         address(grad_k), address(grad_v), pool);

@@ -209,6 +209,7 @@ std::vector<HostDevice> discover_devices() {
     add_capability(device, "attention.math", true, "materialized scores, f32 accumulation: the reference");
     add_capability(device, "attention.flash", true, "tiled online softmax on the CPU");
     add_capability(device, "attention.fused", false, "the host backend has no fused attention kernel");
+    add_capability(device, "attention.borrowed_addresses", true, "attention takes host addresses it did not allocate");
     add_cpu_features(device);
     finalize_views(device);
   }

@@ -79,10 +79,18 @@ void require_positive(const char* name, std::int64_t value) {
   if (value < 1) invalid(std::string("attention ") + name + " is " + std::to_string(value) + "; it must be at least 1");
 }
 
+bool operator==(const hal_tensor_strides_v1& a, const hal_tensor_strides_v1& b) {
+  return a.batch == b.batch && a.head == b.head && a.seq == b.seq && a.dim == b.dim;
+}
+
 // Outputs written through overlapping strides would race with themselves.
 void check_strides(const hal_attention_params_v1& params, AttentionTensor tensor, bool is_output) {
   const Extents extents = extents_of(params, tensor);
   const hal_tensor_strides_v1& strides = strides_of(params, tensor);
+  // The usual case, a compact tensor in either layout, is fine as it is.
+  if (strides == contiguous_strides(extents, AttentionLayout::bshd) ||
+      strides == contiguous_strides(extents, AttentionLayout::bhsd))
+    return;
   const std::array<std::pair<std::int64_t, std::int64_t>, 4> axes = {{{extents.batch, strides.batch},
                                                                       {extents.heads, strides.head},
                                                                       {extents.seq, strides.seq},
@@ -93,8 +101,9 @@ void check_strides(const hal_attention_params_v1& params, AttentionTensor tensor
       invalid(std::string("attention ") + attention_tensor_name(tensor) + " stride of axis " + axis_names[i] + " is " +
               std::to_string(axes[i].second) + "; strides must be positive (0 only for an axis of extent 1)");
   if (!is_output) return;
-  auto sorted = axes;
-  std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  auto sorted = axes;  // by stride; four axes: an insertion sort, on every call
+  for (std::size_t i = 1; i < sorted.size(); ++i)
+    for (std::size_t j = i; j > 0 && sorted[j].second < sorted[j - 1].second; --j) std::swap(sorted[j], sorted[j - 1]);
   std::int64_t span = 1;
   for (const auto& [extent, stride] : sorted) {
     if (extent == 1) continue;

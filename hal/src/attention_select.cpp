@@ -1,9 +1,9 @@
 // Choosing an attention implementation, explaining the choice, and running it.
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -27,10 +27,7 @@ namespace {
 
 using detail::all_attention_implementations;
 
-struct Order {
-  std::vector<AttentionImplementation> implementations;
-  std::string source;
-};
+using Order = detail::AttentionOrder;
 
 std::vector<AttentionImplementation> parse_order(const std::vector<std::string>& names, const std::string& source) {
   std::vector<AttentionImplementation> order;
@@ -44,11 +41,10 @@ std::vector<AttentionImplementation> parse_order(const std::vector<std::string>&
   return order;
 }
 
-// The order in effect: per call, then the attention.order setting (from
-// HAL_ATTN_BACKENDS, the NVTE_* switches or the file), then the device's
-// default, then the built-in order.
-Order resolve_order(const Device& device, const AttentionOptions& options, const Settings& settings) {
-  if (!options.implementations.empty()) return {options.implementations, "per-call choice"};
+// The order in effect without a per-call one: the attention.order setting
+// (from HAL_ATTN_BACKENDS, the NVTE_* switches or the file), then the
+// device's default, then the built-in order.
+Order configured_order(const Device& device, const Settings& settings) {
   const Setting& setting = settings.at("attention.order");
   // The environment's order stands even when it leaves nothing (every NVTE_* switch off).
   if (setting.from(SettingSource::Kind::environment))
@@ -61,6 +57,30 @@ Order resolve_order(const Device& device, const AttentionOptions& options, const
                           device.backend_name() + " backend default"),
               device.backend_name() + " backend default"};
   return {{all_attention_implementations, all_attention_implementations + 3}, "built-in order"};
+}
+
+const detail::AttentionDeviceFacts& device_facts(const Device& device, detail::LoadedBackend& backend) {
+  std::lock_guard lock(backend.attention_mutex);
+  auto found = backend.attention_devices.find(device.index());
+  if (found == backend.attention_devices.end()) {
+    const Capability* borrowed = device.info().find_capability("attention.borrowed_addresses");
+    const bool* takes = borrowed ? std::get_if<bool>(&borrowed->value) : nullptr;
+    found = backend.attention_devices
+                .emplace(device.index(),
+                         detail::AttentionDeviceFacts{configured_order(device, *backend.settings), takes && *takes})
+                .first;
+  }
+  return found->second;  // map nodes stay put: the reference outlives the lock
+}
+
+// The order in effect: per call, else the device's configured one.
+const Order& resolve_order(const Device& device, const AttentionOptions& options, detail::LoadedBackend& backend,
+                           Order& per_call) {
+  if (!options.implementations.empty()) {
+    per_call = {options.implementations, "per-call choice"};
+    return per_call;
+  }
+  return device_facts(device, backend).configured_order;
 }
 
 std::string describe_layer(const EffectiveCapability& capability) {
@@ -119,47 +139,36 @@ AttentionCandidate evaluate(const detail::LoadedBackend& backend, const Device& 
   return candidate;
 }
 
-// Numbers appended with to_chars: the key is built on every call, and a
-// stream's locale machinery would cost more than the rest of a small call.
-class KeyText {
- public:
-  template <class Number>
-  KeyText& operator<<(Number value) {
-    char digits[32];
-    const auto result = std::to_chars(digits, digits + sizeof(digits), value);
-    text_.append(digits, result.ptr);
-    return *this;
-  }
-  KeyText& operator<<(char value) {
-    text_.push_back(value);
-    return *this;
-  }
-  KeyText& operator<<(std::string_view value) {
-    text_.append(value);
-    return *this;
-  }
-  std::string take() { return std::move(text_); }
-
- private:
-  std::string text_;
-};
-
-std::string cache_key(const hal_attention_params_v1& p, bool backward, const Order& order, bool strict,
-                      const std::vector<std::string>& capability_overrides) {
-  KeyText key;
-  auto strides = [&](const hal_tensor_strides_v1& s) { key << s.batch << ',' << s.head << ',' << s.seq << ',' << s.dim << ';'; };
-  key << p.batch << ' ' << p.heads_q << ' ' << p.heads_kv << ' ' << p.seq_q << ' ' << p.seq_kv << ' '
-      << p.head_dim_qk << ' ' << p.head_dim_v << ' ' << static_cast<int>(p.dtype) << ' ' << p.causal << ' '
-      << static_cast<int>(p.alignment) << ' ' << p.window_left << ' ' << p.window_right << ' ' << p.softmax_scale
-      << ' ' << p.return_lse << ' ' << p.address_alignment << ' ';
+// The decision cache's key: the device, every number of the call's params,
+// the pass, strict mode and the order; per-call capability overrides (rare)
+// as text. Built on every call, so it is numbers, not text.
+detail::AttentionDecisionKey decision_key(const Device& device, const hal_attention_params_v1& p, bool backward,
+                                          const Order& order, bool per_call_order, bool strict,
+                                          const std::vector<std::string>& capability_overrides) {
+  detail::AttentionDecisionKey key;
+  std::size_t n = 0;
+  auto add = [&](std::int64_t value) { key.numbers[n++] = value; };
+  add(device.index());
+  for (std::int64_t value : {p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_kv, p.head_dim_qk, p.head_dim_v,
+                             p.window_left, p.window_right})
+    add(value);
+  std::int32_t scale_bits = 0;
+  static_assert(sizeof(scale_bits) == sizeof(p.softmax_scale));
+  std::memcpy(&scale_bits, &p.softmax_scale, sizeof(scale_bits));
+  add(scale_bits);
+  add(static_cast<std::int64_t>(p.dtype) | static_cast<std::int64_t>(p.alignment) << 8 | std::int64_t{p.causal} << 16 |
+      std::int64_t{p.return_lse} << 17 | std::int64_t{backward} << 18 | std::int64_t{strict} << 19 |
+      std::int64_t{per_call_order} << 20 | std::int64_t{p.address_alignment} << 32);
   for (const auto* s : {&p.q_strides, &p.k_strides, &p.v_strides, &p.o_strides, &p.grad_o_strides,
                         &p.grad_q_strides, &p.grad_k_strides, &p.grad_v_strides})
-    strides(*s);
-  key << static_cast<int>(backward) << static_cast<int>(strict) << std::string_view(order.source) << '|';
-  for (auto implementation : order.implementations) key << std::string_view(to_string(implementation)) << ',';
-  // Per-call capability overrides change the layers, so they are part of the key.
-  for (const auto& item : capability_overrides) key << '|' << std::string_view(item);
-  return key.take();
+    for (std::int64_t value : {s->batch, s->head, s->seq, s->dim}) add(value);
+  std::int64_t implementations = 0;
+  for (auto implementation : order.implementations)
+    implementations = implementations << 4 | (static_cast<std::int64_t>(implementation) + 1);
+  add(implementations);
+  for (const auto& item : capability_overrides) key.overrides.append(item).push_back('|');
+  if (n != detail::AttentionDecisionKey::count) std::abort();  // a field added above without growing the key
+  return key;
 }
 
 AttentionDecision decide(const Device& device, const hal_attention_params_v1& params, bool backward,
@@ -212,73 +221,106 @@ std::string first_reasons(const AttentionDecision& decision) {
 // Strict and debug mode for a call: its options, else the settings.
 struct Modes {
   bool strict = false;
-  std::string strict_source;  // for the refusal: "AttentionOptions::strict", "HAL_ATTN_STRICT=1", ...
   bool debug = false;
+  bool strict_from_options = false;
+  const Settings* settings = nullptr;
+  // For the refusal: "AttentionOptions::strict", "HAL_ATTN_STRICT=1", ...
+  std::string strict_source() const {
+    return strict_from_options ? "AttentionOptions::strict" : settings->at("attention.strict").origin();
+  }
 };
 
 Modes modes_of(const AttentionOptions& options, const Settings& settings) {
-  Modes modes;
-  modes.strict = options.strict.value_or(settings.values().attention_strict);
-  modes.strict_source = options.strict ? "AttentionOptions::strict" : settings.at("attention.strict").origin();
-  modes.debug = options.debug.value_or(settings.values().attention_debug);
-  return modes;
+  return {options.strict.value_or(settings.values().attention_strict),
+          options.debug.value_or(settings.values().attention_debug), options.strict.has_value(), &settings};
 }
 
 // The decision for a call: cached per key, logged in debug mode, warned once
 // when it falls to math, and an error when nothing (or, strict, not the
-// first choice) is eligible.
-AttentionDecision decide_for_call(const Device& device, const AttentionParams& params,
-                                  const hal_attention_params_v1& resolved, bool backward,
-                                  const AttentionOptions& options) {
+// first choice) is eligible. The decision returned lives in the backend's
+// cache; on the cached path nothing is allocated or formatted.
+const AttentionDecision& decide_for_call(const Device& device, const AttentionParams& params,
+                                         const hal_attention_params_v1& resolved, bool backward,
+                                         const AttentionOptions& options) {
   detail::LoadedBackend& backend = *detail::Access::backend(device);
   const Modes modes = modes_of(options, *backend.settings);
-  const Order order = resolve_order(device, options, *backend.settings);
-  const std::string key = cache_key(resolved, backward, order, modes.strict, options.capability_overrides);
-  const std::string what = std::string(backward ? "attention backward" : "attention forward") + " on " + device.id() +
-                           " for " + params.describe();
-  AttentionDecision decision;
+  Order per_call;
+  const Order& order = resolve_order(device, options, backend, per_call);
+  const detail::AttentionDecisionKey key = decision_key(device, resolved, backward, order,
+                                                        !options.implementations.empty(), modes.strict,
+                                                        options.capability_overrides);
+  auto what = [&] {
+    return std::string(backward ? "attention backward" : "attention forward") + " on " + device.id() + " for " +
+           params.describe();
+  };
+  const AttentionDecision* decision = nullptr;
   bool fresh = false;
   {
     std::lock_guard lock(backend.attention_mutex);
     if (auto cached = backend.attention_decisions.find(key); cached != backend.attention_decisions.end()) {
-      decision = cached->second;
+      decision = &cached->second;
     } else {
-      decision = decide(device, resolved, backward, order, options.capability_overrides);
-      backend.attention_decisions.emplace(key, decision);
+      // Node-based: the entry stays where it is while others are added.
+      decision = &backend.attention_decisions
+                      .emplace(key, decide(device, resolved, backward, order, options.capability_overrides))
+                      .first->second;
       fresh = true;
     }
   }
-  if (fresh && modes.debug) std::fprintf(stderr, "hal: %s:\n%s", what.c_str(), decision.to_string().c_str());
-  if (!decision.found)
-    throw Error(StatusCode::unsupported, "no attention implementation can run " + what + ": " +
-                                             first_reasons(decision) +
+  if (fresh && modes.debug) std::fprintf(stderr, "hal: %s:\n%s", what().c_str(), decision->to_string().c_str());
+  if (!decision->found)
+    throw Error(StatusCode::unsupported, "no attention implementation can run " + what() + ": " +
+                                             first_reasons(*decision) +
                                              "; see 'halinfo attention' for the full explanation");
-  if (decision.fell_back && modes.strict)
-    throw Error(StatusCode::unsupported, what + " would fall back to " + std::string(to_string(decision.chosen)) +
-                                             " and strict mode is on (" + modes.strict_source +
-                                             "): " + first_reasons(decision));
-  if (fresh && decision.fell_back && decision.chosen == AttentionImplementation::math) {
+  if (decision->fell_back && modes.strict)
+    throw Error(StatusCode::unsupported, what() + " would fall back to " + std::string(to_string(decision->chosen)) +
+                                             " and strict mode is on (" + modes.strict_source() +
+                                             "): " + first_reasons(*decision));
+  if (fresh && decision->fell_back && decision->chosen == AttentionImplementation::math) {
     std::lock_guard lock(backend.attention_mutex);
     if (backend.attention_warned.insert(key).second)
       detail::log_message(HAL_LOG_WARNING,
-                          what + " falls back to the math implementation, which needs " +
-                              megabytes(decision.candidates.back().workspace_bytes) + " of scratch memory (" +
-                              first_reasons(decision) + ")");
+                          what() + " falls back to the math implementation, which needs " +
+                              megabytes(decision->candidates.back().workspace_bytes) + " of scratch memory (" +
+                              first_reasons(*decision) + ")");
   }
-  return decision;
+  return *decision;
+}
+
+// A borrowed address: the device's backend must take them, and the address
+// must be a multiple of the element size; its extent is the caller's word.
+hal_tensor_ref_v1 borrowed_tensor(const Device& device, std::uint64_t address, detail::AttentionTensor which,
+                                  std::size_t element) {
+  if (!device_facts(device, *detail::Access::backend(device)).takes_borrowed_addresses)
+    throw Error(StatusCode::unsupported, std::string("attention tensor ") + detail::attention_tensor_name(which) +
+                                             " is a borrowed address, and the " + device.backend_name() +
+                                             " backend of " + device.id() +
+                                             " does not take them (no capability attention.borrowed_addresses); "
+                                             "import the memory into a Buffer instead");
+  if (address % element != 0)
+    throw Error(StatusCode::invalid_argument, std::string("attention tensor ") + detail::attention_tensor_name(which) +
+                                                  " address " + std::to_string(address) +
+                                                  " is not a multiple of the " + std::to_string(element) +
+                                                  "-byte element size");
+  return {nullptr, address};
 }
 
 hal_tensor_ref_v1 checked_tensor(const Device& device, const TensorRef& tensor, const hal_attention_params_v1& params,
                                  detail::AttentionTensor which, DType expected) {
+  const auto& held = detail::Access::state(tensor.buffer);
+  const std::size_t element = size_in_bytes(expected);
+  if (!held && tensor.offset != 0) return borrowed_tensor(device, tensor.offset, which, element);
+  const std::uint64_t bytes = detail::attention_tensor_bytes(params, which);
+  // The common case checked without building any text; the errors below say what is wrong.
+  if (held && held->device == device && held->fits(tensor.offset, bytes) && tensor.offset % element == 0)
+    return held->ref(tensor.offset);
   const char* name = detail::attention_tensor_name(which);
-  const auto& state = detail::usable_state(detail::Access::state(tensor.buffer), std::string("attention tensor ") + name);
+  const auto& state = detail::usable_state(held, std::string("attention tensor ") + name);
   if (!(state.device == device))
     throw Error(StatusCode::invalid_argument, std::string("attention tensor ") + name + " is in a buffer on " +
                                                   state.device.id() + ", but the stream runs on " + device.id());
-  const std::uint64_t bytes = detail::attention_tensor_bytes(params, which);
   state.check_range(tensor.offset, bytes, std::string("attention tensor ") + name + " (" + std::to_string(bytes) +
                                               " bytes of " + std::string(to_string(expected)) + ")");
-  const std::size_t element = size_in_bytes(expected);
   if (tensor.offset % element != 0)
     throw Error(StatusCode::invalid_argument, std::string("attention tensor ") + name + " offset " +
                                                   std::to_string(tensor.offset) + " is not a multiple of the " +
@@ -294,9 +336,12 @@ hal_attention_params_v1 with_address_alignment(const Device& device, hal_attenti
   constexpr std::uint64_t most = 256;
   const hal_backend_v1& table = *detail::Access::backend(device)->table;
   std::uint64_t bits = most;
-  for (std::size_t i = 0; i < count; ++i)
+  for (std::size_t i = 0; i < count; ++i) {
     if (tensors[i].buffer != nullptr)
       bits |= reinterpret_cast<std::uintptr_t>(table.buffer_device_address(tensors[i].buffer)) + tensors[i].offset;
+    else
+      bits |= tensors[i].offset;  // a borrowed address, or 0 for no tensor
+  }
   params.address_alignment = static_cast<std::uint32_t>(bits & (~bits + 1));  // the lowest set bit
   return params;
 }
@@ -313,8 +358,10 @@ void enqueue(const detail::StreamState& stream, const AttentionDecision& decisio
              const AttentionOptions& options) {
   const Device& device = stream.device;
   const detail::LoadedBackend& backend = *detail::Access::backend(device);
-  const std::string what = "enqueueing " + std::string(to_string(decision.chosen)) + " attention " +
-                           (backward ? "backward" : "forward") + " on " + device.id();
+  auto what = [&] {
+    return "enqueueing " + std::string(to_string(decision.chosen)) + " attention " +
+           (backward ? "backward" : "forward") + " on " + device.id();
+  };
   const auto& workspace_state = detail::Access::state(options.workspace.buffer);
   if (!workspace_state) {
     const hal_attention_v1& table = *backend.attention();
@@ -367,8 +414,15 @@ std::string AttentionDecision::to_string() const {
 AttentionDecision explain_attention(const Device& device, const AttentionParams& params, bool backward,
                                     const AttentionOptions& options) {
   const hal_attention_params_v1 resolved = detail::to_abi(params);
-  return decide(device, resolved, backward, resolve_order(device, options, *detail::Access::backend(device)->settings),
+  Order per_call;
+  return decide(device, resolved, backward,
+                resolve_order(device, options, *detail::Access::backend(device), per_call),
                 options.capability_overrides);
+}
+
+const AttentionDecision& attention_decision(const Device& device, const AttentionParams& params, bool backward,
+                                            const AttentionOptions& options) {
+  return decide_for_call(device, params, detail::to_abi(params), backward, options);
 }
 
 std::uint64_t attention_workspace_size(const Device& device, const AttentionParams& params, bool backward,
@@ -382,9 +436,9 @@ std::uint64_t attention_workspace_size(const Device& device, const AttentionPara
   return 0;
 }
 
-AttentionDecision attention_forward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
-                                    const TensorRef& k, const TensorRef& v, const TensorRef& o,
-                                    const TensorRef& lse, const AttentionOptions& options) {
+const AttentionDecision& attention_forward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
+                                           const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                                           const TensorRef& lse, const AttentionOptions& options) {
   const Device& device = stream_state(stream).device;
   const hal_attention_params_v1 resolved = detail::to_abi(params);
   using detail::AttentionTensor;
@@ -396,16 +450,16 @@ AttentionDecision attention_forward(const Stream& stream, const AttentionParams&
   if (params.return_lse) lse_ref = checked_tensor(device, lse, resolved, AttentionTensor::lse, DType::f32);
   const hal_tensor_ref_v1 refs[] = {q_ref, k_ref, v_ref, o_ref, lse_ref};
   const hal_attention_params_v1 call = with_address_alignment(device, resolved, refs, std::size(refs));
-  const AttentionDecision decision = decide_for_call(device, params, call, false, options);
+  const AttentionDecision& decision = decide_for_call(device, params, call, false, options);
   enqueue(stream_state(stream), decision, call, false, refs, options);
   return decision;
 }
 
-AttentionDecision attention_backward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
-                                     const TensorRef& k, const TensorRef& v, const TensorRef& o,
-                                     const TensorRef& grad_o, const TensorRef& lse, const TensorRef& grad_q,
-                                     const TensorRef& grad_k, const TensorRef& grad_v,
-                                     const AttentionOptions& options) {
+const AttentionDecision& attention_backward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
+                                            const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                                            const TensorRef& grad_o, const TensorRef& lse, const TensorRef& grad_q,
+                                            const TensorRef& grad_k, const TensorRef& grad_v,
+                                            const AttentionOptions& options) {
   const Device& device = stream_state(stream).device;
   const hal_attention_params_v1 resolved = detail::to_abi(params);
   using detail::AttentionTensor;
@@ -420,7 +474,7 @@ AttentionDecision attention_backward(const Stream& stream, const AttentionParams
       checked_tensor(device, grad_k, resolved, AttentionTensor::grad_k, params.dtype),
       checked_tensor(device, grad_v, resolved, AttentionTensor::grad_v, params.dtype)};
   const hal_attention_params_v1 call = with_address_alignment(device, resolved, refs, std::size(refs));
-  const AttentionDecision decision = decide_for_call(device, params, call, true, options);
+  const AttentionDecision& decision = decide_for_call(device, params, call, true, options);
   enqueue(stream_state(stream), decision, call, true, refs, options);
   return decision;
 }

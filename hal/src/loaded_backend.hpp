@@ -11,8 +11,10 @@
 
 #include <map>
 #include <mutex>
-#include <set>
+#include <unordered_map>
+#include <unordered_set>
 
+#include "attention_internal.hpp"
 #include "hal/attention.hpp"
 #include "hal/backend_abi.h"
 #include "hal/settings.hpp"
@@ -36,11 +38,14 @@ struct LoadedBackend {
   // The runtime's settings, for what calls read (attention order, ...).
   std::shared_ptr<const Settings> settings = std::make_shared<const Settings>();
 
-  // Attention decisions per (params, order, settings), and which fallbacks
-  // were already warned about, so each is explained once.
+  // Attention decisions per (device, params, order, settings), which
+  // fallbacks were already warned about, so each is explained once, and what
+  // calls read of each device. Entries are never removed: callers hold
+  // references to them.
   std::mutex attention_mutex;
-  std::map<std::string, AttentionDecision> attention_decisions;
-  std::set<std::string> attention_warned;
+  std::unordered_map<AttentionDecisionKey, AttentionDecision, AttentionDecisionKeyHash> attention_decisions;
+  std::unordered_set<AttentionDecisionKey, AttentionDecisionKeyHash> attention_warned;
+  std::map<std::uint32_t, AttentionDeviceFacts> attention_devices;
 
   LoadedBackend() = default;
   LoadedBackend(const LoadedBackend&) = delete;

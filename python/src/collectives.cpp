@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <hal/collectives.hpp>
+#include <hal/dlpack.hpp>
 #include <hal/hal.hpp>
 
 namespace nb = nanobind;
@@ -28,6 +29,41 @@ using namespace nb::literals;
 
 namespace hal::python {
 namespace {
+
+// (address, shape, strides in elements) of memory its owner keeps alive and
+// in place until the call and its stream work are done.
+using BorrowedArgument = std::tuple<std::uintptr_t, std::vector<std::int64_t>, std::vector<std::int64_t>>;
+
+// Non-owning hal.Tensors of `dtype` over borrowed memory on a DLPack device,
+// through hal::from_dlpack (which checks them as it checks any producer's).
+std::vector<hal::Tensor> borrowed_tensors(const hal::Runtime& runtime, std::tuple<int, int> device, hal::DType dtype,
+                                          const std::vector<BorrowedArgument>& arguments) {
+  struct Borrowed {
+    hal::dlpack::DLManagedTensorVersioned managed{};
+    std::vector<std::int64_t> shape, strides;
+  };
+  std::vector<hal::Tensor> tensors;
+  tensors.reserve(arguments.size());
+  for (std::size_t i = 0; i < arguments.size(); ++i) {
+    const auto& [address, shape, strides] = arguments[i];
+    if (shape.size() != strides.size())
+      throw hal::Error(hal::StatusCode::invalid_argument, "a borrowed tensor has " + std::to_string(shape.size()) +
+                                                              " extents but " + std::to_string(strides.size()) + " strides");
+    auto* borrowed = new Borrowed{{}, shape, strides};
+    hal::dlpack::DLManagedTensorVersioned& managed = borrowed->managed;
+    managed.version = {hal::dlpack::major_version, hal::dlpack::minor_version};
+    managed.manager_ctx = borrowed;
+    managed.deleter = [](hal::dlpack::DLManagedTensorVersioned* self) { delete static_cast<Borrowed*>(self->manager_ctx); };
+    managed.dl_tensor.data = reinterpret_cast<void*>(address);
+    managed.dl_tensor.device = {static_cast<hal::dlpack::DLDeviceType>(std::get<0>(device)), std::get<1>(device)};
+    managed.dl_tensor.ndim = static_cast<std::int32_t>(shape.size());
+    managed.dl_tensor.dtype = hal::to_dlpack(dtype);
+    managed.dl_tensor.shape = borrowed->shape.data();
+    managed.dl_tensor.strides = borrowed->strides.data();
+    tensors.push_back(hal::from_dlpack(runtime, &managed));  // owns `borrowed` from here, also when it throws
+  }
+  return tensors;
+}
 
 std::chrono::milliseconds milliseconds_of(double seconds, const char* name) {
   if (!(seconds > 0) || seconds > 1e9)
@@ -303,7 +339,7 @@ void bind_collectives(nb::module_& m) {
                               std::tuple<int, int> device, const std::string& dtype, const BorrowedArgument& send,
                               const BorrowedArgument& recv, int root, const std::string& op, const Stream& stream,
                               bool synchronize, std::optional<double> timeout) {
-            const auto tensors = borrowed_tensors(runtime, device, require_dtype(dtype), {send, recv}, 2);
+            const auto tensors = borrowed_tensors(runtime, device, require_dtype(dtype), {send, recv});
             run_collective(c, operation, tensors[0], tensors[1], root, op, stream, synchronize, timeout);
           }, "runtime"_a, "operation"_a, "device"_a, "dtype"_a, "send"_a, "recv"_a, "root"_a, "op"_a, "stream"_a,
           "synchronize"_a, "timeout"_a = nb::none())

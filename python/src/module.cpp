@@ -246,69 +246,34 @@ std::vector<std::string> implementation_names(const std::vector<hal::AttentionIm
 
 // ---------------------------------------------------------------- attention calls
 
-hal::AttentionDecision run_forward(const hal::Stream& stream, const hal::AttentionParams& params, const hal::Tensor& q,
+hal::TensorRef borrowed(std::uintptr_t address) { return hal::TensorRef::borrowed(reinterpret_cast<const void*>(address)); }
+
+const hal::AttentionDecision& run_forward(const hal::Stream& stream, const hal::AttentionParams& params, const hal::Tensor& q,
                                    const hal::Tensor& k, const hal::Tensor& v, const hal::Tensor& o,
                                    const std::optional<hal::Tensor>& lse,
                                    const std::optional<std::vector<std::string>>& implementations, bool synchronize) {
   const hal::AttentionOptions options = options_from(implementations);
   nb::gil_scoped_release release;
-  hal::AttentionDecision decision = hal::attention_forward(stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v),
+  const hal::AttentionDecision& decision = hal::attention_forward(stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v),
                                                            tensor_ref(o), tensor_ref(lse), options);
   if (synchronize) stream.synchronize();
   return decision;
 }
 
-hal::AttentionDecision run_backward(const hal::Stream& stream, const hal::AttentionParams& params, const hal::Tensor& q,
+const hal::AttentionDecision& run_backward(const hal::Stream& stream, const hal::AttentionParams& params, const hal::Tensor& q,
                                     const hal::Tensor& k, const hal::Tensor& v, const hal::Tensor& o,
                                     const hal::Tensor& grad_o, const hal::Tensor& lse, const hal::Tensor& grad_q,
                                     const hal::Tensor& grad_k, const hal::Tensor& grad_v,
                                     const std::optional<std::vector<std::string>>& implementations, bool synchronize) {
   const hal::AttentionOptions options = options_from(implementations);
   nb::gil_scoped_release release;
-  hal::AttentionDecision decision = hal::attention_backward(
+  const hal::AttentionDecision& decision = hal::attention_backward(
       stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o), tensor_ref(grad_o), tensor_ref(lse),
       tensor_ref(grad_q), tensor_ref(grad_k), tensor_ref(grad_v), options);
   if (synchronize) stream.synchronize();
   return decision;
 }
 
-}  // namespace
-
-namespace hal::python {
-
-std::vector<hal::Tensor> borrowed_tensors(const hal::Runtime& runtime, std::tuple<int, int> device, hal::DType dtype,
-                                          const std::vector<BorrowedArgument>& arguments, std::size_t f32_from) {
-  struct Borrowed {
-    hal::dlpack::DLManagedTensorVersioned managed{};
-    std::vector<std::int64_t> shape, strides;
-  };
-  std::vector<hal::Tensor> tensors;
-  tensors.reserve(arguments.size());
-  for (std::size_t i = 0; i < arguments.size(); ++i) {
-    const auto& [address, shape, strides] = arguments[i];
-    if (shape.size() != strides.size())
-      throw hal::Error(hal::StatusCode::invalid_argument, "a borrowed tensor has " + std::to_string(shape.size()) +
-                                                              " extents but " + std::to_string(strides.size()) + " strides");
-    auto* borrowed = new Borrowed{{}, shape, strides};
-    hal::dlpack::DLManagedTensorVersioned& managed = borrowed->managed;
-    managed.version = {hal::dlpack::major_version, hal::dlpack::minor_version};
-    managed.manager_ctx = borrowed;
-    managed.deleter = [](hal::dlpack::DLManagedTensorVersioned* self) { delete static_cast<Borrowed*>(self->manager_ctx); };
-    managed.dl_tensor.data = reinterpret_cast<void*>(address);
-    managed.dl_tensor.device = {static_cast<hal::dlpack::DLDeviceType>(std::get<0>(device)), std::get<1>(device)};
-    managed.dl_tensor.ndim = static_cast<std::int32_t>(shape.size());
-    managed.dl_tensor.dtype = hal::to_dlpack(i >= f32_from ? hal::DType::f32 : dtype);
-    managed.dl_tensor.shape = borrowed->shape.data();
-    managed.dl_tensor.strides = borrowed->strides.data();
-    tensors.push_back(hal::from_dlpack(runtime, &managed));  // owns `borrowed` from here, also when it throws
-  }
-  return tensors;
-}
-}  // namespace hal::python
-
-namespace {
-using hal::python::BorrowedArgument;
-using hal::python::borrowed_tensors;
 }  // namespace
 
 NB_MODULE(_hal, m) {
@@ -575,24 +540,28 @@ NB_MODULE(_hal, m) {
   m.def("_attention_backward", &run_backward, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "grad_o"_a, "lse"_a,
         "grad_q"_a, "grad_k"_a, "grad_v"_a, "implementations"_a = nb::none(), "synchronize"_a = true);
 
-  // hal.torch's per-call path: the operator's arguments as (address, shape,
-  // strides), borrowed for the call, in one C++ call instead of a DLPack
-  // exchange per tensor in Python.
-  m.def("_attention_forward_borrowed", [](const hal::Runtime& runtime, const hal::Stream& stream,
-                                          const hal::AttentionParams& params, std::tuple<int, int> device,
-                                          const std::vector<BorrowedArgument>& tensors, bool synchronize) {
-        if (tensors.size() != 5) throw hal::Error(hal::StatusCode::invalid_argument, "expected q, k, v, o and lse");
-        const auto t = borrowed_tensors(runtime, device, params.dtype, tensors, /*f32_from=*/4);
-        return run_forward(stream, params, t[0], t[1], t[2], t[3], t[4], std::nullopt, synchronize);
-      }, "runtime"_a, "stream"_a, "params"_a, "device"_a, "tensors"_a, "synchronize"_a);
-  m.def("_attention_backward_borrowed", [](const hal::Runtime& runtime, const hal::Stream& stream,
-                                           const hal::AttentionParams& params, std::tuple<int, int> device,
-                                           const std::vector<BorrowedArgument>& tensors, bool synchronize) {
-        if (tensors.size() != 9)
-          throw hal::Error(hal::StatusCode::invalid_argument, "expected q, k, v, o, grad_o, grad_q, grad_k, grad_v and lse");
-        const auto t = borrowed_tensors(runtime, device, params.dtype, tensors, /*f32_from=*/8);
-        return run_backward(stream, params, t[0], t[1], t[2], t[3], t[4], t[8], t[5], t[6], t[7], std::nullopt, synchronize);
-      }, "runtime"_a, "stream"_a, "params"_a, "device"_a, "tensors"_a, "synchronize"_a);
+  // hal.torch's per-call path: the operator's tensors as addresses on the
+  // stream's device (hal::TensorRef::borrowed), their shapes and strides in
+  // params, which hal.torch makes once per geometry: nothing is imported or
+  // looked up per call. They return nothing: the decision is
+  // hal.torch.explain's, and making a Python object of it per call costs.
+  m.def("_attention_forward_at", [](const hal::Stream& stream, const hal::AttentionParams& params,
+                                    std::uintptr_t q, std::uintptr_t k, std::uintptr_t v, std::uintptr_t o,
+                                    std::uintptr_t lse, bool synchronize) {
+        nb::gil_scoped_release release;
+        hal::attention_forward(stream, params, borrowed(q), borrowed(k), borrowed(v), borrowed(o), borrowed(lse));
+        if (synchronize) stream.synchronize();
+      }, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "synchronize"_a);
+  m.def("_attention_backward_at", [](const hal::Stream& stream, const hal::AttentionParams& params,
+                                     std::uintptr_t q, std::uintptr_t k, std::uintptr_t v, std::uintptr_t o,
+                                     std::uintptr_t grad_o, std::uintptr_t lse, std::uintptr_t grad_q,
+                                     std::uintptr_t grad_k, std::uintptr_t grad_v, bool synchronize) {
+        nb::gil_scoped_release release;
+        hal::attention_backward(stream, params, borrowed(q), borrowed(k), borrowed(v), borrowed(o), borrowed(grad_o),
+                                borrowed(lse), borrowed(grad_q), borrowed(grad_k), borrowed(grad_v));
+        if (synchronize) stream.synchronize();
+      }, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "grad_o"_a, "lse"_a, "grad_q"_a, "grad_k"_a, "grad_v"_a,
+        "synchronize"_a);
 
   // The C++ side of the Python path's overhead (python -m hal.bench): the
   // same call and synchronization as _attention_forward, `calls` times in a

@@ -110,7 +110,7 @@ def train(sdpa):
 @pytest.fixture(scope="module")
 def curves():
     calls = {"forward": 0, "backward": 0}
-    entries = {"forward": "_attention_forward_borrowed", "backward": "_attention_backward_borrowed"}
+    entries = {"forward": "_attention_forward_at", "backward": "_attention_backward_at"}
     originals = {name: getattr(hal._hal, entry) for name, entry in entries.items()}
 
     def counting(name):

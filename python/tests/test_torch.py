@@ -344,12 +344,12 @@ def test_autocast_casts_as_aten_and_runs_hal(dtypes):
     inputs = [torch.randn(1, 4, 32, 64, generator=generator, dtype=dtype, requires_grad=True) for dtype in dtypes]
     results = []
     calls = []
-    original = hal._hal._attention_forward_borrowed
+    original = hal._hal._attention_forward_at
 
     def counting(*args, **kwargs):
-        calls.append(args[2].dtype)  # the params' dtype: what hal's kernels ran in
+        calls.append(args[1].dtype)  # the params' dtype: what hal's kernels ran in
         return original(*args, **kwargs)
-    hal._hal._attention_forward_borrowed = counting
+    hal._hal._attention_forward_at = counting
     try:
         for sdpa in (ht._torch_sdpa, ht.scaled_dot_product_attention):
             leaves = [t.detach().clone().requires_grad_() for t in inputs]
@@ -358,7 +358,7 @@ def test_autocast_casts_as_aten_and_runs_hal(dtypes):
             out.float().sum().backward()
             results.append((out, [t.grad for t in leaves]))
     finally:
-        hal._hal._attention_forward_borrowed = original
+        hal._hal._attention_forward_at = original
     (expected, expected_grads), (out, grads) = results
     assert out.dtype == expected.dtype == torch.bfloat16
     assert calls == ["bf16"]

@@ -65,7 +65,14 @@ struct AttentionParams {
 
 struct TensorRef {
   Buffer buffer;
-  std::uint64_t offset = 0;  // bytes
+  std::uint64_t offset = 0;  // bytes from the buffer's start; with no buffer, a borrowed address (below)
+
+  // Memory hal did not allocate (a framework's tensor), by its address on the
+  // stream's device: borrowed for the call, with nothing imported or looked
+  // up. hal checks its alignment, not its extent (it has none to check
+  // against); the caller keeps it alive until the stream's work on it is
+  // done. For devices whose backend declares attention.borrowed_addresses.
+  static TensorRef borrowed(const void* address) { return {Buffer{}, reinterpret_cast<std::uintptr_t>(address)}; }
 };
 
 struct AttentionCandidate {
@@ -115,22 +122,33 @@ struct AttentionOptions {
 AttentionDecision explain_attention(const Device& device, const AttentionParams& params, bool backward = false,
                                     const AttentionOptions& options = {});
 
+// The decision attention_forward/backward use for these params, made once
+// and then looked up (the runtime keeps it; the reference is valid while the
+// runtime lives). Params without tensors claim no address alignment, so an
+// implementation that needs aligned tensors may be decided otherwise than for
+// a call. Throws as those calls do when nothing (or, strict, not the first
+// choice) is eligible.
+const AttentionDecision& attention_decision(const Device& device, const AttentionParams& params, bool backward = false,
+                                            const AttentionOptions& options = {});
+
 // Scratch bytes the implementation explain_attention() chooses needs for one
 // call; throws unsupported when nothing is eligible.
 std::uint64_t attention_workspace_size(const Device& device, const AttentionParams& params, bool backward = false,
                                        const AttentionOptions& options = {});
 
-// Enqueue on the stream; returns the decision that was used. Throws
+// Enqueue on the stream; returns the decision that was used, which the
+// device's runtime keeps (a reference valid while the runtime lives; the
+// decision is made once per problem and looked up after that). Throws
 // unsupported when nothing is eligible (listing each candidate's first
 // reason), or in strict mode when the first choice is not eligible.
-AttentionDecision attention_forward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
-                                    const TensorRef& k, const TensorRef& v, const TensorRef& o,
-                                    const TensorRef& lse = {}, const AttentionOptions& options = {});
+const AttentionDecision& attention_forward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
+                                           const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                                           const TensorRef& lse = {}, const AttentionOptions& options = {});
 // lse from the forward pass is required (run the forward with return_lse).
-AttentionDecision attention_backward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
-                                     const TensorRef& k, const TensorRef& v, const TensorRef& o,
-                                     const TensorRef& grad_o, const TensorRef& lse, const TensorRef& grad_q,
-                                     const TensorRef& grad_k, const TensorRef& grad_v,
-                                     const AttentionOptions& options = {});
+const AttentionDecision& attention_backward(const Stream& stream, const AttentionParams& params, const TensorRef& q,
+                                            const TensorRef& k, const TensorRef& v, const TensorRef& o,
+                                            const TensorRef& grad_o, const TensorRef& lse, const TensorRef& grad_q,
+                                            const TensorRef& grad_k, const TensorRef& grad_v,
+                                            const AttentionOptions& options = {});
 
 }  // namespace hal

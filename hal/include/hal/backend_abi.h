@@ -214,9 +214,15 @@ static inline uint32_t hal_attention_address_alignment(const hal_attention_param
              : 0;
 }
 
+/* A tensor's memory: bytes from the start of a buffer. With no buffer, offset
+ * is the address itself of borrowed memory on the stream's device (a
+ * framework's tensor; a device address on GPUs), which the caller keeps alive
+ * until the stream's work on it is done; only backends that declare the
+ * capability "attention.borrowed_addresses" get such references, and only in
+ * attention calls. No buffer and offset 0: no tensor (an unused LSE). */
 typedef struct hal_tensor_ref_v1 {
   hal_buffer* buffer;
-  uint64_t offset;         /* bytes from the start of the buffer */
+  uint64_t offset;
 } hal_tensor_ref_v1;
 
 typedef struct hal_attention_v1 {

@@ -96,21 +96,31 @@ def _same_physical_device(candidates, uuid: str, pci: Optional[Tuple[int, int, i
 
 
 def _hal_device(device: torch.device) -> Optional[hal.Device]:
+    """The hal device that is torch's device (None when hal has not loaded it), found once per torch device."""
+    global _devices
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     runtime = hal.runtime()
+    if _devices[0] is not runtime:  # a new default runtime (tests make one after changing settings)
+        _devices = (runtime, {})
+    try:
+        return _devices[1][device]
+    except KeyError:
+        pass
+    found = None
     if device.type == "cpu":
         try:
-            return runtime.find_dlpack_device(1, 0)
+            found = runtime.find_dlpack_device(1, 0)
         except hal.NotPresentError:
-            return None
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if index not in _cuda_devices:
-            _cuda_devices[index] = _find_cuda_device(runtime, index)
-        return _cuda_devices[index]
-    return None
+            pass
+    elif device.type == "cuda":
+        found = _find_cuda_device(runtime, device.index)
+    _devices[1][device] = found
+    return found
 
 
-_cuda_devices: dict = {}  # torch's CUDA index -> the hal device (or None), found once per index
+# (runtime, {torch device: its hal device or None}): found once per device of the default runtime.
+_devices: Tuple = (None, {})
 
 
 def _find_cuda_device(runtime, index: int) -> Optional[hal.Device]:
@@ -270,6 +280,14 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         with torch.autocast(device_type, enabled=False):
             return scaled_dot_product_attention(cast(query), cast(key), cast(value), cast(attn_mask), dropout_p,
                                                 is_causal, scale, enable_gqa)
+    signature = None
+    if attn_mask is None and not dropout_p and not torch.compiler.is_compiling():
+        signature = (query.shape, key.shape, value.shape, query.dtype, key.dtype, value.dtype, query.device,
+                     key.device, value.device, is_causal, scale, enable_gqa, hal.runtime())
+        if signature in _hal_runs:
+            if _unobserved(query, key, value):
+                return _forward(query, key, value, bool(is_causal), scale)[0]
+            return torch.ops.hal.sdpa_forward(query, key, value, bool(is_causal), scale)[0]
     if _needs_torch_for_errors(query, key, value, enable_gqa):
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, enable_gqa=enable_gqa)
@@ -283,17 +301,27 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, enable_gqa=enable_gqa)
     out, _ = torch.ops.hal.sdpa_forward(query, key, value, bool(is_causal), scale)
+    if signature is not None:
+        if len(_hal_runs) >= _HAL_RUNS_KEPT:
+            _hal_runs.clear()
+        _hal_runs.add(signature)
     return out
+
+
+# The calls hal has run, by everything the checks above read (shapes, dtypes, devices, is_causal, scale,
+# enable_gqa, the runtime): a call like one of them goes straight to hal's operator. Bounded: cleared when full.
+_hal_runs: set = set()
+_HAL_RUNS_KEPT = 4096
 
 
 # ------------------------------------------------------------------ the operators
 
 
 def _for_hal(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor as hal can take it: detached; a copy only for broadcast (stride 0) axes, which hal refuses."""
-    tensor = tensor.detach()
-    if any(stride == 0 and size > 1 for stride, size in zip(tensor.stride(), tensor.shape)):
-        tensor = tensor.contiguous()
+    """The tensor as hal can take it: a copy only for broadcast (stride 0) axes, which hal refuses."""
+    strides = tensor.stride()
+    if 0 in strides and any(stride == 0 and size > 1 for stride, size in zip(strides, tensor.shape)):
+        return tensor.contiguous()
     return tensor
 
 
@@ -313,45 +341,66 @@ def _params(dtype: str, geometries: Tuple, is_causal: bool, scale: Optional[floa
     return hal.attention_params(**named, causal=is_causal, scale=scale, layout="bhsd", return_lse=True)
 
 
-def _borrowed(tensors) -> Tuple[list, Tuple]:
-    """The (address, shape, strides) of each tensor for hal's borrowed-tensor calls, and their geometry. hal does
-    not own borrowed memory: the caller keeps every tensor referenced until the call has returned."""
-    geometry = tuple((tuple(t.shape), t.stride()) for t in tensors)
-    return [(t.data_ptr(), shape, strides) for t, (shape, strides) in zip(tensors, geometry)], geometry
+class _Target:
+    """Where a torch device's calls run: its hal device, and on the CPU hal's default stream, waited for after each
+    call. A GPU call runs on torch's current stream, wrapped, so that hal's work joins its order, torch waits as
+    usual, and torch's allocator reuses a freed operand's memory only for work ordered after hal's."""
+
+    def __init__(self, device: hal.Device, torch_device: torch.device):
+        self.device = device
+        self.cpu_stream = hal.default_stream(device) if torch_device.type == "cpu" else None
+
+    def stream(self, tensor: torch.Tensor):
+        """(stream, synchronize) for a call on tensor's device."""
+        if self.cpu_stream is not None:
+            return self.cpu_stream, True
+        return self.device.wrap_native_stream(torch.cuda.current_stream(tensor.device).cuda_stream), False
 
 
-def _run_on(device: hal.Device, tensor: torch.Tensor):
-    """(stream, synchronize): torch's current stream, wrapped, for GPU tensors (hal's work joins its order, torch
-    waits as usual, and torch's allocator reuses a freed operand's memory only for work ordered after hal's); hal's
-    default stream, waited for, on the CPU."""
-    if tensor.device.type == "cuda":
-        return device.wrap_native_stream(torch.cuda.current_stream(tensor.device).cuda_stream), False
-    return hal.default_stream(device), True
+_targets: dict = {}  # (runtime, torch device) -> _Target
 
 
-def _run_borrowed(entry, query: torch.Tensor, operands, lse: torch.Tensor, is_causal: bool,
-                  scale: Optional[float]) -> None:
-    """Runs one of hal's borrowed-tensor entry points on the operands (in its order) and the f32 lse, on query's
-    hal device. The caller keeps operands and lse referenced until this returns."""
-    device = _hal_device(query.device)
-    tensors, geometry = _borrowed(operands)
-    params = _params(_DTYPES[query.dtype], geometry, is_causal, scale)
-    stream, synchronize = _run_on(device, query)
-    entry(hal.runtime(), stream, params, device.dlpack_device,
-          tensors + [(lse.data_ptr(), tuple(lse.shape), lse.stride())], synchronize)
+def _run_at(entry, query: torch.Tensor, operands, lse: torch.Tensor, is_causal: bool,
+            scale: Optional[float]) -> None:
+    """Runs one of hal's address entry points on the operands (in its order) and the f32 lse, on query's hal
+    device. Shapes and strides travel in params (made once per geometry), the tensors as addresses: hal borrows
+    the memory, so the caller keeps operands and lse referenced until this returns."""
+    runtime = hal.runtime()
+    target = _targets.get((runtime, query.device))
+    if target is None:
+        target = _targets[(runtime, query.device)] = _Target(_hal_device(query.device), query.device)
+    params = _params(_DTYPES[query.dtype], tuple([(tuple(t.shape), t.stride()) for t in operands]), is_causal, scale)
+    stream, synchronize = target.stream(query)
+    addresses = [t.data_ptr() for t in operands]
+    # The entries take the LSE after o (forward) or after grad_o (backward).
+    addresses.insert(4 if len(operands) == 4 else 5, lse.data_ptr())
+    entry(stream, params, *addresses, synchronize)
 
 
-@torch.library.custom_op("hal::sdpa_forward", mutates_args=())
-def _sdpa_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
-                  scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
+             scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """hal::sdpa_forward's implementation: (out, lse), allocated by torch, written by hal."""
     batch, heads_q, seq_q, _ = query.shape
     out = query.new_empty((batch, heads_q, seq_q, value.shape[3]))
-    lse = torch.empty((batch, heads_q, seq_q), dtype=torch.float32, device=query.device)
+    lse = query.new_empty((batch, heads_q, seq_q), dtype=torch.float32)
     if out.numel() == 0:
         return out, lse
     operands = (_for_hal(query), _for_hal(key), _for_hal(value), out)  # referenced until hal has returned
-    _run_borrowed(hal._hal._attention_forward_borrowed, query, operands, lse, is_causal, scale)
+    _run_at(hal._hal._attention_forward_at, query, operands, lse, is_causal, scale)
     return out, lse
+
+
+_sdpa_forward = torch.library.custom_op("hal::sdpa_forward", mutates_args=())(_forward)
+
+
+def _unobserved(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> bool:
+    """Whether hal's forward may run without torch's dispatcher, which costs more than a small attention: nothing
+    needs a gradient, the inputs are plain tensors, and no mode, transform or profiler watches the call (each of
+    those is served by the operator, as is torch.compile, checked by the caller)."""
+    return (not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad))
+            and type(query) is torch.Tensor and type(key) is torch.Tensor and type(value) is torch.Tensor
+            and not torch._C._len_torch_dispatch_stack() and not torch._C._is_torch_function_mode_enabled()
+            and not torch._C._are_functorch_transforms_active() and not torch.autograd.profiler._is_profiler_enabled)
 
 
 @_sdpa_forward.register_fake
@@ -371,7 +420,7 @@ def _sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tenso
         return grad_q, grad_k, grad_v
     # Referenced until hal has returned (contiguous copies included).
     operands = [_for_hal(t) for t in (query, key, value, out, grad_out)] + [grad_q, grad_k, grad_v]
-    _run_borrowed(hal._hal._attention_backward_borrowed, query, operands, lse.detach().contiguous(), is_causal, scale)
+    _run_at(hal._hal._attention_backward_at, query, operands, lse.detach().contiguous(), is_causal, scale)
     return grad_q, grad_k, grad_v
 
 
