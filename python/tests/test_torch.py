@@ -366,3 +366,41 @@ def test_autocast_casts_as_aten_and_runs_hal(dtypes):
     for grad, reference in zip(grads, expected_grads):
         assert grad.dtype == reference.dtype
         assert (grad.float() - reference.float()).abs().max().item() < 5e-2 * reference.float().abs().max().item()
+
+
+def test_a_repeated_unwatched_call_skips_the_dispatcher_and_anything_watching_still_sees_the_operator(monkeypatch):
+    """The thin path: a call like one hal ran, with nothing needing a gradient, runs hal's kernels without torch's
+    dispatcher, and gives torch's answer; a dispatch mode, the profiler, or a gradient brings the operator back."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    q, k, v = (t.detach() for t in inputs(2, 4, 2, 9, 9, 32, seed=3))
+    ran = []
+    original = hal._hal._attention_forward_at
+    monkeypatch.setattr(hal._hal, "_attention_forward_at", lambda *args: ran.append(1) or original(*args))
+    dispatched = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            dispatched.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad():
+        first = ht.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        again = ht.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        with Recorder():
+            watched = ht.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        with torch.profiler.profile() as profile:
+            ht.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert len(ran) == 4  # hal's kernels ran every time
+    expected = reference(q, k, v, is_causal=True, enable_gqa=True)
+    for out in (first, again, watched):
+        assert relative_error(out, expected) <= 1e-5
+    assert "hal.sdpa_forward.default" in dispatched
+    assert any(event.name == "hal::sdpa_forward" for event in profile.events())
+    # The same shapes wanting gradients go through the operator and its autograd.
+    qg, kg, vg = (t.clone().requires_grad_() for t in (q, k, v))
+    ht.scaled_dot_product_attention(qg, kg, vg, is_causal=True, enable_gqa=True).sum().backward()
+    qr, kr, vr = (t.clone().requires_grad_() for t in (q, k, v))
+    reference(qr, kr, vr, is_causal=True, enable_gqa=True).sum().backward()
+    for hal_grad, torch_grad in ((qg.grad, qr.grad), (kg.grad, kr.grad), (vg.grad, vr.grad)):
+        assert relative_error(hal_grad, torch_grad) <= 1e-4
