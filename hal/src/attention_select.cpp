@@ -5,11 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -74,13 +72,13 @@ const detail::AttentionDeviceFacts& device_facts(const Device& device, detail::L
 }
 
 // The order in effect: per call, else the device's configured one.
-const Order& resolve_order(const Device& device, const AttentionOptions& options, detail::LoadedBackend& backend,
+const Order& resolve_order(const AttentionOptions& options, const detail::AttentionDeviceFacts& facts,
                            Order& per_call) {
   if (!options.implementations.empty()) {
     per_call = {options.implementations, "per-call choice"};
     return per_call;
   }
-  return device_facts(device, backend).configured_order;
+  return facts.configured_order;
 }
 
 std::string describe_layer(const EffectiveCapability& capability) {
@@ -239,13 +237,13 @@ Modes modes_of(const AttentionOptions& options, const Settings& settings) {
 // when it falls to math, and an error when nothing (or, strict, not the
 // first choice) is eligible. The decision returned lives in the backend's
 // cache; on the cached path nothing is allocated or formatted.
-const AttentionDecision& decide_for_call(const Device& device, const AttentionParams& params,
-                                         const hal_attention_params_v1& resolved, bool backward,
-                                         const AttentionOptions& options) {
+const AttentionDecision& decide_for_call(const Device& device, const detail::AttentionDeviceFacts& facts,
+                                         const AttentionParams& params, const hal_attention_params_v1& resolved,
+                                         bool backward, const AttentionOptions& options) {
   detail::LoadedBackend& backend = *detail::Access::backend(device);
   const Modes modes = modes_of(options, *backend.settings);
   Order per_call;
-  const Order& order = resolve_order(device, options, backend, per_call);
+  const Order& order = resolve_order(options, facts, per_call);
   const detail::AttentionDecisionKey key = decision_key(device, resolved, backward, order,
                                                         !options.implementations.empty(), modes.strict,
                                                         options.capability_overrides);
@@ -289,9 +287,9 @@ const AttentionDecision& decide_for_call(const Device& device, const AttentionPa
 
 // A borrowed address: the device's backend must take them, and the address
 // must be a multiple of the element size; its extent is the caller's word.
-hal_tensor_ref_v1 borrowed_tensor(const Device& device, std::uint64_t address, detail::AttentionTensor which,
-                                  std::size_t element) {
-  if (!device_facts(device, *detail::Access::backend(device)).takes_borrowed_addresses)
+hal_tensor_ref_v1 borrowed_tensor(const Device& device, const detail::AttentionDeviceFacts& facts, std::uint64_t address,
+                                  detail::AttentionTensor which, std::size_t element) {
+  if (!facts.takes_borrowed_addresses)
     throw Error(StatusCode::unsupported, std::string("attention tensor ") + detail::attention_tensor_name(which) +
                                              " is a borrowed address, and the " + device.backend_name() +
                                              " backend of " + device.id() +
@@ -305,11 +303,12 @@ hal_tensor_ref_v1 borrowed_tensor(const Device& device, std::uint64_t address, d
   return {nullptr, address};
 }
 
-hal_tensor_ref_v1 checked_tensor(const Device& device, const TensorRef& tensor, const hal_attention_params_v1& params,
+hal_tensor_ref_v1 checked_tensor(const Device& device, const detail::AttentionDeviceFacts& facts,
+                                 const TensorRef& tensor, const hal_attention_params_v1& params,
                                  detail::AttentionTensor which, DType expected) {
   const auto& held = detail::Access::state(tensor.buffer);
   const std::size_t element = size_in_bytes(expected);
-  if (!held && tensor.offset != 0) return borrowed_tensor(device, tensor.offset, which, element);
+  if (!held && tensor.offset != 0) return borrowed_tensor(device, facts, tensor.offset, which, element);
   const std::uint64_t bytes = detail::attention_tensor_bytes(params, which);
   // The common case checked without building any text; the errors below say what is wrong.
   if (held && held->device == device && held->fits(tensor.offset, bytes) && tensor.offset % element == 0)
@@ -416,13 +415,14 @@ AttentionDecision explain_attention(const Device& device, const AttentionParams&
   const hal_attention_params_v1 resolved = detail::to_abi(params);
   Order per_call;
   return decide(device, resolved, backward,
-                resolve_order(device, options, *detail::Access::backend(device), per_call),
+                resolve_order(options, device_facts(device, *detail::Access::backend(device)), per_call),
                 options.capability_overrides);
 }
 
 const AttentionDecision& attention_decision(const Device& device, const AttentionParams& params, bool backward,
                                             const AttentionOptions& options) {
-  return decide_for_call(device, params, detail::to_abi(params), backward, options);
+  return decide_for_call(device, device_facts(device, *detail::Access::backend(device)), params,
+                         detail::to_abi(params), backward, options);
 }
 
 std::uint64_t attention_workspace_size(const Device& device, const AttentionParams& params, bool backward,
@@ -441,16 +441,17 @@ const AttentionDecision& attention_forward(const Stream& stream, const Attention
                                            const TensorRef& lse, const AttentionOptions& options) {
   const Device& device = stream_state(stream).device;
   const hal_attention_params_v1 resolved = detail::to_abi(params);
+  const detail::AttentionDeviceFacts& facts = device_facts(device, *detail::Access::backend(device));
   using detail::AttentionTensor;
-  const hal_tensor_ref_v1 q_ref = checked_tensor(device, q, resolved, AttentionTensor::q, params.dtype);
-  const hal_tensor_ref_v1 k_ref = checked_tensor(device, k, resolved, AttentionTensor::k, params.dtype);
-  const hal_tensor_ref_v1 v_ref = checked_tensor(device, v, resolved, AttentionTensor::v, params.dtype);
-  const hal_tensor_ref_v1 o_ref = checked_tensor(device, o, resolved, AttentionTensor::o, params.dtype);
+  const hal_tensor_ref_v1 q_ref = checked_tensor(device, facts, q, resolved, AttentionTensor::q, params.dtype);
+  const hal_tensor_ref_v1 k_ref = checked_tensor(device, facts, k, resolved, AttentionTensor::k, params.dtype);
+  const hal_tensor_ref_v1 v_ref = checked_tensor(device, facts, v, resolved, AttentionTensor::v, params.dtype);
+  const hal_tensor_ref_v1 o_ref = checked_tensor(device, facts, o, resolved, AttentionTensor::o, params.dtype);
   hal_tensor_ref_v1 lse_ref{nullptr, 0};
-  if (params.return_lse) lse_ref = checked_tensor(device, lse, resolved, AttentionTensor::lse, DType::f32);
+  if (params.return_lse) lse_ref = checked_tensor(device, facts, lse, resolved, AttentionTensor::lse, DType::f32);
   const hal_tensor_ref_v1 refs[] = {q_ref, k_ref, v_ref, o_ref, lse_ref};
   const hal_attention_params_v1 call = with_address_alignment(device, resolved, refs, std::size(refs));
-  const AttentionDecision& decision = decide_for_call(device, params, call, false, options);
+  const AttentionDecision& decision = decide_for_call(device, facts, params, call, false, options);
   enqueue(stream_state(stream), decision, call, false, refs, options);
   return decision;
 }
@@ -462,19 +463,20 @@ const AttentionDecision& attention_backward(const Stream& stream, const Attentio
                                             const AttentionOptions& options) {
   const Device& device = stream_state(stream).device;
   const hal_attention_params_v1 resolved = detail::to_abi(params);
+  const detail::AttentionDeviceFacts& facts = device_facts(device, *detail::Access::backend(device));
   using detail::AttentionTensor;
   const hal_tensor_ref_v1 refs[] = {
-      checked_tensor(device, q, resolved, AttentionTensor::q, params.dtype),
-      checked_tensor(device, k, resolved, AttentionTensor::k, params.dtype),
-      checked_tensor(device, v, resolved, AttentionTensor::v, params.dtype),
-      checked_tensor(device, o, resolved, AttentionTensor::o, params.dtype),
-      checked_tensor(device, grad_o, resolved, AttentionTensor::grad_o, params.dtype),
-      checked_tensor(device, lse, resolved, AttentionTensor::lse, DType::f32),
-      checked_tensor(device, grad_q, resolved, AttentionTensor::grad_q, params.dtype),
-      checked_tensor(device, grad_k, resolved, AttentionTensor::grad_k, params.dtype),
-      checked_tensor(device, grad_v, resolved, AttentionTensor::grad_v, params.dtype)};
+      checked_tensor(device, facts, q, resolved, AttentionTensor::q, params.dtype),
+      checked_tensor(device, facts, k, resolved, AttentionTensor::k, params.dtype),
+      checked_tensor(device, facts, v, resolved, AttentionTensor::v, params.dtype),
+      checked_tensor(device, facts, o, resolved, AttentionTensor::o, params.dtype),
+      checked_tensor(device, facts, grad_o, resolved, AttentionTensor::grad_o, params.dtype),
+      checked_tensor(device, facts, lse, resolved, AttentionTensor::lse, DType::f32),
+      checked_tensor(device, facts, grad_q, resolved, AttentionTensor::grad_q, params.dtype),
+      checked_tensor(device, facts, grad_k, resolved, AttentionTensor::grad_k, params.dtype),
+      checked_tensor(device, facts, grad_v, resolved, AttentionTensor::grad_v, params.dtype)};
   const hal_attention_params_v1 call = with_address_alignment(device, resolved, refs, std::size(refs));
-  const AttentionDecision& decision = decide_for_call(device, params, call, true, options);
+  const AttentionDecision& decision = decide_for_call(device, facts, params, call, true, options);
   enqueue(stream_state(stream), decision, call, true, refs, options);
   return decision;
 }

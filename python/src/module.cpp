@@ -248,23 +248,26 @@ std::vector<std::string> implementation_names(const std::vector<hal::AttentionIm
 
 hal::TensorRef borrowed(std::uintptr_t address) { return hal::TensorRef::borrowed(reinterpret_cast<const void*>(address)); }
 
-const hal::AttentionDecision& run_forward(const hal::Stream& stream, const hal::AttentionParams& params, const hal::Tensor& q,
-                                   const hal::Tensor& k, const hal::Tensor& v, const hal::Tensor& o,
-                                   const std::optional<hal::Tensor>& lse,
-                                   const std::optional<std::vector<std::string>>& implementations, bool synchronize) {
+const hal::AttentionDecision& run_forward(const hal::Stream& stream, const hal::AttentionParams& params,
+                                          const hal::Tensor& q, const hal::Tensor& k, const hal::Tensor& v,
+                                          const hal::Tensor& o, const std::optional<hal::Tensor>& lse,
+                                          const std::optional<std::vector<std::string>>& implementations,
+                                          bool synchronize) {
   const hal::AttentionOptions options = options_from(implementations);
   nb::gil_scoped_release release;
-  const hal::AttentionDecision& decision = hal::attention_forward(stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v),
-                                                           tensor_ref(o), tensor_ref(lse), options);
+  const hal::AttentionDecision& decision = hal::attention_forward(
+      stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o), tensor_ref(lse), options);
   if (synchronize) stream.synchronize();
   return decision;
 }
 
-const hal::AttentionDecision& run_backward(const hal::Stream& stream, const hal::AttentionParams& params, const hal::Tensor& q,
-                                    const hal::Tensor& k, const hal::Tensor& v, const hal::Tensor& o,
-                                    const hal::Tensor& grad_o, const hal::Tensor& lse, const hal::Tensor& grad_q,
-                                    const hal::Tensor& grad_k, const hal::Tensor& grad_v,
-                                    const std::optional<std::vector<std::string>>& implementations, bool synchronize) {
+const hal::AttentionDecision& run_backward(const hal::Stream& stream, const hal::AttentionParams& params,
+                                           const hal::Tensor& q, const hal::Tensor& k, const hal::Tensor& v,
+                                           const hal::Tensor& o, const hal::Tensor& grad_o, const hal::Tensor& lse,
+                                           const hal::Tensor& grad_q, const hal::Tensor& grad_k,
+                                           const hal::Tensor& grad_v,
+                                           const std::optional<std::vector<std::string>>& implementations,
+                                           bool synchronize) {
   const hal::AttentionOptions options = options_from(implementations);
   nb::gil_scoped_release release;
   const hal::AttentionDecision& decision = hal::attention_backward(
