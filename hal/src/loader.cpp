@@ -1,5 +1,6 @@
 #include "loader.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <exception>
 #include <string_view>
