@@ -28,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "attention/attention_common.hpp"
@@ -174,6 +175,7 @@ struct Problem {
   std::int64_t window_left = -1, window_right = -1;
   Layout q_layout = Layout::bhsd, k_layout = Layout::bhsd, v_layout = Layout::bhsd, o_layout = Layout::bhsd;
   Layout grad_layout = Layout::bhsd;
+  std::vector<std::int32_t> key_ranges = {};  // [batch][seq_q][begin, end); empty: none
 };
 
 // Inputs, outputs and params of one problem.
@@ -181,6 +183,9 @@ struct Case {
   hal_attention_params_v1 params{};
   Tensor q, k, v, o, grad_o, grad_q, grad_k, grad_v;
   std::vector<float> lse;
+  std::vector<std::int32_t> key_ranges;
+
+  const std::int32_t* ranges() const { return key_ranges.empty() ? nullptr : key_ranges.data(); }
 
   explicit Case(const Problem& p, unsigned seed = 7)
       : q(p.dtype, {p.batch, p.heads_q, p.seq_q, p.dim_qk}, p.q_layout),
@@ -191,7 +196,8 @@ struct Case {
         grad_q(p.dtype, {p.batch, p.heads_q, p.seq_q, p.dim_qk}, p.grad_layout),
         grad_k(p.dtype, {p.batch, p.heads_kv, p.seq_kv, p.dim_qk}, p.grad_layout),
         grad_v(p.dtype, {p.batch, p.heads_kv, p.seq_kv, p.dim_v}, p.grad_layout),
-        lse(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), 0.0f) {
+        lse(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), 0.0f),
+        key_ranges(p.key_ranges) {
     params.struct_size = sizeof(params);
     params.batch = p.batch;
     params.heads_q = p.heads_q;
@@ -208,6 +214,7 @@ struct Case {
     // Larger than 1/sqrt(d) so that the softmax is far from uniform.
     params.softmax_scale = 2.0f / std::sqrt(static_cast<float>(p.dim_qk));
     params.return_lse = 1;
+    params.key_ranges = key_ranges.empty() ? 0 : 1;
     params.q_strides = q.strides;
     params.k_strides = k.strides;
     params.v_strides = v.strides;
@@ -236,9 +243,9 @@ Reference reference_for(Case& c, ThreadPool& pool) {
   r.grad_q.resize(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q * p.head_dim_qk));
   r.grad_k.resize(static_cast<std::size_t>(p.batch * p.heads_kv * p.seq_kv * p.head_dim_qk));
   r.grad_v.resize(static_cast<std::size_t>(p.batch * p.heads_kv * p.seq_kv * p.head_dim_v));
-  math_forward_f64(p, c.q.data(), c.k.data(), c.v.data(), r.o.data(), r.lse.data(), pool);
+  math_forward_f64(p, c.q.data(), c.k.data(), c.v.data(), r.o.data(), r.lse.data(), pool, c.ranges());
   math_backward_f64(p, c.q.data(), c.k.data(), c.v.data(), c.grad_o.data(), r.grad_q.data(), r.grad_k.data(),
-                    r.grad_v.data(), pool);
+                    r.grad_v.data(), pool, c.ranges());
   return r;
 }
 
@@ -267,19 +274,20 @@ std::vector<Implementation> implementations() {
 
 void run_forward(const Implementation& impl, Case& c, ThreadPool& pool) {
   if (impl.flash) {
-    flash_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), pool, impl.isa, impl.tiling);
+    flash_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), pool, impl.isa, impl.tiling,
+                  c.ranges());
   } else {
-    math_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), pool);
+    math_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), pool, c.ranges());
   }
 }
 
 void run_backward(const Implementation& impl, Case& c, ThreadPool& pool) {
   if (impl.flash) {
     flash_backward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.grad_o.data(), c.lse.data(),
-                   c.grad_q.data(), c.grad_k.data(), c.grad_v.data(), pool, impl.isa);
+                   c.grad_q.data(), c.grad_k.data(), c.grad_v.data(), pool, impl.isa, c.ranges());
   } else {
     math_backward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.grad_o.data(), c.lse.data(),
-                  c.grad_q.data(), c.grad_k.data(), c.grad_v.data(), pool);
+                  c.grad_q.data(), c.grad_k.data(), c.grad_v.data(), pool, c.ranges());
   }
 }
 
@@ -298,6 +306,117 @@ void check_problem(const Problem& problem, unsigned threads = 2) {
     check_close(impl.name + " dQ", c.grad_q.to_doubles(), expected.grad_q, tolerance);
     check_close(impl.name + " dK", c.grad_k.to_doubles(), expected.grad_k, tolerance);
     check_close(impl.name + " dV", c.grad_v.to_doubles(), expected.grad_v, tolerance);
+  }
+}
+
+
+// ---- key ranges ----------------------------------------------------------------
+
+// Random [begin, end) per query, some empty, some reaching past either end
+// (the kernels clamp), in no order.
+std::vector<std::int32_t> random_key_ranges(const Problem& p, unsigned seed) {
+  std::mt19937 random(seed);
+  std::uniform_int_distribution<std::int32_t> position(-3, static_cast<std::int32_t>(p.seq_kv) + 3);
+  std::vector<std::int32_t> ranges;
+  for (std::int64_t i = 0; i < p.batch * p.seq_q; ++i) {
+    std::int32_t a = position(random), b = position(random);
+    if (i % 5 != 4 && a > b) std::swap(a, b);  // every fifth may be empty (begin >= end)
+    ranges.push_back(a);
+    ranges.push_back(b);
+  }
+  return ranges;
+}
+
+// One sequence inside a batch row: positions [first, first + length) for
+// queries and keys alike, causal within itself.
+struct Segment {
+  std::int64_t batch, first, length;
+};
+
+// Causal key ranges for the segments of a square problem (query i of a
+// segment sees the segment's keys up to i); queries of no segment see no key.
+std::vector<std::int32_t> segment_key_ranges(const Problem& p, const std::vector<Segment>& segments) {
+  std::vector<std::int32_t> ranges(static_cast<std::size_t>(p.batch * p.seq_q * 2), 0);
+  for (const Segment& segment : segments)
+    for (std::int64_t i = segment.first; i < segment.first + segment.length; ++i) {
+      ranges[static_cast<std::size_t>((segment.batch * p.seq_q + i) * 2)] = static_cast<std::int32_t>(segment.first);
+      ranges[static_cast<std::size_t>((segment.batch * p.seq_q + i) * 2 + 1)] = static_cast<std::int32_t>(i + 1);
+    }
+  return ranges;
+}
+
+// Padding and packing, checked against what they mean: each segment of a
+// problem with segment key ranges gives, forward and backward, what the same
+// sequence gives run alone (causal, no ranges), through the f64 reference.
+// Queries outside every segment get O = 0, LSE = -inf and no gradient; keys
+// outside get zero gradients.
+void check_segments(Problem problem, const std::vector<Segment>& segments) {
+  problem.key_ranges = segment_key_ranges(problem, segments);
+  ThreadPool pool(2);
+  const Tolerance tolerance = tolerance_for(problem.dtype);
+  for (const Implementation& impl : implementations()) {
+    Case c(problem);
+    run_forward(impl, c, pool);
+    run_backward(impl, c, pool);
+    std::vector<bool> covered(static_cast<std::size_t>(problem.batch * problem.seq_q), false);
+    for (const Segment& segment : segments) {
+      CAPTURE(segment.batch);
+      CAPTURE(segment.first);
+      Problem alone = problem;
+      alone.batch = 1;
+      alone.seq_q = alone.seq_kv = segment.length;
+      alone.causal = true;
+      alone.key_ranges.clear();
+      Case single(alone);
+      auto copy = [&](const Tensor& from, Tensor& to) {
+        for (std::int64_t h = 0; h < to.shape.heads; ++h)
+          for (std::int64_t i = 0; i < segment.length; ++i)
+            for (std::int64_t d = 0; d < to.shape.dim; ++d)
+              to.set(0, h, i, d, static_cast<float>(from.get(segment.batch, h, segment.first + i, d)));
+      };
+      copy(c.q, single.q);
+      copy(c.k, single.k);
+      copy(c.v, single.v);
+      copy(c.grad_o, single.grad_o);
+      const Reference expected = reference_for(single, pool);
+      auto slice = [&](const Tensor& tensor) {
+        std::vector<double> values;
+        for (std::int64_t h = 0; h < tensor.shape.heads; ++h)
+          for (std::int64_t i = 0; i < segment.length; ++i)
+            for (std::int64_t d = 0; d < tensor.shape.dim; ++d)
+              values.push_back(tensor.get(segment.batch, h, segment.first + i, d));
+        return values;
+      };
+      std::vector<float> lse;
+      for (std::int64_t h = 0; h < problem.heads_q; ++h)
+        for (std::int64_t i = 0; i < segment.length; ++i)
+          lse.push_back(c.lse[static_cast<std::size_t>((segment.batch * problem.heads_q + h) * problem.seq_q +
+                                                       segment.first + i)]);
+      check_close(impl.name + " O", slice(c.o), expected.o, tolerance);
+      check_lse(impl.name + " LSE", lse, expected.lse);
+      check_close(impl.name + " dQ", slice(c.grad_q), expected.grad_q, tolerance);
+      check_close(impl.name + " dK", slice(c.grad_k), expected.grad_k, tolerance);
+      check_close(impl.name + " dV", slice(c.grad_v), expected.grad_v, tolerance);
+      for (std::int64_t i = 0; i < segment.length; ++i)
+        covered[static_cast<std::size_t>(segment.batch * problem.seq_q + segment.first + i)] = true;
+    }
+    std::size_t wrong = 0;
+    for (std::int64_t b = 0; b < problem.batch; ++b)
+      for (std::int64_t i = 0; i < problem.seq_q; ++i) {
+        if (covered[static_cast<std::size_t>(b * problem.seq_q + i)]) continue;
+        for (std::int64_t h = 0; h < problem.heads_q; ++h) {
+          const float row_lse = c.lse[static_cast<std::size_t>((b * problem.heads_q + h) * problem.seq_q + i)];
+          wrong += !(std::isinf(row_lse) && row_lse < 0);
+          for (std::int64_t d = 0; d < problem.dim_v; ++d) wrong += c.o.get(b, h, i, d) != 0.0;
+          for (std::int64_t d = 0; d < problem.dim_qk; ++d) wrong += c.grad_q.get(b, h, i, d) != 0.0;
+        }
+        for (std::int64_t h = 0; h < problem.heads_kv; ++h) {
+          for (std::int64_t d = 0; d < problem.dim_qk; ++d) wrong += c.grad_k.get(b, h, i, d) != 0.0;
+          for (std::int64_t d = 0; d < problem.dim_v; ++d) wrong += c.grad_v.get(b, h, i, d) != 0.0;
+        }
+      }
+    INFO(impl.name << ": " << wrong << " values of padding positions are not zero (or LSE not -inf)");
+    CHECK(wrong == 0);
   }
 }
 
@@ -707,6 +826,70 @@ TEST_CASE("f64 reference gradients match central finite differences") {
   check_close("dQ vs finite differences", analytic.grad_q, numeric_gradient(c.q), finite_difference);
   check_close("dK vs finite differences", analytic.grad_k, numeric_gradient(c.k), finite_difference);
   check_close("dV vs finite differences", analytic.grad_v, numeric_gradient(c.v), finite_difference);
+}
+
+TEST_CASE("key ranges: random intervals per query, clamped, some empty, with and without a band") {
+  Problem p{.batch = 2, .seq_q = 37, .seq_kv = 53};
+  p.key_ranges = random_key_ranges(p, 11);
+  check_problem(p);
+  p.causal = true;
+  p.alignment = HAL_MASK_BOTTOM_RIGHT;
+  check_problem(p);
+  // Decode tiling with kv splits: several query heads per kv head, few queries, many keys.
+  Problem decode{.heads_q = 8, .heads_kv = 2, .seq_q = 5, .seq_kv = 1000, .dim_qk = 128, .dim_v = 96};
+  decode.key_ranges = random_key_ranges(decode, 12);
+  for (unsigned threads : {1u, 3u}) {
+    CAPTURE(threads);
+    check_problem(decode, threads);
+  }
+  Problem reduced{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 131, .seq_kv = 131, .dtype = HAL_DTYPE_BF16};
+  reduced.q_layout = reduced.k_layout = reduced.v_layout = reduced.o_layout = Layout::bshd;
+  reduced.key_ranges = random_key_ranges(reduced, 13);
+  check_problem(reduced);
+}
+
+TEST_CASE("key ranges that spell the causal band give the causal answer") {
+  Problem banded{.batch = 2, .seq_q = 131, .seq_kv = 131, .causal = true};
+  Problem ranged{.batch = 2, .seq_q = 131, .seq_kv = 131};
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int32_t i = 0; i < 131; ++i) ranged.key_ranges.insert(ranged.key_ranges.end(), {0, i + 1});
+  ThreadPool pool(2);
+  Case reference_case(banded);
+  const Reference expected = reference_for(reference_case, pool);
+  for (const Implementation& impl : implementations()) {
+    Case c(ranged);
+    run_forward(impl, c, pool);
+    run_backward(impl, c, pool);
+    check_close(impl.name + " O", c.o.to_doubles(), expected.o, tolerance_for(ranged.dtype));
+    check_close(impl.name + " dK", c.grad_k.to_doubles(), expected.grad_k, tolerance_for(ranged.dtype));
+  }
+}
+
+TEST_CASE("key ranges: left- and right-padded rows and packed sequences equal each sequence run alone") {
+  // Row 0 padded on the left by 9, row 1 on the right by 20, row 2 not at all.
+  Problem padded{.batch = 3, .heads_q = 4, .heads_kv = 2, .seq_q = 70, .seq_kv = 70};
+  check_segments(padded, {{0, 9, 61}, {1, 0, 50}, {2, 0, 70}});
+  // Three documents packed into one row, then padding.
+  Problem packed{.seq_q = 150, .seq_kv = 150, .dim_qk = 96, .dim_v = 96};
+  check_segments(packed, {{0, 0, 40}, {0, 40, 71}, {0, 111, 30}});
+  Problem reduced = padded;
+  reduced.dtype = HAL_DTYPE_F16;
+  reduced.q_layout = reduced.k_layout = reduced.v_layout = reduced.o_layout = reduced.grad_layout = Layout::bshd;
+  check_segments(reduced, {{0, 9, 61}, {1, 0, 50}, {2, 3, 60}});
+}
+
+TEST_CASE("key ranges are required exactly when params announce them") {
+  Problem p;
+  Case c(p);
+  ThreadPool pool(1);
+  const std::vector<std::int32_t> ranges(static_cast<std::size_t>(p.seq_q * 2), 0);
+  CHECK_THROWS_WITH_AS(math_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), nullptr, pool,
+                                    ranges.data()),
+                       doctest::Contains("params.key_ranges is 0"), std::invalid_argument);
+  c.params.key_ranges = 1;
+  CHECK_THROWS_WITH_AS(flash_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), nullptr, pool,
+                                     flash_selected_isa()),
+                       doctest::Contains("key_ranges is null"), std::invalid_argument);
 }
 
 TEST_CASE("workspace sizes: flash grows with seq, math with seq squared") {

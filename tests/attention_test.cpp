@@ -364,6 +364,100 @@ TEST_CASE("a backend that does not declare attention.borrowed_addresses gets non
                        hal::Error);
 }
 
+TEST_CASE("key ranges: a left-padded row equals its sequence run alone, and mismatched or refused ranges say why") {
+  auto environment = clean_attention_environment();
+  // Row 0 of batch 2 padded on the left by 2 of 7 positions, row 1 not padded: causal within each.
+  hal::AttentionParams padded{.batch = 2, .heads_q = 2, .heads_kv = 1, .seq_q = 7, .seq_kv = 7, .head_dim_qk = 8,
+                              .causal = true, .return_lse = true, .key_ranges = true};
+  const Problem problem(padded);
+  std::vector<std::int32_t> ranges;
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int32_t i = 0; i < 7; ++i) {
+      const std::int32_t first = b == 0 ? 2 : 0;
+      ranges.insert(ranges.end(), {i < first ? 0 : first, i < first ? 0 : 7});
+    }
+  hal::Buffer range_buffer = problem.device.allocate(ranges.size() * sizeof(std::int32_t));
+  range_buffer.write(0, ranges.data(), ranges.size() * sizeof(std::int32_t));
+  hal::AttentionOptions options;
+  options.key_ranges = {range_buffer};
+  for (AttentionImplementation implementation : {AttentionImplementation::flash, AttentionImplementation::math}) {
+    CAPTURE(hal::to_string(implementation));
+    options.implementations = {implementation};
+    CHECK(problem.run(options).chosen == implementation);
+    const std::vector<float> out = problem.output();
+    // The same positions run alone: row 0's last 5, causal, with no ranges.
+    hal::AttentionParams alone = padded;
+    alone.batch = 1;
+    alone.seq_q = alone.seq_kv = 5;
+    alone.key_ranges = false;
+    Problem single(alone);
+    auto slice = [&](const std::vector<float>& from, std::int64_t heads) {  // BSHD row 0, positions 2..6
+      std::vector<float> values;
+      for (std::int64_t s = 2; s < 7; ++s)
+        for (std::int64_t h = 0; h < heads; ++h)
+          for (std::int64_t d = 0; d < 8; ++d) values.push_back(from[static_cast<std::size_t>((s * heads + h) * 8 + d)]);
+      return values;
+    };
+    single.q = slice(problem.q, 2);
+    single.k = slice(problem.k, 1);
+    single.v = slice(problem.v, 1);
+    single.q_buffer.write(0, single.q.data(), single.q.size() * sizeof(float));
+    single.k_buffer.write(0, single.k.data(), single.k.size() * sizeof(float));
+    single.v_buffer.write(0, single.v.data(), single.v.size() * sizeof(float));
+    hal::AttentionOptions plain;
+    plain.implementations = {implementation};
+    single.run(plain);
+    const std::vector<float> expected = single.output();
+    const std::vector<float> got = slice(out, 2);
+    REQUIRE(got.size() == expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+    for (std::size_t i = 0; i < 2 * 2 * 8; ++i) CHECK(out[i] == 0.0f);  // the padding queries see no key
+  }
+
+  const hal::Stream stream = problem.device.create_stream();
+  hal::AttentionParams unannounced = padded;
+  unannounced.key_ranges = false;
+  CHECK_THROWS_WITH_AS(hal::attention_forward(stream, unannounced, {problem.q_buffer}, {problem.k_buffer},
+                                              {problem.v_buffer}, {problem.o_buffer}, {problem.lse_buffer}, options),
+                       doctest::Contains("AttentionParams::key_ranges is false"), hal::Error);
+  CHECK_THROWS_WITH_AS(hal::attention_forward(stream, padded, {problem.q_buffer}, {problem.k_buffer},
+                                              {problem.v_buffer}, {problem.o_buffer}, {problem.lse_buffer}),
+                       doctest::Contains("AttentionOptions::key_ranges is empty"), hal::Error);
+  hal::AttentionOptions short_ranges;
+  short_ranges.key_ranges = {problem.device.allocate(8)};
+  CHECK_THROWS_WITH_AS(hal::attention_forward(stream, padded, {problem.q_buffer}, {problem.k_buffer},
+                                              {problem.v_buffer}, {problem.o_buffer}, {problem.lse_buffer},
+                                              short_ranges),
+                       doctest::Contains("attention tensor key_ranges"), hal::Error);
+  // An override takes them away: every implementation says so, and the call is refused.
+  hal::AttentionOptions overridden;
+  overridden.capability_overrides = {"attention.key_ranges=false"};
+  const hal::AttentionDecision decision = hal::explain_attention(problem.device, padded, false, overridden);
+  CHECK_FALSE(decision.found);
+  CHECK(mentions(candidate(decision, AttentionImplementation::flash).reasons, "attention.key_ranges"));
+  CHECK(hal::AttentionParams{.key_ranges = true}.describe().find("key_ranges") != std::string::npos);
+}
+
+TEST_CASE("a backend that does not declare attention.key_ranges gets none: explain and the call say so") {
+  auto environment = clean_attention_environment();
+  hal::AttentionParams padded = small_params();
+  padded.key_ranges = true;
+  const Problem problem(padded);
+  hal::DeviceInfo info = problem.device.info();
+  std::erase_if(info.capabilities, [](const hal::Capability& c) { return c.key == "attention.key_ranges"; });
+  const hal::Device without =
+      hal::detail::Access::device(hal::detail::Access::backend(problem.device), problem.device.index(), info);
+  const hal::AttentionDecision decision = hal::explain_attention(without, padded);
+  CHECK_FALSE(decision.found);
+  CHECK(mentions(candidate(decision, AttentionImplementation::math).reasons, "takes no per-query key ranges"));
+  hal::AttentionOptions options;
+  options.key_ranges = {problem.device.allocate(1024)};
+  const hal::Stream stream = without.create_stream();
+  CHECK_THROWS_WITH_AS(hal::attention_forward(stream, padded, {problem.q_buffer}, {problem.k_buffer},
+                                              {problem.v_buffer}, {problem.o_buffer}, {problem.lse_buffer}, options),
+                       doctest::Contains("no capability attention.key_ranges"), hal::Error);
+}
+
 TEST_CASE("the PPU's known gaps ship as data: fused attention is off on a PPU, with the reason") {
   hal::DeviceInfo ppu;
   ppu.backend = "cuda";

@@ -543,7 +543,7 @@ TEST_SUITE("ppu tools") {
       CHECK(entry["outcome"] == "UNSUPPORTED");
       CHECK(contains(entry["evidence"]["message"].get<std::string>(), "ppu-cudnn-no-fused-mha"));
     }
-    CHECK(fused_cases == 7);  // forward and backward in three dtypes, and the probe
+    CHECK(fused_cases == 8);  // forward and backward in three dtypes, key ranges, and the probe
     CHECK(gemm_cases == 1);
   }
 }

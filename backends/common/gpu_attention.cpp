@@ -101,6 +101,7 @@ hal_attention_kernel_args kernel_args(const hal_attention_params_v1& params, con
   args.grad_k = kernel_tensor(tensors.grad_k, params.grad_k_strides);
   args.grad_v = kernel_tensor(tensors.grad_v, params.grad_v_strides);
   args.lse = tensors.lse;
+  args.key_ranges = tensors.key_ranges;
   args.dtype = static_cast<std::int32_t>(params.dtype);
   args.batch = static_cast<std::int32_t>(params.batch);
   args.heads_q = static_cast<std::int32_t>(params.heads_q);
@@ -235,6 +236,9 @@ std::string GpuAttention::supports(std::uint32_t device, hal_attention_implement
       FusedAttention* fused = platform_->fused_attention();
       if (fused == nullptr) return "not available (" + platform_->fused_unavailable() + ")";
       if (std::string why = fused->unavailable(); !why.empty()) return "not available (" + why + ")";
+      if (hal_attention_key_ranges(&params) != 0)
+        return "per-query key ranges are not passed to the vendor's fused attention (its padding masks are not "
+               "wired in); flash and math take them";
       return fused->supports(device, params, backward);
     }
   }
@@ -384,6 +388,8 @@ void GpuAttention::describe(std::uint32_t device, DeviceDescription& description
                          "the flash kernels of backends/kernels; supports() gives the limits of each shape");
   description.add_bool("attention.borrowed_addresses", true,
                        "attention takes device addresses it did not allocate (a framework's tensors)");
+  description.add_bool("attention.key_ranges", true,
+                       "per-query key ranges (padding, packed sequences) in the flash and math kernels");
 
   const std::string gemm = platform_->gemm_unavailable(device);
   if (!kernels.empty() || !gemm.empty()) {
@@ -458,9 +464,13 @@ hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implement
   GpuPlatform& platform = engine->platform();
   const std::uint32_t device = platform.stream_device(stream);
   if (hal_status status = check_call(engine, device, params, what); status != HAL_OK) return status;
-  if (tensors == nullptr || tensor_count != (backward ? 9u : 5u))
-    return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + " takes " + (backward ? "9" : "5") + " tensors, not " +
-                                                std::to_string(tensor_count));
+  const bool ranges = hal_attention_key_ranges(params) != 0;
+  const std::size_t expected = (backward ? 9u : 5u) + (ranges ? 1u : 0u);
+  if (tensors == nullptr || tensor_count != expected)
+    return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + (ranges ? " with key ranges" : "") + " takes " +
+                                                std::to_string(expected) + " tensors, not " +
+                                                std::to_string(tensor_count) +
+                                                (ranges ? " (key ranges travel through hal_attention_v2.run)" : ""));
   try {
     if (const std::string reasons = engine->supports(device, implementation, *params, backward); !reasons.empty())
       return fail(HAL_ERROR_UNSUPPORTED, std::string(platform.backend_name()) + " " +
@@ -476,7 +486,15 @@ hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implement
                                        &addresses.o,      &addresses.grad_o, &addresses.lse,
                                        &addresses.grad_q, &addresses.grad_k, &addresses.grad_v};
     std::uint64_t* const* slots = backward ? slots_backward : slots_forward;
-    for (std::size_t i = 0; i < tensor_count; ++i) {
+    if (ranges) {
+      const hal_tensor_ref_v1& key_ranges = tensors[expected - 1];
+      if (key_ranges.buffer == nullptr && key_ranges.offset == 0)
+        return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + ": the params announce key ranges, but their "
+                                                                    "tensor is empty");
+      if (hal_status status = platform.device_address(stream, key_ranges, &addresses.key_ranges); status != HAL_OK)
+        return status;
+    }
+    for (std::size_t i = 0; i < expected - (ranges ? 1u : 0u); ++i) {
       const bool is_lse = std::strcmp(names[i], "lse") == 0;
       // LSE is optional in forward (return_lse 0) and in math backward, which recomputes it.
       const bool optional = is_lse && (!backward ? params->return_lse == 0 : implementation == HAL_ATTENTION_MATH);

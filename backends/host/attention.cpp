@@ -104,43 +104,97 @@ hal_status workspace_size(hal_backend_context* context, std::uint32_t, hal_atten
   return succeed();
 }
 
+// key_ranges: the call's int32 key-range tensor, or an empty reference.
+hal_status enqueue_forward(hal_stream* stream, hal_attention_implementation implementation,
+                           const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
+                           hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 lse,
+                           hal_tensor_ref_v1 key_ranges) {
+  if (stream == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention forward needs a stream");
+  return enqueue_kernel(stream, stream->context, implementation, params, false,
+                        keep_alive({q, k, v, o, lse, key_ranges}),
+                        [=](const hal_attention_params_v1& p, ThreadPool& pool) {
+                          float* lse_out = p.return_lse ? static_cast<float*>(address(lse)) : nullptr;
+                          const auto* ranges = static_cast<const std::int32_t*>(address(key_ranges));
+                          if (implementation == HAL_ATTENTION_FLASH)
+                            flash_forward(p, address(q), address(k), address(v), address(o), lse_out, pool, flash_isa(),
+                                          FlashForwardTiling::automatic, ranges);
+                          else
+                            math_forward(p, address(q), address(k), address(v), address(o), lse_out, pool, ranges);
+                        });
+}
+
+hal_status enqueue_backward(hal_stream* stream, hal_attention_implementation implementation,
+                            const hal_attention_params_v1* params, const hal_tensor_ref_v1* t,
+                            hal_tensor_ref_v1 key_ranges) {
+  if (stream == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention backward needs a stream");
+  const hal_tensor_ref_v1 q = t[0], k = t[1], v = t[2], o = t[3], grad_o = t[4], lse = t[5], grad_q = t[6],
+                          grad_k = t[7], grad_v = t[8];
+  return enqueue_kernel(
+      stream, stream->context, implementation, params, true,
+      keep_alive({q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v, key_ranges}),
+      [=](const hal_attention_params_v1& p, ThreadPool& pool) {
+        const auto* lse_in = static_cast<const float*>(address(lse));
+        const auto* ranges = static_cast<const std::int32_t*>(address(key_ranges));
+        if (implementation == HAL_ATTENTION_FLASH)
+          flash_backward(p, address(q), address(k), address(v), address(o), address(grad_o), lse_in, address(grad_q),
+                         address(grad_k), address(grad_v), pool, flash_isa(), ranges);
+        else
+          math_backward(p, address(q), address(k), address(v), address(o), address(grad_o), lse_in, address(grad_q),
+                        address(grad_k), address(grad_v), pool, ranges);
+      });
+}
+
+// The fixed-argument entries have no slot for the key-range tensor.
+hal_status key_ranges_need_run() {
+  return fail(HAL_ERROR_INVALID_ARGUMENT, "attention with key ranges goes through hal_attention_v2.run, which "
+                                          "carries their tensor; forward and backward have no place for it");
+}
+
 hal_status forward(hal_stream* stream, hal_attention_implementation implementation,
                    const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
                    hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 lse) {
-  if (stream == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention forward needs a stream");
-  return enqueue_kernel(stream, stream->context, implementation, params, false, keep_alive({q, k, v, o, lse}),
-                        [=](const hal_attention_params_v1& p, ThreadPool& pool) {
-                          float* lse_out = p.return_lse ? static_cast<float*>(address(lse)) : nullptr;
-                          if (implementation == HAL_ATTENTION_FLASH)
-                            flash_forward(p, address(q), address(k), address(v), address(o), lse_out, pool, flash_isa());
-                          else
-                            math_forward(p, address(q), address(k), address(v), address(o), lse_out, pool);
-                        });
+  if (params != nullptr && hal_attention_key_ranges(params) != 0) return key_ranges_need_run();
+  return enqueue_forward(stream, implementation, params, q, k, v, o, lse, hal_tensor_ref_v1{nullptr, 0});
 }
 
 hal_status backward(hal_stream* stream, hal_attention_implementation implementation,
                     const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
                     hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 grad_o, hal_tensor_ref_v1 lse,
                     hal_tensor_ref_v1 grad_q, hal_tensor_ref_v1 grad_k, hal_tensor_ref_v1 grad_v) {
-  if (stream == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention backward needs a stream");
-  return enqueue_kernel(
-      stream, stream->context, implementation, params, true,
-      keep_alive({q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v}),
-      [=](const hal_attention_params_v1& p, ThreadPool& pool) {
-        const auto* lse_in = static_cast<const float*>(address(lse));
-        if (implementation == HAL_ATTENTION_FLASH)
-          flash_backward(p, address(q), address(k), address(v), address(o), address(grad_o), lse_in, address(grad_q),
-                         address(grad_k), address(grad_v), pool, flash_isa());
-        else
-          math_backward(p, address(q), address(k), address(v), address(o), address(grad_o), lse_in, address(grad_q),
-                        address(grad_k), address(grad_v), pool);
-      });
+  if (params != nullptr && hal_attention_key_ranges(params) != 0) return key_ranges_need_run();
+  const hal_tensor_ref_v1 tensors[] = {q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v};
+  return enqueue_backward(stream, implementation, params, tensors, hal_tensor_ref_v1{nullptr, 0});
+}
+
+// The tensor-list entry: how key ranges reach the kernels. The host's
+// scratch is host memory of its own, so a caller's workspace is refused.
+hal_status run(hal_stream* stream, hal_attention_implementation implementation, const hal_attention_params_v1* params,
+               std::int32_t backward, const hal_tensor_ref_v1* tensors, std::uint32_t tensor_count,
+               hal_tensor_ref_v1 workspace, std::uint64_t) {
+  if (params == nullptr || tensors == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention run needs params and tensors");
+  if (workspace.buffer != nullptr)
+    return fail(HAL_ERROR_UNSUPPORTED,
+                "the host backend's attention takes no caller workspace (its scratch is host memory of its own); "
+                "leave AttentionOptions::workspace empty");
+  const bool ranges = hal_attention_key_ranges(params) != 0;
+  const std::uint32_t expected = (backward ? 9u : 5u) + (ranges ? 1u : 0u);
+  if (tensor_count != expected)
+    return fail(HAL_ERROR_INVALID_ARGUMENT, "attention run got " + std::to_string(tensor_count) + " tensors; " +
+                                                (backward ? "backward" : "forward") + (ranges ? " with key ranges" : "") +
+                                                " takes " + std::to_string(expected));
+  const hal_tensor_ref_v1 key_ranges = ranges ? tensors[expected - 1] : hal_tensor_ref_v1{nullptr, 0};
+  if (ranges && key_ranges.buffer == nullptr && key_ranges.offset == 0)
+    return fail(HAL_ERROR_INVALID_ARGUMENT, "attention key ranges are announced but the tensor is empty");
+  if (backward) return enqueue_backward(stream, implementation, params, tensors, key_ranges);
+  return enqueue_forward(stream, implementation, params, tensors[0], tensors[1], tensors[2], tensors[3], tensors[4],
+                         key_ranges);
 }
 
 }  // namespace
 
-const hal_attention_v1 attention_table = {
-    sizeof(hal_attention_v1), supports, workspace_size, forward, backward,
+const hal_attention_v2 attention_table = {
+    {sizeof(hal_attention_v2), supports, workspace_size, forward, backward},
+    run,
 };
 
 }  // namespace hal::host

@@ -210,6 +210,8 @@ std::vector<HostDevice> discover_devices() {
     add_capability(device, "attention.flash", true, "tiled online softmax on the CPU");
     add_capability(device, "attention.fused", false, "the host backend has no fused attention kernel");
     add_capability(device, "attention.borrowed_addresses", true, "attention takes host addresses it did not allocate");
+    add_capability(device, "attention.key_ranges", true,
+                   "per-query key ranges (padding, packed sequences) in the flash and math kernels");
     add_cpu_features(device);
     finalize_views(device);
   }

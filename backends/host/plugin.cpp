@@ -318,7 +318,7 @@ hal_backend_v1 make_table() {
   table.event_query = event_query;
   table.event_synchronize = event_synchronize;
   table.event_elapsed_milliseconds = event_elapsed_milliseconds;
-  table.attention = &attention_table;
+  table.attention = &attention_table.v1;
   table.collectives = collectives();
   table.interop = &interop_table;
   table.telemetry = &telemetry_table;

@@ -7,8 +7,9 @@
  * three axes; the dim axis must be contiguous (stride 1). The mask follows
  * hal_attention_params_v1: key j is visible to query i when, with
  * d = j - (i + mask_offset): causal -> d <= 0; window_left >= 0 ->
- * d >= -window_left; window_right >= 0 -> d <= window_right. A query that
- * sees no key gets O = 0 and LSE = -inf. */
+ * d >= -window_left; window_right >= 0 -> d <= window_right; with key
+ * ranges, also begin <= j < end of the query's own range. A query that sees
+ * no key gets O = 0 and LSE = -inf. */
 #ifndef HAL_KERNELS_ATTENTION_KERNELS_H
 #define HAL_KERNELS_ATTENTION_KERNELS_H
 
@@ -39,6 +40,7 @@ typedef struct hal_attention_kernel_args {
   int32_t mask_offset; /* 0 top-left; seq_kv - seq_q bottom-right */
   float scale;         /* softmax scale */
   int32_t reserved;    /* zero; keeps the size a multiple of 8 */
+  uint64_t key_ranges; /* int32 [batch][seq_q][begin, end) per query, every head alike; 0: none */
 } hal_attention_kernel_args;
 
 /* One kernel launch of a plan: run in order on one stream, each with the

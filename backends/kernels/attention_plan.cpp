@@ -12,7 +12,7 @@
 
 // The launcher copies these bytes as the kernels' by-value argument: the
 // layout is pinned on both sides.
-static_assert(sizeof(hal_attention_kernel_args) == 328, "hal_attention_kernel_args layout changed");
+static_assert(sizeof(hal_attention_kernel_args) == 336, "hal_attention_kernel_args layout changed");
 static_assert(offsetof(hal_attention_kernel_args, lse) == 256, "hal_attention_kernel_args layout changed");
 static_assert(offsetof(hal_attention_kernel_args, scale) == 320, "hal_attention_kernel_args layout changed");
 

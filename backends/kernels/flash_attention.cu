@@ -114,9 +114,14 @@ __device__ __forceinline__ int64_t reach_left(const hal_attention_kernel_args& a
   return a.window_left >= 0 ? a.window_left : kUnbounded;
 }
 
-__device__ __forceinline__ bool visible(const hal_attention_kernel_args& a, int64_t query, int64_t key) {
+// The band, then the query's own key range when the call has them (blocks
+// are bounded by the band alone: ranges only hide more keys).
+__device__ __forceinline__ bool visible(const hal_attention_kernel_args& a, int batch, int64_t query, int64_t key) {
   const int64_t distance = key - (query + a.mask_offset);
-  return distance >= -reach_left(a) && distance <= reach_right(a);
+  if (distance < -reach_left(a) || distance > reach_right(a)) return false;
+  if (a.key_ranges == 0) return true;
+  const int32_t* range = reinterpret_cast<const int32_t*>(a.key_ranges) + (static_cast<int64_t>(batch) * a.seq_q + query) * 2;
+  return key >= range[0] && key < range[1];
 }
 
 __device__ __forceinline__ int64_t max64(int64_t x, int64_t y) { return x > y ? x : y; }
@@ -207,7 +212,7 @@ __device__ void forward(const hal_attention_kernel_args& a) {
       const int c = e % kRows;
       const int64_t query = first_query + r;
       const int64_t key = key_block + c;
-      const bool in_range = query < a.seq_q && key < a.seq_kv && visible(a, query, key);
+      const bool in_range = query < a.seq_q && key < a.seq_kv && visible(a, batch, query, key);
       scores[e] = in_range ? dot(q_tile + r * kStride, kv_tile + c * kStride, a.head_dim_qk) : negative_infinity();
     }
     __syncthreads();
@@ -362,7 +367,7 @@ __device__ void backward(const hal_attention_kernel_args& a) {
         float p = 0.0f;
         float ds = 0.0f;
         // LSE = -inf: the row saw no key in the forward, its gradient is 0.
-        if (query < a.seq_q && key < a.seq_kv && visible(a, query, key) && lse_rows[r] != negative_infinity()) {
+        if (query < a.seq_q && key < a.seq_kv && visible(a, batch, query, key) && lse_rows[r] != negative_infinity()) {
           p = exp2f(dot(q_tile + r * kStride, k_tile + c * kStride, a.head_dim_qk) * score_scale - lse_rows[r]);
           const float dp = dot(grad_o_tile + r * kStride, v_tile + c * kStride, a.head_dim_v);
           ds = p * (dp - delta_tile[r]);
@@ -566,7 +571,7 @@ __device__ void forward_tensor_cores(const hal_attention_kernel_args& a) {
       for (int i = 0; i < 4; ++i) {
         const int64_t query = first_query + warp_row + group + (i >= 2 ? 8 : 0);
         const int64_t key = key_block + t * 8 + 2 * in_group + (i & 1);
-        const bool in_range = query < a.seq_q && key < a.seq_kv && visible(a, query, key);
+        const bool in_range = query < a.seq_q && key < a.seq_kv && visible(a, batch, query, key);
         scores[t][i] = in_range ? scores[t][i] * score_scale : negative_infinity();
         block_max[i >> 1] = fmaxf(block_max[i >> 1], scores[t][i]);
       }

@@ -124,12 +124,14 @@ __device__ float* workspace(const hal_attention_kernel_args& args, long long off
   return reinterpret_cast<float*>(args.workspace) + offset;
 }
 
-__device__ bool key_visible(const hal_attention_kernel_args& args, int query, int key) {
+__device__ bool key_visible(const hal_attention_kernel_args& args, int batch, int query, int key) {
   const int distance = key - (query + args.mask_offset);
   if (args.causal != 0 && distance > 0) return false;
   if (args.window_left >= 0 && distance < -args.window_left) return false;
   if (args.window_right >= 0 && distance > args.window_right) return false;
-  return true;
+  if (args.key_ranges == 0) return true;
+  const int32_t* range = reinterpret_cast<const int32_t*>(args.key_ranges) + (static_cast<long long>(batch) * args.seq_q + query) * 2;
+  return key >= range[0] && key < range[1];
 }
 
 // Block-wide reduction over HAL_MATH_ROW_THREADS values; every thread gets
@@ -176,11 +178,12 @@ extern "C" __global__ void hal_math_attention_softmax_forward(hal_attention_kern
   const int backward = hal_math_attention_is_backward(&args);
   const long long row = blockIdx.x;
   const int query = static_cast<int>(row % args.seq_q);
+  const int batch = static_cast<int>(row / (static_cast<long long>(args.heads_q) * args.seq_q));
   float* scores = workspace(args, hal_math_attention_layout_of(&args, backward).scores) + row * args.seq_kv;
 
   float local_max = -INFINITY;
   for (int key = threadIdx.x; key < args.seq_kv; key += HAL_MATH_ROW_THREADS) {
-    const float scaled = key_visible(args, query, key) ? scores[key] * args.scale : -INFINITY;
+    const float scaled = key_visible(args, batch, query, key) ? scores[key] * args.scale : -INFINITY;
     scores[key] = scaled;
     local_max = fmaxf(local_max, scaled);
   }

@@ -8,10 +8,12 @@
 // GEMM corner case: f32 math attention on inputs that expose reduced-precision
 // tensor-core GEMMs, against the reference and the host backend.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <initializer_list>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -54,6 +56,7 @@ AttentionOptions claim_under_test(CaseContext& context, Implementation implement
 struct NamedShape {
   std::string name;
   AttentionParams params;
+  std::vector<std::int32_t> key_ranges = {};  // [batch][seq_q][begin, end); empty: none
 };
 
 // Small shapes that still reach the hard parts: GQA with sequences that are
@@ -72,6 +75,31 @@ std::vector<NamedShape> numerics_shapes(DType dtype, bool quick) {
                              .softmax_scale = 2.0f / std::sqrt(128.0f)};
 
   return {{"gqa", gqa}, {"causal_bottom_right", bottom_right}, {"head_dim_128", wide}};
+}
+
+// Causal key ranges for sequences inside batch rows: each (row, first,
+// length) sees only its own keys; positions of no sequence see no key.
+std::vector<std::int32_t> sequence_ranges(const AttentionParams& params,
+                                          std::initializer_list<std::array<std::int32_t, 3>> sequences) {
+  std::vector<std::int32_t> ranges(static_cast<std::size_t>(params.batch * params.seq_q * 2), 0);
+  for (const auto& [row, first, length] : sequences)
+    for (std::int32_t i = first; i < first + length; ++i) {
+      const std::size_t at = static_cast<std::size_t>((row * params.seq_q + i) * 2);
+      ranges[at] = first;
+      ranges[at + 1] = i + 1;
+    }
+  return ranges;
+}
+
+// Variable-length batches as frameworks pass them: key padding on the left
+// and on the right of a GQA batch, and documents packed into one row.
+std::vector<NamedShape> key_range_shapes(DType dtype) {
+  const AttentionParams padded{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 45, .head_dim_qk = 64,
+                               .dtype = dtype, .key_ranges = true};
+  const AttentionParams packed{.batch = 1, .heads_q = 2, .seq_q = 70, .head_dim_qk = 128, .dtype = dtype,
+                               .layout = AttentionLayout::bhsd, .key_ranges = true};
+  return {{"padded_left_and_right", padded, sequence_ranges(padded, {{0, 7, 38}, {1, 0, 40}})},
+          {"packed_documents", packed, sequence_ranges(packed, {{0, 0, 21}, {0, 21, 33}, {0, 54, 16}})}};
 }
 
 // A device tensor described by logical extents and the resolved strides.
@@ -206,6 +234,12 @@ ShapeOutcome run_shape(CaseContext& context, const AttentionOptions& only, const
   DeviceTensor lse(device, DType::f32, lse_strides, r.batch, r.heads_q, r.seq_q, 1);
 
   std::mt19937 generator(context.seed("attention " + shape.name));
+  AttentionOptions call = only;
+  if (params.key_ranges) {
+    Buffer ranges = device.allocate(shape.key_ranges.size() * sizeof(std::int32_t));
+    ranges.write(0, shape.key_ranges.data(), shape.key_ranges.size() * sizeof(std::int32_t));
+    call.key_ranges = {ranges};
+  }
   const std::vector<double> q_values = random_values(q.elements(), dtype, generator);
   const std::vector<double> k_values = random_values(k.elements(), dtype, generator);
   const std::vector<double> v_values = random_values(v.elements(), dtype, generator);
@@ -214,11 +248,12 @@ ShapeOutcome run_shape(CaseContext& context, const AttentionOptions& only, const
   v.upload(v_values);
 
   const Stream stream = device.create_stream();
-  const AttentionDecision forward = attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), lse.ref(), only);
+  const AttentionDecision forward = attention_forward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), lse.ref(), call);
   stream.synchronize();
   context.require(forward.chosen == implementation, title + ": asked for " + std::string(to_string(implementation)) +
                                                          " and got " + std::string(to_string(forward.chosen)));
-  const AttentionForwardReference expected = attention_reference_forward(params, q_values, k_values, v_values);
+  const AttentionForwardReference expected =
+      attention_reference_forward(params, q_values, k_values, v_values, shape.key_ranges);
   Judge judge(context, shape.name);
   judge.check("O", o.download(), expected.o, attention_tolerance(dtype));
   judge.check("LSE", lse.download(), expected.lse, lse_tolerance());
@@ -232,13 +267,13 @@ ShapeOutcome run_shape(CaseContext& context, const AttentionOptions& only, const
     grad_o.upload(grad_o_values);
     const AttentionDecision decision =
         attention_backward(stream, params, q.ref(), k.ref(), v.ref(), o.ref(), grad_o.ref(), lse.ref(), grad_q.ref(),
-                           grad_k.ref(), grad_v.ref(), only);
+                           grad_k.ref(), grad_v.ref(), call);
     stream.synchronize();
     context.require(decision.chosen == implementation, title + ": backward asked for " +
                                                            std::string(to_string(implementation)) + " and got " +
                                                            std::string(to_string(decision.chosen)));
     const AttentionGradientsReference gradients =
-        attention_reference_backward(params, q_values, k_values, v_values, grad_o_values);
+        attention_reference_backward(params, q_values, k_values, v_values, grad_o_values, shape.key_ranges);
     judge.check("dQ", grad_q.download(), gradients.grad_q, attention_tolerance(dtype));
     judge.check("dK", grad_k.download(), gradients.grad_k, attention_tolerance(dtype));
     judge.check("dV", grad_v.download(), gradients.grad_v, attention_tolerance(dtype));
@@ -684,6 +719,18 @@ void register_cases_attention(Registry& registry) {
                       capability_of(implementation), false, 0,
                       [=](CaseContext& context) { numerics(context, implementation, backward, dtype); }});
       }
+    registry.add({"numerics.attention." + name + ".key_ranges", Tier::numerics,
+                  name + " attention forward and backward with per-query key ranges (AttentionOptions::key_ranges) "
+                         "in f32 and bf16 against the double-precision reference: a GQA batch padded on the left "
+                         "and on the right, and three documents packed into one row, causal within each",
+                  capability_of(implementation), false, 0, [=](CaseContext& context) {
+                    std::vector<NamedShape> shapes = key_range_shapes(DType::f32);
+                    for (NamedShape& shape : key_range_shapes(DType::bf16)) {
+                      shape.name += "_bf16";
+                      shapes.push_back(std::move(shape));
+                    }
+                    judge_shapes(context, implementation, shapes, true, WhenAllDeclined::skip);
+                  }});
     if (implementation != Implementation::math)
       registry.add({"numerics.attention." + name + ".probe", Tier::numerics,
                     name + " attention runs and matches the reference on this device (bf16, f16, f32; forward and "

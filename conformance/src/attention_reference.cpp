@@ -25,8 +25,9 @@ struct Problem {
   std::int64_t offset;  // key index aligned with query 0
   std::int64_t window_left, window_right;
   double scale;
+  std::span<const std::int32_t> key_ranges;  // [batch][seq_q][begin, end); empty: none
 
-  explicit Problem(const AttentionParams& params) {
+  Problem(const AttentionParams& params, std::span<const std::int32_t> ranges = {}) : key_ranges(ranges) {
     const AttentionParams p = params.resolved();
     batch = p.batch;
     heads_q = p.heads_q;
@@ -42,14 +43,17 @@ struct Problem {
     scale = static_cast<double>(*p.softmax_scale);  // the float every implementation uses
   }
 
-  // docs/attention.md: key j is visible to query i when d = j - (i + offset)
-  // satisfies causal (d <= 0) and the window (-left <= d <= right).
-  bool visible(std::int64_t i, std::int64_t j) const {
+  // docs/attention.md: key j is visible to query i of batch row b when
+  // d = j - (i + offset) satisfies causal (d <= 0) and the window
+  // (-left <= d <= right), and j lies in the query's key range if any.
+  bool visible(std::int64_t b, std::int64_t i, std::int64_t j) const {
     const std::int64_t distance = j - (i + offset);
     if (causal && distance > 0) return false;
     if (window_left >= 0 && distance < -window_left) return false;
     if (window_right >= 0 && distance > window_right) return false;
-    return true;
+    if (key_ranges.empty()) return true;
+    const std::size_t row = static_cast<std::size_t>((b * seq_q + i) * 2);
+    return j >= key_ranges[row] && j < key_ranges[row + 1];
   }
 
   std::size_t q_index(std::int64_t b, std::int64_t h, std::int64_t i) const {
@@ -67,6 +71,13 @@ struct Problem {
   std::int64_t kv_head(std::int64_t h) const { return h / (heads_q / heads_kv); }
 };
 
+void require_key_ranges(const AttentionParams& params, std::span<const std::int32_t> key_ranges) {
+  const std::size_t expected = params.key_ranges ? static_cast<std::size_t>(params.batch * params.seq_q * 2) : 0;
+  if (key_ranges.size() != expected)
+    throw std::invalid_argument("attention reference: key_ranges has " + std::to_string(key_ranges.size()) +
+                                " values; the params need " + std::to_string(expected));
+}
+
 void require_size(const char* name, std::span<const double> tensor, std::size_t expected) {
   if (tensor.size() != expected)
     throw std::invalid_argument(std::string("attention reference: tensor ") + name + " has " +
@@ -82,7 +93,7 @@ double softmax_row(const Problem& p, std::span<const double> q, std::span<const 
   const double* query = q.data() + p.q_index(b, h, i);
   double largest = -std::numeric_limits<double>::infinity();
   for (std::int64_t j = 0; j < p.seq_kv; ++j) {
-    if (!p.visible(i, j)) continue;
+    if (!p.visible(b, i, j)) continue;
     const double* key = k.data() + p.k_index(b, p.kv_head(h), j);
     double dot = 0;
     for (std::int64_t x = 0; x < p.dim_qk; ++x) dot += query[x] * key[x];
@@ -95,11 +106,11 @@ double softmax_row(const Problem& p, std::span<const double> q, std::span<const 
   }
   double total = 0;
   for (std::int64_t j = 0; j < p.seq_kv; ++j)
-    if (p.visible(i, j)) total += std::exp(probabilities[static_cast<std::size_t>(j)] - largest);
+    if (p.visible(b, i, j)) total += std::exp(probabilities[static_cast<std::size_t>(j)] - largest);
   const double lse = largest + std::log(total);
   for (std::int64_t j = 0; j < p.seq_kv; ++j) {
     double& value = probabilities[static_cast<std::size_t>(j)];
-    value = p.visible(i, j) ? std::exp(value - lse) : 0.0;
+    value = p.visible(b, i, j) ? std::exp(value - lse) : 0.0;
   }
   return lse;
 }
@@ -164,8 +175,10 @@ AttentionExtents AttentionExtents::of(const AttentionParams& params) {
 }
 
 AttentionForwardReference attention_reference_forward(const AttentionParams& params, std::span<const double> q,
-                                                      std::span<const double> k, std::span<const double> v) {
-  const Problem p(params);
+                                                      std::span<const double> k, std::span<const double> v,
+                                                      std::span<const std::int32_t> key_ranges) {
+  require_key_ranges(params, key_ranges);
+  const Problem p(params, key_ranges);
   const AttentionExtents extents = AttentionExtents::of(params);
   require_size("q", q, extents.q);
   require_size("k", k, extents.k);
@@ -190,8 +203,10 @@ AttentionForwardReference attention_reference_forward(const AttentionParams& par
 
 AttentionGradientsReference attention_reference_backward(const AttentionParams& params, std::span<const double> q,
                                                          std::span<const double> k, std::span<const double> v,
-                                                         std::span<const double> grad_o) {
-  const Problem p(params);
+                                                         std::span<const double> grad_o,
+                                                         std::span<const std::int32_t> key_ranges) {
+  require_key_ranges(params, key_ranges);
+  const Problem p(params, key_ranges);
   const AttentionExtents extents = AttentionExtents::of(params);
   require_size("q", q, extents.q);
   require_size("k", k, extents.k);

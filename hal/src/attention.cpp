@@ -43,6 +43,7 @@ Extents extents_of(const hal_attention_params_v1& params, AttentionTensor tensor
     case AttentionTensor::v:
     case AttentionTensor::grad_v: return {params.batch, params.heads_kv, params.seq_kv, params.head_dim_v};
     case AttentionTensor::lse: return {params.batch, params.heads_q, params.seq_q, 1};
+    case AttentionTensor::key_ranges: return {params.batch, 1, params.seq_q, 2};
   }
   return {};
 }
@@ -57,7 +58,8 @@ const hal_tensor_strides_v1& strides_of(const hal_attention_params_v1& params, A
     case AttentionTensor::grad_q: return params.grad_q_strides;
     case AttentionTensor::grad_k: return params.grad_k_strides;
     case AttentionTensor::grad_v: return params.grad_v_strides;
-    case AttentionTensor::lse: break;
+    case AttentionTensor::lse:
+    case AttentionTensor::key_ranges: break;
   }
   static const hal_tensor_strides_v1 unused{};
   return unused;
@@ -128,14 +130,15 @@ const char* attention_tensor_name(AttentionTensor tensor) {
     case AttentionTensor::grad_q: return "grad_q";
     case AttentionTensor::grad_k: return "grad_k";
     case AttentionTensor::grad_v: return "grad_v";
+    case AttentionTensor::key_ranges: return "key_ranges";
   }
   return "tensor";
 }
 
 std::uint64_t attention_tensor_bytes(const hal_attention_params_v1& params, AttentionTensor tensor) {
   const Extents extents = extents_of(params, tensor);
-  if (tensor == AttentionTensor::lse)
-    return static_cast<std::uint64_t>(extents.batch * extents.heads * extents.seq) * sizeof(float);
+  if (tensor == AttentionTensor::lse || tensor == AttentionTensor::key_ranges)  // contiguous, 4-byte elements
+    return static_cast<std::uint64_t>(extents.batch * extents.heads * extents.seq * extents.dim) * 4;
   const hal_tensor_strides_v1& strides = strides_of(params, tensor);
   const std::int64_t last_element = (extents.batch - 1) * strides.batch + (extents.heads - 1) * strides.head +
                                     (extents.seq - 1) * strides.seq + (extents.dim - 1) * strides.dim;
@@ -144,7 +147,7 @@ std::uint64_t attention_tensor_bytes(const hal_attention_params_v1& params, Atte
 
 hal_attention_params_v1 to_abi(const AttentionParams& request) {
   const auto& [batch, heads_q, heads_kv, seq_q, seq_kv, head_dim_qk, head_dim_v, dtype, layout, causal, alignment,
-               window_left, window_right, softmax_scale, return_lse, q_strides, k_strides, v_strides, o_strides,
+               window_left, window_right, softmax_scale, return_lse, key_ranges, q_strides, k_strides, v_strides, o_strides,
                grad_o_strides, grad_q_strides, grad_k_strides, grad_v_strides] = request;
   hal_attention_params_v1 params{};
   params.struct_size = sizeof(params);
@@ -180,6 +183,7 @@ hal_attention_params_v1 to_abi(const AttentionParams& request) {
     invalid("attention softmax_scale " + std::to_string(scale) + " is not allowed; use a finite non-zero value");
   params.softmax_scale = scale;
   params.return_lse = return_lse ? 1 : 0;
+  params.key_ranges = key_ranges ? 1 : 0;
 
   auto strides_for = [&](const std::optional<TensorStrides>& explicit_strides, AttentionTensor tensor,
                          const hal_tensor_strides_v1* fallback) {
@@ -232,6 +236,7 @@ std::string AttentionParams::describe() const {
        << (layout == AttentionLayout::bshd ? "bshd" : "bhsd");
   if (causal) text << " causal(" << (alignment == MaskAlignment::top_left ? "top_left" : "bottom_right") << ")";
   if (window_left >= 0 || window_right >= 0) text << " window(" << window_left << "," << window_right << ")";
+  if (key_ranges) text << " key_ranges";
   return text.str();
 }
 

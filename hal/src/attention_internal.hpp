@@ -27,6 +27,7 @@ struct AttentionOrder {
 struct AttentionDeviceFacts {
   AttentionOrder configured_order;  // without a per-call order
   bool takes_borrowed_addresses = false;
+  bool takes_key_ranges = false;
 };
 
 // What a cached attention decision depends on (attention_select.cpp fills
@@ -58,7 +59,7 @@ struct AttentionDecisionKeyHash {
   }
 };
 
-enum class AttentionTensor { q, k, v, o, lse, grad_o, grad_q, grad_k, grad_v };
+enum class AttentionTensor { q, k, v, o, lse, grad_o, grad_q, grad_k, grad_v, key_ranges };
 const char* attention_tensor_name(AttentionTensor tensor);
 // Bytes from the tensor's first element to one past its last.
 std::uint64_t attention_tensor_bytes(const hal_attention_params_v1& params, AttentionTensor tensor);

@@ -61,15 +61,22 @@ Order configured_order(const Device& device, const Settings& settings) {
   return {{all_attention_implementations, all_attention_implementations + 3}, "built-in order"};
 }
 
+// A boolean capability the device's backend declares true.
+bool declares(const Device& device, const char* key) {
+  const Capability* capability = device.info().find_capability(key);
+  const bool* value = capability ? std::get_if<bool>(&capability->value) : nullptr;
+  return value != nullptr && *value;
+}
+
 const detail::AttentionDeviceFacts& device_facts(const Device& device, detail::LoadedBackend& backend) {
   std::lock_guard lock(backend.attention_mutex);
   auto found = backend.attention_devices.find(device.index());
   if (found == backend.attention_devices.end()) {
-    const Capability* borrowed = device.info().find_capability("attention.borrowed_addresses");
-    const bool* takes = borrowed ? std::get_if<bool>(&borrowed->value) : nullptr;
     found = backend.attention_devices
                 .emplace(device.index(),
-                         detail::AttentionDeviceFacts{configured_order(device, *backend.settings), takes && *takes})
+                         detail::AttentionDeviceFacts{configured_order(device, *backend.settings),
+                                                      declares(device, "attention.borrowed_addresses"),
+                                                      declares(device, "attention.key_ranges")})
                 .first;
   }
   return found->second;  // map nodes stay put: the reference outlives the lock
@@ -130,6 +137,19 @@ AttentionCandidate evaluate(const detail::LoadedBackend& backend, const Device& 
     candidate.reasons.push_back("capability " + key + " is not declared by the " + backend.name + " backend");
     return candidate;
   }
+  if (params.key_ranges) {  // a quirk, probe or override may take them away from a backend that declares them
+    const EffectiveCapability ranges =
+        detail::effective_capability(device, "attention.key_ranges", capability_overrides);
+    if (!ranges.value) {
+      candidate.reasons.push_back("the " + backend.name + " backend takes no per-query key ranges (capability "
+                                  "attention.key_ranges is not declared)");
+      return candidate;
+    }
+    if (!ranges.is_true()) {
+      candidate.reasons.push_back(describe_layer(ranges));
+      return candidate;
+    }
+  }
   candidate.reasons = backend_reasons(backend, device, implementation, params, backward);
   candidate.eligible = candidate.reasons.empty();
   std::uint64_t bytes = 0;
@@ -160,7 +180,8 @@ detail::AttentionDecisionKey decision_key(const Device& device, const hal_attent
   add(scale_bits);
   add(static_cast<std::int64_t>(p.dtype) | static_cast<std::int64_t>(p.alignment) << 8 | std::int64_t{p.causal} << 16 |
       std::int64_t{p.return_lse} << 17 | std::int64_t{backward} << 18 | std::int64_t{strict} << 19 |
-      std::int64_t{per_call_order} << 20 | std::int64_t{p.address_alignment} << 32);
+      std::int64_t{per_call_order} << 20 | std::int64_t{p.key_ranges != 0} << 21 |
+      std::int64_t{p.address_alignment} << 32);
   for (const auto* s : {&p.q_strides, &p.k_strides, &p.v_strides, &p.o_strides, &p.grad_o_strides,
                         &p.grad_q_strides, &p.grad_k_strides, &p.grad_v_strides})
     for (std::int64_t value : {s->batch, s->head, s->seq, s->dim}) add(value);
@@ -332,8 +353,9 @@ hal_tensor_ref_v1 checked_tensor(const Device& device, const detail::AttentionDe
 }
 
 // The call's params with address_alignment set from its tensors' device
-// addresses (unused tensors have no buffer), so an implementation that needs
-// aligned tensors declines a call whose tensors are not.
+// addresses (unused tensors have no buffer; the int32 key ranges do not
+// count), so an implementation that needs aligned tensors declines a call
+// whose tensors are not.
 hal_attention_params_v1 with_address_alignment(const Device& device, hal_attention_params_v1 params,
                                                const hal_tensor_ref_v1* tensors, std::size_t count) {
   constexpr std::uint64_t most = 256;
@@ -355,7 +377,8 @@ const detail::StreamState& stream_state(const Stream& stream) {
 }
 
 // Runs the chosen implementation on the checked tensors (forward's 5 or
-// backward's 9, in the ABI's order), in the caller's workspace when given.
+// backward's 9, in the ABI's order, then the key ranges when the call has
+// them), in the caller's workspace when given.
 void enqueue(const detail::StreamState& stream, const AttentionDecision& decision,
              const hal_attention_params_v1& resolved, bool backward, const hal_tensor_ref_v1* tensors,
              const AttentionOptions& options) {
@@ -366,7 +389,8 @@ void enqueue(const detail::StreamState& stream, const AttentionDecision& decisio
            (backward ? "backward" : "forward") + " on " + device.id();
   };
   const auto& workspace_state = detail::Access::state(options.workspace.buffer);
-  if (!workspace_state) {
+  const std::uint32_t tensor_count = (backward ? 9u : 5u) + (resolved.key_ranges ? 1u : 0u);
+  if (!workspace_state && !resolved.key_ranges) {
     const hal_attention_v1& table = *backend.attention();
     const auto t = tensors;
     backend.check(backward ? table.backward(stream.handle, detail::to_abi(decision.chosen), &resolved, t[0], t[1], t[2],
@@ -376,20 +400,51 @@ void enqueue(const detail::StreamState& stream, const AttentionDecision& decisio
                   what);
     return;
   }
+  const hal_attention_v2* table = backend.attention_v2();
+  if (table == nullptr)  // key ranges come only from backends that declare them, which have run()
+    throw Error(StatusCode::unsupported, "the " + device.backend_name() +
+                                             " backend's attention takes no caller workspace (its plugin has no "
+                                             "hal_attention_v2); leave AttentionOptions::workspace empty");
+  if (!workspace_state) {
+    backend.check(table->run(stream.handle, detail::to_abi(decision.chosen), &resolved, backward ? 1 : 0, tensors,
+                             tensor_count, hal_tensor_ref_v1{nullptr, 0}, 0),
+                  what);
+    return;
+  }
   const auto& workspace = detail::usable_state(workspace_state, "attention workspace");
   if (!(workspace.device == device))
     throw Error(StatusCode::invalid_argument, "the attention workspace is a " + workspace.describe() +
                                                   ", but the stream runs on " + device.id());
   workspace.check_range(options.workspace.offset, 0, "attention workspace");
-  const hal_attention_v2* table = backend.attention_v2();
-  if (table == nullptr)
-    throw Error(StatusCode::unsupported, "the " + device.backend_name() +
-                                             " backend's attention takes no caller workspace (its plugin has no "
-                                             "hal_attention_v2); leave AttentionOptions::workspace empty");
   backend.check(table->run(stream.handle, detail::to_abi(decision.chosen), &resolved, backward ? 1 : 0, tensors,
-                           backward ? 9u : 5u, workspace.ref(options.workspace.offset),
+                           tensor_count, workspace.ref(options.workspace.offset),
                            workspace.size - options.workspace.offset),
                 what);
+}
+
+// The call's key ranges: present exactly when params.key_ranges says so, and
+// only for a backend that declares it takes them.
+hal_tensor_ref_v1 key_ranges_tensor(const Device& device, const detail::AttentionDeviceFacts& facts,
+                                    const AttentionParams& params, const hal_attention_params_v1& resolved,
+                                    const AttentionOptions& options) {
+  const bool given = detail::Access::state(options.key_ranges.buffer) || options.key_ranges.offset != 0;
+  if (!params.key_ranges) {
+    if (given)
+      throw Error(StatusCode::invalid_argument,
+                  "AttentionOptions::key_ranges is given but AttentionParams::key_ranges is false; set it to pass "
+                  "key ranges, or leave the tensor empty");
+    return {nullptr, 0};
+  }
+  if (!given)
+    throw Error(StatusCode::invalid_argument,
+                "AttentionParams::key_ranges is true but AttentionOptions::key_ranges is empty; pass an int32 "
+                "[batch, seq_q, 2] tensor");
+  if (!facts.takes_key_ranges)
+    throw Error(StatusCode::unsupported, "attention key ranges are not taken by the " + device.backend_name() +
+                                             " backend of " + device.id() +
+                                             " (no capability attention.key_ranges); mask with causal and the "
+                                             "windows only, or run on a device that declares it");
+  return checked_tensor(device, facts, options.key_ranges, resolved, detail::AttentionTensor::key_ranges, DType::i32);
 }
 
 }  // namespace
@@ -453,8 +508,9 @@ const AttentionDecision& attention_forward(const Stream& stream, const Attention
   const hal_tensor_ref_v1 o_ref = checked_tensor(device, facts, o, resolved, AttentionTensor::o, params.dtype);
   hal_tensor_ref_v1 lse_ref{nullptr, 0};
   if (params.return_lse) lse_ref = checked_tensor(device, facts, lse, resolved, AttentionTensor::lse, DType::f32);
-  const hal_tensor_ref_v1 refs[] = {q_ref, k_ref, v_ref, o_ref, lse_ref};
-  const hal_attention_params_v1 call = with_address_alignment(device, resolved, refs, std::size(refs));
+  const hal_tensor_ref_v1 refs[] = {q_ref, k_ref, v_ref, o_ref, lse_ref,
+                                    key_ranges_tensor(device, facts, params, resolved, options)};
+  const hal_attention_params_v1 call = with_address_alignment(device, resolved, refs, 5);
   const AttentionDecision& decision = decide_for_call(device, facts, params, call, false, options);
   enqueue(stream_state(stream), decision, call, false, refs, options);
   return decision;
@@ -478,8 +534,9 @@ const AttentionDecision& attention_backward(const Stream& stream, const Attentio
       checked_tensor(device, facts, lse, resolved, AttentionTensor::lse, DType::f32),
       checked_tensor(device, facts, grad_q, resolved, AttentionTensor::grad_q, params.dtype),
       checked_tensor(device, facts, grad_k, resolved, AttentionTensor::grad_k, params.dtype),
-      checked_tensor(device, facts, grad_v, resolved, AttentionTensor::grad_v, params.dtype)};
-  const hal_attention_params_v1 call = with_address_alignment(device, resolved, refs, std::size(refs));
+      checked_tensor(device, facts, grad_v, resolved, AttentionTensor::grad_v, params.dtype),
+      key_ranges_tensor(device, facts, params, resolved, options)};
+  const hal_attention_params_v1 call = with_address_alignment(device, resolved, refs, 9);
   const AttentionDecision& decision = decide_for_call(device, facts, params, call, true, options);
   enqueue(stream_state(stream), decision, call, true, refs, options);
   return decision;

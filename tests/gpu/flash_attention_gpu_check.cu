@@ -80,6 +80,7 @@ std::string run_on_gpu(const hal_attention_kernel_args& args, const std::vector<
     tensor->address = to_device(tensor->address);
   }
   launched.lse = to_device(launched.lse);
+  launched.key_ranges = to_device(launched.key_ranges);
   void* workspace = nullptr;
   if (error.empty() && plan.workspace_bytes != 0) {
     const cudaError_t status = cudaMalloc(&workspace, plan.workspace_bytes);

@@ -27,26 +27,30 @@ struct Shape {
   bool causal;
   int window_left, window_right;
   bool bottom_right;
+  bool key_ranges;  // per-query key ranges (key_range below) on top of the band
 };
 
 constexpr int kF32 = HAL_KERNEL_F32, kF16 = HAL_KERNEL_F16, kBf16 = HAL_KERNEL_BF16;
 
-// name, dtype, batch, heads q/kv, seq q/kv, head dims qk/v, causal, window left/right, bottom-right
+// name, dtype, batch, heads q/kv, seq q/kv, head dims qk/v, causal, window left/right, bottom-right, key ranges
 inline const std::vector<Shape>& shapes() {
   static const std::vector<Shape> all = {
-      {"MHA, no mask, f32, d64", kF32, 1, 2, 2, 37, 45, 64, 64, false, -1, -1, false},
-      {"GQA, causal top-left, f16, d128", kF16, 2, 4, 2, 50, 50, 128, 128, true, -1, -1, false},
-      {"MQA, causal bottom-right, bf16, d64", kBf16, 1, 4, 1, 20, 45, 64, 64, true, -1, -1, true},
-      {"causal bottom-right, seq_q > seq_kv (masked rows), f32", kF32, 1, 2, 1, 40, 17, 64, 64, true, -1, -1, true},
-      {"causal bottom-right, seq_q > seq_kv (masked rows), bf16", kBf16, 1, 2, 1, 70, 33, 64, 64, true, -1, -1, true},
-      {"sliding window 7/3, f16", kF16, 1, 2, 2, 70, 70, 64, 64, false, 7, 3, false},
-      {"causal + window 9, bottom-right, bf16, d128", kBf16, 1, 2, 1, 33, 65, 128, 128, true, 9, -1, true},
-      {"diagonal only, rows past seq_kv masked, f32", kF32, 1, 1, 1, 20, 10, 64, 64, false, 0, 0, false},
-      {"odd head dims 40/72, f32", kF32, 1, 3, 1, 19, 23, 40, 72, false, -1, -1, false},
-      {"odd head dims 40/72, f16", kF16, 1, 3, 1, 19, 23, 40, 72, false, -1, -1, false},
-      {"head dim 200, GQA, causal, bf16", kBf16, 1, 2, 1, 21, 21, 200, 200, true, -1, -1, false},
-      {"head dim 256, f16", kF16, 1, 1, 1, 18, 33, 256, 256, false, -1, -1, false},
-      {"head dim 256/96, f32", kF32, 1, 2, 2, 9, 40, 256, 96, true, -1, -1, true},
+      {"MHA, no mask, f32, d64", kF32, 1, 2, 2, 37, 45, 64, 64, false, -1, -1, false, false},
+      {"GQA, causal top-left, f16, d128", kF16, 2, 4, 2, 50, 50, 128, 128, true, -1, -1, false, false},
+      {"MQA, causal bottom-right, bf16, d64", kBf16, 1, 4, 1, 20, 45, 64, 64, true, -1, -1, true, false},
+      {"causal bottom-right, seq_q > seq_kv (masked rows), f32", kF32, 1, 2, 1, 40, 17, 64, 64, true, -1, -1, true, false},
+      {"causal bottom-right, seq_q > seq_kv (masked rows), bf16", kBf16, 1, 2, 1, 70, 33, 64, 64, true, -1, -1, true, false},
+      {"sliding window 7/3, f16", kF16, 1, 2, 2, 70, 70, 64, 64, false, 7, 3, false, false},
+      {"causal + window 9, bottom-right, bf16, d128", kBf16, 1, 2, 1, 33, 65, 128, 128, true, 9, -1, true, false},
+      {"diagonal only, rows past seq_kv masked, f32", kF32, 1, 1, 1, 20, 10, 64, 64, false, 0, 0, false, false},
+      {"odd head dims 40/72, f32", kF32, 1, 3, 1, 19, 23, 40, 72, false, -1, -1, false, false},
+      {"odd head dims 40/72, f16", kF16, 1, 3, 1, 19, 23, 40, 72, false, -1, -1, false, false},
+      {"head dim 200, GQA, causal, bf16", kBf16, 1, 2, 1, 21, 21, 200, 200, true, -1, -1, false, false},
+      {"head dim 256, f16", kF16, 1, 1, 1, 18, 33, 256, 256, false, -1, -1, false, false},
+      {"head dim 256/96, f32", kF32, 1, 2, 2, 9, 40, 256, 96, true, -1, -1, true, false},
+      {"key ranges, no band, f32", kF32, 2, 2, 2, 37, 45, 64, 64, false, -1, -1, false, true},
+      {"key ranges, GQA, causal, f16", kF16, 2, 4, 2, 50, 50, 128, 128, true, -1, -1, false, true},
+      {"key ranges, window 9, bottom-right, bf16", kBf16, 2, 2, 1, 33, 65, 64, 64, true, 9, -1, true, true},
   };
   return all;
 }
@@ -116,13 +120,25 @@ struct Tensor {
   }
 };
 
-inline bool visible(const Shape& shape, int query, int key) {
+// [begin, end) of the keys query i of batch row b may see, for shapes with
+// key ranges: left padding that grows with the row, an end that moves with
+// the query (not monotonic), past seq_kv for some, empty every seventh query.
+inline void key_range(const Shape& shape, int batch, int query, std::int32_t* begin, std::int32_t* end) {
+  *begin = 3 * batch + query % 4;
+  *end = shape.seq_kv + 2 - query % 5 - 2 * batch;
+  if (query % 7 == 3) *end = *begin;
+}
+
+inline bool visible(const Shape& shape, int batch, int query, int key) {
   const int offset = shape.bottom_right ? shape.seq_kv - shape.seq_q : 0;
   const int distance = key - (query + offset);
   if (shape.causal && distance > 0) return false;
   if (shape.window_left >= 0 && distance < -shape.window_left) return false;
   if (shape.window_right >= 0 && distance > shape.window_right) return false;
-  return true;
+  if (!shape.key_ranges) return true;
+  std::int32_t begin = 0, end = 0;
+  key_range(shape, batch, query, &begin, &end);
+  return key >= begin && key < end;
 }
 
 // Largest |got - want| over the largest |want|, at least 0.1 (the inputs
@@ -215,12 +231,24 @@ inline Result run_case(const Shape& shape, std::uint32_t paths, const RunPlan& r
   args.window_right = shape.window_right;
   args.mask_offset = shape.bottom_right ? shape.seq_kv - shape.seq_q : 0;
   args.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim_qk));
+  std::vector<std::int32_t> ranges;
+  if (shape.key_ranges) {
+    for (int b = 0; b < shape.batch; ++b)
+      for (int i = 0; i < shape.seq_q; ++i) {
+        std::int32_t begin = 0, end = 0;
+        key_range(shape, b, i, &begin, &end);
+        ranges.push_back(begin);
+        ranges.push_back(end);
+      }
+    args.key_ranges = reinterpret_cast<std::uint64_t>(ranges.data());
+  }
 
   std::vector<Buffer> buffers;
   for (Tensor* tensor : {&q, &k, &v, &o, &grad_o, &grad_q, &grad_k, &grad_v}) {
     buffers.push_back({tensor->data(), tensor->bytes()});
   }
   buffers.push_back({lse.data(), lse.size() * sizeof(float)});
+  if (!ranges.empty()) buffers.push_back({ranges.data(), ranges.size() * sizeof(std::int32_t)});
   result.error = run_plan(args, buffers, false, paths, &result.forward_kernel);
   std::string backward_kernel;
   if (result.error.empty()) result.error = run_plan(args, buffers, true, paths, &backward_kernel);
@@ -239,7 +267,7 @@ inline Result run_case(const Shape& shape, std::uint32_t paths, const RunPlan& r
         std::vector<double> p(shape.seq_kv, 0.0);
         double max = -INFINITY;
         for (int j = 0; j < shape.seq_kv; ++j) {
-          if (!visible(shape, i, j)) continue;
+          if (!visible(shape, b, i, j)) continue;
           double s = 0.0;
           for (int d = 0; d < shape.head_dim_qk; ++d) s += q.get(b, h, i, d) * k.get(b, hk, j, d);
           p[j] = s * args.scale;
@@ -255,7 +283,7 @@ inline Result run_case(const Shape& shape, std::uint32_t paths, const RunPlan& r
         }
         double sum = 0.0;
         for (int j = 0; j < shape.seq_kv; ++j) {
-          p[j] = visible(shape, i, j) ? std::exp(p[j] - max) : 0.0;
+          p[j] = visible(shape, b, i, j) ? std::exp(p[j] - max) : 0.0;
           sum += p[j];
         }
         result.lse.add(got_lse, max + std::log(sum));

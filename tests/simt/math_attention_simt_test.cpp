@@ -134,6 +134,7 @@ hal_attention_params_v1 params_of(const hal_attention_kernel_args& args, bool bo
   params.window_left = args.window_left, params.window_right = args.window_right;
   params.softmax_scale = args.scale;
   params.return_lse = 1;
+  params.key_ranges = args.key_ranges != 0 ? 1 : 0;
   params.q_strides = strides_of(args.q), params.k_strides = strides_of(args.k);
   params.v_strides = strides_of(args.v), params.o_strides = strides_of(args.o);
   params.grad_o_strides = strides_of(args.grad_o), params.grad_q_strides = strides_of(args.grad_q);
@@ -142,12 +143,12 @@ hal_attention_params_v1 params_of(const hal_attention_kernel_args& args, bool bo
 }
 
 // The cases that cover each feature once: every fiber switch of the
-// emulator costs a system call, so all thirteen would take half a minute.
+// emulator costs a system call, so all of them would take half a minute.
 bool covered(const std::string& name) {
   for (const char* chosen : {"MHA, no mask, f32, d64", "GQA, causal top-left, f16, d128",
                              "MQA, causal bottom-right, bf16, d64",
                              "causal bottom-right, seq_q > seq_kv (masked rows), f32", "sliding window 7/3, f16",
-                             "odd head dims 40/72, f32"})
+                             "odd head dims 40/72, f32", "key ranges, no band, f32"})
     if (name == chosen) return true;
   return false;
 }
@@ -174,7 +175,7 @@ void check_math_path(bool caller_workspace) {
       engine_reasons += engine.supports(0, HAL_ATTENTION_MATH, params, backward);
       backend::AttentionAddresses tensors;
       tensors.q = args.q.address, tensors.k = args.k.address, tensors.v = args.v.address;
-      tensors.o = args.o.address, tensors.lse = args.lse;
+      tensors.o = args.o.address, tensors.lse = args.lse, tensors.key_ranges = args.key_ranges;
       if (backward) {
         tensors.grad_o = args.grad_o.address, tensors.grad_q = args.grad_q.address;
         tensors.grad_k = args.grad_k.address, tensors.grad_v = args.grad_v.address;
@@ -222,7 +223,7 @@ void check_math_path(bool caller_workspace) {
       CHECK(std::count(platform.launched.begin(), platform.launched.end(), "hal_gemm_f32_strided_batched") == 7);
     MESSAGE(summary);
   }
-  CHECK(cases == 6);  // the names above still exist
+  CHECK(cases == 7);  // the names above still exist
 }
 
 TEST_CASE("the math attention path matches an f64 reference in the SIMT emulator") { check_math_path(false); }

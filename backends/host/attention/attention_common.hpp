@@ -36,6 +36,21 @@ HAL_HOST_INLINE KeyRange visible_keys(const hal_attention_params_v1& params, std
   return range;
 }
 
+// The same with the call's per-query key ranges (int32 [batch, seq_q, 2],
+// hal_attention_params_v1's key_ranges) on top; null: none. Ranges need not
+// grow with the query index, so blocks of queries bound their keys row by
+// row (block_keys in the flash kernels).
+HAL_HOST_INLINE KeyRange visible_keys(const hal_attention_params_v1& params, const std::int32_t* key_ranges,
+                                      std::int64_t batch, std::int64_t query) {
+  KeyRange range = visible_keys(params, query);
+  if (key_ranges != nullptr) {
+    const std::int32_t* own = key_ranges + (batch * params.seq_q + query) * 2;
+    range.first = max_i64(range.first, own[0]);
+    range.last = min_i64(range.last, std::int64_t{own[1]} - 1);
+  }
+  return range;
+}
+
 HAL_HOST_INLINE std::int64_t element_offset(const hal_tensor_strides_v1& strides, std::int64_t batch,
                                             std::int64_t head, std::int64_t seq, std::int64_t dim) {
   return batch * strides.batch + head * strides.head + seq * strides.seq + dim * strides.dim;

@@ -21,4 +21,11 @@ void require_pointer(const void* pointer, const char* name) {
   if (pointer == nullptr) throw std::invalid_argument(std::string(name) + " is null");
 }
 
+void require_key_ranges(const hal_attention_params_v1& params, const std::int32_t* key_ranges) {
+  const bool announced = hal_attention_key_ranges(&params) != 0;
+  if (announced && key_ranges == nullptr) throw std::invalid_argument("params announce key ranges but key_ranges is null");
+  if (!announced && key_ranges != nullptr)
+    throw std::invalid_argument("key_ranges is given but params.key_ranges is 0; set it to use them");
+}
+
 }  // namespace hal::host

@@ -17,6 +17,8 @@ namespace hal::host {
 // Throws std::invalid_argument listing every problem check_attention_params finds.
 void require_valid_params(const hal_attention_params_v1& params, bool backward);
 void require_pointer(const void* pointer, const char* name);
+// Key ranges are passed exactly when params.key_ranges announces them.
+void require_key_ranges(const hal_attention_params_v1& params, const std::int32_t* key_ranges);
 
 // The kernels of `isa`; throws std::invalid_argument when this CPU lacks it.
 const flash::KernelTable& flash_kernel_table(FlashIsa isa);

@@ -15,6 +15,8 @@
 //
 // Kernels throw std::invalid_argument (message: the problems, one per line)
 // when check_attention_params reports anything or a required pointer is null.
+// key_ranges: the call's per-query key ranges (backend_abi.h), passed exactly
+// when params.key_ranges says so.
 #pragma once
 
 #include <cstdint>
@@ -45,21 +47,23 @@ constexpr double kSmallAttentionFlops = 2e6;
 
 // lse_or_null: written when not null (the caller decides from return_lse).
 void math_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
-                  void* o, float* lse_or_null, ThreadPool& pool);
+                  void* o, float* lse_or_null, ThreadPool& pool, const std::int32_t* key_ranges = nullptr);
 
 // Recomputes the softmax from Q and K: `o` and `lse` are not read and may be null.
 void math_backward(const hal_attention_params_v1& params, const void* q, const void* k,
                    const void* v, const void* o, const void* grad_o, const float* lse,
-                   void* grad_q, void* grad_k, void* grad_v, ThreadPool& pool);
+                   void* grad_q, void* grad_k, void* grad_v, ThreadPool& pool,
+                   const std::int32_t* key_ranges = nullptr);
 
 // Golden reference: inputs as in params, double accumulation, double outputs
 // in contiguous [batch, heads, seq, dim] layout (heads_q for O and grad_q,
 // heads_kv for grad_k and grad_v); lse_or_null is [batch, heads_q, seq_q].
 void math_forward_f64(const hal_attention_params_v1& params, const void* q, const void* k,
-                      const void* v, double* o, double* lse_or_null, ThreadPool& pool);
+                      const void* v, double* o, double* lse_or_null, ThreadPool& pool,
+                      const std::int32_t* key_ranges = nullptr);
 void math_backward_f64(const hal_attention_params_v1& params, const void* q, const void* k,
                        const void* v, const void* grad_o, double* grad_q, double* grad_k,
-                       double* grad_v, ThreadPool& pool);
+                       double* grad_v, ThreadPool& pool, const std::int32_t* key_ranges = nullptr);
 
 // Instruction-set paths of the flash kernels, lowest first.
 enum class FlashIsa { scalar = 0, avx2 = 1, avx512 = 2 };
@@ -86,10 +90,12 @@ enum class FlashForwardTiling { automatic, query_blocks };
 // Same on an explicit path (which must be supported); for tests and benchmarks.
 void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k,
                    const void* v, void* o, float* lse_or_null, ThreadPool& pool, FlashIsa isa,
-                   FlashForwardTiling tiling = FlashForwardTiling::automatic);
+                   FlashForwardTiling tiling = FlashForwardTiling::automatic,
+                   const std::int32_t* key_ranges = nullptr);
 void flash_backward(const hal_attention_params_v1& params, const void* q, const void* k,
                     const void* v, const void* o, const void* grad_o, const float* lse,
-                    void* grad_q, void* grad_k, void* grad_v, ThreadPool& pool, FlashIsa isa);
+                    void* grad_q, void* grad_k, void* grad_v, ThreadPool& pool, FlashIsa isa,
+                    const std::int32_t* key_ranges = nullptr);
 
 // Bytes each implementation allocates for one call (beyond inputs/outputs);
 // throw like the kernels for invalid params. Flash scratch is per thread,

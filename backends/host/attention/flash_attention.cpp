@@ -185,8 +185,10 @@ std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool 
 }
 
 void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v, void* o,
-                   float* lse_or_null, ThreadPool& pool, FlashIsa isa, FlashForwardTiling tiling) {
+                   float* lse_or_null, ThreadPool& pool, FlashIsa isa, FlashForwardTiling tiling,
+                   const std::int32_t* key_ranges) {
   require_valid_params(params, false);
+  require_key_ranges(params, key_ranges);
   require_pointer(q, "q");
   require_pointer(k, "k");
   require_pointer(v, "v");
@@ -203,6 +205,7 @@ void flash_forward(const hal_attention_params_v1& params, const void* q, const v
   job.v = v;
   job.o = o;
   job.lse = lse_or_null;
+  job.key_ranges = key_ranges;
   job.layout = layout;
   job.packed = workspace.data();
   job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;
@@ -227,8 +230,9 @@ void flash_forward(const hal_attention_params_v1& params, const void* q, const v
 
 void flash_backward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
                     const void* o, const void* grad_o, const float* lse, void* grad_q, void* grad_k, void* grad_v,
-                    ThreadPool& pool, FlashIsa isa) {
+                    ThreadPool& pool, FlashIsa isa, const std::int32_t* key_ranges) {
   require_valid_params(params, true);
+  require_key_ranges(params, key_ranges);
   require_pointer(q, "q");
   require_pointer(k, "k");
   require_pointer(v, "v");
@@ -254,6 +258,7 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
   job.grad_q = grad_q;
   job.grad_k = grad_k;
   job.grad_v = grad_v;
+  job.key_ranges = key_ranges;
   job.layout = layout;
   job.packed = workspace.data();
   job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;

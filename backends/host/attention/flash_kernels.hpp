@@ -46,6 +46,7 @@ struct ForwardJob {
   const void* v;
   void* o;
   float* lse;  // may be null
+  const std::int32_t* key_ranges;  // the call's per-query key ranges; null: none
   Layout layout;
   std::int64_t first_group;  // of the current pass
   std::int64_t pass_groups;
@@ -67,6 +68,7 @@ struct BackwardJob {
   void* grad_q;
   void* grad_k;
   void* grad_v;
+  const std::int32_t* key_ranges;  // the call's per-query key ranges; null: none
   Layout layout;
   std::int64_t first_group;
   std::int64_t pass_groups;

@@ -219,10 +219,20 @@ HAL_HOST_INLINE void mask_scores(float* row, std::int64_t key0, std::int64_t key
   fill(row + masked_from, key_block - masked_from, -kInfinity);
 }
 
-// Keys visible to at least one query of [query0, query0 + rows): by the
-// monotonic band ends, those of the first and of the last row bound them.
-HAL_HOST_INLINE KeyRange block_keys(const hal_attention_params_v1& p, std::int64_t query0, std::int64_t rows) {
-  return KeyRange{visible_keys(p, query0).first, visible_keys(p, query0 + rows - 1).last};
+// Keys visible to at least one query of [query0, query0 + rows) of a batch
+// row: by the monotonic band ends, those of the first and of the last row
+// bound them; with key ranges (in any order) every row counts.
+HAL_HOST_INLINE KeyRange block_keys(const hal_attention_params_v1& p, const std::int32_t* key_ranges,
+                                    std::int64_t batch, std::int64_t query0, std::int64_t rows) {
+  if (key_ranges == nullptr) return KeyRange{visible_keys(p, query0).first, visible_keys(p, query0 + rows - 1).last};
+  KeyRange keys{p.seq_kv, -1};
+  for (std::int64_t query = query0; query < query0 + rows; ++query) {
+    const KeyRange own = visible_keys(p, key_ranges, batch, query);
+    if (own.first > own.last) continue;
+    keys.first = min_i64(keys.first, own.first);
+    keys.last = max_i64(keys.last, own.last);
+  }
+  return keys;
 }
 
 // ---- forward ---------------------------------------------------------------
@@ -313,9 +323,10 @@ struct TileRows {
   std::int64_t query(std::int64_t row) const { return query0 + row % period; }
 };
 
-// Keys some row of the tile sees (the band ends grow with the query index).
-HAL_HOST_INLINE KeyRange tile_keys(const hal_attention_params_v1& p, const TileRows& rows) {
-  return block_keys(p, rows.query0, min_i64(rows.period, rows.count));
+// Keys some row of the tile sees.
+HAL_HOST_INLINE KeyRange tile_keys(const hal_attention_params_v1& p, const std::int32_t* key_ranges,
+                                   const TileRows& rows) {
+  return block_keys(p, key_ranges, rows.batch, rows.query0, min_i64(rows.period, rows.count));
 }
 
 template <class V>
@@ -336,14 +347,14 @@ void start_tile(const hal_attention_params_v1& p, const void* q, const Layout& l
 // One step of the online softmax, once the tile's scores against keys
 // [key0, key0 + key_block) are in tile.scores: mask, rescale, O += P V.
 template <class V>
-void softmax_key_block(const hal_attention_params_v1& p, const Layout& layout, const TileRows& rows,
-                       const QueryTile& tile, std::int64_t key0, GemmB values) {
+void softmax_key_block(const hal_attention_params_v1& p, const std::int32_t* key_ranges, const Layout& layout,
+                       const TileRows& rows, const QueryTile& tile, std::int64_t key0, GemmB values) {
   using Reg = typename V::Reg;
   const std::int64_t bc = layout.key_block;
   const std::int64_t dv_padded = layout.dim_v_padded;
   for (std::int64_t row = 0; row < rows.count; ++row) {
     float* score_row = tile.scores + row * bc;
-    mask_scores(score_row, key0, bc, visible_keys(p, rows.query(row)));
+    mask_scores(score_row, key0, bc, visible_keys(p, key_ranges, rows.batch, rows.query(row)));
     const float new_max = __builtin_fmaxf(tile.running_max[row], row_max<V>(score_row, bc));
     if (new_max == -kInfinity) {  // nothing visible yet: contributes nothing
       fill(score_row, bc, 0.0f);
@@ -421,12 +432,12 @@ void forward_queries(const ForwardJob& job, std::int64_t unit, int worker) {
 
   const float* group_base = job.packed + group_in_pass * layout.packed_group_floats;
   const float* values = group_base + layout.key_blocks * dqk * bc;
-  const KeyRange keys = tile_keys(p, rows);
+  const KeyRange keys = tile_keys(p, job.key_ranges, rows);
   if (keys.first <= keys.last) {
     for (std::int64_t key_block = keys.first / bc; key_block <= keys.last / bc; ++key_block) {
       Gemm<V, false>::run(rows.count, bc / V::width, dqk, tile.queries, layout.dim_qk_padded,
                           Gemm<V, false>::packed(group_base + key_block * dqk * bc, dqk), tile.scores, bc);
-      softmax_key_block<V>(p, layout, rows, tile, key_block * bc,
+      softmax_key_block<V>(p, job.key_ranges, layout, rows, tile, key_block * bc,
                            Gemm<V, true>::packed(values + key_block * bc * layout.dim_v_padded, bc));
     }
   }
@@ -551,7 +562,7 @@ void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
     }
   }
 
-  const KeyRange keys_seen = tile_keys(p, rows);
+  const KeyRange keys_seen = tile_keys(p, job.key_ranges, rows);
   const std::int64_t first_block = max_i64(split * layout.split_key_blocks, keys_seen.first / bc);
   const std::int64_t end_block = min_i64((split + 1) * layout.split_key_blocks, keys_seen.last / bc + 1);
   if (keys_seen.first <= keys_seen.last) {
@@ -581,7 +592,7 @@ void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
       }
       const KeyRows v_rows = key_rows<V>(p, job.v, p.v_strides, p.head_dim_v, layout.dim_v_padded, true, rows.batch,
                                          kv_head, key0, key_count, values);
-      softmax_key_block<V>(p, layout, rows, tile, key0, Gemm<V, true>::row_major(v_rows.data, v_rows.stride));
+      softmax_key_block<V>(p, job.key_ranges, layout, rows, tile, key0, Gemm<V, true>::row_major(v_rows.data, v_rows.stride));
     }
   }
   if (layout.kv_splits == 1) finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
@@ -739,7 +750,7 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
     for (std::int64_t query_block = 0; query_block < layout.query_blocks; ++query_block) {
       const std::int64_t query0 = query_block * br;
       const std::int64_t rows = min_i64(br, p.seq_q - query0);
-      const KeyRange keys_seen = block_keys(p, query0, rows);
+      const KeyRange keys_seen = block_keys(p, job.key_ranges, batch, query0, rows);
       if (keys_seen.first > keys_seen.last || keys_seen.last < key0 || keys_seen.first >= key0 + key_count) continue;
       const float* q_tile = buffers.queries + query0 * dqk_padded;
       const float* grad_o_tile = buffers.output_grads + query0 * dv_padded;
@@ -748,7 +759,7 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
       Gemm<V, false>::run(rows, bc / V::width, dqk, q_tile, dqk_padded, Gemm<V, false>::row_major(keys_t, bc), probabilities, bc);
       for (std::int64_t row = 0; row < rows; ++row) {
         float* row_values = probabilities + row * bc;
-        mask_scores(row_values, key0, bc, visible_keys(p, query0 + row));
+        mask_scores(row_values, key0, bc, visible_keys(p, job.key_ranges, batch, query0 + row));
         const Reg lse_reg = V::broadcast(buffers.lse_log2[query0 + row]);
         for (std::int64_t column = 0; column < bc; column += V::width) {
           V::store(row_values + column, exp2<V>(V::sub(V::load(row_values + column), lse_reg)));

@@ -106,8 +106,8 @@ void weighted_value_sum(const Acc* probabilities, const Acc* values, std::int64_
 }
 
 template <typename Acc>
-void forward_impl(const hal_attention_params_v1& p, TensorRef q, TensorRef k, TensorRef v,
-                  MutableTensorRef o, void* lse, hal_dtype lse_dtype, ThreadPool& pool) {
+void forward_impl(const hal_attention_params_v1& p, const std::int32_t* key_ranges, TensorRef q, TensorRef k,
+                  TensorRef v, MutableTensorRef o, void* lse, hal_dtype lse_dtype, ThreadPool& pool) {
   const MathWorkspace sizes = math_workspace(p, false);
   AlignedBuffer<Acc> workspace(static_cast<std::size_t>(sizes.total()));
   Acc* scores = workspace.data();
@@ -126,7 +126,7 @@ void forward_impl(const hal_attention_params_v1& p, TensorRef q, TensorRef k, Te
       pool.parallel_for(p.seq_q, [&](std::int64_t begin, std::int64_t end) {
         std::vector<Acc> output_row(static_cast<std::size_t>(p.head_dim_v));
         for (std::int64_t query = begin; query < end; ++query) {
-          const KeyRange range = visible_keys(p, query);
+          const KeyRange range = visible_keys(p, key_ranges, batch, query);
           Acc log_sum_exp = -std::numeric_limits<Acc>::infinity();
           if (range.first > range.last) {
             std::fill(output_row.begin(), output_row.end(), Acc{0});
@@ -150,8 +150,9 @@ void forward_impl(const hal_attention_params_v1& p, TensorRef q, TensorRef k, Te
 }
 
 template <typename Acc>
-void backward_impl(const hal_attention_params_v1& p, TensorRef q, TensorRef k, TensorRef v, TensorRef grad_o,
-                   MutableTensorRef grad_q, MutableTensorRef grad_k, MutableTensorRef grad_v, ThreadPool& pool) {
+void backward_impl(const hal_attention_params_v1& p, const std::int32_t* key_ranges, TensorRef q, TensorRef k,
+                   TensorRef v, TensorRef grad_o, MutableTensorRef grad_q, MutableTensorRef grad_k,
+                   MutableTensorRef grad_v, ThreadPool& pool) {
   const MathWorkspace sizes = math_workspace(p, true);
   AlignedBuffer<Acc> workspace(static_cast<std::size_t>(sizes.total()));
   const std::int64_t dqk = p.head_dim_qk;
@@ -186,7 +187,7 @@ void backward_impl(const hal_attention_params_v1& p, TensorRef q, TensorRef k, T
         pool.parallel_for(p.seq_q, [&](std::int64_t begin, std::int64_t end) {
           std::vector<Acc> row(static_cast<std::size_t>(std::max(dqk, dv)));
           for (std::int64_t query = begin; query < end; ++query) {
-            const KeyRange range = visible_keys(p, query);
+            const KeyRange range = visible_keys(p, key_ranges, batch, query);
             Acc* row_probabilities = probabilities + query * p.seq_kv;
             Acc* row_score_grads = score_grads + query * p.seq_kv;
             std::fill(row_probabilities, row_probabilities + p.seq_kv, Acc{0});
@@ -253,21 +254,23 @@ TensorRef input(const hal_attention_params_v1& p, const void* data, const hal_te
 }  // namespace
 
 void math_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v, void* o,
-                  float* lse_or_null, ThreadPool& pool) {
+                  float* lse_or_null, ThreadPool& pool, const std::int32_t* key_ranges) {
   require_valid_params(params, false);
+  require_key_ranges(params, key_ranges);
   require_pointer(q, "q");
   require_pointer(k, "k");
   require_pointer(v, "v");
   require_pointer(o, "o");
-  forward_impl<float>(params, input(params, q, params.q_strides), input(params, k, params.k_strides),
+  forward_impl<float>(params, key_ranges, input(params, q, params.q_strides), input(params, k, params.k_strides),
                       input(params, v, params.v_strides), MutableTensorRef{o, params.dtype, params.o_strides},
                       lse_or_null, HAL_DTYPE_F32, pool);
 }
 
 void math_backward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
                    const void* /*o*/, const void* grad_o, const float* /*lse*/, void* grad_q, void* grad_k,
-                   void* grad_v, ThreadPool& pool) {
+                   void* grad_v, ThreadPool& pool, const std::int32_t* key_ranges) {
   require_valid_params(params, true);
+  require_key_ranges(params, key_ranges);
   require_pointer(q, "q");
   require_pointer(k, "k");
   require_pointer(v, "v");
@@ -275,7 +278,7 @@ void math_backward(const hal_attention_params_v1& params, const void* q, const v
   require_pointer(grad_q, "grad_q");
   require_pointer(grad_k, "grad_k");
   require_pointer(grad_v, "grad_v");
-  backward_impl<float>(params, input(params, q, params.q_strides), input(params, k, params.k_strides),
+  backward_impl<float>(params, key_ranges, input(params, q, params.q_strides), input(params, k, params.k_strides),
                        input(params, v, params.v_strides), input(params, grad_o, params.grad_o_strides),
                        MutableTensorRef{grad_q, params.dtype, params.grad_q_strides},
                        MutableTensorRef{grad_k, params.dtype, params.grad_k_strides},
@@ -283,22 +286,25 @@ void math_backward(const hal_attention_params_v1& params, const void* q, const v
 }
 
 void math_forward_f64(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
-                      double* o, double* lse_or_null, ThreadPool& pool) {
+                      double* o, double* lse_or_null, ThreadPool& pool, const std::int32_t* key_ranges) {
   require_valid_params(params, false);
+  require_key_ranges(params, key_ranges);
   require_pointer(q, "q");
   require_pointer(k, "k");
   require_pointer(v, "v");
   require_pointer(o, "o");
   forward_impl<double>(
-      params, input(params, q, params.q_strides), input(params, k, params.k_strides),
+      params, key_ranges, input(params, q, params.q_strides), input(params, k, params.k_strides),
       input(params, v, params.v_strides),
       MutableTensorRef{o, HAL_DTYPE_F64, contiguous_strides(params.heads_q, params.seq_q, params.head_dim_v)},
       lse_or_null, HAL_DTYPE_F64, pool);
 }
 
 void math_backward_f64(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
-                       const void* grad_o, double* grad_q, double* grad_k, double* grad_v, ThreadPool& pool) {
+                       const void* grad_o, double* grad_q, double* grad_k, double* grad_v, ThreadPool& pool,
+                       const std::int32_t* key_ranges) {
   require_valid_params(params, true);
+  require_key_ranges(params, key_ranges);
   require_pointer(q, "q");
   require_pointer(k, "k");
   require_pointer(v, "v");
@@ -307,7 +313,7 @@ void math_backward_f64(const hal_attention_params_v1& params, const void* q, con
   require_pointer(grad_k, "grad_k");
   require_pointer(grad_v, "grad_v");
   backward_impl<double>(
-      params, input(params, q, params.q_strides), input(params, k, params.k_strides),
+      params, key_ranges, input(params, q, params.q_strides), input(params, k, params.k_strides),
       input(params, v, params.v_strides), input(params, grad_o, params.grad_o_strides),
       MutableTensorRef{grad_q, HAL_DTYPE_F64, contiguous_strides(params.heads_q, params.seq_q, params.head_dim_qk)},
       MutableTensorRef{grad_k, HAL_DTYPE_F64, contiguous_strides(params.heads_kv, params.seq_kv, params.head_dim_qk)},

@@ -32,7 +32,8 @@ struct TensorStrides {
 // query i when, with d = j - (i + offset), offset = 0 (top_left) or
 // seq_kv - seq_q (bottom_right): causal needs d <= 0, window_left >= 0 needs
 // d >= -window_left, window_right >= 0 needs d <= window_right. A query that
-// sees no key gets O = 0 and LSE = -inf.
+// sees no key gets O = 0 and LSE = -inf. With key_ranges, each query also
+// sees only the keys of its own interval (AttentionOptions::key_ranges).
 struct AttentionParams {
   std::int64_t batch = 1;
   std::int64_t heads_q = 1;
@@ -49,6 +50,9 @@ struct AttentionParams {
   std::int64_t window_right = -1;  // -1: unbounded
   std::optional<float> softmax_scale{};  // default 1/sqrt(head_dim_qk)
   bool return_lse = false;              // LSE: f32, contiguous [batch, heads_q, seq_q]
+  // The call passes per-query key ranges (AttentionOptions::key_ranges): key
+  // padding on either side, packed sequences, any one-interval-per-query mask.
+  bool key_ranges = false;
   // Explicit strides (elements) override the layout's; non-contiguous is fine.
   // Every member has an initializer, so a problem may be written with
   // designated initializers naming only what differs.
@@ -107,6 +111,12 @@ struct AttentionOptions {
   // buffer: the backend allocates its own. GPU backends take it; the host
   // backend's scratch is host memory of its own (unsupported there).
   TensorRef workspace = {};
+  // With params.key_ranges (and only then): int32 [batch, seq_q, 2],
+  // contiguous, on the stream's device: query i of batch row b sees key j
+  // only if ranges[b][i][0] <= j < ranges[b][i][1] (clamped to [0, seq_kv];
+  // begin >= end: no key), the same for every head, on top of causal and
+  // the windows. For devices whose backend declares attention.key_ranges.
+  TensorRef key_ranges = {};
   // Fail instead of falling back from the order's first choice; nullopt: the
   // attention.strict setting (HAL_ATTN_STRICT).
   std::optional<bool> strict = std::nullopt;

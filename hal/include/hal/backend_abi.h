@@ -202,6 +202,16 @@ typedef struct hal_attention_params_v1 {
    * of the call is a multiple of; 0 when the question is about the shape
    * alone (no tensors, as halinfo asks), which claims nothing. */
   uint32_t address_alignment;
+  /* Added within v1, so read it through hal_attention_key_ranges(): non-zero
+   * when the call carries per-query key ranges, an int32 tensor [batch,
+   * seq_q, 2], contiguous, the same for every head: query i of batch row b
+   * sees key j only if ranges[b][i][0] <= j < ranges[b][i][1], on top of the
+   * band above (values outside [0, seq_kv] are clamped; begin >= end: no
+   * key). It says key padding on either side, packed sequences (several
+   * documents in one row) and any mask whose visible keys form one interval
+   * per query. The tensor travels last in hal_attention_v2.run's list (6 or
+   * 10 tensors); only backends that declare "attention.key_ranges" get it. */
+  int32_t key_ranges;
 } hal_attention_params_v1;
 
 /* What a caller built before address_alignment passes: the smallest
@@ -212,6 +222,11 @@ static inline uint32_t hal_attention_address_alignment(const hal_attention_param
   return params->struct_size >= HAL_ATTENTION_PARAMS_V1_MIN_SIZE + sizeof(uint32_t)
              ? params->address_alignment
              : 0;
+}
+
+static inline int32_t hal_attention_key_ranges(const hal_attention_params_v1* params) {
+  return params->struct_size >= offsetof(hal_attention_params_v1, key_ranges) + sizeof(int32_t) ? params->key_ranges
+                                                                                                 : 0;
 }
 
 /* A tensor's memory: bytes from the start of a buffer. With no buffer, offset
@@ -254,7 +269,8 @@ typedef struct hal_attention_v1 {
 /* Appended to hal_attention_v1: a backend whose attention table has
  * v1.struct_size >= sizeof(hal_attention_v2) takes the caller's scratch, so
  * a call allocates nothing (framework allocators, CUDA graph capture).
- * tensors are forward's or backward's, in their order (5 or 9). workspace
+ * tensors are forward's or backward's, in their order (5 or 9), then the
+ * key ranges when hal_attention_key_ranges(params) (6 or 10). workspace
  * with a NULL buffer: the backend allocates its own, as forward/backward do;
  * otherwise workspace_bytes from workspace.offset must be at least what
  * workspace_size() said, or HAL_ERROR_INVALID_ARGUMENT. */

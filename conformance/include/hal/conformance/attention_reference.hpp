@@ -35,12 +35,16 @@ struct AttentionExtents {
 };
 
 // Throws hal::Error (invalid_argument) for bad params, std::invalid_argument
-// when a tensor's size does not match the params.
+// when a tensor's size does not match the params. key_ranges: [batch][seq_q]
+// [begin, end) per query, exactly when params.key_ranges (AttentionOptions::
+// key_ranges' values).
 AttentionForwardReference attention_reference_forward(const AttentionParams& params, std::span<const double> q,
-                                                      std::span<const double> k, std::span<const double> v);
+                                                      std::span<const double> k, std::span<const double> v,
+                                                      std::span<const std::int32_t> key_ranges = {});
 AttentionGradientsReference attention_reference_backward(const AttentionParams& params, std::span<const double> q,
                                                          std::span<const double> k, std::span<const double> v,
-                                                         std::span<const double> grad_o);
+                                                         std::span<const double> grad_o,
+                                                         std::span<const std::int32_t> key_ranges = {});
 
 // Values stored as a dtype: f32, f16 or bf16 (rounded to nearest, ties to even).
 double load_element(DType dtype, const void* data, std::size_t index);
