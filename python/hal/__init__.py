@@ -152,7 +152,8 @@ def _layout_shape(extents: Tuple[int, int, int, int], layout: str) -> Tuple[int,
 def attention_params(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float] = None,
                      layout: str = "bhsd", alignment: str = "top_left", window_left: int = -1,
                      window_right: int = -1, return_lse: bool = False, o: Any = None, grad_o: Any = None,
-                     grad_q: Any = None, grad_k: Any = None, grad_v: Any = None) -> AttentionParams:
+                     grad_q: Any = None, grad_k: Any = None, grad_v: Any = None,
+                     key_ranges: bool = False) -> AttentionParams:
     """The hal.AttentionParams of tensors (hal.Tensor or anything with shape/strides or DLPack).
 
     Shapes come from the tensors, in the layout's axis order ('bhsd': (batch,
@@ -180,6 +181,7 @@ def attention_params(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Opt
     p.window_left, p.window_right = int(window_left), int(window_right)
     p.softmax_scale = None if scale is None else float(scale)
     p.return_lse = bool(return_lse)
+    p.key_ranges = bool(key_ranges)
     expected = {"o": (b, hq, sq, dv), "grad_o": (b, hq, sq, dv), "grad_q": (b, hq, sq, dq),
                 "grad_k": (b, hkv, skv, dq), "grad_v": (b, hkv, skv, dv)}
     for name, (extents, strides) in geometry.items():
@@ -197,7 +199,7 @@ def _implementations(implementations: Optional[Sequence[str]]):
 
 def explain_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float] = None,
                       layout: str = "bhsd", alignment: str = "top_left", window_left: int = -1,
-                      window_right: int = -1, backward: bool = False,
+                      window_right: int = -1, backward: bool = False, key_ranges: bool = False,
                       implementations: Optional[Sequence[str]] = None, device: Optional[Device] = None,
                       runtime: Optional[Runtime] = None) -> AttentionDecision:
     """Which implementation (fused, flash, math) hal would run for these tensors, and why each other would not.
@@ -206,6 +208,7 @@ def explain_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Op
     order_source, candidates with reasons, fell_back); str() is the table of
     AttentionDecision::to_string(). q, k, v may be DLPack tensors or anything
     with .shape, .strides (in elements) and .dtype (then pass device=).
+    key_ranges: whether the call would pass per-query key ranges.
     """
     if all(hasattr(t, "__dlpack__") or isinstance(t, Tensor) for t in (q, k, v)):
         q, k, v = (_as_tensor(t, n, runtime) for t, n in ((q, "q"), (k, "k"), (v, "v")))
@@ -213,15 +216,16 @@ def explain_attention(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Op
     if device is None:
         device = globals()["runtime"]().device("host:0") if runtime is None else runtime.device("host:0")
     params = attention_params(q, k, v, causal=causal, scale=scale, layout=layout, alignment=alignment,
-                              window_left=window_left, window_right=window_right, return_lse=backward)
+                              window_left=window_left, window_right=window_right, return_lse=backward,
+                              key_ranges=key_ranges)
     return _hal._explain_attention(device, params, backward, _implementations(implementations))
 
 
 def attention_forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Optional[float] = None,
                       layout: str = "bhsd", alignment: str = "top_left", window_left: int = -1,
                       window_right: int = -1, return_lse: bool = False, out: Any = None, lse: Any = None,
-                      implementations: Optional[Sequence[str]] = None, stream: Optional[Stream] = None,
-                      runtime: Optional[Runtime] = None):
+                      key_ranges: Any = None, implementations: Optional[Sequence[str]] = None,
+                      stream: Optional[Stream] = None, runtime: Optional[Runtime] = None):
     """Scaled dot-product attention O = softmax(scale * Q K^T + mask) V on any DLPack tensors, without copies.
 
     q: (batch, heads_q, seq_q, head_dim) for layout 'bhsd' (torch's order) or
@@ -230,7 +234,9 @@ def attention_forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Op
     view needs no copy). dtype f32, f16 or bf16, the same for all. causal
     masks keys after the query, aligned top_left (torch's is_causal) or
     bottom_right; window_left/right bound a sliding window; scale defaults to
-    1/sqrt(head_dim).
+    1/sqrt(head_dim). key_ranges: int32, contiguous (batch, seq_q, 2): query i
+    of batch row b sees only keys [key_ranges[b, i, 0], key_ranges[b, i, 1]),
+    on top of causal and the windows (key padding, packed sequences).
 
     out (and lse with return_lse: f32, contiguous (batch, heads_q, seq_q)) may
     be given, written in place; otherwise hal allocates them on q's device in
@@ -251,7 +257,9 @@ def attention_forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Op
                         qt.dtype, device)
     ot = _as_tensor(out_obj, "out", runtime)
     params = attention_params(qt, kt, vt, causal=causal, scale=scale, layout=layout, alignment=alignment,
-                              window_left=window_left, window_right=window_right, return_lse=return_lse, o=ot)
+                              window_left=window_left, window_right=window_right, return_lse=return_lse, o=ot,
+                              key_ranges=key_ranges is not None)
+    rt = _key_ranges(key_ranges, params, runtime)
     lse_obj, lt = None, None
     if return_lse:
         lse_obj = lse if lse is not None else empty((params.batch, params.heads_q, params.seq_q), "f32", device)
@@ -261,10 +269,24 @@ def attention_forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: Op
         raise InvalidArgumentError("attention_forward: lse is given but return_lse is False")
     if qt.size and kt.size and ot.size:  # hal runs problems with at least one element; empty ones have nothing to do
         _hal._attention_forward(stream if stream is not None else default_stream(device), params, qt, kt, vt, ot, lt,
-                                _implementations(implementations), stream is None)
+                                _implementations(implementations), rt, stream is None)
     elif ot.size and kt.size == 0:
         raise InvalidArgumentError("attention_forward: seq_kv is 0: no key to attend to")
     return (out_obj, lse_obj) if return_lse else out_obj
+
+
+def _key_ranges(key_ranges: Any, params: AttentionParams, runtime: Optional[Runtime]) -> Optional[Tensor]:
+    """The key ranges as a hal.Tensor, checked: int32, contiguous (batch, seq_q, 2); None when not given."""
+    if key_ranges is None:
+        return None
+    rt = _as_tensor(key_ranges, "key_ranges", runtime)
+    expected = (params.batch, params.seq_q, 2)
+    if rt.dtype != "i32" or rt.shape != expected:
+        raise InvalidArgumentError(f"attention: key_ranges must be int32 of shape {expected} (batch, seq_q, "
+                                   f"[begin, end)), not {rt.dtype} {rt.shape}")
+    if rt.size and rt.strides != (params.seq_q * 2, 2, 1):
+        raise InvalidArgumentError(f"attention: key_ranges must be contiguous, its strides are {rt.strides}")
+    return rt
 
 
 def _check_lse(lt: Tensor, params: AttentionParams) -> None:
@@ -278,7 +300,7 @@ def _check_lse(lt: Tensor, params: AttentionParams) -> None:
 def attention_backward(grad_out: Any, q: Any, k: Any, v: Any, out: Any, lse: Any, *, causal: bool = False,
                        scale: Optional[float] = None, layout: str = "bhsd", alignment: str = "top_left",
                        window_left: int = -1, window_right: int = -1, grad_q: Any = None, grad_k: Any = None,
-                       grad_v: Any = None, implementations: Optional[Sequence[str]] = None,
+                       grad_v: Any = None, key_ranges: Any = None, implementations: Optional[Sequence[str]] = None,
                        stream: Optional[Stream] = None, runtime: Optional[Runtime] = None):
     """Gradients (grad_q, grad_k, grad_v) of attention_forward, from its out and lse (run it with return_lse=True).
 
@@ -298,8 +320,9 @@ def attention_backward(grad_out: Any, q: Any, k: Any, v: Any, out: Any, lse: Any
     gqt, gkt, gvt = (_as_tensor(g, n, runtime) for g, n in zip(grads, ("grad_q", "grad_k", "grad_v")))
     params = attention_params(qt, kt, vt, causal=causal, scale=scale, layout=layout, alignment=alignment,
                               window_left=window_left, window_right=window_right, return_lse=True, o=ot, grad_o=got,
-                              grad_q=gqt, grad_k=gkt, grad_v=gvt)
+                              grad_q=gqt, grad_k=gkt, grad_v=gvt, key_ranges=key_ranges is not None)
     _check_lse(lt, params)
+    rt = _key_ranges(key_ranges, params, runtime)
     if not (qt.size and kt.size):  # nothing attends: the gradients are zero
         if qt.size and not kt.size:
             raise InvalidArgumentError("attention_backward: seq_kv is 0: no key to attend to")
@@ -307,5 +330,5 @@ def attention_backward(grad_out: Any, q: Any, k: Any, v: Any, out: Any, lse: Any
             _hal._zero(g)
     else:
         _hal._attention_backward(stream if stream is not None else default_stream(device), params, qt, kt, vt, ot, got,
-                                 lt, gqt, gkt, gvt, _implementations(implementations), stream is None)
+                                 lt, gqt, gkt, gvt, _implementations(implementations), rt, stream is None)
     return tuple(grads)

@@ -12,11 +12,20 @@ padding mask at all, and padded batches go wrong), so that::
 run every attention layer through ``hal.torch.scaled_dot_product_attention``.
 A mask that is exactly all-visible or causal (what transformers passes
 during generation and for unpadded batches) is checked and run as such; a
-call hal cannot run (a padding, sliding-window or packed-sequence mask;
+padding, sliding-window or packed-sequence mask (one interval of visible
+keys per query) runs on hal's kernels as per-query key ranges
+(``hal.torch.mask_key_ranges``). A call hal cannot run (any other mask;
 dropout; a position bias; a head dim or dtype hal refuses) runs
 transformers' own SDPA attention instead, with the reason counted per layer
 and warned once (``hal.torch.FallbackWarning``). ``output_attentions`` is
-refused as transformers' "sdpa" refuses it (a warning, no weights). Tested with
+refused as transformers' "sdpa" refuses it (a warning, no weights).
+
+``MemoryPlanCallback`` (a ``TrainerCallback``) plans activation checkpointing
+when training starts, for the model and the first batch the Trainer will use
+(``hal.torch.memory.plan``), applies it and logs the plan; every Trainer made
+after ``import hal.transformers`` has one, which acts when
+``CHECKPOINT_OPTIMIZATION=true`` (or ``HAL_CHECKPOINT_OPTIMIZATION``; budget
+``HAL_MEMORY_BUDGET``, else the device's free memory less 10%). Tested with
 transformers 5.25 (``AttentionInterface`` and ``AttentionMaskInterface``, which
 older releases lack: importing this module there raises ImportError naming
 the minimum version).
@@ -25,23 +34,28 @@ the minimum version).
 from __future__ import annotations
 
 import collections
+import os
+import sys
 import warnings
 import weakref
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 import hal.torch as _hal_torch
+from hal.torch import memory as _memory
 
 try:
-    from transformers import AttentionInterface
+    import transformers.trainer as _trainer
+    from transformers import AttentionInterface, TrainerCallback
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 except ImportError as _error:  # transformers missing, or older than its attention registries
     raise ImportError(f"hal.transformers needs transformers >= 4.53 (AttentionInterface and AttentionMaskInterface); "
                       f"import failed: {_error}") from None
 
-__all__ = ["NAME", "attention_forward", "calls_of", "describe", "mask_pattern", "reset_counts"]
+__all__ = ["NAME", "MemoryPlanCallback", "attention_forward", "calls_of", "describe", "mask_pattern", "reset_counts"]
 
 NAME = "hal"
 
@@ -54,8 +68,10 @@ def mask_pattern(mask: torch.Tensor, q_length: int, kv_length: int) -> Optional[
     """What a (batch, 1 or heads, q, kv) mask (boolean: True attends; additive: 0 attends, a large negative value
     does not) asks for, checked element by element: False when every query sees every key, True when it is exactly
     the causal pattern of q == kv (query i sees keys 0..i), None for anything else (padding, sliding windows,
-    packed sequences), which hal's attention cannot take yet. Costs one pass over the mask, small against the
-    attention it lets hal run."""
+    packed sequences: hal runs those as key ranges). Costs one pass over the mask, small against the attention it
+    lets hal run. A fake mask (a trace for memory or shapes) has no values to check: None."""
+    if isinstance(mask, FakeTensor):
+        return None
     if mask.dtype == torch.bool:
         visible = mask
     elif mask.is_floating_point():
@@ -76,16 +92,14 @@ def mask_pattern(mask: torch.Tensor, q_length: int, kv_length: int) -> Optional[
 
 
 def _fallback_reason(module, query, key, value, attention_mask, dropout, kwargs) -> Optional[str]:
-    if attention_mask is not None:
-        return "an attention mask other than all-visible or causal (padding, a sliding window or packed " \
-               "sequences): hal has no masked attention yet"
     if dropout:
         return f"attention dropout {dropout}: hal's attention has no dropout"
     if kwargs.get("position_bias") is not None:
         return "a position bias"
     if kwargs.get("softcap") is not None:
         return "logit soft-capping"
-    reasons = _hal_torch.fallback_reasons(query, key, value, enable_gqa=key.shape[1] != query.shape[1])
+    reasons = _hal_torch.fallback_reasons(query, key, value, attn_mask=attention_mask,
+                                          enable_gqa=key.shape[1] != query.shape[1])
     return "; ".join(reasons) if reasons else None
 
 
@@ -112,11 +126,14 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         warnings.warn("hal.transformers: output_attentions=True gives no attention weights (as with 'sdpa'); use "
                       "attn_implementation='eager' for them", UserWarning, stacklevel=2)
     q_length, kv_length = query.shape[2], key.shape[2]
-    causal = (is_causal if is_causal is not None else getattr(module, "is_causal", True)) and q_length > 1
+    if attention_mask is not None:  # padding, a sliding window or packed sequences: hal runs it as key ranges
+        causal = False
+    else:
+        causal = (is_causal if is_causal is not None else getattr(module, "is_causal", True)) and q_length > 1
     if causal and kv_length > q_length:  # a prefill into an empty static cache: the keys past the queries are unset
         key, value = key[:, :, :q_length], value[:, :, :q_length]
-    out = _hal_torch.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scaling,
-                                                  enable_gqa=key.shape[1] != query.shape[1])
+    out = _hal_torch.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, is_causal=causal,
+                                                  scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
     counts["hal"] += 1
     return out.transpose(1, 2).contiguous(), None
 
@@ -143,5 +160,77 @@ def reset_counts() -> None:
     _calls.clear()
 
 
+# ------------------------------------------------------------------ the memory planner in the Trainer
+
+# The Trainer's `optim` names hal.torch.memory models, by prefix.
+_OPTIMIZERS = {"adamw": "adamw", "adam": "adam", "sgd": "sgd"}
+
+# Models a plan was applied to: one plan per model, however many callbacks a Trainer has.
+_planned: "weakref.WeakSet" = weakref.WeakSet()
+
+
+class MemoryPlanCallback(TrainerCallback):
+    """Plans activation checkpointing when training starts and applies it.
+
+    With the first batch of the Trainer's own dataloader, ``hal.torch.memory.plan`` predicts the peak of a step
+    as the Trainer runs it (its optimizer, ``bf16``/``fp16`` autocast, gradient accumulation, data-parallel world
+    size, the device's caching allocator) without running the model, chooses the checkpointing of the model's
+    repeated blocks with the least recomputation that fits ``budget_bytes`` (default: ``HAL_MEMORY_BUDGET``, else
+    the device's free memory less 10%), wraps those blocks and logs the plan to stderr; ``self.plan`` keeps it.
+    ``enabled=None`` (the default one every Trainer gets) acts only under ``CHECKPOINT_OPTIMIZATION=true`` or
+    ``HAL_CHECKPOINT_OPTIMIZATION=true``; ``MemoryPlanCallback(enabled=True)`` always. When no plan fits, training
+    stops before its first step with ``hal.torch.memory.NoPlanFits`` (naming the smallest peak reachable and what
+    dominates it) rather than running out of memory later. Left alone (logged): an optimizer the planner does not
+    model, a Trainer with
+    ``gradient_checkpointing`` (transformers checkpoints already) and one with DeepSpeed (its engine is made before
+    training starts: the plan's ``deepspeed_config()`` section is logged for the DeepSpeed config instead)."""
+
+    def __init__(self, budget_bytes: Union[int, str, None] = None, enabled: Optional[bool] = None):
+        self.budget_bytes = budget_bytes
+        self.enabled = enabled
+        self.plan: Optional[_memory.Plan] = None
+
+    def _active(self) -> bool:
+        if self.enabled is not None:
+            return self.enabled
+        return _memory._truthy("CHECKPOINT_OPTIMIZATION") or _memory._truthy("HAL_CHECKPOINT_OPTIMIZATION")
+
+    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kwargs):
+        if not self._active() or model is None or model in _planned:
+            return
+        if args.gradient_checkpointing:
+            self._log("the Trainer's gradient_checkpointing is on (transformers checkpoints every layer): no plan")
+            return
+        if train_dataloader is None:
+            raise RuntimeError("hal.transformers.MemoryPlanCallback: the Trainer gave no train_dataloader to plan for")
+        optim = str(getattr(args.optim, "value", args.optim))  # an OptimizerNames member, or its text
+        optimizer = next((name for prefix, name in _OPTIMIZERS.items() if optim.startswith(prefix)), None)
+        if optimizer is None:  # training goes on as it would without the planner
+            self._log(f"the Trainer's optimizer {optim!r} is not one hal.torch.memory models "
+                      f"({', '.join(sorted(_OPTIMIZERS))}*): no plan")
+            return
+        batch = next(iter(train_dataloader))
+        autocast = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else None
+        budget = self.budget_bytes if self.budget_bytes is not None else os.environ.get("HAL_MEMORY_BUDGET") or None
+        self.plan = _memory.plan(model, model_kwargs=dict(batch), budget_bytes=budget, optimizer=optimizer,
+                                 autocast=autocast, accumulation=args.gradient_accumulation_steps,
+                                 foreach=False if "fused" in optim else None,  # fused steps keep no foreach buffers
+                                 world_size=args.world_size,
+                                 device="cuda" if args.device.type == "cuda" else "cpu")
+        _planned.add(model)
+        if args.deepspeed:
+            self._log(f"{self.plan}\nDeepSpeed's engine is made before training starts: put this in its config "
+                      f"(not applied here): {self.plan.deepspeed_config()}")
+            return
+        self.plan.apply(model)
+        self._log(str(self.plan))
+
+    @staticmethod
+    def _log(text: str) -> None:
+        print(f"hal.transformers.MemoryPlanCallback (CHECKPOINT_OPTIMIZATION): {text}", file=sys.stderr, flush=True)
+
+
 AttentionInterface.register(NAME, attention_forward)
 AttentionMaskInterface.register(NAME, sdpa_mask)
+if MemoryPlanCallback not in _trainer.DEFAULT_CALLBACKS:
+    _trainer.DEFAULT_CALLBACKS.append(MemoryPlanCallback)

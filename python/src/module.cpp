@@ -252,8 +252,9 @@ const hal::AttentionDecision& run_forward(const hal::Stream& stream, const hal::
                                           const hal::Tensor& q, const hal::Tensor& k, const hal::Tensor& v,
                                           const hal::Tensor& o, const std::optional<hal::Tensor>& lse,
                                           const std::optional<std::vector<std::string>>& implementations,
-                                          bool synchronize) {
-  const hal::AttentionOptions options = options_from(implementations);
+                                          const std::optional<hal::Tensor>& key_ranges, bool synchronize) {
+  hal::AttentionOptions options = options_from(implementations);
+  options.key_ranges = tensor_ref(key_ranges);
   nb::gil_scoped_release release;
   const hal::AttentionDecision& decision = hal::attention_forward(
       stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o), tensor_ref(lse), options);
@@ -267,8 +268,9 @@ const hal::AttentionDecision& run_backward(const hal::Stream& stream, const hal:
                                            const hal::Tensor& grad_q, const hal::Tensor& grad_k,
                                            const hal::Tensor& grad_v,
                                            const std::optional<std::vector<std::string>>& implementations,
-                                           bool synchronize) {
-  const hal::AttentionOptions options = options_from(implementations);
+                                           const std::optional<hal::Tensor>& key_ranges, bool synchronize) {
+  hal::AttentionOptions options = options_from(implementations);
+  options.key_ranges = tensor_ref(key_ranges);
   nb::gil_scoped_release release;
   const hal::AttentionDecision& decision = hal::attention_backward(
       stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o), tensor_ref(grad_o), tensor_ref(lse),
@@ -496,6 +498,9 @@ NB_MODULE(_hal, m) {
       .def_rw("window_right", &hal::AttentionParams::window_right, "-1: unbounded.")
       .def_rw("softmax_scale", &hal::AttentionParams::softmax_scale, "None: 1/sqrt(head_dim_qk).")
       .def_rw("return_lse", &hal::AttentionParams::return_lse, "LSE: f32, contiguous [batch, heads_q, seq_q].")
+      .def_rw("key_ranges", &hal::AttentionParams::key_ranges,
+              "The call passes per-query key ranges: int32 (batch, seq_q, 2), [begin, end) of the keys each query "
+              "sees (padding, packed sequences).")
 #define HAL_STRIDES(name)                                                                                     \
   .def_prop_rw(#name, [](const hal::AttentionParams& p) { return strides_out(p.name); },                      \
                [](hal::AttentionParams& p, std::optional<Strides4> s) { p.name = strides_in(s); }, nb::arg().none(), \
@@ -539,32 +544,40 @@ NB_MODULE(_hal, m) {
       }, "device"_a, "params"_a, "backward"_a = false, "implementations"_a = nb::none());
 
   m.def("_attention_forward", &run_forward, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a = nb::none(),
-        "implementations"_a = nb::none(), "synchronize"_a = true);
+        "implementations"_a = nb::none(), "key_ranges"_a = nb::none(), "synchronize"_a = true);
   m.def("_attention_backward", &run_backward, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "grad_o"_a, "lse"_a,
-        "grad_q"_a, "grad_k"_a, "grad_v"_a, "implementations"_a = nb::none(), "synchronize"_a = true);
+        "grad_q"_a, "grad_k"_a, "grad_v"_a, "implementations"_a = nb::none(), "key_ranges"_a = nb::none(),
+        "synchronize"_a = true);
 
   // hal.torch's per-call path: the operator's tensors as addresses on the
   // stream's device (hal::TensorRef::borrowed), their shapes and strides in
   // params, which hal.torch makes once per geometry: nothing is imported or
   // looked up per call. They return nothing: the decision is
   // hal.torch.explain's, and making a Python object of it per call costs.
+  // key_ranges: the address of the int32 key ranges, 0 for none.
   m.def("_attention_forward_at", [](const hal::Stream& stream, const hal::AttentionParams& params,
                                     std::uintptr_t q, std::uintptr_t k, std::uintptr_t v, std::uintptr_t o,
-                                    std::uintptr_t lse, bool synchronize) {
+                                    std::uintptr_t lse, std::uintptr_t key_ranges, bool synchronize) {
         nb::gil_scoped_release release;
-        hal::attention_forward(stream, params, borrowed(q), borrowed(k), borrowed(v), borrowed(o), borrowed(lse));
+        hal::AttentionOptions options;
+        options.key_ranges = borrowed(key_ranges);
+        hal::attention_forward(stream, params, borrowed(q), borrowed(k), borrowed(v), borrowed(o), borrowed(lse),
+                               options);
         if (synchronize) stream.synchronize();
-      }, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "synchronize"_a);
+      }, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "key_ranges"_a, "synchronize"_a);
   m.def("_attention_backward_at", [](const hal::Stream& stream, const hal::AttentionParams& params,
                                      std::uintptr_t q, std::uintptr_t k, std::uintptr_t v, std::uintptr_t o,
                                      std::uintptr_t grad_o, std::uintptr_t lse, std::uintptr_t grad_q,
-                                     std::uintptr_t grad_k, std::uintptr_t grad_v, bool synchronize) {
+                                     std::uintptr_t grad_k, std::uintptr_t grad_v, std::uintptr_t key_ranges,
+                                     bool synchronize) {
         nb::gil_scoped_release release;
+        hal::AttentionOptions options;
+        options.key_ranges = borrowed(key_ranges);
         hal::attention_backward(stream, params, borrowed(q), borrowed(k), borrowed(v), borrowed(o), borrowed(grad_o),
-                                borrowed(lse), borrowed(grad_q), borrowed(grad_k), borrowed(grad_v));
+                                borrowed(lse), borrowed(grad_q), borrowed(grad_k), borrowed(grad_v), options);
         if (synchronize) stream.synchronize();
       }, "stream"_a, "params"_a, "q"_a, "k"_a, "v"_a, "o"_a, "grad_o"_a, "lse"_a, "grad_q"_a, "grad_k"_a, "grad_v"_a,
-        "synchronize"_a);
+        "key_ranges"_a, "synchronize"_a);
 
   // The C++ side of the Python path's overhead (python -m hal.bench): the
   // same call and synchronization as _attention_forward, `calls` times in a

@@ -2,8 +2,10 @@ import numpy as np
 import pytest
 
 
-def attention_reference(q, k, v, *, causal=False, scale=None, alignment="top_left", window=(-1, -1)):
-    """Plain numpy attention in float64 on (batch, heads, seq, dim) arrays; GQA by repeating k, v heads.
+def attention_reference(q, k, v, *, causal=False, scale=None, alignment="top_left", window=(-1, -1),
+                        key_ranges=None):
+    """Plain numpy attention in float64 on (batch, heads, seq, dim) arrays; GQA by repeating k, v heads;
+    key_ranges (batch, seq_q, 2): query i of row b also sees only keys [begin, end).
 
     Returns (out, lse, probabilities, scale) so backward references can reuse them.
     """
@@ -24,6 +26,9 @@ def attention_reference(q, k, v, *, causal=False, scale=None, alignment="top_lef
         visible &= d >= -window[0]
     if window[1] >= 0:
         visible &= d <= window[1]
+    if key_ranges is not None:
+        ranges = np.asarray(key_ranges)
+        visible = visible & (j >= ranges[:, None, :, 0:1]) & (j < ranges[:, None, :, 1:2])
     scores = np.where(visible, scores, -np.inf)
     m = scores.max(-1, keepdims=True)
     m_safe = np.where(np.isfinite(m), m, 0.0)
@@ -35,9 +40,9 @@ def attention_reference(q, k, v, *, causal=False, scale=None, alignment="top_lef
     return probabilities @ v, lse, probabilities, scale
 
 
-def attention_backward_reference(grad_o, q, k, v, *, causal=False, scale=None):
+def attention_backward_reference(grad_o, q, k, v, *, causal=False, scale=None, key_ranges=None):
     """Gradients of attention_reference (float64), summed over the query heads of each kv head for GQA."""
-    out, _, p, scale = attention_reference(q, k, v, causal=causal, scale=scale)
+    out, _, p, scale = attention_reference(q, k, v, causal=causal, scale=scale, key_ranges=key_ranges)
     grad_o = np.asarray(grad_o, dtype=np.float64)
     q64, k64, v64 = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     group = q.shape[1] // k.shape[1]

@@ -157,3 +157,36 @@ def test_explain_attention_on_another_device_argument_still_reads_numpy_shapes()
     q = np.zeros((1, 4, 16, 64), np.float32)[:, :, ::2]  # strided: numpy's byte strides must not leak through
     decision = hal.explain_attention(q, q, q, device=hal.runtime().device("host:0"))
     assert decision.found
+
+
+@pytest.mark.parametrize("implementation", ["flash", "math"])
+def test_key_ranges_forward_and_backward_match_reference(rng, implementation):
+    """Per-query key ranges (left padding, an empty row, ranges past either end, no order) with a causal band."""
+    q, k, v = make(rng, 2, 4, 2, 13, 13, 32)
+    ranges = np.array([[[3, 13]] * 13, [[0, 9]] * 13], dtype=np.int32)
+    ranges[0, :3] = 0        # padding queries of row 0: no key
+    ranges[1, 5] = (-4, 40)  # clamped to every key
+    ranges[1, 6] = (7, 2)    # empty
+    out, lse = hal.attention_forward(q, k, v, causal=True, return_lse=True, key_ranges=ranges,
+                                     implementations=[implementation])
+    expected, expected_lse, _, _ = attention_reference(q, k, v, causal=True, key_ranges=np.clip(ranges, 0, 13))
+    assert relative_error(np.from_dlpack(out), expected) <= F32_TOLERANCE
+    lse = np.from_dlpack(lse)
+    assert np.isneginf(lse[0, :, :3]).all() and np.isneginf(lse[1, :, 6]).all()
+    grad_o = rng.standard_normal(q.shape).astype(np.float32)
+    grads = hal.attention_backward(grad_o, q, k, v, out, lse, causal=True, key_ranges=ranges,
+                                   implementations=[implementation])
+    wanted = attention_backward_reference(grad_o, q, k, v, causal=True, key_ranges=np.clip(ranges, 0, 13))
+    for name, actual, reference in zip(("grad_q", "grad_k", "grad_v"), grads, wanted):
+        assert relative_error(np.from_dlpack(actual), reference) <= F32_TOLERANCE, name
+
+
+def test_key_ranges_are_checked(rng):
+    q, k, v = make(rng, 2, 2, 2, 5, 5, 16)
+    with pytest.raises(hal.InvalidArgumentError, match=r"key_ranges must be int32 of shape \(2, 5, 2\)"):
+        hal.attention_forward(q, k, v, key_ranges=np.zeros((2, 5, 2), np.int64))
+    with pytest.raises(hal.InvalidArgumentError, match="key_ranges must be contiguous"):
+        hal.attention_forward(q, k, v, key_ranges=np.zeros((2, 2, 5), np.int32).transpose(0, 2, 1))
+    params = hal.AttentionParams()
+    params.key_ranges = True
+    assert "key_ranges" in params.describe()

@@ -34,6 +34,13 @@ def inputs(b, hq, hkv, sq, skv, d, dtype=torch.float32, dv=None, seed=0):
     return make(b, hq, sq, d), make(b, hkv, skv, d), make(b, hkv, skv, dv)
 
 
+def gappy_mask(n):
+    """A mask hal cannot run: every query sees key 0 and keys 2.. but not key 1 (two intervals)."""
+    mask = torch.ones(n, n, dtype=torch.bool)
+    mask[:, 1] = False
+    return mask
+
+
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch):
     monkeypatch.delenv("HAL_ATTN_STRICT", raising=False)
@@ -190,7 +197,7 @@ def test_strict_mode_raises(monkeypatch):
     strict_runtime(monkeypatch)
     q, k, v = inputs(1, 2, 2, 6, 6, 64)
     with pytest.raises(hal.UnsupportedError, match="attn_mask"):
-        ht.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(6, 6, dtype=torch.bool))
+        ht.scaled_dot_product_attention(q, k, v, attn_mask=gappy_mask(6))
     # What hal can do still runs under strict mode.
     check(q, k, v, torch.float32, is_causal=True)
 
@@ -222,7 +229,7 @@ def test_routing_reaches_hal_also_inside_torch_modules():
     x = torch.randn(1, 6, 64, requires_grad=True)
     with ht.use_hal_attention():
         with pytest.warns(ht.FallbackWarning):
-            F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(6, 6, dtype=torch.bool))
+            F.scaled_dot_product_attention(q, k, v, attn_mask=gappy_mask(6))
         with torch.profiler.profile() as profile:
             routed, _ = layer(x, x, x, need_weights=False)
     assert "hal::sdpa_forward" in {event.name for event in profile.events()}
@@ -299,9 +306,11 @@ def test_explain_says_what_runs_and_why():
     assert explanation.forward.found and explanation.backward.found
     assert explanation.forward.chosen in ("fused", "flash", "math")
     assert explanation.forward.chosen in str(explanation)  # the decision tables are in the report
-    masked = ht.explain(q, k, v, attn_mask=torch.ones(9, 9, dtype=torch.bool))
+    masked = ht.explain(q, k, v, attn_mask=gappy_mask(9))
     assert masked.runs == "torch" and masked.forward is None
-    assert "attn_mask is given" in str(masked)
+    assert "attn_mask is not one interval of visible keys per query" in str(masked)
+    padded = ht.explain(q, k, v, attn_mask=torch.ones(9, 9, dtype=torch.bool).tril(), enable_gqa=True)
+    assert padded.runs == "hal" and padded.forward.found
 
 
 def test_route_attention_is_the_unscoped_switch():
@@ -404,3 +413,70 @@ def test_a_repeated_unwatched_call_skips_the_dispatcher_and_anything_watching_st
     reference(qr, kr, vr, is_causal=True, enable_gqa=True).sum().backward()
     for hal_grad, torch_grad in ((qg.grad, qr.grad), (kg.grad, kr.grad), (vg.grad, vr.grad)):
         assert relative_error(hal_grad, torch_grad) <= 1e-4
+
+
+def padding_masks(batch, seq_q, seq_kv):
+    """Masks as frameworks pass them, each (name, bool mask broadcastable to (batch, heads, seq_q, seq_kv))."""
+    causal = torch.ones(seq_q, seq_kv, dtype=torch.bool).tril(diagonal=seq_kv - seq_q)
+    keys = torch.arange(seq_kv)
+    left = torch.stack([keys >= pad for pad in range(0, 3 * batch, 3)])[:batch]  # row b: 3b left padding keys
+    right = torch.stack([keys < seq_kv - pad for pad in range(0, 2 * batch, 2)])[:batch]
+    packed = torch.zeros(seq_q, seq_kv, dtype=torch.bool)  # documents [0, 4), [4, seq): causal within each
+    packed[:4, :4], packed[4:, 4:] = causal[:4, :4], causal[4:, 4:]
+    window = causal & ~torch.ones(seq_q, seq_kv, dtype=torch.bool).tril(diagonal=seq_kv - seq_q - 4)
+    return {
+        "left padding, causal (fully masked rows)": causal & left[:, None, None, :],
+        "right padding, causal": causal & right[:, None, None, :],
+        "left padding, no causal": left[:, None, None, :],
+        "packed documents": packed,
+        "sliding window and padding": window & left[:, None, None, :],
+    }
+
+
+@pytest.mark.parametrize("name", list(padding_masks(2, 9, 9)))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_padding_and_packing_masks_run_on_hal_and_match_torch(name, dtype):
+    mask = padding_masks(2, 9, 9)[name]
+    q, k, v = inputs(2, 4, 2, 9, 9, 64, dtype)
+    assert ht.fallback_reasons(q, k, v, attn_mask=mask, enable_gqa=True) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ht.FallbackWarning)  # hal runs it: no fallback
+        check(q, k, v, dtype, attn_mask=mask, enable_gqa=True)
+        additive = torch.zeros(mask.shape, dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
+        out = ht.scaled_dot_product_attention(q, k, v, attn_mask=additive, enable_gqa=True)
+    assert relative_error(out, reference(q, k, v, attn_mask=mask, enable_gqa=True)) <= TOLERANCE[dtype]
+
+
+def test_mask_key_ranges_are_checked_not_assumed():
+    mask = torch.ones(2, 1, 3, 5, dtype=torch.bool)
+    mask[0, 0, 0, :2] = False  # row 0, query 0: keys [2, 5)
+    mask[1, 0, 2, :] = False   # row 1, query 2: no key
+    ranges = ht.mask_key_ranges(mask, 2, 3, 5)
+    assert ranges.dtype == torch.int32 and ranges.is_contiguous()
+    assert ranges.tolist() == [[[2, 5], [0, 5], [0, 5]], [[0, 5], [0, 5], [0, 0]]]
+    assert ht.mask_key_ranges(gappy_mask(5), 1, 5, 5) is None
+    per_head = torch.ones(1, 2, 5, 5, dtype=torch.bool)
+    per_head[0, 1].tril_()
+    assert ht.mask_key_ranges(per_head, 1, 5, 5) is None  # heads differ
+    assert ht.mask_key_ranges(per_head[:, 1:], 1, 5, 5).tolist()[0][4] == [0, 5]
+    assert ht.mask_key_ranges(torch.zeros(5, 5) + 0.5, 1, 5, 5) is None  # a bias
+    assert ht.mask_key_ranges(torch.ones(5, 5, dtype=torch.int64), 1, 5, 5) is None  # not a mask dtype
+    with pytest.warns(ht.FallbackWarning, match="not one interval"):
+        q, k, v = inputs(1, 2, 2, 5, 5, 64)
+        out = ht.scaled_dot_product_attention(q, k, v, attn_mask=gappy_mask(5))
+    assert relative_error(out, reference(q, k, v, attn_mask=gappy_mask(5))) <= 1e-5
+
+
+def test_a_mask_shared_by_layers_is_read_once(monkeypatch):
+    q, k, v = inputs(1, 2, 2, 8, 8, 64)
+    mask = padding_masks(1, 8, 8)["right padding, causal"]
+    reads = []
+    original = ht._key_ranges_of
+    monkeypatch.setattr(ht, "_key_ranges_of", lambda *args: reads.append(1) or original(*args))
+    ht._last_mask = None
+    for _ in range(3):
+        ht.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert len(reads) == 1
+    mask[0, 0, 0, 0] = False  # changed in place: read again
+    ht.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert len(reads) == 2

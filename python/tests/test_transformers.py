@@ -61,26 +61,52 @@ def test_logits_and_gradients_equal_sdpa_and_hal_ran(family):
         assert ht.calls_of(module) == {"hal": 1}, ht.describe(mine)  # hal's kernels, no fallback
 
 
-@pytest.mark.parametrize("side", ["left", "right"])
-def test_padded_batches_equal_sdpa(side):
-    """The padding mask reaches the attention (hal registers the mask function too): outputs at the real tokens
-    equal sdpa's. Today a padded batch runs transformers' SDPA inside hal's function, counted as a fallback."""
-    reference, mine = pair("llama")
-    ids = tokens(batch=2, seq=16)
-    mask = torch.ones_like(ids)
-    if side == "left":
-        mask[0, :5] = 0
+@pytest.mark.parametrize("side", ["left", "right", "packed"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_padded_and_packed_batches_equal_sdpa_on_hal_kernels(family, side, monkeypatch):
+    """The padding mask reaches the attention (hal registers the mask function too) and runs on hal's kernels as
+    key ranges: logits at the real tokens and every gradient equal sdpa's, and no call fell back. "packed": two
+    documents in one row, position_ids restarting (as DataCollatorWithFlattening makes them), no attention mask and
+    no cache (transformers makes the block-diagonal mask then)."""
+    import hal.torch
+    ranges_seen = []
+    original = hal.torch.mask_key_ranges
+    monkeypatch.setattr(hal.torch, "mask_key_ranges", lambda *args: ranges_seen.append(original(*args)) or
+                        ranges_seen[-1])
+    reference, mine = pair(family)
+    if side == "packed":
+        ids = tokens(batch=1, seq=24)
+        inputs = dict(input_ids=ids, position_ids=torch.cat((torch.arange(10), torch.arange(14))).unsqueeze(0),
+                      use_cache=False)
+        real = torch.ones_like(ids, dtype=torch.bool)
     else:
-        mask[0, -5:] = 0
+        ids = tokens(batch=2, seq=16)
+        mask = torch.ones_like(ids)
+        if side == "left":
+            mask[0, :5] = 0
+        else:
+            mask[0, -5:] = 0
+        inputs = dict(input_ids=ids, attention_mask=mask)
+        real = mask.bool()
+    labels = ids.masked_fill(~real, -100)
     ht.reset_counts()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = reference(input_ids=ids, attention_mask=mask).logits
-        out = mine(input_ids=ids, attention_mask=mask).logits
-    real = mask.bool()
-    assert (out[real] - ref[real]).abs().max().item() < 2e-5
+    outputs = []
+    for model in (reference, mine):
+        out = model(**inputs, labels=labels)
+        out.loss.backward()
+        outputs.append((out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (ref_logits, ref_grads), (logits, grads) = outputs
+    assert (logits[real] - ref_logits[real]).abs().max().item() < 2e-5
+    for name, grad in grads.items():
+        scale = ref_grads[name].abs().max().item() + 1e-12
+        assert (grad - ref_grads[name]).abs().max().item() / scale < 2e-4, name
     counts = [ht.calls_of(m) for m in attention_modules(mine)]
-    assert all("hal" not in c and any("attention mask" in reason for reason in c) for c in counts), counts
+    assert len(counts) == 2 and all(c == {"hal": 1} for c in counts), ht.describe(mine)
+    assert ranges_seen and all(r is not None for r in ranges_seen)  # the masks ran as key ranges
+    if side == "packed":  # the second document's first token sees itself only
+        assert ranges_seen[-1][0, 10].tolist() == [10, 11]
+    elif side == "left":  # the padded row's first real token sees itself only
+        assert ranges_seen[-1][0, 5].tolist() == [5, 6]
 
 
 def test_greedy_generation_equals_sdpa():
@@ -110,7 +136,7 @@ def test_mask_pattern_is_checked_not_assumed():
     assert ht.mask_pattern(torch.ones(2, 1, 1, 9, dtype=torch.bool), 1, 9) is False
     padded = causal.clone()
     padded[0, 0, :, 0] = False  # the first key of the first sequence is padding
-    assert ht.mask_pattern(padded, 4, 4) is None
+    assert ht.mask_pattern(padded, 4, 4) is None  # not causal: hal.torch runs it as key ranges
     additive = torch.zeros(2, 1, 4, 4).masked_fill(~causal, torch.finfo(torch.float32).min)
     assert ht.mask_pattern(additive, 4, 4) is True
     assert ht.mask_pattern(additive + 0.5, 4, 4) is None  # a bias is not a pattern
@@ -149,3 +175,66 @@ def test_trainer_losses_equal_sdpa():
         model, losses = train("hal", directory)
     assert len(losses) == 5 and losses == pytest.approx(expected, rel=1e-5)
     assert all(ht.calls_of(m) == {"hal": 5} for m in attention_modules(model)), ht.describe(model)
+
+
+def test_checkpoint_optimization_plans_the_trainer_under_its_budget(monkeypatch, capfd):
+    """CHECKPOINT_OPTIMIZATION=true and a budget below the unplanned peak: the Trainer's default MemoryPlanCallback
+    logs a plan and checkpoints blocks, the step's measured peak of live tensors (torch's MemTracker) stays under the
+    budget, and the losses are those of the run without a plan."""
+    pytest.importorskip("accelerate")
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from hal.torch import memory
+
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    ids = torch.randint(0, 128, (16, 128), generator=torch.Generator().manual_seed(0))
+    data = [{"input_ids": row, "labels": row} for row in ids]
+
+    class PeakOfSteps(transformers.TrainerCallback):
+        """The largest peak of live tensors over the training steps (forward, backward, optimizer step), counted by
+        torch's MemTracker, a new one per step (one tracks a single iteration)."""
+
+        def __init__(self):
+            self.peak, self.tracker = 0, None
+
+        def on_step_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+            self.tracker = MemTracker()
+            self.tracker.track_external(model, optimizer)
+            self.tracker.__enter__()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.tracker.__exit__(None, None, None)
+            self.peak = max(self.peak, self.tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"])
+
+    def train(directory, budget=None):
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="hal")
+        arguments = transformers.TrainingArguments(output_dir=str(directory), max_steps=3, per_device_train_batch_size=4,
+                                                   logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
+                                                   seed=0, data_seed=0, disable_tqdm=True, max_grad_norm=0.0)
+        if budget is not None:
+            monkeypatch.setenv("CHECKPOINT_OPTIMIZATION", "true")
+            monkeypatch.setenv("HAL_MEMORY_BUDGET", str(budget))
+        else:
+            monkeypatch.delenv("CHECKPOINT_OPTIMIZATION", raising=False)
+        steps = PeakOfSteps()
+        trainer = transformers.Trainer(model=model, args=arguments, train_dataset=data, callbacks=[steps])
+        trainer.train()
+        return model, steps.peak, [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+    import tempfile
+    with tempfile.TemporaryDirectory() as directory:
+        model, unplanned_peak, expected = train(directory)
+        assert not any("_hal_checkpoint" in m.__dict__ for m in model.modules())  # off without the variable
+        batch = {"input_ids": ids[:4], "labels": ids[:4]}
+        none = memory.estimate(model, model_kwargs=batch).peak_bytes
+        full = memory.estimate(model, model_kwargs=batch, checkpoint=True).peak_bytes
+        budget = (none + full) // 2
+        assert full < budget < none
+        model, peak, losses = train(directory, budget)
+    log = capfd.readouterr().err
+    assert log.count("MemoryPlanCallback (CHECKPOINT_OPTIMIZATION)") == 1 and "plan: checkpoint" in log, log
+    wrapped = [name for name, m in model.named_modules() if "_hal_checkpoint" in m.__dict__]
+    assert wrapped, "the plan checkpoints blocks"
+    assert peak <= budget < unplanned_peak, (peak, budget, unplanned_peak)
+    assert losses == pytest.approx(expected, rel=1e-5)

@@ -10,8 +10,12 @@ is saved for the backward one), with fake implementations so that
 hal reads and writes torch's memory through DLPack, without copies (strided
 views are passed with their strides).
 
+An ``attn_mask`` (boolean, or additive with 0 and -inf) whose visible keys
+form one interval per query, the same for every head, runs on hal's kernels
+as per-query key ranges (``mask_key_ranges``): key padding on either side,
+packed sequences, causal and sliding-window masks, as frameworks pass them.
 What hal cannot do runs torch's own SDPA instead, with one warning
-(``hal.torch.FallbackWarning``) per distinct reason: an ``attn_mask``,
+(``hal.torch.FallbackWarning``) per distinct reason: any other mask,
 ``dropout_p > 0``, a dtype other than float32/float16/bfloat16, inputs that
 are not 4-D, a device hal has not loaded, or a problem every hal
 implementation refuses (its reasons are in the warning). In strict mode (the
@@ -29,14 +33,16 @@ import contextlib
 import functools
 import threading
 import warnings
+import weakref
 from typing import Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
 
 import hal
 
-__all__ = ["Explanation", "FallbackWarning", "explain", "fallback_reasons", "route_attention",
+__all__ = ["Explanation", "FallbackWarning", "explain", "fallback_reasons", "mask_key_ranges", "route_attention",
            "scaled_dot_product_attention", "use_hal_attention"]
 
 # torch's own function, whatever use_hal_attention() puts in its place.
@@ -134,14 +140,15 @@ def _find_cuda_device(runtime, index: int) -> Optional[hal.Device]:
 
 @torch.compiler.assume_constant_result
 def _hal_refusals(device: str, dtype: str, heads_q: int, heads_kv: int, seq_q: int, seq_kv: int, head_dim: int,
-                  head_dim_v: int, is_causal: bool, scale: Optional[float]) -> Tuple[str, ...]:
+                  head_dim_v: int, is_causal: bool, scale: Optional[float], key_ranges: bool) -> Tuple[str, ...]:
     """Why no hal implementation can run this problem (empty: one can). Constant for torch.compile."""
-    return _hal_refusals_of(device, dtype, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v, is_causal, scale)
+    return _hal_refusals_of(device, dtype, heads_q, heads_kv, seq_q, seq_kv, head_dim, head_dim_v, is_causal, scale,
+                            key_ranges)
 
 
 @functools.lru_cache(maxsize=512)  # asked once per problem, not per call
 def _hal_refusals_of(device: str, dtype: str, heads_q: int, heads_kv: int, seq_q: int, seq_kv: int, head_dim: int,
-                     head_dim_v: int, is_causal: bool, scale: Optional[float]) -> Tuple[str, ...]:
+                     head_dim_v: int, is_causal: bool, scale: Optional[float], key_ranges: bool) -> Tuple[str, ...]:
     hal_device = _hal_device(torch.device(device))
     if hal_device is None:
         return (f"device {device} is not one hal has loaded ({', '.join(d.id for d in hal.runtime().devices)})",)
@@ -151,6 +158,7 @@ def _hal_refusals_of(device: str, dtype: str, heads_q: int, heads_kv: int, seq_q
     params.dtype, params.layout, params.causal = dtype, "bhsd", is_causal
     params.softmax_scale = scale
     params.return_lse = True
+    params.key_ranges = key_ranges
     reasons = []
     for backward in (False, True):
         decision = hal._hal._explain_attention(hal_device, params, backward)
@@ -161,13 +169,84 @@ def _hal_refusals_of(device: str, dtype: str, heads_q: int, heads_kv: int, seq_q
     return tuple(reasons)
 
 
+def mask_key_ranges(attn_mask: torch.Tensor, batch: int, seq_q: int, seq_kv: int) -> Optional[torch.Tensor]:
+    """hal's per-query key ranges, int32 (batch, seq_q, 2) of [begin, end), that say exactly what an SDPA attn_mask
+    says (broadcast to (batch, heads, seq_q, seq_kv) as torch does; boolean: True attends; additive: 0 attends,
+    -inf or a value at most half the dtype's lowest does not), or None when it says something else: visible keys
+    that are not one interval per query, a pattern that differs between heads, or a bias. Checked on the mask's
+    values, not assumed: a few passes over it, small against the attention it lets hal run; the last mask's answer
+    is kept, so the layers of a model that share one mask pay once. A fake mask (FakeTensorMode: a trace for
+    memory or shapes, as hal.torch.memory makes) has no values: its ranges are a fake tensor of their shape."""
+    global _last_mask
+    if isinstance(attn_mask, FakeTensor):
+        return torch.empty((batch, seq_q, 2), dtype=torch.int32, device=attn_mask.device)
+    cached = _last_mask
+    if (cached is not None and cached[0]() is attn_mask and cached[1] == attn_mask._version
+            and cached[2] == (batch, seq_q, seq_kv)):
+        return cached[3]
+    ranges = _key_ranges_of(attn_mask, batch, seq_q, seq_kv)
+    try:
+        _last_mask = (weakref.ref(attn_mask), attn_mask._version, (batch, seq_q, seq_kv), ranges)
+    except TypeError:  # a tensor subclass without weak references: not kept
+        _last_mask = None
+    return ranges
+
+
+# (weak reference to the last mask, its version, (batch, seq_q, seq_kv), its key ranges or None)
+_last_mask: Optional[Tuple] = None
+
+
+def _key_ranges_of(attn_mask: torch.Tensor, batch: int, seq_q: int, seq_kv: int) -> Optional[torch.Tensor]:
+    if attn_mask.dim() > 4 or attn_mask.dim() < 2:
+        return None
+    mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape))
+    try:
+        mask = mask.expand(batch, mask.shape[1], seq_q, seq_kv)
+    except RuntimeError:
+        return None  # not broadcastable: torch's SDPA will say so
+    if mask.dtype == torch.bool:
+        visible = mask
+    elif mask.is_floating_point():
+        visible = mask == 0
+        if not bool(torch.logical_or(visible, mask <= torch.finfo(mask.dtype).min / 2).all()):
+            return None  # a bias, not a pattern of visible and hidden keys
+    else:
+        return None
+    if visible.shape[1] > 1 and not bool((visible == visible[:, :1]).all()):
+        return None  # a different pattern per head
+    visible = visible[:, 0]
+    count = visible.sum(-1, dtype=torch.int32)
+    as_bytes = visible.to(torch.uint8)
+    begin = as_bytes.argmax(-1).to(torch.int32)  # the first visible key (0 when none)
+    end = seq_kv - as_bytes.flip(-1).argmax(-1).to(torch.int32)  # one past the last
+    if not bool(((count == end - begin) | (count == 0)).all()):
+        return None  # some query sees keys with a hidden one between them
+    empty = count == 0
+    begin, end = begin.masked_fill(empty, 0), end.masked_fill(empty, 0)
+    return torch.stack((begin, end), dim=-1).contiguous()
+
+
+def _mask_reason(query: torch.Tensor, key: torch.Tensor, attn_mask) -> Tuple[Optional[torch.Tensor], Optional[str]]:
+    """(key ranges, None) for a mask hal runs, (None, why not) for one it does not, (None, None) without a mask."""
+    if attn_mask is None:
+        return None, None
+    if torch.compiler.is_compiling():
+        return None, "attn_mask under torch.compile (hal reads a mask's values to turn it into key ranges)"
+    ranges = mask_key_ranges(attn_mask, query.shape[0], query.shape[2], key.shape[2])
+    if ranges is None:
+        return None, ("attn_mask is not one interval of visible keys per query, the same for every head (hal runs "
+                      "padding, packed-sequence, causal and sliding-window masks as key ranges)")
+    return ranges, None
+
+
 def fallback_reasons(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None,
                      dropout_p: float = 0.0, is_causal: bool = False, scale: Optional[float] = None,
                      enable_gqa: bool = False) -> List[str]:
     """Why scaled_dot_product_attention would run torch's SDPA for these arguments (empty: hal runs it)."""
     reasons = []
-    if attn_mask is not None:
-        reasons.append("attn_mask is given (hal takes is_causal and sliding windows, not a mask tensor)")
+    ranges, mask_reason = (None, None) if query.dim() != 4 or key.dim() != 4 else _mask_reason(query, key, attn_mask)
+    if mask_reason is not None:
+        reasons.append(mask_reason)
     if dropout_p > 0.0:
         reasons.append("dropout_p > 0 (hal's attention has no dropout)")
     if query.dtype not in _DTYPES:
@@ -186,7 +265,7 @@ def fallback_reasons(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     seq_kv = 1 if compiling else max(int(key.shape[2]), 1)
     reasons.extend(_hal_refusals(str(query.device), _DTYPES[query.dtype], int(query.shape[1]), int(key.shape[1]),
                                  seq_q, seq_kv, int(query.shape[3]), int(value.shape[3]), bool(is_causal),
-                                 None if scale is None else float(scale)))
+                                 None if scale is None else float(scale), ranges is not None))
     return reasons
 
 
@@ -216,7 +295,8 @@ def explain(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_ma
         return Explanation("torch", reasons)
     device = _hal_device(query.device)
     decisions = [hal.explain_attention(query.detach(), key.detach(), value.detach(), causal=is_causal, scale=scale,
-                                       backward=backward, device=device) for backward in (False, True)]
+                                       backward=backward, key_ranges=attn_mask is not None, device=device)
+                 for backward in (False, True)]
     return Explanation("hal", [], *decisions)
 
 
@@ -262,7 +342,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
     query (B, Hq, L, E), key (B, Hkv, S, E), value (B, Hkv, S, Ev); Hkv < Hq
     (dividing it) with enable_gqa=True. is_causal masks key j > query i
     (top-left, as torch). scale defaults to 1/sqrt(E). Differentiable in all
-    three inputs. Returns (B, Hq, L, Ev), allocated by torch. What hal cannot do
+    three inputs. Returns (B, Hq, L, Ev), allocated by torch. An attn_mask whose
+    visible keys are one interval per query runs as key ranges
+    (mask_key_ranges). What hal cannot do
     runs torch's SDPA with a FallbackWarning (in strict mode, the
     attention.strict setting or HAL_ATTN_STRICT=1 when the runtime was made:
     raises hal.UnsupportedError); see fallback_reasons(). Under torch.autocast
@@ -300,6 +382,11 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
             _warn(reason)
         return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
                            scale=scale, enable_gqa=enable_gqa)
+    if attn_mask is not None:  # turned into key ranges by fallback_reasons (kept for this mask)
+        ranges = mask_key_ranges(attn_mask, query.shape[0], query.shape[2], key.shape[2])
+        if _unobserved(query, key, value):
+            return _forward(query, key, value, bool(is_causal), scale, ranges)[0]
+        return torch.ops.hal.sdpa_forward(query, key, value, bool(is_causal), scale, ranges)[0]
     out, _ = torch.ops.hal.sdpa_forward(query, key, value, bool(is_causal), scale)
     if signature is not None:
         if len(_hal_runs) >= _HAL_RUNS_KEPT:
@@ -333,12 +420,13 @@ class _Geometry:
 
 
 @functools.lru_cache(maxsize=512)
-def _params(dtype: str, geometries: Tuple, is_causal: bool, scale: Optional[float]):
+def _params(dtype: str, geometries: Tuple, is_causal: bool, scale: Optional[float], key_ranges: bool):
     """hal.AttentionParams for tensors of these (shape, strides), in the order q, k, v, o[, grad_o, grad_q, grad_k,
     grad_v]; made once per distinct geometry, so the per-call path does not rebuild and recheck them."""
     named = dict(zip(("q", "k", "v", "o", "grad_o", "grad_q", "grad_k", "grad_v"),
                      (_Geometry(shape, strides, dtype) for shape, strides in geometries)))
-    return hal.attention_params(**named, causal=is_causal, scale=scale, layout="bhsd", return_lse=True)
+    return hal.attention_params(**named, causal=is_causal, scale=scale, layout="bhsd", return_lse=True,
+                                key_ranges=key_ranges)
 
 
 class _Target:
@@ -360,25 +448,27 @@ class _Target:
 _targets: dict = {}  # (runtime, torch device) -> _Target
 
 
-def _run_at(entry, query: torch.Tensor, operands, lse: torch.Tensor, is_causal: bool,
-            scale: Optional[float]) -> None:
-    """Runs one of hal's address entry points on the operands (in its order) and the f32 lse, on query's hal
-    device. Shapes and strides travel in params (made once per geometry), the tensors as addresses: hal borrows
-    the memory, so the caller keeps operands and lse referenced until this returns."""
+def _run_at(entry, query: torch.Tensor, operands, lse: torch.Tensor, is_causal: bool, scale: Optional[float],
+            key_ranges: Optional[torch.Tensor]) -> None:
+    """Runs one of hal's address entry points on the operands (in its order), the f32 lse and the int32 key ranges
+    (None: none), on query's hal device. Shapes and strides travel in params (made once per geometry), the tensors
+    as addresses: hal borrows the memory, so the caller keeps them referenced until this returns."""
     runtime = hal.runtime()
     target = _targets.get((runtime, query.device))
     if target is None:
         target = _targets[(runtime, query.device)] = _Target(_hal_device(query.device), query.device)
-    params = _params(_DTYPES[query.dtype], tuple([(tuple(t.shape), t.stride()) for t in operands]), is_causal, scale)
+    params = _params(_DTYPES[query.dtype], tuple([(tuple(t.shape), t.stride()) for t in operands]), is_causal, scale,
+                     key_ranges is not None)
     stream, synchronize = target.stream(query)
     addresses = [t.data_ptr() for t in operands]
-    # The entries take the LSE after o (forward) or after grad_o (backward).
+    # The entries take the LSE after o (forward) or after grad_o (backward), the key ranges last.
     addresses.insert(4 if len(operands) == 4 else 5, lse.data_ptr())
+    addresses.append(0 if key_ranges is None else key_ranges.data_ptr())
     entry(stream, params, *addresses, synchronize)
 
 
-def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool,
-             scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor]:
+def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_causal: bool, scale: Optional[float],
+             key_ranges: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """hal::sdpa_forward's implementation: (out, lse), allocated by torch, written by hal."""
     batch, heads_q, seq_q, _ = query.shape
     out = query.new_empty((batch, heads_q, seq_q, value.shape[3]))
@@ -386,7 +476,7 @@ def _forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, is_cau
     if out.numel() == 0:
         return out, lse
     operands = (_for_hal(query), _for_hal(key), _for_hal(value), out)  # referenced until hal has returned
-    _run_at(hal._hal._attention_forward_at, query, operands, lse, is_causal, scale)
+    _run_at(hal._hal._attention_forward_at, query, operands, lse, is_causal, scale, key_ranges)
     return out, lse
 
 
@@ -404,7 +494,7 @@ def _unobserved(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> 
 
 
 @_sdpa_forward.register_fake
-def _sdpa_forward_fake(query, key, value, is_causal, scale):
+def _sdpa_forward_fake(query, key, value, is_causal, scale, key_ranges=None):
     batch, heads_q, seq_q, _ = query.shape
     return (query.new_empty((batch, heads_q, seq_q, value.shape[3])),
             query.new_empty((batch, heads_q, seq_q), dtype=torch.float32))
@@ -412,38 +502,38 @@ def _sdpa_forward_fake(query, key, value, is_causal, scale):
 
 @torch.library.custom_op("hal::sdpa_backward", mutates_args=())
 def _sdpa_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                   out: torch.Tensor, lse: torch.Tensor, is_causal: bool,
-                   scale: Optional[float]) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   out: torch.Tensor, lse: torch.Tensor, is_causal: bool, scale: Optional[float],
+                   key_ranges: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     grad_q, grad_k, grad_v = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (query, key, value))
     if query.numel() == 0 or key.numel() == 0:
         grad_q.zero_(), grad_k.zero_(), grad_v.zero_()
         return grad_q, grad_k, grad_v
     # Referenced until hal has returned (contiguous copies included).
     operands = [_for_hal(t) for t in (query, key, value, out, grad_out)] + [grad_q, grad_k, grad_v]
-    _run_at(hal._hal._attention_backward_at, query, operands, lse.detach().contiguous(), is_causal, scale)
+    _run_at(hal._hal._attention_backward_at, query, operands, lse.detach().contiguous(), is_causal, scale, key_ranges)
     return grad_q, grad_k, grad_v
 
 
 @_sdpa_backward.register_fake
-def _sdpa_backward_fake(grad_out, query, key, value, out, lse, is_causal, scale):
+def _sdpa_backward_fake(grad_out, query, key, value, out, lse, is_causal, scale, key_ranges=None):
     return (torch.empty_like(query, memory_format=torch.contiguous_format),
             torch.empty_like(key, memory_format=torch.contiguous_format),
             torch.empty_like(value, memory_format=torch.contiguous_format))
 
 
 def _setup_context(ctx, inputs, output):
-    query, key, value, is_causal, scale = inputs
+    query, key, value, is_causal, scale, key_ranges = inputs
     out, lse = output
-    ctx.save_for_backward(query, key, value, out, lse)
+    ctx.save_for_backward(query, key, value, out, lse, key_ranges)
     ctx.is_causal, ctx.scale = is_causal, scale
     ctx.mark_non_differentiable(lse)
 
 
 def _backward(ctx, grad_out, grad_lse):
-    query, key, value, out, lse = ctx.saved_tensors
+    query, key, value, out, lse, key_ranges = ctx.saved_tensors
     grad_q, grad_k, grad_v = torch.ops.hal.sdpa_backward(grad_out, query, key, value, out, lse, ctx.is_causal,
-                                                         ctx.scale)
-    return grad_q, grad_k, grad_v, None, None
+                                                         ctx.scale, key_ranges)
+    return grad_q, grad_k, grad_v, None, None, None
 
 
 _sdpa_forward.register_autograd(_backward, setup_context=_setup_context)
