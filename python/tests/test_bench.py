@@ -51,6 +51,19 @@ def test_overhead_alone_prints_the_goal():
     assert "(floor + C++ call + 10 us)" in result.stdout
 
 
+def test_transformers_layer_rows_time_sdpa_and_hal_and_the_mask_check():
+    pytest.importorskip("transformers")
+    result = bench("--transformers", "--seq", "32", "--heads", "2", "--kv-heads", "1", "--head-dim", "32",
+                   "--repeats", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    (row,) = json.loads(result.stdout)["rows"]
+    assert row["seq"] == 32 and row["batch"] == 2
+    assert row["sdpa_ms"] > 0 and row["hal_ms"] > 0 and row["mask_check_ms"] > 0 and row["masked_attention_ms"] > 0
+    assert row["hal_vs_sdpa_range"][0] <= row["hal_vs_sdpa"] <= row["hal_vs_sdpa_range"][1]
+    assert row["goal_met"] == (row["hal_vs_sdpa"] >= row["goal"])
+    assert row["mask_check_share"] == pytest.approx(row["mask_check_ms"] / row["masked_attention_ms"])
+
+
 @pytest.mark.parametrize("args, message", [
     (["--kv-heads", "3"], "--kv-heads 3 does not divide --heads 32"),
     (["--seq", "0"], "every length must be >= 1"),

@@ -455,6 +455,11 @@ def test_mask_key_ranges_are_checked_not_assumed():
     assert ranges.dtype == torch.int32 and ranges.is_contiguous()
     assert ranges.tolist() == [[[2, 5], [0, 5], [0, 5]], [[0, 5], [0, 5], [0, 0]]]
     assert ht.mask_key_ranges(gappy_mask(5), 1, 5, 5) is None
+    long_keys = torch.zeros(1, 1, 2, 40000, dtype=torch.bool)  # past int16 positions: the byte argmax path
+    long_keys[0, 0, 0, 5:30000] = True
+    assert ht.mask_key_ranges(long_keys, 1, 2, 40000).tolist() == [[[5, 30000], [0, 0]]]
+    long_keys[0, 0, 1, 7] = long_keys[0, 0, 1, 39999] = True
+    assert ht.mask_key_ranges(long_keys, 1, 2, 40000) is None
     per_head = torch.ones(1, 2, 5, 5, dtype=torch.bool)
     per_head[0, 1].tril_()
     assert ht.mask_key_ranges(per_head, 1, 5, 5) is None  # heads differ

@@ -48,6 +48,10 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     attention.add_argument("--overhead-calls", type=int, default=2000, help="calls per overhead measurement")
     attention.add_argument("--overhead", action="store_true",
                            help="only the per-call cost at a tiny shape, beside its goal (no --seq rows)")
+    attention.add_argument("--transformers", action="store_true",
+                           help="instead of the SDPA rows: a one-layer Hugging Face Llama of this shape on a padded "
+                                "batch (a quarter of row 0 left padding), forward and backward, attn_implementation "
+                                "'sdpa' against 'hal', and what turning its mask into key ranges costs")
     attention.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     from .collectives import add_parser as add_collectives
     from .memory import add_parser as add_memory
@@ -102,6 +106,8 @@ def _attention(args: argparse.Namespace) -> int:
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     synchronize = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     implementations = {"torch": ht._torch_sdpa, "hal": ht.scaled_dot_product_attention}
+    if args.transformers:
+        return _transformers_layer(args, device, dtype, synchronize)
     rows = []
     for seq in ([] if args.overhead else args.seq):
         generator = torch.Generator(device=device).manual_seed(seq)
@@ -153,6 +159,83 @@ def _attention(args: argparse.Namespace) -> int:
                           "overhead": overhead}, indent=1))
     else:
         _print_overhead(overhead)
+    return 0
+
+
+# A transformers layer through hal: at least as fast as through "sdpa", end to end.
+TRANSFORMERS_GOAL = 1.0
+
+
+def _transformers_layer(args: argparse.Namespace, device, dtype, synchronize) -> int:
+    """A one-layer transformers Llama (hidden = heads x head dim, FFN 4x) on a padded batch, forward and backward,
+    with attn_implementation "sdpa" and "hal" taking turns; and the cost of hal.torch.mask_key_ranges on the layer's
+    mask (uncached) against hal's attention call on that mask."""
+    import torch
+    import transformers
+
+    import hal.torch as ht
+    import hal.transformers  # noqa: F401  (registers "hal")
+
+    batch = max(2, args.batch)
+    hidden = args.heads * args.head_dim
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=hidden, intermediate_size=4 * hidden,
+                                      num_hidden_layers=1, num_attention_heads=args.heads,
+                                      num_key_value_heads=args.kv_heads, head_dim=args.head_dim,
+                                      max_position_embeddings=max(args.seq))
+    torch.manual_seed(0)
+    models = {name: transformers.AutoModel.from_config(config, attn_implementation=name).to(device, dtype)
+              for name in ("sdpa", "hal")}
+    models["hal"].load_state_dict(models["sdpa"].state_dict())
+    rows = []
+    for seq in args.seq:
+        generator = torch.Generator(device=device).manual_seed(seq)
+        x = torch.randn(batch, seq, hidden, generator=generator, device=device, dtype=dtype)
+        grad = torch.randn(batch, seq, hidden, generator=generator, device=device, dtype=dtype)
+        mask = torch.ones(batch, seq, dtype=torch.long, device=device)
+        mask[0, :seq // 4] = 0
+
+        def step(model):
+            inputs = x.detach().requires_grad_()
+            out = model(inputs_embeds=inputs, attention_mask=mask, use_cache=False).last_hidden_state
+            torch.autograd.grad(out, [inputs] + list(model.parameters()), grad, allow_unused=True)  # embeddings: unused
+        times = _interleaved({name: (lambda model=model: step(model)) for name, model in models.items()},
+                             args.repeats, synchronize)
+        ratio = _paired_ratio(times["sdpa"], times["hal"])
+        # The 4-D mask the layer's attention got, and the cost of reading it into key ranges against the call.
+        causal = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()
+        layer_mask = causal & mask.bool()[:, None, None, :]
+        q = torch.randn(batch, args.heads, seq, args.head_dim, generator=generator, device=device, dtype=dtype)
+        kv = torch.randn(batch, args.kv_heads, seq, args.head_dim, generator=generator, device=device, dtype=dtype)
+
+        def check():
+            ht._last_mask = None
+            ht.mask_key_ranges(layer_mask, batch, seq, seq)
+        with torch.no_grad():
+            cost = _interleaved({"check": check, "attention": lambda: ht.scaled_dot_product_attention(
+                q, kv, kv, attn_mask=layer_mask, enable_gqa=True)}, args.repeats, synchronize)
+        row = {"seq": seq, "batch": batch, "sdpa_ms": statistics.median(times["sdpa"]) * 1e3,
+               "hal_ms": statistics.median(times["hal"]) * 1e3, "hal_vs_sdpa": ratio["median"],
+               "hal_vs_sdpa_range": [ratio["min"], ratio["max"]], "goal": TRANSFORMERS_GOAL,
+               "goal_met": ratio["median"] >= TRANSFORMERS_GOAL,
+               "mask_check_ms": statistics.median(cost["check"]) * 1e3,
+               "masked_attention_ms": statistics.median(cost["attention"]) * 1e3}
+        row["mask_check_share"] = row["mask_check_ms"] / row["masked_attention_ms"]
+        rows.append(row)
+        if not args.json:
+            if len(rows) == 1:
+                print(f"transformers Llama, 1 layer, hidden {hidden} ({args.heads}/{args.kv_heads} heads, head dim "
+                      f"{args.head_dim}), batch {batch} with row 0 a quarter left padding, forward and backward, on "
+                      f"{device}, {str(dtype).split('.')[-1]}; median of {args.repeats} taking turns; ratio = sdpa "
+                      f"time / hal time (goal >= {TRANSFORMERS_GOAL:g}); mask check = hal.torch.mask_key_ranges on "
+                      f"the layer's mask, uncached, against hal's masked attention forward")
+                print(f"{'seq':>6} {'sdpa ms':>9} {'hal ms':>9} {'ratio':>6} {'goal':>7} {'check ms':>9} "
+                      f"{'attn ms':>9} {'share':>6}")
+            print(f"{seq:>6} {row['sdpa_ms']:>9.2f} {row['hal_ms']:>9.2f} {row['hal_vs_sdpa']:>6.2f} "
+                  f"{'met' if row['goal_met'] else 'missed':>7} {row['mask_check_ms']:>9.3f} "
+                  f"{row['masked_attention_ms']:>9.2f} {row['mask_check_share']:>6.1%}", flush=True)
+    if args.json:
+        print(json.dumps({"benchmark": "attention-transformers", "device": str(device),
+                          "dtype": str(dtype).split(".")[-1], "rows": rows}, indent=1))
     return 0
 
 

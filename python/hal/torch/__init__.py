@@ -216,9 +216,14 @@ def _key_ranges_of(attn_mask: torch.Tensor, batch: int, seq_q: int, seq_kv: int)
         return None  # a different pattern per head
     visible = visible[:, 0]
     count = visible.sum(-1, dtype=torch.int32)
-    as_bytes = visible.to(torch.uint8)
-    begin = as_bytes.argmax(-1).to(torch.int32)  # the first visible key (0 when none)
-    end = seq_kv - as_bytes.flip(-1).argmax(-1).to(torch.int32)  # one past the last
+    if seq_kv < 1 << 15:  # the largest of int16 products: several times faster than argmax over bytes
+        positions = torch.arange(1, seq_kv + 1, dtype=torch.int16, device=visible.device)
+        begin = seq_kv - (visible * positions.flip(0)).amax(-1).to(torch.int32)  # the first visible key
+        end = (visible * positions).amax(-1).to(torch.int32)  # one past the last
+    else:
+        as_bytes = visible.to(torch.uint8)
+        begin = as_bytes.argmax(-1).to(torch.int32)
+        end = seq_kv - as_bytes.flip(-1).argmax(-1).to(torch.int32)
     if not bool(((count == end - begin) | (count == 0)).all()):
         return None  # some query sees keys with a hidden one between them
     empty = count == 0
