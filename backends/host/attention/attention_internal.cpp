@@ -21,6 +21,21 @@ void require_pointer(const void* pointer, const char* name) {
   if (pointer == nullptr) throw std::invalid_argument(std::string(name) + " is null");
 }
 
+CallScratch::CallScratch(std::size_t count) {
+  if (count > kReusedScratchFloats) {
+    own_ = AlignedBuffer<float>(count);
+    data_ = own_.data();
+    return;
+  }
+  thread_local AlignedBuffer<float> kept{0};
+  thread_local std::size_t capacity = 0;
+  if (count > capacity) {
+    kept = AlignedBuffer<float>(count);
+    capacity = count;
+  }
+  data_ = kept.data();
+}
+
 void require_key_ranges(const hal_attention_params_v1& params, const std::int32_t* key_ranges) {
   const bool announced = hal_attention_key_ranges(&params) != 0;
   if (announced && key_ranges == nullptr) throw std::invalid_argument("params announce key ranges but key_ranges is null");

@@ -40,4 +40,21 @@ class AlignedBuffer {
   std::unique_ptr<T, Free> data_;
 };
 
+// The calling thread's scratch of at least `count` floats, kept between its
+// calls and grown when one needs more: a call then maps and faults in no
+// fresh pages, which at short sequences costs more than the arithmetic.
+// Past kReusedScratchFloats a call's scratch is its own (the time is the
+// arithmetic's, and an idle thread should not hold that much). Valid until
+// the calling thread's next attention call; not for nested use.
+constexpr std::size_t kReusedScratchFloats = std::size_t{16} << 20;  // 64 MiB
+class CallScratch {
+ public:
+  explicit CallScratch(std::size_t count);
+  float* data() { return data_; }
+
+ private:
+  AlignedBuffer<float> own_{0};
+  float* data_ = nullptr;
+};
+
 }  // namespace hal::host

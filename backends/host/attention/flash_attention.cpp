@@ -196,7 +196,7 @@ void flash_forward(const hal_attention_params_v1& params, const void* q, const v
   const flash::KernelTable& kernels = flash_kernel_table(isa);
   const int threads = pool.thread_count();
   const flash::Layout layout = make_layout(params, false, threads, tiling);
-  AlignedBuffer<float> workspace(static_cast<std::size_t>(workspace_floats(layout, threads)));
+  CallScratch workspace(static_cast<std::size_t>(workspace_floats(layout, threads)));
 
   flash::ForwardJob job{};
   job.params = &params;
@@ -245,7 +245,7 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
   const flash::KernelTable& kernels = flash_kernel_table(isa);
   const int threads = pool.thread_count();
   const flash::Layout layout = make_layout(params, true, threads);
-  AlignedBuffer<float> workspace(static_cast<std::size_t>(workspace_floats(layout, threads)));
+  CallScratch workspace(static_cast<std::size_t>(workspace_floats(layout, threads)));
 
   flash::BackwardJob job{};
   job.params = &params;
