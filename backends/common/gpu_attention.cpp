@@ -465,7 +465,7 @@ hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implement
   const std::uint32_t device = platform.stream_device(stream);
   if (hal_status status = check_call(engine, device, params, what); status != HAL_OK) return status;
   const bool ranges = hal_attention_key_ranges(params) != 0;
-  const std::size_t expected = (backward ? 9u : 5u) + (ranges ? 1u : 0u);
+  const std::size_t expected = hal_attention_tensor_count(params, backward ? 1 : 0);
   if (tensors == nullptr || tensor_count != expected)
     return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + (ranges ? " with key ranges" : "") + " takes " +
                                                 std::to_string(expected) + " tensors, not " +

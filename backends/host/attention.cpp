@@ -177,7 +177,7 @@ hal_status run(hal_stream* stream, hal_attention_implementation implementation, 
                 "the host backend's attention takes no caller workspace (its scratch is host memory of its own); "
                 "leave AttentionOptions::workspace empty");
   const bool ranges = hal_attention_key_ranges(params) != 0;
-  const std::uint32_t expected = (backward ? 9u : 5u) + (ranges ? 1u : 0u);
+  const std::uint32_t expected = hal_attention_tensor_count(params, backward);
   if (tensor_count != expected)
     return fail(HAL_ERROR_INVALID_ARGUMENT, "attention run got " + std::to_string(tensor_count) + " tensors; " +
                                                 (backward ? "backward" : "forward") + (ranges ? " with key ranges" : "") +

@@ -389,7 +389,7 @@ void enqueue(const detail::StreamState& stream, const AttentionDecision& decisio
            (backward ? "backward" : "forward") + " on " + device.id();
   };
   const auto& workspace_state = detail::Access::state(options.workspace.buffer);
-  const std::uint32_t tensor_count = (backward ? 9u : 5u) + (resolved.key_ranges ? 1u : 0u);
+  const std::uint32_t tensor_count = hal_attention_tensor_count(&resolved, backward ? 1 : 0);
   if (!workspace_state && !resolved.key_ranges) {
     const hal_attention_v1& table = *backend.attention();
     const auto t = tensors;

@@ -229,6 +229,12 @@ static inline int32_t hal_attention_key_ranges(const hal_attention_params_v1* pa
                                                                                                  : 0;
 }
 
+/* The tensors of one call in hal_attention_v2.run's list: forward's 5 or
+ * backward's 9, then the key ranges when the params announce them. */
+static inline uint32_t hal_attention_tensor_count(const hal_attention_params_v1* params, int32_t backward) {
+  return (backward ? 9u : 5u) + (hal_attention_key_ranges(params) != 0 ? 1u : 0u);
+}
+
 /* A tensor's memory: bytes from the start of a buffer. With no buffer, offset
  * is the address itself of borrowed memory on the stream's device (a
  * framework's tensor; a device address on GPUs), which the caller keeps alive
