@@ -68,26 +68,19 @@ def mask_pattern(mask: torch.Tensor, q_length: int, kv_length: int) -> Optional[
     """What a (batch, 1 or heads, q, kv) mask (boolean: True attends; additive: 0 attends, a large negative value
     does not) asks for, checked element by element: False when every query sees every key, True when it is exactly
     the causal pattern of q == kv (query i sees keys 0..i), None for anything else (padding, sliding windows,
-    packed sequences: hal runs those as key ranges). Costs one pass over the mask, small against the attention it
-    lets hal run. A fake mask (a trace for memory or shapes) has no values to check: None."""
-    if isinstance(mask, FakeTensor):
+    packed sequences: hal runs those as key ranges). Read from the mask's key ranges (hal.torch.mask_key_ranges,
+    kept per mask, so the layers that share a mask read it once). A fake mask (a trace for memory or shapes) has
+    no values to check: None."""
+    if isinstance(mask, FakeTensor) or mask.dim() < 2:
         return None
-    if mask.dtype == torch.bool:
-        visible = mask
-    elif mask.is_floating_point():
-        visible = mask == 0
-        if not torch.logical_or(visible, mask <= torch.finfo(mask.dtype).min / 2).all():
-            return None  # a bias, not a pattern of visible and hidden keys
-    else:
+    ranges = _hal_torch.mask_key_ranges(mask, mask.shape[0] if mask.dim() == 4 else 1, q_length, kv_length)
+    if ranges is None or not bool((ranges[..., 0] == 0).all()):
         return None
-    if visible.shape[-2:] != (q_length, kv_length):
-        return None
-    if visible.all():
+    ends = ranges[..., 1]
+    if bool((ends == kv_length).all()):
         return False
-    if q_length == kv_length:
-        causal = torch.ones(q_length, kv_length, dtype=torch.bool, device=mask.device).tril()
-        if bool((visible == causal).all()):
-            return True
+    if q_length == kv_length and bool((ends == torch.arange(1, q_length + 1, device=ends.device)).all()):
+        return True
     return None
 
 
