@@ -3,8 +3,8 @@
 # that cannot build all of hal itself (it has nvcc, CMake, ninja and PyTorch
 # but no package registry, so no hwloc, Boost, toml++ or doctest headers):
 # the tools, libhal, the plugins (kernels embedded), the test binaries, the
-# fake driver, and the shared libraries they need beyond glibc, libstdc++
-# and libgcc. The result goes to build-gpu-bundle/ (ignored by git), which
+# fake driver, nanobind (for hal's Python extension, built there), and the
+# shared libraries they need beyond glibc, libstdc++ and libgcc. The result goes to build-gpu-bundle/ (ignored by git), which
 # the device tool carries along: carry ["build-gpu-bundle"].
 #
 # --reuse-build: pack from the build tree $BUILD_DIR as it is, without
@@ -60,6 +60,14 @@ cp "$build"/lib/hal/backends/*.so "$bundle/lib/hal/backends/"
 # hal's kernels in the SIMT emulator; cuBLAS, NCCL and NVML beside it.
 cp "$build/tests/fakes/fake_cuda_driver/libcuda.so.1" "$build/tests/fakes/fake_cublas/libcublas.so.13" \
   "$build/tests/fakes/fake_nccl/nccl/libnccl.so.2" "$build/tests/fakes/fake_nvml/nvml/libnvidia-ml.so.1" "$bundle/fakes/"
+# nanobind (its CMake package and sources) from the Python test environment,
+# for hal's Python extension, which gpu-check.sh builds there against this
+# libhal for that machine's Python (scripts/gpu-python/).
+venv="${HAL_PYTHON_VENV:-$root/.venv-python}"
+HAL_PYTHON_NO_TORCH=1 "$root/scripts/install-python-deps.sh" >/dev/null
+mkdir -p "$bundle/python"
+cp -r "$("$venv/bin/python" -c 'import nanobind, os; print(os.path.dirname(nanobind.__file__))')" "$bundle/python/"
+rm -rf "$bundle/python/nanobind/__pycache__"
 # Shipped data (quirks, conformance profiles) beside lib/, where libhal looks.
 mkdir -p "$bundle/share"
 cp -r "$build/share/hal" "$bundle/share/"
@@ -90,6 +98,7 @@ strip --strip-unneeded "$bundle"/bin/* "$bundle"/lib/libhal.so.*.*.* "$bundle"/l
   echo "needs glibc: $(objdump -T "$bundle"/bin/* "$bundle"/lib/*.so* "$bundle"/lib/hal/backends/*.so "$bundle"/lib/deps/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1)"
   echo "needs libstdc++: $(objdump -T "$bundle"/bin/* "$bundle"/lib/*.so* "$bundle"/lib/hal/backends/*.so 2>/dev/null | grep -o 'GLIBCXX_[0-9.]*' | sort -V | tail -1)"
   echo "carried libraries: $(cd "$bundle/lib/deps" && ls | tr '\n' ' ')"
+  echo "nanobind: $("$venv/bin/python" -c 'import nanobind; print(nanobind.__version__)')"
 } > "$bundle/MANIFEST"
 cat "$bundle/MANIFEST"
 du -sh "$bundle"

@@ -18,7 +18,12 @@ if ! BUILD_DIR="$build" HAL_GPU_BUNDLE="$bundle" "$root/scripts/gpu-bundle.sh" -
   exit 1
 fi
 # PATH without nvidia-smi: this machine has no GPU, whatever is installed.
-HAL_GPU_CHECK_FAKE_DRIVER=1 HAL_GPU_BUNDLE="$bundle" OUT="$out" "$root/scripts/gpu-check.sh" > "$work/check.log" 2>&1
+# Python: the test environment's, which gpu-bundle.sh made sure of; 600 s:
+# building the Python extension on 2 cores takes what a GPU machine's 16 do
+# in a fraction.
+HAL_GPU_CHECK_FAKE_DRIVER=1 HAL_GPU_BUNDLE="$bundle" OUT="$out" GPU_CHECK_BUDGET_S=600 \
+  HAL_GPU_CHECK_PYTHON="${HAL_PYTHON_VENV:-$root/.venv-python}/bin/python" \
+  "$root/scripts/gpu-check.sh" > "$work/check.log" 2>&1
 check_status=$?
 summary="$out/summary.txt"
 
@@ -26,7 +31,7 @@ summary="$out/summary.txt"
 # JSON, where it writes one, must hold figures.
 required=(halinfo halinfo-json core-tests-host unit-tests-gpu attention-numerics
   halbench-attn-flash-bf16-full halbench-attn-flash-bf16-causal halconform halbench-mem halbench-dispatch
-  halbench-coll)
+  halbench-coll python-package python-import)
 problems=()
 [ "$check_status" -eq 0 ] || problems+=("gpu-check.sh exited $check_status")
 for name in "${required[@]}"; do
@@ -41,7 +46,7 @@ for name in "${required[@]}"; do
   fi
 done
 # The steps that need a real GPU say so rather than fail.
-for name in flash-kernels torch-reference; do
+for name in flash-kernels torch-reference torch-hal-attention torch-hal-distributed torch-hal-train; do
   grep -q "^$name: skipped: needs a GPU" "$summary" 2>/dev/null || problems+=("$name: not skipped for want of a GPU")
 done
 # On the fakes, fused attention is not eligible (no cuDNN): its steps may fail, and only they.

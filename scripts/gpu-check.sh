@@ -32,7 +32,12 @@
 #  6. halbench coll on cuda:0 through NCCL, world size 1;
 #  7. PyTorch reference figures (copy bandwidth, 1 MiB copy cost, SDPA with
 #     its flash and cuDNN backends on the shape halbench attn measured);
-#  8. whether all of hal configures there (it needs hwloc, Boost, toml++ and
+#  8. the PyTorch path: hal's Python extension built there against the
+#     bundle (scripts/gpu-python/), hal.torch's SDPA against torch's on CUDA
+#     tensors, its per-call cost, torch.distributed's "hal" backend on one
+#     GPU against "nccl" (scripts/gpu_torch_distributed.py), and a 2-layer
+#     Llama-3-8B-shaped hal.bench train with each attention;
+#  9. whether all of hal configures there (it needs hwloc, Boost, toml++ and
 #     doctest headers the machine may lack): recorded, not required.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -77,6 +82,11 @@ if document.get("skipped"):
     parts.append(f"{len(document['skipped'])} skipped, first: {document['skipped'][0].get('reason', '?')[:160]}")
 if isinstance(document.get("devices"), list):
     parts.append("devices: " + ", ".join(str(d.get("id")) for d in document["devices"]))
+for key in ("rows", "cells"):  # hal.bench attention's and hal.bench train's figures
+    if isinstance(document.get(key), list):
+        parts.append(f"{len(document[key])} {key}" if document[key] else f"NOTHING MEASURED (no {key})")
+if isinstance(document.get("errors"), list) and document["errors"]:
+    parts.append(f"{len(document['errors'])} errors, first: {str(document['errors'][0])[:160]}")
 if "error" in document:
     parts.append(f"error: {document['error']}")
 for section in ("copy", "attention"):
@@ -317,7 +327,41 @@ step halbench-coll 20 hal-gpu "$out/halbench-coll.json" env RANK=0 WORLD_SIZE=1 
 step torch-reference 30 gpu "$out/torch-reference.json" env LD_LIBRARY_PATH="$system_library_path" \
   HAL_GPU_REFERENCE_SHAPE="$attn_batch,$attn_heads,$attn_seq,$attn_head_dim" python3 "$root/scripts/gpu_reference.py"
 
-# 8. Does the whole project configure here? Only recorded.
+# 8. The PyTorch path: hal's Python package with its extension built here
+#    against the bundle's libhal for this machine's Python (scripts/gpu-python/,
+#    the bundle's nanobind), then on CUDA tensors: hal.torch's SDPA against
+#    torch's at the Llama-3-8B shape, forward and backward, and the per-call
+#    cost at a tiny shape against torch's floor (its "overhead"); torch.distributed's "hal" backend
+#    on one GPU against "nccl"; a 2-layer Llama-3-8B-shaped hal.bench train
+#    with each attention.
+python="${HAL_GPU_CHECK_PYTHON:-python3}"
+package="$work/python-package"
+# The machine's libraries first (PyTorch's own CUDA libraries must win), the
+# bundle's after them for what libhal needs that the machine lacks.
+python_env=(env LD_LIBRARY_PATH="${system_library_path:+$system_library_path:}$bundle/lib:$bundle/lib/deps" "$python")
+if step python-package 150 - - bash -c '
+    set -e
+    python="$0" root="$1" bundle="$2" work="$3"
+    cmake -S "$root/scripts/gpu-python" -B "$work/python-build" -G Ninja -DHAL_BUNDLE="$bundle" \
+      -DPython_EXECUTABLE="$(command -v "$python")" -Dnanobind_ROOT="$bundle/python/nanobind/cmake"
+    cmake --build "$work/python-build" -j "$(nproc)"
+    mkdir -p "$4"
+    cp -r "$root/python/hal" "$4/"
+    cp "$work"/python-build/_hal*.so "$4/hal/"' "$python" "$root" "$bundle" "$work" "$package"; then
+  export PYTHONPATH="$package${PYTHONPATH:+:$PYTHONPATH}"
+  step python-import 20 hal-gpu - "${python_env[@]}" -c '
+import sys, hal
+devices = [str(device) for device in hal.runtime().devices]
+print("hal", hal.__version__, "from", hal.__file__, "devices:", ", ".join(devices))
+sys.exit(0 if any("cuda:" in device for device in devices) else 1)'
+  step torch-hal-attention 60 gpu "$out/torch-hal-attention.json" "${python_env[@]}" -m hal.bench attention --device cuda \
+    --dtype bfloat16 --batch 1 --heads 32 --kv-heads 8 --head-dim 128 --seq 2048 8192 --repeats 3 --overhead-calls 2000 --json
+  step torch-hal-distributed 40 gpu "$out/torch-hal-distributed.json" "${python_env[@]}" "$root/scripts/gpu_torch_distributed.py"
+  step torch-hal-train 120 gpu "$out/torch-hal-train.json" "${python_env[@]}" -m hal.bench train --device cuda \
+    --model llama3-8b --layers 2 --seq 2048 --batch 1 --steps 4 --warmup 2 --ablate attention --quiet --json -
+fi
+
+# 9. Does the whole project configure here? Only recorded.
 step configure-probe 10 - - env LD_LIBRARY_PATH="$system_library_path" \
   cmake -S "$root" -B "$work/probe" -G Ninja -DHAL_BUILD_TESTS=OFF
 
