@@ -68,7 +68,9 @@ def test_table_and_html(ablation):
     result, out = ablation
     assert "(baseline)" in result.stdout and "tokens/s" in result.stdout
     page = (out / "report.html").read_text()
-    assert page.count("<svg") == 3 and "loss per step" in page
+    assert page.count("<svg") == 4 and "loss per step" in page and "time of one profiled step" in page
+    # The charts name each cell by what it changes from the baseline.
+    assert ">baseline</text>" in page and ">attention=hal-math</text>" in page
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("chromium is not installed (scripts/install-deps.sh installs it)")

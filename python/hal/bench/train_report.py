@@ -100,8 +100,14 @@ def print_table(report: dict) -> None:
 
 # ------------------------------------------------------------------ HTML
 
+def _short_name(cell: dict, baseline: dict) -> str:
+    """What a cell changes from the baseline ("attention=torch"), which is what a chart's reader compares."""
+    changed = [part for part in cell["name"].split() if part not in baseline["name"].split()]
+    return " ".join(changed) or "baseline"
+
+
 def _bar_chart(title: str, labels: List[str], values: List[float], unit: str) -> str:
-    width, row, left = 760, 22, 330
+    width, row, left = 760, 22, 200
     scale = max(values + [1e-12])
     rows = []
     for i, (label, value) in enumerate(zip(labels, values)):
@@ -116,9 +122,35 @@ def _bar_chart(title: str, labels: List[str], values: List[float], unit: str) ->
             + "".join(rows) + "</svg>")
 
 
-def _loss_chart(cells: List[dict]) -> str:
+def _time_split_chart(labels: List[str], cells: List[dict]) -> str:
+    """One stacked bar per cell: the profiled step's attention, collectives and the rest, in ms."""
+    width, row, left = 760, 22, 200
+    parts = [("attention_ms", "attention", "#3b73b9"), ("collectives_ms", "collectives", "#d9822b"),
+             ("other_ms", "the rest", "#adb5bd")]
+    totals = [sum(cell["time_split"][key] for key, _, _ in parts) for cell in cells]
+    scale = max(totals + [1e-12])
+    rows = []
+    for i, (label, cell, total) in enumerate(zip(labels, cells, totals)):
+        y, x = 30 + i * row, float(left)
+        rows.append(f'<text x="{left - 6}" y="{y + 14}" text-anchor="end">{html.escape(label)}</text>')
+        for key, name, color in parts:
+            length = (width - left - 90) * cell["time_split"][key] / scale
+            rows.append(f'<rect x="{x:.1f}" y="{y + 2}" width="{length:.1f}" height="{row - 6}" fill="{color}">'
+                        f'<title>{name}: {cell["time_split"][key]:.1f} ms</title></rect>')
+            x += length
+        rows.append(f'<text x="{x + 4:.1f}" y="{y + 14}">{total:.1f} ms</text>')
+    legend_y = 40 + len(cells) * row
+    legend = "".join(f'<rect x="{left + 110 * i}" y="{legend_y}" width="12" height="12" fill="{color}"/>'
+                     f'<text x="{left + 110 * i + 16}" y="{legend_y + 11}">{name}</text>'
+                     for i, (_, name, color) in enumerate(parts))
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{legend_y + 24}" font-size="12" '
+            f'font-family="sans-serif"><text x="4" y="16" font-weight="bold">time of one profiled step</text>'
+            + "".join(rows) + legend + "</svg>")
+
+
+def _loss_chart(labels: List[str], cells: List[dict]) -> str:
     width, height, pad = 760, 300, 44
-    curves = [(c["name"], c["losses"]) for c in cells if "losses" in c]
+    curves = [(label, c["losses"]) for label, c in zip(labels, cells) if "losses" in c]
     if not curves:
         return ""
     values = [v for _, losses in curves for v in losses]
@@ -138,14 +170,20 @@ def _loss_chart(cells: List[dict]) -> str:
             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="#333"/>'
             f'<text x="{pad}" y="{pad - 8}">{high:.4f}</text><text x="{pad}" y="{height - pad + 16}">{low:.4f}'
             f' (step 1 .. {steps})</text>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="12" '
-            f'font-family="sans-serif"><text x="4" y="16" font-weight="bold">loss per step (every cell)</text>'
-            + axes + "".join(lines) + "</svg>")
+    # The legend under the plot: a curve hidden under another is one whose losses are the same.
+    legend = "".join(f'<rect x="{pad + 190 * (i % 3)}" y="{height + 4 + 18 * (i // 3)}" width="12" height="3" '
+                     f'fill="{colors[i % len(colors)]}"/><text x="{pad + 190 * (i % 3) + 16}" '
+                     f'y="{height + 10 + 18 * (i // 3)}">{html.escape(name)}</text>'
+                     for i, (name, _) in enumerate(curves))
+    total_height = height + 10 + 18 * ((len(curves) + 2) // 3)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total_height}" font-size="12" '
+            f'font-family="sans-serif"><text x="4" y="16" font-weight="bold">loss per step (every cell; equal '
+            f'curves overlap)</text>' + axes + "".join(lines) + legend + "</svg>")
 
 
 def write_html(report: dict, path: str) -> None:
     cells = [c for c in report["cells"] if "error" not in c]
-    labels = [c["name"] for c in cells]
+    labels = [_short_name(c, report["cells"][0]) for c in cells]
     config, machine = report["config"], report["machine"]
     rows = []
     for cell in report["cells"]:
@@ -173,9 +211,10 @@ seq {config['seq']}, batch {config['batch']} x {config['ranks']} rank(s) ({confi
 <th>peak memory MiB</th><th>final loss</th><th>loss check</th></tr>
 {''.join(rows)}</table>
 <h2>Throughput</h2>{_bar_chart('tokens/s per cell', labels, [c['tokens_per_s'] for c in cells], 'tok/s')}
+<h2>Where the time goes</h2>{_time_split_chart(labels, cells)}
 <h2>Memory</h2>{_bar_chart('peak memory per cell', labels, [(_memory_bytes(c) or 0) / 2 ** 20 for c in cells],
                             'MiB')}
-<h2>Loss</h2>{_loss_chart(cells)}
+<h2>Loss</h2>{_loss_chart(labels, cells)}
 </body></html>
 """
     with open(path, "w") as out:
