@@ -94,6 +94,75 @@ def test_the_selective_policy_saves_hals_attention():
     assert memory.selective_policy(None, torch.ops.aten.mul.Tensor).name == "PREFER_RECOMPUTE"
 
 
+@pytest.mark.parametrize("how", ["checkpoint", "selective"])
+def test_a_transformers_model_with_a_padded_batch_keeps_its_gradients(how):
+    """transformers' layers write a KV cache (a model in training mode makes one unless told not to): a
+    recomputation wrote it a second time, so the keys doubled against the mask and the step failed."""
+    transformers = pytest.importorskip("transformers")
+    import hal.transformers  # noqa: F401  (registers "hal")
+
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2)
+    tokens = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(3))
+    padding = torch.ones(2, 16, dtype=torch.long)
+    padding[1, :5] = 0  # left padding: hal runs it as key ranges
+
+    def gradients(blocks):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM._from_config(config, attn_implementation="hal")
+        memory.apply(model, **{how: blocks})
+        output = model(input_ids=tokens, attention_mask=padding, labels=tokens)
+        output.loss.backward()
+        return output.loss.item(), {name: p.grad for name, p in model.named_parameters()}
+
+    expected_loss, expected = gradients([])
+    with pytest.warns(UserWarning, match="KV cache cannot pass through a checkpointed LlamaDecoderLayer"):
+        loss, got = gradients(["model.layers.0", "model.layers.1"])
+    assert loss == expected_loss
+    for name, gradient in got.items():
+        torch.testing.assert_close(gradient, expected[name], msg=name)
+
+
+def test_selective_checkpointing_of_blocks_that_take_turns_with_two_masks():
+    """hal.torch keeps the last mask's key ranges: a block whose forward found them kept, and whose recomputation
+    (after another block's mask) did not, ran other ops the second time, which selective checkpointing refuses
+    unless reading the mask is invisible to it."""
+    import hal.torch as ht
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(16, 16)
+
+        def forward(self, x, mask):
+            q = self.proj(x).view(1, 8, 2, 8).transpose(1, 2)
+            return x + ht.scaled_dot_product_attention(q, q, q, attn_mask=mask).transpose(1, 2).reshape(1, 8, 16)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList(Block() for _ in range(3))
+
+        def forward(self, x, masks):
+            for block, mask in zip(self.blocks, masks):
+                x = block(x, mask)
+            return x.square().mean()
+
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    window = causal & ~torch.ones(8, 8, dtype=torch.bool).tril(-3)  # a sliding window of 3 keys
+    masks = [causal, causal, window]  # block 1 finds block 0's ranges kept; in backward, block 2's are
+    x = torch.randn(1, 8, 16, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)
+    model = Model()
+    model(x, masks).backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    memory.apply(model, selective=["blocks.0", "blocks.1", "blocks.2"])
+    model(x, masks).backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], msg=name)
+
+
 def test_no_plan_fits_names_the_smallest_peak_and_what_dominates():
     model, tokens, step = bench._build(TINY, checkpoint={})
     with pytest.raises(memory.NoPlanFits, match=r"smallest peak reachable is .* \(checkpointing 3 block\(s\) whole .*\); "

@@ -39,6 +39,7 @@ from typing import Iterator, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.utils._python_dispatch import _disable_current_modes
 
 import hal
 
@@ -176,7 +177,11 @@ def mask_key_ranges(attn_mask: torch.Tensor, batch: int, seq_q: int, seq_kv: int
     that are not one interval per query, a pattern that differs between heads, or a bias. Checked on the mask's
     values, not assumed: a few passes over it, small against the attention it lets hal run; the last mask's answer
     is kept, so the layers of a model that share one mask pay once. A fake mask (FakeTensorMode: a trace for
-    memory or shapes, as hal.torch.memory makes) has no values: its ranges are a fake tensor of their shape."""
+    memory or shapes, as hal.torch.memory makes) has no values: its ranges are a fake tensor of their shape.
+
+    The reading runs outside any dispatch mode: it is hal's bookkeeping, not the model's computation, and with the
+    answer kept a recomputation would not repeat its ops, which selective checkpointing's mode (it counts every op
+    of a block's forward and of its recomputation) takes for a changed computation."""
     global _last_mask
     if isinstance(attn_mask, FakeTensor):
         return torch.empty((batch, seq_q, 2), dtype=torch.int32, device=attn_mask.device)
@@ -184,7 +189,8 @@ def mask_key_ranges(attn_mask: torch.Tensor, batch: int, seq_q: int, seq_kv: int
     if (cached is not None and cached[0]() is attn_mask and cached[1] == attn_mask._version
             and cached[2] == (batch, seq_q, seq_kv)):
         return cached[3]
-    ranges = _key_ranges_of(attn_mask, batch, seq_q, seq_kv)
+    with _disable_current_modes(), torch.no_grad():
+        ranges = _key_ranges_of(attn_mask, batch, seq_q, seq_kv)
     try:
         _last_mask = (weakref.ref(attn_mask), attn_mask._version, (batch, seq_q, seq_kv), ranges)
     except TypeError:  # a tensor subclass without weak references: not kept

@@ -33,6 +33,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -224,11 +225,40 @@ def _selective_context():
     return torch_checkpoint.create_selective_checkpoint_contexts(selective_policy)
 
 
+# A block's keyword arguments that hold a KV cache, under the names transformers' layers use.
+_CACHE_KEYWORDS = ("cache", "past_key_values", "past_key_value", "layer_past")
+
+
+def _without_cache(block: nn.Module, keywords: dict) -> dict:
+    """A checkpointed block's recomputation runs its forward a second time: one that writes a KV cache would append
+    to it twice (keys of twice the length against the same mask). So in training, as transformers' own gradient
+    checkpointing does, the block runs without a cache; layers that only read one (transformers'
+    `_can_checkpoint_with_cache`) keep it. Warns when it changed something (once per block class: Python shows a
+    warning once per message)."""
+    changed = []
+    if keywords.get("use_cache"):
+        keywords = dict(keywords, use_cache=False)
+        changed.append("use_cache=False")
+    if not getattr(block, "_can_checkpoint_with_cache", False):
+        for name in _CACHE_KEYWORDS:
+            if keywords.get(name) is not None:
+                keywords = dict(keywords, **{name: None})
+                changed.append(f"{name}=None")
+    if changed:
+        warnings.warn(f"hal.torch.memory: a KV cache cannot pass through a checkpointed {type(block).__name__} in "
+                      f"training (its recomputation would write it twice): running it with {', '.join(changed)}",
+                      UserWarning, stacklevel=3)
+    return keywords
+
+
+
 def _wrap(block: nn.Module, selective: bool) -> None:
     original = block.__dict__.get("_hal_original_forward", block.forward)
     options = {"context_fn": _selective_context} if selective else {}
 
     def checkpointed(*inputs, **keywords):
+        if block.training and torch.is_grad_enabled():
+            keywords = _without_cache(block, keywords)
         return torch_checkpoint.checkpoint(original, *inputs, use_reentrant=False, **options, **keywords)
     block._hal_original_forward = original
     block._hal_checkpoint = "selective" if selective else "full"
