@@ -138,6 +138,8 @@ def _config(args):
     if config == dataclasses.replace(base, name=config.name):
         config = base
     config.check()
+    if args.hf:  # the shape of the named model, built by transformers
+        config = dataclasses.replace(config, name=f"transformers {args.hf}, the shape of {config.name}")
     seq = args.seq or (128 if small else 8192)
     for name in ("batch", "steps", "ranks"):
         if getattr(args, name) < 1:
