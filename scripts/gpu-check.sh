@@ -237,7 +237,7 @@ elif mkdir -p "$work/cuda" && step build-cuda-backend 120 - - bash -c '
       -gencode arch=compute_90,code=compute_90 -I"$root/backends/kernels" -o "$work/cuda/kernels.fatbin" \
       "$root/backends/kernels/cuda_kernels.cu"
     sources=("$root"/backends/cuda/*.cpp "$root"/backends/common/*.cpp "$root/backends/kernels/attention_plan.cpp")
-    for shim in cuda_driver cudnn nccl cublas library_loader; do sources+=("$root/shims/$shim.cpp"); done
+    for shim in cuda_driver cudnn nvrtc nccl cublas library_loader; do sources+=("$root/shims/$shim.cpp"); done
     c++ -std=c++20 -O2 -shared -fPIC -fvisibility=hidden -Wall -Wextra \
       -I"$root/hal/include" -I"$root/shims" -I"$root/backends/common" -I"$root/backends/kernels" \
       -isystem "$cuda_home/include" \

@@ -670,6 +670,7 @@ TEST_SUITE("cudnn quirks") {
         : environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
                       {"HAL_BACKENDS", "cuda"},
                       {"HAL_CUDNN", HAL_FAKE_CUDNN_PATH},
+                      {"HAL_NVRTC", HAL_FAKE_NVRTC_PATH},
                       {"HAL_NCCL", "/nonexistent/libnccl.so.2"},
                       {"HAL_FAKE_CUDNN_VERSION", std::move(version)},
                       {"HAL_FAKE_CUDNN_REJECT", std::move(reject)}} {}
@@ -684,6 +685,8 @@ TEST_SUITE("cudnn quirks") {
     const FakeCudnnRuntime fake(version);
     CHECK(fake.device.info().name == "NVIDIA H100 80GB HBM3");
     CHECK(fake.device.info().version("cudnn") == std::optional<std::string>(version));
+    // NVRTC, which cuDNN compiles its SDPA engines with, is found and reported beside it.
+    CHECK(fake.device.info().version("nvrtc") == std::optional<std::string>("13.0"));
     return hal::effective_capability(fake.device, "attention.fused");
   }
 

@@ -106,6 +106,8 @@ endif()
 if(HAL_CUDNN_INCLUDE_DIR)
   set(HAL_FAKE_CUDNN_DIR ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_cudnn)
   hal_add_fake_library(fake_cudnn fake_cudnn/fake_cudnn.cpp cudnn .so.9 ${HAL_FAKE_CUDNN_DIR})
+  # NVRTC beside it, which cuDNN compiles its SDPA engines with: hal finds it and reports it.
+  hal_add_fake_library(fake_nvrtc fake_nvrtc/fake_nvrtc.cpp nvrtc .so.13 ${CMAKE_CURRENT_BINARY_DIR}/fakes/fake_nvrtc)
   target_include_directories(fake_cudnn SYSTEM PRIVATE ${HAL_CUDNN_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
 
   add_executable(hal_cudnn_attention_tests
@@ -118,16 +120,18 @@ if(HAL_CUDNN_INCLUDE_DIR)
   target_compile_definitions(hal_cudnn_attention_tests PRIVATE
     HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
     HAL_FAKE_CUDNN_PATH="$<TARGET_FILE:fake_cudnn>"
+    HAL_FAKE_NVRTC_PATH="$<TARGET_FILE:fake_nvrtc>"
     HAL_TEST_CUDNN_FRONTEND_BUILT=$<BOOL:${HAL_CUDNN_FRONTEND_INCLUDE_DIR}>)
-  add_dependencies(hal_cudnn_attention_tests fake_cuda_driver fake_cudnn)
+  add_dependencies(hal_cudnn_attention_tests fake_cuda_driver fake_cudnn fake_nvrtc)
   add_test(NAME cudnn_attention_tests COMMAND hal_cudnn_attention_tests)
   set_tests_properties(cudnn_attention_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
     "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1;HAL_FAKE_CUDA_NAME=NVIDIA A100-SXM4-80GB")
 
   # The shipped quirks for cuDNN releases, matched through the plugin's cuDNN version axis.
   target_compile_definitions(hal_cuda_tests PRIVATE HAL_FAKE_CUDNN_PATH="$<TARGET_FILE:fake_cudnn>"
+    HAL_FAKE_NVRTC_PATH="$<TARGET_FILE:fake_nvrtc>"
     HAL_TEST_CUDNN_FRONTEND_BUILT=$<BOOL:${HAL_CUDNN_FRONTEND_INCLUDE_DIR}>)
-  add_dependencies(hal_cuda_tests fake_cudnn)
+  add_dependencies(hal_cuda_tests fake_cudnn fake_nvrtc)
   add_test(NAME cuda_cudnn_quirk_tests COMMAND hal_cuda_tests "--test-suite=cudnn quirks")
   set_tests_properties(cuda_cudnn_quirk_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
     "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=h100")

@@ -34,17 +34,19 @@ namespace {
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
 // The CUDA backend's context on the fake driver, with cuDNN loaded from
-// `cudnn_path` as the plugin would (HAL_CUDNN set means only that path).
+// `cudnn_path` and NVRTC from `nvrtc_path` as the plugin would (HAL_CUDNN
+// and HAL_NVRTC set mean only those paths).
 struct FakeCudaContext {
   hal::cuda::Context context;
-  explicit FakeCudaContext(const std::string& cudnn_path) {
-    ScopedEnvironment environment{{"HAL_CUDNN", cudnn_path}};
+  explicit FakeCudaContext(const std::string& cudnn_path, const std::string& nvrtc_path = HAL_FAKE_NVRTC_PATH) {
+    ScopedEnvironment environment{{"HAL_CUDNN", cudnn_path}, {"HAL_NVRTC", nvrtc_path}};
     shims::LoadResult<shims::CudaDriver> driver = shims::CudaDriver::load(HAL_FAKE_CUDA_DRIVER_PATH);
     REQUIRE_MESSAGE(driver.library, driver.message);
     context.driver = std::move(driver.library);
     shims::LoadResult<shims::Cudnn> cudnn = shims::Cudnn::load("");
     context.cudnn = std::move(cudnn.library);
     context.cudnn_status = context.cudnn ? "loaded " + context.cudnn->path() : cudnn.message;
+    hal::cuda::load_runtime_compiler(context);
     // The cuda plugin's profile, as far as discovery needs it.
     context.profile.backend = "cuda";
     context.profile.identify = [](const hal::cuda::Context&, hal::cuda::CudaDevice& device) { device.vendor = "NVIDIA"; };
@@ -78,6 +80,10 @@ hal_attention_params_v1 typical_params() {
   return params;
 }
 
+std::string fused_unavailable_reason(const hal::cuda::Context& context) {
+  return hal::cuda::make_cudnn_attention(context)->unavailable();
+}
+
 std::string last_error_message() {
   hal_error_info_v1 info{};
   info.struct_size = sizeof(info);
@@ -107,6 +113,40 @@ TEST_SUITE("cudnn attention") {
   }
 
 #if HAL_TEST_CUDNN_FRONTEND_BUILT
+  TEST_CASE("without NVRTC, which cuDNN compiles its SDPA engines with, fused is not eligible and says why") {
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH, "/nonexistent/nvrtc/libnvrtc.so.13");
+    REQUIRE(fake.context.cudnn);
+    CHECK_FALSE(fake.context.nvrtc);
+    auto fused = hal::cuda::make_cudnn_attention(fake.context);
+    const std::string reason = fused->supports(0, typical_params(), false);
+#if HAL_TEST_CUDNN_FRONTEND_BUILT
+    CHECK(contains(reason, "NVRTC is not loaded"));
+    CHECK(contains(reason, "/nonexistent/nvrtc/libnvrtc.so.13"));
+    CHECK(contains(reason, "HAL_NVRTC"));
+    CHECK(fused->unavailable() == reason);
+#else
+    CHECK(contains(reason, "built without the cuDNN frontend headers"));
+#endif
+  }
+
+  TEST_CASE("NVRTC is looked for as the CUDA release cuDNN was built for names it, and reported") {
+    FakeCudaContext fake(HAL_FAKE_CUDNN_PATH);
+    REQUIRE_MESSAGE(fake.context.nvrtc, fake.context.nvrtc_status);
+    CHECK(fake.context.nvrtc_status == "loaded " + fake.context.nvrtc->path());
+    CHECK(fake.context.nvrtc->version() == "13.0");
+#if HAL_TEST_CUDNN_FRONTEND_BUILT
+    CHECK(fused_unavailable_reason(fake.context).empty());
+#endif
+    // The fake cuDNN says it was built for CUDA 13 (cudnnGetCudartVersion 13000): libnvrtc.so.13 first.
+    CHECK(shims::Nvrtc::nvidia_request("", 13).sonames.front() == "libnvrtc.so.13");
+    CHECK(shims::Nvrtc::nvidia_request("", 12).sonames.front() == "libnvrtc.so.12");
+    CHECK(shims::Nvrtc::nvidia_request("", 0).sonames.size() == 2);
+    // No cuDNN: NVRTC is not looked for, and says so.
+    FakeCudaContext without("/nonexistent/cudnn/libcudnn.so.9");
+    CHECK_FALSE(without.context.nvrtc);
+    CHECK(without.context.nvrtc_status == "not looked for: cuDNN is not loaded");
+  }
+
   TEST_CASE("a graph cuDNN cannot build is ineligible with cuDNN's own message and version, asked once per shape") {
     ScopedEnvironment environment{{"HAL_FAKE_CUDNN_VERSION", "9.8.0"},
                                   {"HAL_FAKE_CUDNN_REJECT", "no engine for this SDPA graph (fake)"}};

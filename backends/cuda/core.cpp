@@ -29,6 +29,7 @@ void load_optional_libraries(Context& context) {
   } else {
     context.cudnn_status = profile.dnn_absent;
   }
+  load_runtime_compiler(context);
   if (profile.collectives_absent.empty()) {
     shims::LoadResult<shims::Nccl> nccl = shims::Nccl::load(profile.collectives);
     context.nccl = std::move(nccl.library);
@@ -40,12 +41,29 @@ void load_optional_libraries(Context& context) {
     load_cublas(context, profile.blas);
   else
     context.cublas_status = profile.blas_absent;
-  for (const auto& [name, status] : {std::pair{"cuDNN", &context.cudnn_status}, std::pair{"NCCL", &context.nccl_status},
-                                     std::pair{"cuBLAS", &context.cublas_status}})
+  for (const auto& [name, status] : {std::pair{"cuDNN", &context.cudnn_status}, std::pair{"NVRTC", &context.nvrtc_status},
+                                     std::pair{"NCCL", &context.nccl_status}, std::pair{"cuBLAS", &context.cublas_status}})
     context.log_message(HAL_LOG_INFO, std::string(name) + ": " + *status);
 }
 
 }  // namespace
+
+void load_runtime_compiler(Context& context) {
+  const Profile& profile = context.profile;
+  if (!profile.runtime_compiler_absent.empty()) {
+    context.nvrtc_status = profile.runtime_compiler_absent;
+    return;
+  }
+  if (!context.cudnn) {
+    context.nvrtc_status = "not looked for: cuDNN is not loaded";
+    return;
+  }
+  const shims::CudnnApi& cudnn = context.cudnn->api();
+  const int cuda_major = cudnn.cudnnGetCudartVersion != nullptr ? static_cast<int>(cudnn.cudnnGetCudartVersion() / 1000) : 0;
+  shims::LoadResult<shims::Nvrtc> nvrtc = shims::Nvrtc::load(shims::Nvrtc::nvidia_request(profile.runtime_compiler, cuda_major));
+  context.nvrtc = std::move(nvrtc.library);
+  context.nvrtc_status = context.nvrtc ? "loaded " + context.nvrtc->path() : nvrtc.message;
+}
 
 hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init) {
   Context& context = backend.cuda;

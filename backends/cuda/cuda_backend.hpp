@@ -23,6 +23,7 @@
 #include "gpu_telemetry.hpp"
 #include "gpu_vendor.hpp"
 #include "hal/backend_abi.h"
+#include "nvrtc.hpp"
 #include "kernel_functions.hpp"
 #include "last_error.hpp"
 #include "nccl.hpp"
@@ -89,8 +90,11 @@ struct Profile {
   shims::LibraryRequest dnn;     // a cuDNN-compatible library
   shims::LibraryRequest collectives;  // an NCCL-compatible library
   std::string blas;  // a cuBLAS-compatible library's path; empty: HAL_CUBLAS, then the usual search
+  // NVRTC's path (the `nvrtc` option); empty: HAL_NVRTC, then the usual search. Looked for once the DNN
+  // library is loaded, for the CUDA release that library was built for.
+  std::string runtime_compiler;
   // When set, that library is not looked for and this is the reason.
-  std::string dnn_absent, collectives_absent, blas_absent;
+  std::string dnn_absent, collectives_absent, blas_absent, runtime_compiler_absent;
   // The NVML-family management library telemetry reads, opened on the
   // first snapshot, and its exported names' prefix ("nvml", "hgml").
   shims::LibraryRequest telemetry;
@@ -110,6 +114,9 @@ struct Context {
   std::unique_ptr<shims::CudaDriver> driver;
   std::unique_ptr<shims::Cudnn> cudnn;
   std::string cudnn_status;  // where it was found, or why not
+  // NVRTC, which cuDNN compiles its SDPA engines with; fused attention declines without it.
+  std::unique_ptr<shims::Nvrtc> nvrtc;
+  std::string nvrtc_status;
   std::unique_ptr<shims::Nccl> nccl;
   std::string nccl_status;
   std::unique_ptr<shims::Cublas> cublas;  // the math attention path's GEMMs
@@ -178,6 +185,9 @@ std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile);
 // cuBLAS (HAL_CUBLAS, then the `cublas` option, then the usual search); a
 // missing one is kept as the math path's reason.
 void load_cublas(Context& context, const std::string& configured_path);
+// Loads NVRTC for a loaded cuDNN, for the CUDA release cuDNN was built for (its libnvrtc.so.<major> is the soname
+// cuDNN opens), from the profile's path, HAL_NVRTC or the usual search; sets nvrtc_status either way.
+void load_runtime_compiler(Context& context);
 
 }  // namespace hal::cuda
 

@@ -142,9 +142,7 @@ class CudnnAttention final : public backend::FusedAttention {
       if (handle != nullptr) (void)fe::detail::destroy_handle(handle);
   }
 
-  std::string unavailable() const override {
-    return context_.cudnn ? std::string() : "cuDNN is not loaded: " + context_.cudnn_status;
-  }
+  std::string unavailable() const override { return missing_library(); }
 
   std::string supports(std::uint32_t device, const hal_attention_params_v1& params, bool backward) override {
     // cuDNN refuses, at execute, tensors that are not 16-byte aligned (a
@@ -226,12 +224,21 @@ class CudnnAttention final : public backend::FusedAttention {
     return kept;
   }
 
+  // Why cuDNN's SDPA cannot run for want of a library, empty when both are there: cuDNN, and NVRTC, which cuDNN
+  // compiles its SDPA engines with when a graph is built (a profile that does not ask for NVRTC does without).
+  std::string missing_library() const {
+    if (!context_.cudnn) return "cuDNN is not loaded: " + context_.cudnn_status;
+    if (!context_.nvrtc && context_.profile.runtime_compiler_absent.empty())
+      return "cuDNN compiles its SDPA engines with NVRTC at run time, and NVRTC is not loaded: " + context_.nvrtc_status;
+    return {};
+  }
+
   // Builds plan.graph; returns the reasons it cannot run, empty when it can.
   std::string build(Plan& plan, std::uint32_t device, const hal_attention_params_v1& params, bool backward) {
     if (device >= context_.devices.size())
       return "device index " + std::to_string(device) + " is out of range; there are " +
              std::to_string(context_.devices.size()) + " CUDA devices";
-    if (!context_.cudnn) return "cuDNN is not loaded: " + context_.cudnn_status;
+    if (std::string missing = missing_library(); !missing.empty()) return missing;
     const shims::Cudnn& cudnn = *context_.cudnn;
     if (std::string conflict = bind_frontend(cudnn); !conflict.empty()) return conflict;
     const std::size_t version = cudnn.api().cudnnGetVersion();

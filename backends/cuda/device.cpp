@@ -135,6 +135,7 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
   device.warp_size = static_cast<std::uint32_t>(reader.attribute(CU_DEVICE_ATTRIBUTE_WARP_SIZE, "warp size"));
   description.add_int("cuda.max_shared_memory_per_block_optin", device.max_shared_bytes);
   description.add_bool("library.cudnn", context.cudnn != nullptr, context.cudnn_status);
+  description.add_bool("library.nvrtc", context.nvrtc != nullptr, context.nvrtc_status);
   description.add_bool("library.nccl", context.nccl != nullptr, context.nccl_status);
   description.add_bool("collectives", context.collectives && context.collectives->available(),
                        context.collectives ? context.collectives->capability_note() : context.nccl_status);

@@ -39,6 +39,7 @@ void identify_nvidia_device(const Context& context, CudaDevice& device) {
   description.add_version("driver", format_cuda_version(context.driver_version));
   description.add_version("cuda_headers", format_cuda_version(CUDA_VERSION));
   if (context.cudnn) description.add_version("cudnn", context.cudnn->version());
+  if (context.nvrtc) description.add_version("nvrtc", context.nvrtc->version());
   if (context.nccl) description.add_version("nccl", context.nccl->version());
   // Only an NVIDIA GPU's compute capability names its architecture.
   if (device.vendor == "NVIDIA")
@@ -62,6 +63,7 @@ Profile nvidia_profile(const std::map<std::string, std::string>& options) {
   profile.dnn = shims::Cudnn::nvidia_request(option("cudnn"));
   profile.collectives = shims::Nccl::nvidia_request(option("nccl"));
   profile.blas = option("cublas");
+  profile.runtime_compiler = option("nvrtc");
   profile.telemetry = shims::Nvml::nvidia_request(option("nvml"));
   profile.identify = identify_nvidia_device;
   return profile;
@@ -71,8 +73,8 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
   return backend::guarded_initialize(init, out, "cuda", [&] {
     auto backend = std::make_unique<hal_backend_context>();
     // Each option is a path to one vendor library.
-    const auto options = backend::read_backend_options(*init, "cuda", {"driver", "cudnn", "nccl", "cublas", "nvml"},
-                                                       "driver, cudnn, nccl, cublas and nvml (paths to those libraries)");
+    const auto options = backend::read_backend_options(*init, "cuda", {"driver", "cudnn", "nvrtc", "nccl", "cublas", "nvml"},
+                                                       "driver, cudnn, nvrtc, nccl, cublas and nvml (paths to those libraries)");
     backend->cuda.profile = nvidia_profile(options);
     if (hal_status status = open_context(*backend, *init); status != HAL_OK) return status;
     *out = backend.release();

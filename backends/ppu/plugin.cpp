@@ -96,6 +96,9 @@ cuda::Profile ppu_profile(const Software& software) {
     profile.dnn.display_name = "cuDNN-compatible library of the PPU SDK";
     profile.dnn.configured_path = software.dnn.path;
   }
+  // The SDK's DNN library is not known to compile engines with NVRTC, and
+  // NVIDIA's NVRTC on the same machine must never be picked up for it.
+  profile.runtime_compiler_absent = "not looked for: the PPU SDK's DNN library does not use NVIDIA's NVRTC";
   if (software.blas.path.empty()) {
     profile.blas_absent = "no libcublas.so* in the PPU SDK: " + join(software.blas.tried);
   } else {
