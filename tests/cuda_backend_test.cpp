@@ -359,6 +359,36 @@ TEST_SUITE("fake driver") {
     CHECK(fake.primary_context_retains(1) == 0);  // device 1 was never used
   }
 
+  // What hal.torch does per call on a GPU: torch's current stream wrapped, its tensors passed by address. A
+  // device-wide wait there would stall every stream of the framework (and hold Python's lock) on every call.
+  TEST_CASE_FIXTURE(FakeDriverFixture, "hal.torch's call shape, a wrapped stream and borrowed addresses, waits for no whole device") {
+    if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
+    const FakeDriver fake;
+    (void)fake.make_primary_current(0);
+    CUstream native = nullptr;
+    REQUIRE(fake.function<decltype(cuStreamCreate)>("cuStreamCreate")(&native, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+    const hal::AttentionParams params{.heads_q = 2, .seq_q = 16, .head_dim_qk = 64, .return_lse = true};
+    const std::uint64_t tensor_bytes = 16 * 2 * 64 * sizeof(float), lse_bytes = 2 * 16 * sizeof(float);
+    std::vector<hal::Buffer> memory;  // the framework's tensors: q k v o grad_o grad_q grad_k grad_v, then lse
+    for (int index = 0; index < 8; ++index) memory.push_back(device(0).allocate(tensor_bytes));
+    memory.push_back(device(0).allocate(lse_bytes));
+    for (const hal::Buffer& buffer : memory) buffer.fill(0, buffer.size(), 0);
+    auto at = [&](int index) { return hal::TensorRef::borrowed(memory[index].device_address()); };
+    const auto synchronizes = fake.function<int()>("hal_fake_cuda_context_synchronizes");
+    const int before = synchronizes();
+    {
+      const hal::Stream stream = device(0).wrap_native_stream({native, false});
+      for (int call = 0; call < 3; ++call) {
+        hal::attention_forward(stream, params, at(0), at(1), at(2), at(3), at(8));
+        hal::attention_backward(stream, params, at(0), at(1), at(2), at(3), at(4), at(8), at(5), at(6), at(7));
+      }
+      REQUIRE(fake.function<decltype(cuStreamSynchronize)>("cuStreamSynchronize")(native) == CUDA_SUCCESS);
+    }
+    CHECK(synchronizes() == before);
+    REQUIRE(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(native) == CUDA_SUCCESS);
+    fake.release_primary(0);
+  }
+
   TEST_CASE_FIXTURE(FakeDriverFixture, "a caller's current context is the same after hal worked on another device") {
     const FakeDriver fake;
     std::thread framework([&] {
