@@ -1243,7 +1243,8 @@ TEST_SUITE("faithful fake driver") {
     CHECK(added_status == CUDA_ERROR_ILLEGAL_ADDRESS);
   }
 
-  TEST_CASE("a hal host callback after a failed operation runs, with the failure as its status") {
+  // A fill that faults, then a hal host callback behind it: the callback runs, with the failure.
+  void poison_and_call_back() {
     const FakeDriverFixture fixture;
     const hal::Device gpu = fixture.device(0);
     const hal::Stream stream = gpu.create_stream();
@@ -1267,6 +1268,19 @@ TEST_SUITE("faithful fake driver") {
     CHECK(calls == 1);  // a waiter on it would otherwise hang
     CHECK_FALSE(ok.load());
     CHECK_THROWS(stream.synchronize());
+  }
+
+  TEST_CASE("a hal host callback after a failed operation runs, with the failure as its status") {
+    const FakeDriver fake;
+    poison_and_call_back();
+    // The fault poisoned device 0's context. hal lets go of it once the
+    // runtime and what its callbacks captured are gone (partly off the
+    // driver's callback thread, so a little later): then the next test gets a
+    // fresh context, not this one's sticky error.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (fake.primary_context_retains(0) != 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(fake.primary_context_retains(0) == 0);
   }
 
   TEST_CASE("what a hal host callback captured is released off the driver's callback thread") {
