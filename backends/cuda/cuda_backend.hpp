@@ -23,11 +23,11 @@
 #include "gpu_telemetry.hpp"
 #include "gpu_vendor.hpp"
 #include "hal/backend_abi.h"
-#include "nvrtc.hpp"
 #include "kernel_functions.hpp"
 #include "last_error.hpp"
 #include "nccl.hpp"
 #include "nccl_collectives.hpp"
+#include "nvrtc.hpp"
 
 namespace hal::cuda {
 

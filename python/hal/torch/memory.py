@@ -251,7 +251,6 @@ def _without_cache(block: nn.Module, keywords: dict) -> dict:
     return keywords
 
 
-
 def _wrap(block: nn.Module, selective: bool) -> None:
     original = block.__dict__.get("_hal_original_forward", block.forward)
     options = {"context_fn": _selective_context} if selective else {}
