@@ -147,7 +147,7 @@ std::string LibraryLoad::describe_attempts() const {
 std::vector<std::string> toolkit_library_directories() {
   std::vector<std::string> directories;
   std::set<std::string> seen;
-  for (const std::string& root : {shared::environment_value("CUDA_HOME").value_or(""), shared::environment_value("CUDA_PATH").value_or(""), std::string("/usr/local/cuda")}) {
+  for (const std::string& root : {abi::environment_value("CUDA_HOME").value_or(""), abi::environment_value("CUDA_PATH").value_or(""), std::string("/usr/local/cuda")}) {
     if (root.empty()) continue;
     for (const char* sub : {"lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"}) {
       const std::string directory = (std::filesystem::path(root) / sub).string();
@@ -159,7 +159,7 @@ std::vector<std::string> toolkit_library_directories() {
 
 std::vector<std::pair<std::string, std::string>> rocm_library_directories() {
   std::vector<std::pair<std::string, std::string>> directories;
-  if (const std::string rocm_path = shared::environment_value("ROCM_PATH").value_or(""); !rocm_path.empty())
+  if (const std::string rocm_path = abi::environment_value("ROCM_PATH").value_or(""); !rocm_path.empty())
     directories.emplace_back("ROCM_PATH", (std::filesystem::path(rocm_path) / "lib").string());
   directories.emplace_back("/opt/rocm", "/opt/rocm/lib");
   return directories;
@@ -194,7 +194,7 @@ std::vector<std::string> virtual_environments_in_use() {
   const std::filesystem::path executable = std::filesystem::read_symlink("/proc/self/exe", error);
   if (!error && is_virtual_environment(executable.parent_path().parent_path()))
     prefixes.push_back(executable.parent_path().parent_path().string());
-  std::stringstream path(shared::environment_value("PATH").value_or(""));
+  std::stringstream path(abi::environment_value("PATH").value_or(""));
   for (std::string entry; std::getline(path, entry, ':');) {
     const std::filesystem::path prefix = std::filesystem::path(entry).parent_path();
     if (!entry.empty() && is_virtual_environment(prefix)) prefixes.push_back(prefix.string());
@@ -207,14 +207,14 @@ std::vector<std::string> virtual_environments_in_use() {
 std::vector<std::string> python_site_package_directories() {
   std::vector<std::string> prefixes;
   for (const char* variable : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
-    if (std::string prefix = shared::environment_value(variable).value_or(""); !prefix.empty()) prefixes.push_back(prefix);
+    if (std::string prefix = abi::environment_value(variable).value_or(""); !prefix.empty()) prefixes.push_back(prefix);
   }
   for (const auto& prefix : virtual_environments_in_use()) prefixes.push_back(prefix);
-  if (std::string pyenv = shared::environment_value("PYENV_ROOT").value_or(""); !pyenv.empty()) {
+  if (std::string pyenv = abi::environment_value("PYENV_ROOT").value_or(""); !pyenv.empty()) {
     for (const auto& version : glob_directories(pyenv + "/versions/*")) prefixes.push_back(version);
   }
   for (const auto& version : glob_directories("/root/.pyenv/versions/*")) prefixes.push_back(version);
-  if (std::string home = shared::environment_value("HOME").value_or(""); !home.empty()) {
+  if (std::string home = abi::environment_value("HOME").value_or(""); !home.empty()) {
     prefixes.push_back(home + "/.local");
     for (const auto& version : glob_directories(home + "/.pyenv/versions/*")) prefixes.push_back(version);
   }
@@ -236,7 +236,7 @@ LibraryLoad load_library(const LibraryRequest& request) {
   // 1. An explicit path: the only candidate, so a wrong setting is visible.
   std::string explicit_path = request.environment_variable.empty()
                                   ? ""
-                                  : shared::environment_value(request.environment_variable.c_str()).value_or("");
+                                  : abi::environment_value(request.environment_variable.c_str()).value_or("");
   std::string explicit_source = request.environment_variable;
   if (explicit_path.empty() && !request.configured_path.empty()) {
     explicit_path = request.configured_path;

@@ -12,6 +12,8 @@
 //   bf16: absolute 1.6e-2, relative 1.6e-2 (outputs rounded to 8 bits: ~3.9e-3)
 // The f64 reference is itself checked against central finite differences.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include "attention/attention_kernels.hpp"
+
 #include <doctest/doctest.h>
 #include <sched.h>
 
@@ -32,11 +34,11 @@
 #include <vector>
 
 #include "attention/attention_common.hpp"
-#include "attention/attention_kernels.hpp"
-#include "attention/half.hpp"
 #include "attention/thread_pool.hpp"
+#include "dtype_codes.hpp"
 
 using namespace hal::host;
+using namespace hal::abi;  // the f16 and bf16 conversions the kernels use
 
 namespace {
 

@@ -26,6 +26,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dtype_codes.hpp"
 #include "hal/hal.hpp"
 
 namespace {
@@ -34,58 +35,22 @@ constexpr int skip_exit_code = 77;
 
 float round_to(hal::DType dtype, float value);
 
-std::uint16_t to_half_bits(float value) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  const std::uint32_t sign = (bits >> 16) & 0x8000u, magnitude = bits & 0x7fffffffu;
-  if (magnitude >= 0x7f800000u) return static_cast<std::uint16_t>(sign | (magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u));
-  if (magnitude >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);
-  if (magnitude < 0x38800000u) {
-    float absolute;
-    std::memcpy(&absolute, &magnitude, 4);
-    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(absolute * 16777216.0f)));
-  }
-  return static_cast<std::uint16_t>(sign | ((magnitude + 0xfffu + ((magnitude >> 13) & 1u) - 0x38000000u) >> 13));
-}
-
-float from_half_bits(std::uint16_t half) {
-  const std::uint32_t exponent = (half >> 10) & 0x1fu, mantissa = half & 0x3ffu;
-  float magnitude = exponent == 0    ? std::ldexp(static_cast<float>(mantissa), -24)
-                    : exponent == 31 ? (mantissa != 0 ? NAN : INFINITY)
-                                     : std::ldexp(static_cast<float>(mantissa | 0x400u), static_cast<int>(exponent) - 25);
-  return (half & 0x8000u) != 0 ? -magnitude : magnitude;
-}
-
-std::uint16_t to_bfloat_bits(float value) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  return static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-float from_bfloat_bits(std::uint16_t bfloat) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(bfloat) << 16;
-  float value;
-  std::memcpy(&value, &bits, 4);
-  return value;
-}
-
-std::size_t element_bytes(hal::DType dtype) { return dtype == hal::DType::f32 ? 4 : 2; }
-
 std::vector<std::uint8_t> encode(hal::DType dtype, const std::vector<float>& values) {
-  std::vector<std::uint8_t> bytes(values.size() * element_bytes(dtype));
+  std::vector<std::uint8_t> bytes(values.size() * hal::size_in_bytes(dtype));
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (dtype == hal::DType::f32) {
       std::memcpy(&bytes[i * 4], &values[i], 4);
       continue;
     }
-    const std::uint16_t bits = dtype == hal::DType::f16 ? to_half_bits(values[i]) : to_bfloat_bits(values[i]);
+    const std::uint16_t bits =
+        dtype == hal::DType::f16 ? hal::abi::float_to_f16_bits(values[i]) : hal::abi::float_to_bf16_bits(values[i]);
     std::memcpy(&bytes[i * 2], &bits, 2);
   }
   return bytes;
 }
 
 std::vector<float> decode(hal::DType dtype, const std::vector<std::uint8_t>& bytes) {
-  std::vector<float> values(bytes.size() / element_bytes(dtype));
+  std::vector<float> values(bytes.size() / hal::size_in_bytes(dtype));
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (dtype == hal::DType::f32) {
       std::memcpy(&values[i], &bytes[i * 4], 4);
@@ -93,7 +58,7 @@ std::vector<float> decode(hal::DType dtype, const std::vector<std::uint8_t>& byt
     }
     std::uint16_t bits;
     std::memcpy(&bits, &bytes[i * 2], 2);
-    values[i] = dtype == hal::DType::f16 ? from_half_bits(bits) : from_bfloat_bits(bits);
+    values[i] = dtype == hal::DType::f16 ? hal::abi::f16_bits_to_float(bits) : hal::abi::bf16_bits_to_float(bits);
   }
   return values;
 }
@@ -191,7 +156,7 @@ Outputs run(const hal::Device& device, hal::AttentionParams params, const Tensor
   };
   auto zeros = [&](std::size_t n, hal::DType dtype) { return upload(std::vector<float>(n, 0.0f), dtype); };
   auto download = [&](const hal::Buffer& buffer, std::size_t n, hal::DType dtype) {
-    std::vector<std::uint8_t> bytes(n * element_bytes(dtype));
+    std::vector<std::uint8_t> bytes(n * hal::size_in_bytes(dtype));
     stream.copy_to_host(bytes.data(), buffer, 0, bytes.size());
     stream.synchronize();
     return decode(dtype, bytes);

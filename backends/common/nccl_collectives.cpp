@@ -14,9 +14,17 @@
 #include <vector>
 
 #include "collective_names.hpp"
+#include "dtype_codes.hpp"
 #include "last_error.hpp"
 
 namespace hal::backend {
+
+using abi::describe_operation;
+using abi::dtype_name;
+using abi::element_size;
+using abi::kind_name;
+using abi::option_value;
+using abi::reduce_op_name;
 
 // ---- the port's entry points -----------------------------------------------------
 

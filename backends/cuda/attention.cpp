@@ -86,7 +86,7 @@ void load_cublas(Context& context, const std::string& configured_path) {
   shims::LoadResult<shims::Cublas> cublas = shims::Cublas::load(configured_path);
   context.cublas = std::move(cublas.library);
   context.cublas_status = context.cublas ? "loaded " + context.cublas->path() : cublas.message;
-  const char* tf32 = shared::environment("HAL_CUBLAS_TF32");
+  const char* tf32 = abi::environment("HAL_CUBLAS_TF32");
   context.blas_handles.allow_tf32 = tf32 != nullptr && std::string_view(tf32) == "1";
 }
 

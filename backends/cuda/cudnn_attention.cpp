@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cuda_backend.hpp"
+#include "dtype_codes.hpp"
 
 #if HAL_WITH_CUDNN_FRONTEND
 #include <cudnn_frontend.h>
@@ -36,16 +37,6 @@ namespace {
 
 #if HAL_WITH_CUDNN_FRONTEND
 
-std::string dtype_name(hal_dtype dtype) {
-  switch (dtype) {
-    case HAL_DTYPE_F32: return "f32";
-    case HAL_DTYPE_F16: return "f16";
-    case HAL_DTYPE_BF16: return "bf16";
-    case HAL_DTYPE_F64: return "f64";
-    default: return "#" + std::to_string(static_cast<int>(dtype));
-  }
-}
-
 // Reasons that need no cuDNN call: what cuDNN's SDPA never takes.
 std::string reasons_before_cudnn(const hal_attention_params_v1& params, bool backward, std::size_t cudnn_version) {
   std::string reasons;
@@ -53,7 +44,7 @@ std::string reasons_before_cudnn(const hal_attention_params_v1& params, bool bac
   if (params.dtype == HAL_DTYPE_F32)
     add("dtype f32: cuDNN's fused attention takes f16 or bf16 only (flash and math take f32)");
   else if (params.dtype != HAL_DTYPE_F16 && params.dtype != HAL_DTYPE_BF16)
-    add("dtype " + dtype_name(params.dtype) + " is not f16 or bf16, the types cuDNN's fused attention takes");
+    add(std::string("dtype ") + abi::dtype_name(params.dtype) + " is not f16 or bf16, the types cuDNN's fused attention takes");
   for (const auto& [name, value] : {std::pair{"head_dim_qk", params.head_dim_qk}, {"head_dim_v", params.head_dim_v}})
     if (value % 8 != 0)
       add(std::string(name) + " (" + std::to_string(value) +

@@ -82,7 +82,7 @@ hal_status describe_device(const Context& context, int ordinal, CudaDevice& devi
 
   char bus_id[64] = {};
   if (api.cuDeviceGetPCIBusId(bus_id, sizeof(bus_id) - 1, device.handle) == CUDA_SUCCESS)
-    device.pci_bus_id = shared::normalize_pci_bus_id(bus_id).value_or("");
+    device.pci_bus_id = abi::normalize_pci_bus_id(bus_id).value_or("");
 
   std::size_t total = 0;
   if (hal_status status = context.check(api.cuDeviceTotalMem(&total, device.handle), "cuDeviceTotalMem for " + which);

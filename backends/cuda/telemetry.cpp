@@ -348,7 +348,7 @@ class NvmlTelemetry : public backend::TelemetrySource {
       if (api.DeviceGetHandleByIndex(index, &handle) != shims::nvml_success ||
           api.DeviceGetPciInfo(handle, &pci) != shims::nvml_success)
         continue;  // a GPU NVML cannot open (lost, no permission) is reported as not found below
-      const std::string bus_id = shared::normalize_pci_bus_id(pci.bus_id).value_or("");
+      const std::string bus_id = abi::normalize_pci_bus_id(pci.bus_id).value_or("");
       listed_ += (listed_.empty() ? "" : ", ") + bus_id;
       by_pci_bus_id_[bus_id] = handle;
       char uuid[96] = {};
@@ -374,7 +374,7 @@ class NvmlTelemetry : public backend::TelemetrySource {
       shims::NvmlPciInfo peer{};
       if (info.active && api.DeviceGetNvLinkRemotePciInfo != nullptr &&
           api.DeviceGetNvLinkRemotePciInfo(handle, link, &peer) == shims::nvml_success)
-        info.peer_pci_bus_id = shared::normalize_pci_bus_id(peer.bus_id).value_or("");
+        info.peer_pci_bus_id = abi::normalize_pci_bus_id(peer.bus_id).value_or("");
       out.push_back(std::move(info));
     }
     return backend::succeed();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collective_names.hpp"
+#include "dtype_codes.hpp"
 #include "hal/backend_abi.h"
 #include "host_backend.hpp"
 
@@ -46,12 +47,12 @@ class CommunicatorEngine {
 };
 
 // Names and descriptions shared with the GPU backends' engine.
-using backend::describe_operation;
-using backend::dtype_name;
-using backend::element_size;
-using backend::is_half;
-using backend::kind_name;
-using backend::option_value;
+using abi::describe_operation;
+using abi::dtype_name;
+using abi::element_size;
+using abi::is_half;
+using abi::kind_name;
+using abi::option_value;
 
 // Which engine a communicator runs on. requested: "auto", "gloo" or "mpi";
 // requested_by says where that came from, for the reason.

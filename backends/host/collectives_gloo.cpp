@@ -256,8 +256,6 @@ namespace {
 
 // ---- per-operation execution -------------------------------------------------
 
-bool is_half(hal_dtype dtype) { return dtype == HAL_DTYPE_F16 || dtype == HAL_DTYPE_BF16; }
-
 // Calls body with a value of the C++ type that carries dtype's reductions;
 // f16 and bf16 are reduced in f32.
 template <typename Body>
@@ -623,7 +621,7 @@ hal_status create_gloo_engine(const hal_communicator_config_v1& config, std::sha
 
   // Where to listen: an interface name, a host name/address, else loopback
   // (single node). Options beat the environment.
-  const shared::GlooListen listen = shared::gloo_listen(option_value(config, "interface"), option_value(config, "hostname"));
+  const abi::GlooListen listen = abi::gloo_listen(option_value(config, "interface"), option_value(config, "hostname"));
   gloo::transport::tcp::attr attributes;
   if (!listen.interface_name.empty())
     attributes.iface = listen.interface_name;

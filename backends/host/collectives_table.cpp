@@ -19,8 +19,8 @@ namespace hal::host {
 std::string mpi_launcher() {
   // OpenMPI's variables first: mpirun inside a Slurm allocation inherits the
   // allocation's SLURM_* too.
-  if (const char* size = shared::environment("OMPI_COMM_WORLD_SIZE")) return "mpirun (OMPI_COMM_WORLD_SIZE=" + std::string(size) + ")";
-  if (const char* rank = shared::environment("SLURM_PROCID")) return "srun (SLURM_PROCID=" + std::string(rank) + ")";
+  if (const char* size = abi::environment("OMPI_COMM_WORLD_SIZE")) return "mpirun (OMPI_COMM_WORLD_SIZE=" + std::string(size) + ")";
+  if (const char* rank = abi::environment("SLURM_PROCID")) return "srun (SLURM_PROCID=" + std::string(rank) + ")";
   return {};
 }
 

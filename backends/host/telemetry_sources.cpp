@@ -111,7 +111,7 @@ int package_of(const fs::path& sys, int cpu) {
 }  // namespace
 
 fs::path choose_telemetry_root(const std::string& option_value) {
-  if (const char* variable = shared::environment("HAL_HOST_TELEMETRY_ROOT"))
+  if (const char* variable = abi::environment("HAL_HOST_TELEMETRY_ROOT"))
     return variable;
   if (!option_value.empty()) return option_value;
   return "/";

@@ -75,7 +75,7 @@ std::optional<Version> parse_version(std::string_view text) {
 Roots choose_roots(const std::map<std::string, std::string>& options) {
   Roots roots;
   auto pick = [&](std::string& root, const char* variable, const char* option) {
-    if (std::string value = shared::environment_value(variable).value_or(""); !value.empty())
+    if (std::string value = abi::environment_value(variable).value_or(""); !value.empty())
       root = value;
     else if (auto found = options.find(option); found != options.end() && !found->second.empty())
       root = found->second;
@@ -122,7 +122,7 @@ DriverVersion read_driver_version(const std::string& sysfs_root) {
 Sdk find_sdk(const std::string& option_sdk) {
   Sdk sdk;
   const std::pair<std::string, std::string> candidates[] = {
-      {shared::environment_value("PPU_SDK").value_or(""), "PPU_SDK"},     {shared::environment_value("PPU_SDK_HOME").value_or(""), "PPU_SDK_HOME"},
+      {abi::environment_value("PPU_SDK").value_or(""), "PPU_SDK"},     {abi::environment_value("PPU_SDK_HOME").value_or(""), "PPU_SDK_HOME"},
       {option_sdk, "backend option sdk"},      {"/opt/ppu-sdk", "standard path"},
       {"/usr/local/PPU_SDK", "standard path"},
   };
@@ -172,7 +172,7 @@ LibraryFile find_library(const std::vector<std::string>& dirs, const std::string
 
 Collectives find_collectives(const std::string& option_accl, const Sdk& sdk) {
   Collectives collectives;
-  std::vector<std::string> roots = {option_accl, shared::environment_value("ACCL_P_HOME").value_or(""), "/opt/accl-p"};
+  std::vector<std::string> roots = {option_accl, abi::environment_value("ACCL_P_HOME").value_or(""), "/opt/accl-p"};
   if (!sdk.root.empty()) roots.push_back(sdk.root + "/accl-p");
   for (const auto& root : roots) {
     if (root.empty()) continue;

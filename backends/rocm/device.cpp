@@ -95,7 +95,7 @@ hal_status describe_device(const Context& context, int ordinal, RocmDevice& devi
 
   char bus_id[64] = {};
   if (api.hipDeviceGetPCIBusId(bus_id, sizeof(bus_id) - 1, ordinal) == hipSuccess)
-    device.pci_bus_id = shared::normalize_pci_bus_id(bus_id).value_or("");
+    device.pci_bus_id = abi::normalize_pci_bus_id(bus_id).value_or("");
   device.numa_node = backend::numa_node_from_sysfs(device.pci_bus_id);
   device.vendor = vendor_from_sysfs(device.pci_bus_id);
 

@@ -37,7 +37,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     // Loading libamdhip64 costs about 100 ms, which every hal process would
     // pay on machines without an AMD GPU; the kernel driver's device node
     // tells cheaply. An explicit runtime path is always loaded.
-    const bool runtime_named = !options["runtime"].empty() || shared::environment("HAL_HIP_RUNTIME") != nullptr;
+    const bool runtime_named = !options["runtime"].empty() || abi::environment("HAL_HIP_RUNTIME") != nullptr;
     if (!runtime_named && !std::filesystem::exists(kfd_device_node))
       return fail(HAL_ERROR_NOT_PRESENT,
                   std::string("no AMD GPU driver: ") + kfd_device_node +

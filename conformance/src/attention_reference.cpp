@@ -3,7 +3,6 @@
 #include "hal/conformance/attention_reference.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +12,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "dtype_codes.hpp"
 #include "hal/status.hpp"
 
 namespace hal::conformance {
@@ -114,43 +114,6 @@ double softmax_row(const Problem& p, std::span<const double> q, std::span<const 
   }
   return lse;
 }
-
-std::uint16_t f32_to_f16_bits(float value) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  const std::uint32_t sign = (bits >> 16) & 0x8000u;
-  const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
-  if (magnitude > 0x7F800000u) return static_cast<std::uint16_t>(sign | 0x7E00u);  // NaN
-  if (magnitude >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // rounds to inf
-  if (magnitude < 0x38800000u) {
-    // Subnormal in f16 (or zero): value / 2^-24, rounded to nearest even.
-    const float scaled = std::fabs(value) * 16777216.0f;  // exact: a power of two
-    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(scaled)));
-  }
-  // Normal: rebias the exponent, round the 13 dropped mantissa bits to even.
-  const std::uint32_t rebased = magnitude - 0x38000000u;
-  const std::uint32_t rounded = rebased + 0x0FFFu + ((rebased >> 13) & 1u);
-  return static_cast<std::uint16_t>(sign | (rounded >> 13));
-}
-
-float f16_bits_to_f32(std::uint16_t half) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(half & 0x8000u) << 16;
-  const std::uint32_t exponent = (half >> 10) & 0x1Fu;
-  const std::uint32_t mantissa = half & 0x3FFu;
-  if (exponent == 0) {
-    const float value = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -value : value;
-  }
-  if (exponent == 31) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
-  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-}
-
-std::uint16_t f32_to_bf16_bits(float value) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
-
-float bf16_bits_to_f32(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 
 [[noreturn]] void unsupported_dtype(DType dtype) {
   throw std::invalid_argument("attention reference: dtype " + std::string(to_string(dtype)) +
@@ -266,7 +229,7 @@ double load_element(DType dtype, const void* data, std::size_t index) {
     case DType::bf16: {
       std::uint16_t bits;
       std::memcpy(&bits, static_cast<const unsigned char*>(data) + index * 2, 2);
-      return dtype == DType::f16 ? f16_bits_to_f32(bits) : bf16_bits_to_f32(bits);
+      return dtype == DType::f16 ? abi::f16_bits_to_float(bits) : abi::bf16_bits_to_float(bits);
     }
     default: unsupported_dtype(dtype);
   }
@@ -278,7 +241,7 @@ void store_element(DType dtype, void* data, std::size_t index, double value) {
     case DType::f32: std::memcpy(static_cast<unsigned char*>(data) + index * 4, &single, 4); return;
     case DType::f16:
     case DType::bf16: {
-      const std::uint16_t bits = dtype == DType::f16 ? f32_to_f16_bits(single) : f32_to_bf16_bits(single);
+      const std::uint16_t bits = dtype == DType::f16 ? abi::float_to_f16_bits(single) : abi::float_to_bf16_bits(single);
       std::memcpy(static_cast<unsigned char*>(data) + index * 2, &bits, 2);
       return;
     }

@@ -167,7 +167,7 @@ Profile load_profile(const std::filesystem::path& path) {
 
 std::vector<std::filesystem::path> profile_directories() {
   std::vector<std::filesystem::path> directories;
-  if (const char* paths = shared::environment("HAL_PROFILE_PATH")) {
+  if (const char* paths = abi::environment("HAL_PROFILE_PATH")) {
     std::stringstream list(paths);
     for (std::string directory; std::getline(list, directory, ':');)
       if (!directory.empty()) directories.emplace_back(directory);

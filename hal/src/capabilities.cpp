@@ -110,7 +110,7 @@ EffectiveCapability effective_capability(const Device& device, const std::string
 std::vector<Hazard> environment_hazards(const Device& device) {
   std::vector<Hazard> hazards;
   for (const detail::Quirk* quirk : quirks_with_warning().matching(device.info())) {
-    if (quirk->hazard_env.empty() || shared::environment(quirk->hazard_env.c_str()) == nullptr) continue;
+    if (quirk->hazard_env.empty() || abi::environment(quirk->hazard_env.c_str()) == nullptr) continue;
     std::string message = quirk->hazard_env + " is set on " + device.id() + ": " + quirk->reason;
     if (!quirk->fix.empty()) message += "; fix: " + quirk->fix;
     hazards.push_back({quirk->id, std::move(message)});

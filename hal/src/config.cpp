@@ -175,7 +175,7 @@ class ValueReader {
   // "~/x" is under $HOME; other relative paths are relative to the config file.
   std::filesystem::path resolve_path(const std::string& text) const {
     if (text.empty()) return {};
-    const char* home = shared::environment("HOME");
+    const char* home = abi::environment("HOME");
     if (text.starts_with("~/") && home != nullptr) {
       return (std::filesystem::path(home) / text.substr(2)).lexically_normal();
     }
@@ -229,7 +229,7 @@ KeyRule make_rule(std::string name, std::string type, std::string default_value,
 std::function<std::optional<std::string>(Config&)> environment_override(
     std::string variable, std::function<void(Config&, std::string_view)> parse) {
   return [variable = std::move(variable), parse = std::move(parse)](Config& config) -> std::optional<std::string> {
-    const char* value = shared::environment(variable.c_str());
+    const char* value = abi::environment(variable.c_str());
     if (value == nullptr) return std::nullopt;
     parse(config, value);
     return variable + "=" + value;
@@ -448,7 +448,7 @@ std::optional<std::string> transformer_engine_order(Config& config) {
   std::vector<std::string> order;
   std::string decided;
   for (const auto& [variable, implementation] : switches) {
-    const char* value = shared::environment(variable);
+    const char* value = abi::environment(variable);
     if (value != nullptr && std::string_view(value) != "0" && std::string_view(value) != "1")
       throw Error(StatusCode::invalid_argument, std::string(variable) + "=" + value + " is not allowed; use 0 or 1");
     if (value == nullptr || std::string_view(value) == "1") order.emplace_back(implementation);
@@ -710,7 +710,7 @@ Config Config::load_file(const std::filesystem::path& path) {
 }
 
 std::vector<std::filesystem::path> Config::search_paths() {
-  auto environment = [](const char* name) { return shared::environment_value(name).value_or(""); };
+  auto environment = [](const char* name) { return abi::environment_value(name).value_or(""); };
   if (std::string explicit_file = environment("HAL_CONFIG"); !explicit_file.empty()) return {explicit_file};
 
   std::vector<std::filesystem::path> paths;
@@ -730,7 +730,7 @@ std::vector<std::filesystem::path> Config::search_paths() {
 
 Config Config::load_default() {
   std::vector<ConfigWarning> skipped;
-  if (const char* explicit_file = shared::environment("HAL_CONFIG"); explicit_file != nullptr) {
+  if (const char* explicit_file = abi::environment("HAL_CONFIG"); explicit_file != nullptr) {
     std::error_code error;
     // Other failures to look (e.g. permissions) are reported by load_file with their cause.
     if (!std::filesystem::exists(explicit_file, error) && !error) {

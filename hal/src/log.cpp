@@ -11,7 +11,7 @@ namespace hal::detail {
 namespace {
 
 hal_log_level initial_level() {
-  const char* text = shared::environment("HAL_LOG_LEVEL");
+  const char* text = abi::environment("HAL_LOG_LEVEL");
   if (text == nullptr) return HAL_LOG_WARNING;
   try {
     return parse_log_level(text, "HAL_LOG_LEVEL");

@@ -87,11 +87,11 @@ std::string utc_timestamp_now() {
 }
 
 std::filesystem::path ProbeCache::default_path(const std::filesystem::path& configured_directory) {
-  if (const char* explicit_path = shared::environment("HAL_PROBE_CACHE")) return explicit_path;
+  if (const char* explicit_path = abi::environment("HAL_PROBE_CACHE")) return explicit_path;
   if (!configured_directory.empty()) return configured_directory / "probes.json";
-  if (const char* cache_home = shared::environment("XDG_CACHE_HOME"))
+  if (const char* cache_home = abi::environment("XDG_CACHE_HOME"))
     return std::filesystem::path(cache_home) / "hal" / "probes.json";
-  if (const char* home = shared::environment("HOME"))
+  if (const char* home = abi::environment("HOME"))
     return std::filesystem::path(home) / ".cache" / "hal" / "probes.json";
   return std::filesystem::temp_directory_path() / "hal" / "probes.json";
 }

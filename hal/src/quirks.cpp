@@ -85,7 +85,7 @@ Quirk parse_quirk(const toml::table& table, const std::string& source) {
 }
 
 std::string data_directory() {
-  if (const char* directory = shared::environment("HAL_DATA_DIR"); directory != nullptr)
+  if (const char* directory = abi::environment("HAL_DATA_DIR"); directory != nullptr)
     return directory;
   try {
     return (boost::dll::this_line_location().parent_path().parent_path() / "share" / "hal").string();
@@ -96,7 +96,7 @@ std::string data_directory() {
 
 QuirkDatabase load_shipped() {
   std::string path;
-  if (const char* file = shared::environment("HAL_QUIRKS_FILE"); file != nullptr)
+  if (const char* file = abi::environment("HAL_QUIRKS_FILE"); file != nullptr)
     path = file;
   else
     path = data_directory() + "/quirks.toml";

@@ -70,7 +70,7 @@ std::string upper(std::string text) {
   return text;
 }
 
-using shared::environment;
+using abi::environment;
 
 // Which backends may be opened: "host,cuda" keeps those, "!rocm" drops those.
 struct BackendFilter {

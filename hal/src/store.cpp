@@ -156,7 +156,7 @@ std::int64_t FileStore::add(std::string_view key, std::int64_t delta) {
 
 namespace {
 
-using shared::environment_value;
+using abi::environment_value;
 
 long long parse_integer(const char* name, const std::string& text, long long minimum, long long maximum) {
   long long value = 0;

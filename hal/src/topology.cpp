@@ -216,7 +216,7 @@ int Topology::numa_node_of_cpu(int cpu) const {
 }
 
 std::optional<std::string> normalize_pci_bus_id(std::string_view bus_id) {
-  return shared::normalize_pci_bus_id(bus_id);
+  return abi::normalize_pci_bus_id(bus_id);
 }
 
 }  // namespace hal

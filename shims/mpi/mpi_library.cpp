@@ -20,7 +20,7 @@ std::weak_ptr<Session> current_session;  // process-wide, as MPI_Init is
 
 LoadResult<Library> Library::open() {
   std::vector<std::string> candidates;
-  if (const char* explicit_file = shared::environment("HAL_MPI_LIBRARY"))
+  if (const char* explicit_file = abi::environment("HAL_MPI_LIBRARY"))
     candidates.emplace_back(explicit_file);  // the user chose: nothing else is searched
   else
     candidates = {"libmpi.so.40", "libmpi.so"};

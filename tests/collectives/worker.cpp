@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "dtype_codes.hpp"
 #include "hal/hal.hpp"
 #include "hal/collectives.hpp"
 
@@ -42,26 +43,14 @@ int failures = 0;
 
 // ---- values in every data type ------------------------------------------------
 
-std::uint16_t bf16_from_float(float value) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  const std::uint32_t lsb = (bits >> 16) & 1u;
-  return static_cast<std::uint16_t>((bits + 0x7fffu + lsb) >> 16);
-}
-
-float float_from_bf16(std::uint16_t half) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(half) << 16;
-  float value;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
-}
-
 void store_value(DType type, void* base, std::size_t i, double value) {
   switch (type) {
     case DType::f32: static_cast<float*>(base)[i] = static_cast<float>(value); break;
     case DType::f64: static_cast<double*>(base)[i] = value; break;
     case DType::f16: static_cast<_Float16*>(base)[i] = static_cast<_Float16>(static_cast<float>(value)); break;
-    case DType::bf16: static_cast<std::uint16_t*>(base)[i] = bf16_from_float(static_cast<float>(value)); break;
+    case DType::bf16:
+      static_cast<std::uint16_t*>(base)[i] = hal::abi::float_to_bf16_bits(static_cast<float>(value));
+      break;
     // Integers wrap like the two's-complement arithmetic of the backend.
     case DType::i8: static_cast<std::int8_t*>(base)[i] = static_cast<std::int8_t>(static_cast<std::int64_t>(value)); break;
     case DType::u8: static_cast<std::uint8_t*>(base)[i] = static_cast<std::uint8_t>(static_cast<std::int64_t>(value)); break;
@@ -75,7 +64,7 @@ double load_value(DType type, const void* base, std::size_t i) {
     case DType::f32: return static_cast<const float*>(base)[i];
     case DType::f64: return static_cast<const double*>(base)[i];
     case DType::f16: return static_cast<float>(static_cast<const _Float16*>(base)[i]);
-    case DType::bf16: return float_from_bf16(static_cast<const std::uint16_t*>(base)[i]);
+    case DType::bf16: return hal::abi::bf16_bits_to_float(static_cast<const std::uint16_t*>(base)[i]);
     case DType::i8: return static_cast<const std::int8_t*>(base)[i];
     case DType::u8: return static_cast<const std::uint8_t*>(base)[i];
     case DType::i32: return static_cast<const std::int32_t*>(base)[i];

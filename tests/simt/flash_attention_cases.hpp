@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "attention/half.hpp"
 #include "attention_kernels.h"
+#include "dtype_codes.hpp"
 
 namespace flash_cases {
 
@@ -101,14 +101,14 @@ struct Tensor {
   double get(int b, int h, int s, int d) {
     const std::size_t i = index(b, h, s, d);
     if (dtype == kF32) return float_data[i];
-    return dtype == kF16 ? hal::host::f16_bits_to_float(half_data[i]) : hal::host::bf16_bits_to_float(half_data[i]);
+    return dtype == kF16 ? hal::abi::f16_bits_to_float(half_data[i]) : hal::abi::bf16_bits_to_float(half_data[i]);
   }
   void set(int b, int h, int s, int d, float value) {
     const std::size_t i = index(b, h, s, d);
     if (dtype == kF32) {
       float_data[i] = value;
     } else {
-      half_data[i] = dtype == kF16 ? hal::host::float_to_f16_bits(value) : hal::host::float_to_bf16_bits(value);
+      half_data[i] = dtype == kF16 ? hal::abi::float_to_f16_bits(value) : hal::abi::float_to_bf16_bits(value);
     }
   }
   void fill_random(std::mt19937& random, float amplitude) {

@@ -33,9 +33,9 @@
 // attention call goes through them. abi.hpp turns AttentionParams into the
 // ABI form they take.
 #include "abi.hpp"
-#include "attention/attention_bench.hpp"
+#include "attention/attention_kernels.hpp"
 #include "attention/fma_peak.hpp"
-#include "attention/half.hpp"
+#include "dtype_codes.hpp"
 
 namespace halbench {
 namespace {
@@ -194,7 +194,7 @@ hal::Buffer random_buffer(const hal::Device& device, hal::DType dtype, std::int6
       std::memcpy(at, &value, sizeof(value));
     } else {
       const std::uint16_t bits =
-          dtype == hal::DType::f16 ? hal::host::float_to_f16_bits(value) : hal::host::float_to_bf16_bits(value);
+          dtype == hal::DType::f16 ? hal::abi::float_to_f16_bits(value) : hal::abi::float_to_bf16_bits(value);
       std::memcpy(at, &bits, sizeof(bits));
     }
   }
@@ -556,7 +556,7 @@ struct TorchIsa {
 };
 
 std::optional<TorchIsa> torch_isa() {
-  const char* requested = hal::shared::environment("HAL_HOST_ISA");
+  const char* requested = hal::abi::environment("HAL_HOST_ISA");
   if (requested == nullptr) return std::nullopt;
   TorchIsa result;
   result.requested = requested;
@@ -575,7 +575,7 @@ std::optional<TorchIsa> torch_isa() {
                                     {"MKL_ENABLE_INSTRUCTIONS", "SSE4_2", "AVX2", "AVX512"},
                                     {"ONEDNN_MAX_CPU_ISA", "SSE41", "AVX2", "AVX512_CORE"}};
   for (const Variable& variable : variables) {
-    if (const char* already = hal::shared::environment(variable.name)) {
+    if (const char* already = hal::abi::environment(variable.name)) {
       result.kept.emplace_back(variable.name, already);
       continue;
     }

@@ -23,6 +23,7 @@
 
 #include "benchmarks.hpp"
 #include "common.hpp"
+#include "dtype_codes.hpp"
 #include "hal/collectives.hpp"
 #include "mpi_library.hpp"
 #include "gloo_listen.hpp"
@@ -236,7 +237,7 @@ mpi::Op mpi_op_of(const mpi::Library& library, hal::ReduceOp op) {
 // MPI only when an MPI launcher started the ranks, so that MPI's world is hal's.
 Baseline<mpi::Session> open_mpi(const CollOptions& options, const Job& job) {
   if (options.no_mpi) return {nullptr, "off (--no-mpi)"};
-  if (hal::shared::environment("OMPI_COMM_WORLD_SIZE") == nullptr && hal::shared::environment("SLURM_PROCID") == nullptr)
+  if (hal::abi::environment("OMPI_COMM_WORLD_SIZE") == nullptr && hal::abi::environment("SLURM_PROCID") == nullptr)
     return {nullptr, "only under mpirun or srun"};
   try {
     std::shared_ptr<mpi::Session> session = mpi::Session::acquire();
@@ -282,7 +283,7 @@ Baseline<gloo::Context> open_gloo(const CollOptions& options, const Job& job) {
       options.type != hal::DType::f32 || options.op != hal::ReduceOp::sum)
     return {nullptr, "only for all_reduce, all_gather, all_to_all and broadcast of f32 with sum"};
   // Listen where hal's Gloo engine does, so the baseline runs across hosts too.
-  const hal::shared::GlooListen listen = hal::shared::gloo_listen();
+  const hal::abi::GlooListen listen = hal::abi::gloo_listen();
   gloo::transport::tcp::attr attributes;
   if (!listen.interface_name.empty())
     attributes.iface = listen.interface_name;
@@ -433,12 +434,9 @@ void store_element(hal::DType type, void* base, std::size_t i, double value) {
     case hal::DType::f32: static_cast<float*>(base)[i] = static_cast<float>(value); break;
     case hal::DType::f64: static_cast<double*>(base)[i] = value; break;
     case hal::DType::f16: static_cast<_Float16*>(base)[i] = static_cast<_Float16>(static_cast<float>(value)); break;
-    case hal::DType::bf16: {  // round to nearest even
-      const float f = static_cast<float>(value);
-      std::uint32_t bits;
-      std::memcpy(&bits, &f, sizeof(bits));
-      static_cast<std::uint16_t*>(base)[i] = static_cast<std::uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-    } break;
+    case hal::DType::bf16:
+      static_cast<std::uint16_t*>(base)[i] = hal::abi::float_to_bf16_bits(static_cast<float>(value));
+      break;
     case hal::DType::i8:
       static_cast<std::int8_t*>(base)[i] = static_cast<std::int8_t>(static_cast<long long>(value));
       break;

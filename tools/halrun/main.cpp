@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
   }
   // On one node halrun draws the job's store token; across nodes every
   // node's halrun must pass the same one, so it comes from the environment.
-  if (nodes == 1 && hal::shared::environment("HAL_STORE_TOKEN") == nullptr) ::setenv("HAL_STORE_TOKEN", random_token().c_str(), 1);
+  if (nodes == 1 && hal::abi::environment("HAL_STORE_TOKEN") == nullptr) ::setenv("HAL_STORE_TOKEN", random_token().c_str(), 1);
   if (master_address.empty()) master_address = "127.0.0.1";
   if (master_port == 0) master_port = free_port();
   const int world_size = nodes * local_world_size;

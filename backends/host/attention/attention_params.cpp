@@ -9,23 +9,10 @@
 
 #include "attention/attention_common.hpp"
 #include "attention/attention_kernels.hpp"
+#include "dtype_codes.hpp"
 
 namespace hal::host {
 namespace {
-
-const char* dtype_name(hal_dtype dtype) {
-  switch (dtype) {  // only called with a value in the enumerators' range
-    case HAL_DTYPE_F32: return "f32";
-    case HAL_DTYPE_F16: return "f16";
-    case HAL_DTYPE_BF16: return "bf16";
-    case HAL_DTYPE_F64: return "f64";
-    case HAL_DTYPE_I8: return "i8";
-    case HAL_DTYPE_U8: return "u8";
-    case HAL_DTYPE_I32: return "i32";
-    case HAL_DTYPE_I64: return "i64";
-  }
-  return nullptr;
-}
 
 // The raw integer of an enum field filled in by C code: reading it as the C++
 // enum type is undefined when the value is outside the enumerators' range.
@@ -103,7 +90,7 @@ std::vector<std::string> check_attention_params(const hal_attention_params_v1& p
 
   const auto dtype = raw_value(params.dtype);
   if (dtype != HAL_DTYPE_F32 && dtype != HAL_DTYPE_F16 && dtype != HAL_DTYPE_BF16) {
-    const char* name = dtype >= HAL_DTYPE_F32 && dtype <= HAL_DTYPE_I64 ? dtype_name(params.dtype) : nullptr;
+    const char* name = dtype >= HAL_DTYPE_F32 && dtype <= HAL_DTYPE_I64 ? abi::dtype_name(params.dtype) : nullptr;
     if (name != nullptr) {
       add("dtype ", name, " is not supported: use f32, f16 or bf16");
     } else {

@@ -164,7 +164,7 @@ FlashIsa flash_selected_isa() {
   for (FlashIsa isa : {FlashIsa::avx2, FlashIsa::avx512}) {
     if (flash_isa_supported(isa)) best = isa;
   }
-  if (const char* forced = shared::environment("HAL_HOST_ISA")) {
+  if (const char* forced = abi::environment("HAL_HOST_ISA")) {
     for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512}) {
       if (std::string(forced) == flash_isa_name(isa) && isa < best) best = isa;
     }

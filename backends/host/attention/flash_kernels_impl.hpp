@@ -29,7 +29,7 @@ constexpr float kInfinity = __builtin_inff();
 // 2^x with relative error ~2e-7 (Cephes exp2f polynomial on [-0.5, 0.5]).
 // x <= -126.5 gives exactly 0, so masked scores (-inf) vanish.
 template <class V>
-HAL_HOST_INLINE typename V::Reg exp2(typename V::Reg x) {
+HAL_ALWAYS_INLINE typename V::Reg exp2(typename V::Reg x) {
   using Reg = typename V::Reg;
   x = V::min(V::max(x, V::broadcast(-127.0f)), V::broadcast(127.0f));
   // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer.
@@ -62,8 +62,8 @@ struct GemmB {
 // Where element (row, column) of a packed B with `depth_capacity` rows
 // lives; `panel_width` is tile_vectors * width floats, `columns` the padded
 // width of the whole operand.
-HAL_HOST_INLINE std::int64_t packed_b_offset(std::int64_t row, std::int64_t column, std::int64_t depth_capacity,
-                                             std::int64_t columns, std::int64_t panel_width) {
+HAL_ALWAYS_INLINE std::int64_t packed_b_offset(std::int64_t row, std::int64_t column, std::int64_t depth_capacity,
+                                               std::int64_t columns, std::int64_t panel_width) {
   const std::int64_t panel = column / panel_width;
   const std::int64_t panel_start = panel * panel_width;
   const std::int64_t width = min_i64(panel_width, columns - panel_start);
@@ -143,8 +143,8 @@ struct Gemm {
 // `stride` elements apart) as floats times `scale`; whole vectors when the
 // row is contiguous.
 template <class V>
-HAL_HOST_INLINE void load_row(hal_dtype dtype, const void* data, std::int64_t offset, std::int64_t stride,
-                              std::int64_t count, float scale, float* out) {
+HAL_ALWAYS_INLINE void load_row(hal_dtype dtype, const void* data, std::int64_t offset, std::int64_t stride,
+                                std::int64_t count, float scale, float* out) {
   std::int64_t i = 0;
   if (stride == 1) {
     const typename V::Reg factor = V::broadcast(scale);
@@ -164,8 +164,8 @@ HAL_HOST_INLINE void load_row(hal_dtype dtype, const void* data, std::int64_t of
 
 // Writes `count` floats of `in` times `scale` to a row of a tensor of `dtype`.
 template <class V>
-HAL_HOST_INLINE void store_row(hal_dtype dtype, void* data, std::int64_t offset, std::int64_t stride,
-                               std::int64_t count, float scale, const float* in) {
+HAL_ALWAYS_INLINE void store_row(hal_dtype dtype, void* data, std::int64_t offset, std::int64_t stride,
+                                 std::int64_t count, float scale, const float* in) {
   std::int64_t i = 0;
   if (stride == 1) {
     const typename V::Reg factor = V::broadcast(scale);
@@ -184,32 +184,32 @@ HAL_HOST_INLINE void store_row(hal_dtype dtype, void* data, std::int64_t offset,
 }
 
 template <class V>
-HAL_HOST_INLINE float row_max(const float* row, std::int64_t count) {
+HAL_ALWAYS_INLINE float row_max(const float* row, std::int64_t count) {
   typename V::Reg best = V::broadcast(-kInfinity);
   for (std::int64_t i = 0; i < count; i += V::width) best = V::max(best, V::load(row + i));
   return V::reduce_max(best);
 }
 
 template <class V>
-HAL_HOST_INLINE void scale_row(float* row, std::int64_t count, float factor) {
+HAL_ALWAYS_INLINE void scale_row(float* row, std::int64_t count, float factor) {
   const typename V::Reg factor_reg = V::broadcast(factor);
   for (std::int64_t i = 0; i < count; i += V::width) V::store(row + i, V::mul(V::load(row + i), factor_reg));
 }
 
-HAL_HOST_INLINE void fill(float* data, std::int64_t count, float value) {
+HAL_ALWAYS_INLINE void fill(float* data, std::int64_t count, float value) {
   for (std::int64_t i = 0; i < count; ++i) data[i] = value;
 }
 
 // load_row of `count` elements, then zeros up to `padded`.
 template <class V>
-HAL_HOST_INLINE void load_padded_row(hal_dtype dtype, const void* data, std::int64_t offset, std::int64_t stride,
-                                     std::int64_t count, std::int64_t padded, float scale, float* out) {
+HAL_ALWAYS_INLINE void load_padded_row(hal_dtype dtype, const void* data, std::int64_t offset, std::int64_t stride,
+                                       std::int64_t count, std::int64_t padded, float scale, float* out) {
   load_row<V>(dtype, data, offset, stride, count, scale, out);
   fill(out + count, padded - count, 0.0f);
 }
 
 // Sets the scores of keys [key0, key0 + key_block) that `range` does not see to -inf.
-HAL_HOST_INLINE void mask_scores(float* row, std::int64_t key0, std::int64_t key_block, KeyRange range) {
+HAL_ALWAYS_INLINE void mask_scores(float* row, std::int64_t key0, std::int64_t key_block, KeyRange range) {
   const std::int64_t first = range.first - key0;
   const std::int64_t last = range.last - key0;
   if (first <= 0 && last >= key_block - 1) return;
@@ -222,8 +222,8 @@ HAL_HOST_INLINE void mask_scores(float* row, std::int64_t key0, std::int64_t key
 // Keys visible to at least one query of [query0, query0 + rows) of a batch
 // row: by the monotonic band ends, those of the first and of the last row
 // bound them; with key ranges (in any order) every row counts.
-HAL_HOST_INLINE KeyRange block_keys(const hal_attention_params_v1& p, const std::int32_t* key_ranges,
-                                    std::int64_t batch, std::int64_t query0, std::int64_t rows) {
+HAL_ALWAYS_INLINE KeyRange block_keys(const hal_attention_params_v1& p, const std::int32_t* key_ranges,
+                                      std::int64_t batch, std::int64_t query0, std::int64_t rows) {
   if (key_ranges == nullptr) return KeyRange{visible_keys(p, query0).first, visible_keys(p, query0 + rows - 1).last};
   KeyRange keys{p.seq_kv, -1};
   for (std::int64_t query = query0; query < query0 + rows; ++query) {
@@ -244,12 +244,12 @@ constexpr std::int64_t kPrefetchKeys = 8;
 
 // Asks for the cache lines of a contiguous row; nothing for a strided row
 // (rare) or when `wanted` is false (past the end of the tensor).
-HAL_HOST_INLINE void prefetch_row(hal_dtype dtype, const void* data, std::int64_t offset, std::int64_t stride,
-                                  std::int64_t count, bool wanted) {
+HAL_ALWAYS_INLINE void prefetch_row(hal_dtype dtype, const void* data, std::int64_t offset, std::int64_t stride,
+                                    std::int64_t count, bool wanted) {
   if (!wanted || stride != 1) return;
   constexpr std::int64_t kLine = 64;
-  const char* row = static_cast<const char*>(data) + offset * dtype_size(dtype);
-  const std::int64_t bytes = count * dtype_size(dtype);
+  const char* row = static_cast<const char*>(data) + offset * static_cast<std::int64_t>(abi::element_size(dtype));
+  const std::int64_t bytes = count * static_cast<std::int64_t>(abi::element_size(dtype));
   for (std::int64_t line = 0; line < bytes; line += kLine) __builtin_prefetch(row + line);
 }
 
@@ -299,7 +299,7 @@ struct QueryTile {
   float* end;  // first float after the tile
 };
 
-HAL_HOST_INLINE QueryTile query_tile(const Layout& layout, float* scratch) {
+HAL_ALWAYS_INLINE QueryTile query_tile(const Layout& layout, float* scratch) {
   QueryTile tile;
   tile.queries = scratch;
   tile.scores = tile.queries + layout.query_block * layout.dim_qk_padded;
@@ -324,8 +324,8 @@ struct TileRows {
 };
 
 // Keys some row of the tile sees.
-HAL_HOST_INLINE KeyRange tile_keys(const hal_attention_params_v1& p, const std::int32_t* key_ranges,
-                                   const TileRows& rows) {
+HAL_ALWAYS_INLINE KeyRange tile_keys(const hal_attention_params_v1& p, const std::int32_t* key_ranges,
+                                     const TileRows& rows) {
   return block_keys(p, key_ranges, rows.batch, rows.query0, min_i64(rows.period, rows.count));
 }
 
@@ -445,7 +445,7 @@ void forward_queries(const ForwardJob& job, std::int64_t unit, int worker) {
 }
 
 // Every query row of a kv group, as one decode tile holds them.
-HAL_HOST_INLINE TileRows decode_rows(const hal_attention_params_v1& p, const Layout& layout, std::int64_t group) {
+HAL_ALWAYS_INLINE TileRows decode_rows(const hal_attention_params_v1& p, const Layout& layout, std::int64_t group) {
   TileRows rows;
   rows.batch = group / p.heads_kv;
   rows.head0 = (group % p.heads_kv) * layout.group_size;
@@ -458,7 +458,7 @@ HAL_HOST_INLINE TileRows decode_rows(const hal_attention_params_v1& p, const Lay
 // The online-softmax state of one (group, split) of a decode pass with
 // kv_splits > 1: unnormalized O [query_block][dim_v_padded], then the running
 // max and sum of each row, in the split's partial, where the merge reads it.
-HAL_HOST_INLINE QueryTile split_state(const ForwardJob& job, std::int64_t unit) {
+HAL_ALWAYS_INLINE QueryTile split_state(const ForwardJob& job, std::int64_t unit) {
   const Layout& layout = job.layout;
   QueryTile state{};
   state.out = job.partials + unit * layout.partial_floats;
@@ -493,9 +493,9 @@ KeyRows key_rows(const hal_attention_params_v1& p, const void* tensor, const hal
 // Decode reads each key once, so its rows come straight from memory: ask for
 // the next block's rows while this one computes (rows of one head in a BSHD
 // tensor lie a page or more apart, where the hardware prefetcher stops).
-HAL_HOST_INLINE void prefetch_key_block(const hal_attention_params_v1& p, const void* tensor,
-                                        const hal_tensor_strides_v1& strides, std::int64_t dims, std::int64_t batch,
-                                        std::int64_t kv_head, std::int64_t key0, std::int64_t count) {
+HAL_ALWAYS_INLINE void prefetch_key_block(const hal_attention_params_v1& p, const void* tensor,
+                                          const hal_tensor_strides_v1& strides, std::int64_t dims, std::int64_t batch,
+                                          std::int64_t kv_head, std::int64_t key0, std::int64_t count) {
   const std::int64_t end = min_i64(key0 + count, p.seq_kv);
   for (std::int64_t key = key0; key < end; ++key) {
     prefetch_row(p.dtype, tensor, element_offset(strides, batch, kv_head, key, 0), strides.dim, dims, true);
@@ -647,7 +647,7 @@ struct BackwardHeadBuffers {
   float* output_dot_grads;
 };
 
-HAL_HOST_INLINE BackwardHeadBuffers backward_head_buffers(const BackwardJob& job, std::int64_t head_in_pass) {
+HAL_ALWAYS_INLINE BackwardHeadBuffers backward_head_buffers(const BackwardJob& job, std::int64_t head_in_pass) {
   const Layout& layout = job.layout;
   const std::int64_t rows = layout.seq_q_padded;
   float* base = job.packed + head_in_pass * rows * (layout.dim_qk_padded + layout.dim_v_padded + 2);
@@ -692,8 +692,8 @@ void backward_pack_queries(const BackwardJob& job, std::int64_t unit) {
 }
 
 // Copies rows [0, rows) x columns [0, columns) of `in` (row stride ld_in) transposed into `out` (row stride ld_out).
-HAL_HOST_INLINE void transpose(const float* in, std::int64_t ld_in, std::int64_t rows, std::int64_t columns, float* out,
-                               std::int64_t ld_out) {
+HAL_ALWAYS_INLINE void transpose(const float* in, std::int64_t ld_in, std::int64_t rows, std::int64_t columns,
+                                 float* out, std::int64_t ld_out) {
   for (std::int64_t column = 0; column < columns; ++column) {
     for (std::int64_t row = 0; row < rows; ++row) out[column * ld_out + row] = in[row * ld_in + column];
   }

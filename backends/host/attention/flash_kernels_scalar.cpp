@@ -24,7 +24,7 @@ struct VecScalar {
   static float reduce_add(Reg value) { return value; }
   static float reduce_max(Reg value) { return value; }
   static Reg pow2_integer(Reg exponent) {
-    return float_from_bits(static_cast<std::uint32_t>(static_cast<std::int32_t>(exponent) + 127) << 23);
+    return abi::float_from_bits(static_cast<std::uint32_t>(static_cast<std::int32_t>(exponent) + 127) << 23);
   }
   static Reg load_f16(const std::uint16_t* source) { return f16_bits_to_float(*source); }
   static Reg load_bf16(const std::uint16_t* source) { return bf16_bits_to_float(*source); }

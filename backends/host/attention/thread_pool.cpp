@@ -44,7 +44,7 @@ unsigned positive_integer(const char* text) {
 
 ThreadCount default_thread_count() {
   for (const char* variable : {"HAL_HOST_THREADS", "OMP_NUM_THREADS"}) {
-    if (const unsigned threads = positive_integer(shared::environment(variable))) {
+    if (const unsigned threads = positive_integer(abi::environment(variable))) {
       return {threads, std::string(variable) + "=" + std::to_string(threads)};
     }
   }
@@ -56,7 +56,7 @@ ThreadCount default_thread_count() {
     return {allowed, std::to_string(allowed) + " of " + std::to_string(online) + " CPUs in this process's affinity mask"};
   }
   for (const char* variable : {"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"}) {
-    if (const unsigned ranks = positive_integer(shared::environment(variable)); ranks > 1) {
+    if (const unsigned ranks = positive_integer(abi::environment(variable)); ranks > 1) {
       const unsigned share = std::max(1u, allowed / ranks);
       return {share, std::to_string(allowed) + " CPUs shared by " + std::string(variable) + "=" + std::to_string(ranks) +
                          " ranks on this machine"};

@@ -4,18 +4,14 @@
 #include <iterator>
 #include <sstream>
 
-namespace hal::backend {
+#include "dtype_codes.hpp"
+
+namespace hal::abi {
 
 std::string kind_name(hal_collective_kind kind) {
-  static const char* const names[] = {"all_reduce", "broadcast",  "reduce", "all_gather", "reduce_scatter", "all_to_all",
-                                      "gather",     "scatter",    "send",   "recv",       "barrier"};
+  static const char* const names[] = {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                      "gather",     "scatter",   "send",   "recv",       "barrier"};
   const auto index = static_cast<std::size_t>(kind);
-  return index < std::size(names) ? names[index] : "unknown";
-}
-
-std::string dtype_name(hal_dtype dtype) {
-  static const char* const names[] = {"f32", "f16", "bf16", "f64", "i8", "u8", "i32", "i64"};
-  const auto index = static_cast<std::size_t>(dtype);
   return index < std::size(names) ? names[index] : "unknown";
 }
 
@@ -24,18 +20,6 @@ std::string reduce_op_name(hal_reduce_op op) {
   const auto index = static_cast<std::size_t>(op);
   return index < std::size(names) ? names[index] : "unknown";
 }
-
-std::size_t element_size(hal_dtype dtype) {
-  switch (dtype) {
-    case HAL_DTYPE_F32: case HAL_DTYPE_I32: return 4;
-    case HAL_DTYPE_F64: case HAL_DTYPE_I64: return 8;
-    case HAL_DTYPE_F16: case HAL_DTYPE_BF16: return 2;
-    case HAL_DTYPE_I8: case HAL_DTYPE_U8: return 1;
-  }
-  return 0;
-}
-
-bool is_half(hal_dtype dtype) { return dtype == HAL_DTYPE_F16 || dtype == HAL_DTYPE_BF16; }
 
 std::string describe_operation(int rank, const hal_collective_op_v1& op) {
   std::ostringstream text;
@@ -57,4 +41,4 @@ std::string option_value(const hal_communicator_config_v1& config, std::string_v
   return {};
 }
 
-}  // namespace hal::backend
+}  // namespace hal::abi

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-namespace hal::shared {
+namespace hal::abi {
 
 // The variable's value, or nullptr when it is unset or empty: an empty
 // variable means "not set" everywhere in hal.
@@ -20,4 +20,4 @@ inline std::optional<std::string> environment_value(const char* name) {
   return value != nullptr ? std::optional<std::string>(value) : std::nullopt;
 }
 
-}  // namespace hal::shared
+}  // namespace hal::abi

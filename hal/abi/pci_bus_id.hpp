@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace hal::shared {
+namespace hal::abi {
 
 // "0000:3b:00.0" (lower-case hex, 4-digit domain) for any of "3b:00.0",
 // "0000:3B:00.0", "00000000:3B:00.0"; nullopt when the text is not
@@ -39,4 +39,4 @@ inline std::optional<std::string> normalize_pci_bus_id(std::string_view bus_id) 
   return std::string(normalized);
 }
 
-}  // namespace hal::shared
+}  // namespace hal::abi

@@ -6,12 +6,14 @@
 
 #include "environment.hpp"
 
-namespace hal::shared {
+namespace hal::abi {
 
 struct GlooListen {
   std::string interface_name;  // listen on this interface ("eth0"), or
   std::string host_name;       // on this host name or address
-  std::string describe() const { return interface_name.empty() ? "address " + host_name : "interface " + interface_name; }
+  std::string describe() const {
+    return interface_name.empty() ? "address " + host_name : "interface " + interface_name;
+  }
 };
 
 // The caller's options first, then HAL_GLOO_INTERFACE, then
@@ -26,4 +28,4 @@ inline GlooListen gloo_listen(const std::string& interface_option = {}, const st
   return listen;
 }
 
-}  // namespace hal::shared
+}  // namespace hal::abi
