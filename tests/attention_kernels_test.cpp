@@ -587,11 +587,11 @@ TEST_CASE("default thread count: explicit settings, the affinity mask, ranks sha
   }
 }
 
-TEST_CASE("check_attention_params names each problem with its value") {
+TEST_CASE("attention_problems names each problem with its value") {
   Problem problem;
   Case c(problem);
-  CHECK(check_attention_params(c.params).empty());
-  CHECK(check_attention_params(c.params, true).empty());
+  CHECK(attention_problems(c.params, false).empty());
+  CHECK(attention_problems(c.params, true).empty());
 
   auto has = [](const std::vector<std::string>& problems, const std::string& text) {
     return std::any_of(problems.begin(), problems.end(),
@@ -603,7 +603,7 @@ TEST_CASE("check_attention_params names each problem with its value") {
   bad.dtype = HAL_DTYPE_I32;
   bad.window_left = -3;
   bad.seq_kv = 0;
-  auto problems = check_attention_params(bad);
+  auto problems = attention_problems(bad, false);
   CHECK(has(problems, "heads_q (12) is not a multiple of heads_kv (5)"));
   CHECK(has(problems, "dtype i32 is not supported: use f32, f16 or bf16"));
   CHECK(has(problems, "window_left (-3)"));
@@ -613,16 +613,16 @@ TEST_CASE("check_attention_params names each problem with its value") {
   bad.k_strides.seq = -64;
   bad.v_strides.dim = 0;
   bad.grad_q_strides.head = -1;
-  problems = check_attention_params(bad);
+  problems = attention_problems(bad, false);
   CHECK(has(problems, "k_strides.seq (-64) is negative"));
   CHECK(has(problems, "v_strides.dim is 0 but head_dim_v is 64"));
   CHECK_FALSE(has(problems, "grad_q"));  // gradients are only checked for backward
-  CHECK(has(check_attention_params(bad, true), "grad_q_strides.head (-1) is negative"));
+  CHECK(has(attention_problems(bad, true), "grad_q_strides.head (-1) is negative"));
 
   bad = c.params;
   bad.batch = 1;
   bad.q_strides.batch = 0;  // extent 1: any stride, zero included, is fine
-  CHECK(check_attention_params(bad).empty());
+  CHECK(attention_problems(bad, false).empty());
 
   bad = c.params;
   // As C code could: these values are outside the C++ enums' range.
@@ -632,14 +632,14 @@ TEST_CASE("check_attention_params names each problem with its value") {
   std::memcpy(&bad.dtype, &bad_dtype, sizeof(int));
   std::memcpy(&bad.alignment, &bad_alignment, sizeof(int));
   bad.softmax_scale = std::numeric_limits<float>::quiet_NaN();
-  problems = check_attention_params(bad);
+  problems = attention_problems(bad, false);
   CHECK(has(problems, "dtype (42) is not a hal_dtype"));
   CHECK(has(problems, "alignment (3)"));
   CHECK(has(problems, "softmax_scale (nan) must be finite"));
 
   bad = c.params;
   bad.struct_size = 8;
-  CHECK(has(check_attention_params(bad), "struct_size (8) is smaller"));
+  CHECK(has(attention_problems(bad, false), "struct_size (8) is smaller"));
 
   ThreadPool pool(1);
   bad = c.params;
@@ -895,12 +895,11 @@ TEST_CASE("key ranges are required exactly when params announce them") {
 }
 
 TEST_CASE("workspace sizes: flash grows with seq, math with seq squared") {
-  Problem p;
-  Case c(p);
-  hal_attention_params_v1 small = c.params;
-  hal_attention_params_v1 large = c.params;
-  small.seq_q = small.seq_kv = 1024;
-  large.seq_q = large.seq_kv = 4096;
+  Problem small_problem, large_problem;
+  small_problem.seq_q = small_problem.seq_kv = 1024;
+  large_problem.seq_q = large_problem.seq_kv = 4096;
+  const hal_attention_params_v1 small = Case(small_problem).params;
+  const hal_attention_params_v1 large = Case(large_problem).params;
   CHECK(math_workspace_bytes(large, false) > 12 * math_workspace_bytes(small, false));
   for (bool backward : {false, true}) {
     CHECK(flash_workspace_bytes(large, backward, 2) < 5 * flash_workspace_bytes(small, backward, 2));

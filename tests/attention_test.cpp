@@ -311,7 +311,7 @@ TEST_CASE("bad parameters and tensors are rejected with the value named") {
   CHECK_THROWS_WITH_AS(params.resolved(), doctest::Contains("dtype i32 is not supported"), hal::Error);
   params = small_params();
   params.o_strides = hal::TensorStrides{0, 8, 8, 1};  // batch stride 0 with batch 2: outputs overlap
-  CHECK_THROWS_WITH_AS(params.resolved(), doctest::Contains("o stride of axis batch is 0"), hal::Error);
+  CHECK_THROWS_WITH_AS(params.resolved(), doctest::Contains("o_strides.batch is 0 but batch is 2"), hal::Error);
 
   Problem problem(small_params());
   problem.o_buffer = host_device().allocate(16);  // far too small for O

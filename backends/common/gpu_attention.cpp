@@ -45,32 +45,18 @@ struct NamedStrides {
 };
 
 // What the kernels' argument struct cannot carry, and what no GPU path takes.
+// libhal checked the call (hal/abi/attention_contract.hpp); these are the GPU
+// kernels' own limits.
 std::string parameter_reasons(const hal_attention_params_v1& params, bool backward) {
   std::string reasons;
-  if (params.struct_size < HAL_ATTENTION_PARAMS_V1_MIN_SIZE) {
-    add_line(reasons, "params struct_size " + std::to_string(params.struct_size) + " is smaller than the v1 struct (" +
-                          std::to_string(HAL_ATTENTION_PARAMS_V1_MIN_SIZE) + " bytes); rebuild the caller");
-    return reasons;
-  }
-  if (params.dtype != HAL_DTYPE_F32 && params.dtype != HAL_DTYPE_F16 && params.dtype != HAL_DTYPE_BF16)
-    add_line(reasons, "dtype " + std::to_string(static_cast<int>(params.dtype)) + " is not supported: use f32, f16 or bf16");
   const std::pair<const char*, std::int64_t> sizes[] = {
-      {"batch", params.batch},   {"heads_q", params.heads_q}, {"heads_kv", params.heads_kv},
-      {"seq_q", params.seq_q},   {"seq_kv", params.seq_kv},   {"head_dim_qk", params.head_dim_qk},
-      {"head_dim_v", params.head_dim_v}};
-  for (const auto& [name, value] : sizes) {
-    if (value <= 0) add_line(reasons, std::string(name) + " " + std::to_string(value) + " must be positive");
-    else if (value > int32_max)
+      {"batch", params.batch},           {"heads_q", params.heads_q},         {"heads_kv", params.heads_kv},
+      {"seq_q", params.seq_q},           {"seq_kv", params.seq_kv},           {"head_dim_qk", params.head_dim_qk},
+      {"head_dim_v", params.head_dim_v}, {"window_left", params.window_left}, {"window_right", params.window_right}};
+  for (const auto& [name, value] : sizes)
+    if (value > int32_max)
       add_line(reasons, std::string(name) + " " + std::to_string(value) + " exceeds the kernels' 32-bit limit (" +
                             std::to_string(int32_max) + ")");
-  }
-  if (params.heads_q > 0 && params.heads_kv > 0 && params.heads_q % params.heads_kv != 0)
-    add_line(reasons, "heads_kv " + std::to_string(params.heads_kv) + " does not divide heads_q " +
-                          std::to_string(params.heads_q));
-  for (const auto& [name, window] : {std::pair{"window_left", params.window_left}, {"window_right", params.window_right}})
-    if (window < -1 || window > int32_max)
-      add_line(reasons, std::string(name) + " " + std::to_string(window) + " must be -1 (unbounded) or 0.." +
-                            std::to_string(int32_max));
   std::vector<NamedStrides> tensors = {
       {"q", &params.q_strides}, {"k", &params.k_strides}, {"v", &params.v_strides}, {"o", &params.o_strides}};
   if (backward)

@@ -33,12 +33,12 @@ void write_reasons(const std::vector<std::string>& reasons, char* text, std::siz
   text[length] = '\0';
 }
 
-std::vector<std::string> implementation_reasons(hal_attention_implementation implementation,
-                                                const hal_attention_params_v1& params, bool backward) {
+// Why an implementation cannot run a call; libhal checked the call itself.
+std::vector<std::string> implementation_reasons(hal_attention_implementation implementation) {
   if (implementation == HAL_ATTENTION_FUSED) return {"the host backend has no fused attention kernel"};
   if (implementation != HAL_ATTENTION_FLASH && implementation != HAL_ATTENTION_MATH)
     return {"unknown attention implementation " + std::to_string(implementation)};
-  return check_attention_params(params, backward);
+  return {};  // flash and math take every valid call
 }
 
 // The flash kernels' instruction set, chosen once per process (the CPU and
@@ -70,7 +70,7 @@ hal_status enqueue_kernel(hal_stream* stream, hal_backend_context* context, hal_
   // choosing this implementation; the kernels keep their own guard.
   if (stream == nullptr || params == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention needs a stream and params");
   if (implementation != HAL_ATTENTION_FLASH && implementation != HAL_ATTENTION_MATH)
-    return fail(HAL_ERROR_UNSUPPORTED, implementation_reasons(implementation, *params, backward).front());
+    return fail(HAL_ERROR_UNSUPPORTED, implementation_reasons(implementation).front());
   stream->enqueue({[context, copy = *params, buffers = std::move(buffers), kernel](hal_status, std::string& message) {
                      try {
                        kernel(copy, attention_pool(context));
@@ -88,10 +88,10 @@ hal_status enqueue_kernel(hal_stream* stream, hal_backend_context* context, hal_
 }
 
 hal_status supports(hal_backend_context*, std::uint32_t, hal_attention_implementation implementation,
-                    const hal_attention_params_v1* params, std::int32_t backward, char* reasons,
+                    const hal_attention_params_v1* params, std::int32_t /*backward*/, char* reasons,
                     std::size_t capacity) {
   if (params == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "supports needs params");
-  write_reasons(implementation_reasons(implementation, *params, backward != 0), reasons, capacity);
+  write_reasons(implementation_reasons(implementation), reasons, capacity);
   return succeed();
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_contract.hpp"
 #include "hal/attention.hpp"
 #include "hal/backend_abi.h"
 #include "hal/capabilities.hpp"
@@ -59,10 +60,10 @@ struct AttentionDecisionKeyHash {
   }
 };
 
-enum class AttentionTensor { q, k, v, o, lse, grad_o, grad_q, grad_k, grad_v, key_ranges };
-const char* attention_tensor_name(AttentionTensor tensor);
-// Bytes from the tensor's first element to one past its last.
-std::uint64_t attention_tensor_bytes(const hal_attention_params_v1& params, AttentionTensor tensor);
+// The tensors of a call, as the ABI lists them (hal/abi/attention_contract.hpp).
+using abi::attention_tensor_bytes;
+using abi::attention_tensor_name;
+using abi::AttentionTensor;
 
 // effective_capability with a call's own overrides ("attention.flash=false")
 // as the top layer (capabilities.cpp).

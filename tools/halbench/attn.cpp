@@ -33,8 +33,8 @@
 // attention call goes through them. abi.hpp turns AttentionParams into the
 // ABI form they take.
 #include "abi.hpp"
-#include "attention/attention_kernels.hpp"
 #include "attention/fma_peak.hpp"
+#include "attention_contract.hpp"
 #include "dtype_codes.hpp"
 
 namespace halbench {
@@ -307,7 +307,7 @@ class Runner {
       skips.push_back({implementation, shape, direction, reason});
       return;
     }
-    const double flops = hal::host::attention_flops(hal::detail::to_abi(params), backward);
+    const double flops = hal::abi::attention_flops(hal::detail::to_abi(params), backward);
     if (const std::optional<std::string> reason =
             too_big(implementation, direction, shape, flops, candidate->workspace_bytes)) {
       skips.push_back({implementation, shape, direction, *reason});
@@ -405,7 +405,7 @@ class Runner {
     const bool backward = direction == Direction::backward;
     Tensors tensors = make_tensors(device_, params, backward);
     const CallTime time = time_calls(params, backward, {{implementation}}, tensors, 1).front();
-    const double flops = hal::host::attention_flops(hal::detail::to_abi(params), backward);
+    const double flops = hal::abi::attention_flops(hal::detail::to_abi(params), backward);
     rates_.push_back({implementation, direction, calibration, flops / (time.event_ms * 1e-3) * 1e-9});
     return rates_.back();
   }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "attention_contract.hpp"
 #include "dtype_codes.hpp"
 #include "hal/backend_abi.h"
 
@@ -21,25 +22,9 @@ HAL_ALWAYS_INLINE std::int64_t round_up(std::int64_t value, std::int64_t multipl
   return (value + multiple - 1) / multiple * multiple;
 }
 
-// Keys visible to one query: the mask in backend_abi.h is a band, so every
-// query sees one contiguous interval [first, last]; empty when first > last.
-// Both ends are non-decreasing in the query index, which lets a block of
-// queries bound its keys by its first and last rows.
-struct KeyRange {
-  std::int64_t first;
-  std::int64_t last;
-};
-
-HAL_ALWAYS_INLINE KeyRange visible_keys(const hal_attention_params_v1& params, std::int64_t query) {
-  const std::int64_t offset =
-      params.alignment == HAL_MASK_BOTTOM_RIGHT ? params.seq_kv - params.seq_q : 0;
-  const std::int64_t position = query + offset;
-  KeyRange range{0, params.seq_kv - 1};
-  if (params.causal) range.last = min_i64(range.last, position);
-  if (params.window_left >= 0) range.first = max_i64(range.first, position - params.window_left);
-  if (params.window_right >= 0) range.last = min_i64(range.last, position + params.window_right);
-  return range;
-}
+// The mask's band (one interval of keys per query), as the ABI defines it.
+using abi::KeyRange;
+using abi::visible_keys;
 
 // The same with the call's per-query key ranges (int32 [batch, seq_q, 2],
 // hal_attention_params_v1's key_ranges) on top; null: none. Ranges need not

@@ -7,7 +7,7 @@
 namespace hal::host {
 
 void require_valid_params(const hal_attention_params_v1& params, bool backward) {
-  const std::vector<std::string> problems = check_attention_params(params, backward);
+  const std::vector<std::string> problems = attention_problems(params, backward);
   if (problems.empty()) return;
   std::string message;
   for (const std::string& problem : problems) {

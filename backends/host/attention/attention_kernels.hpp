@@ -14,7 +14,8 @@
 // write double outputs: the golden reference of the tests.
 //
 // Kernels throw std::invalid_argument (message: the problems, one per line)
-// when check_attention_params reports anything or a required pointer is null.
+// when attention_problems reports anything or a required pointer is null (for
+// callers of the kernels themselves; the plugin's calls were checked by libhal).
 // key_ranges: the call's per-query key ranges (backend_abi.h), passed exactly
 // when params.key_ranges says so.
 #pragma once
@@ -24,22 +25,15 @@
 #include <vector>
 
 #include "attention/thread_pool.hpp"
+#include "attention_contract.hpp"
 #include "hal/backend_abi.h"
 
 namespace hal::host {
 
-// Every problem with `params`, each naming the value and what is allowed; empty
-// when the kernels can run it. `backward` also checks the gradient strides.
-// Strides: negative ones are rejected, zero only on an axis of extent 1.
-std::vector<std::string> check_attention_params(const hal_attention_params_v1& params,
-                                                bool backward = false);
+// The call's check and FLOP count are the ABI's (hal/abi/attention_contract.hpp).
+using abi::attention_flops;
+using abi::attention_problems;
 
-// FLOPs of one call counting only visible (query, key) pairs: forward
-// 2 * pairs * (head_dim_qk + head_dim_v) (Q K^T and P V); backward
-// 2 * pairs * (3 * head_dim_qk + 2 * head_dim_v) (S, dP, dV, dK, dQ), i.e.
-// 2.5x forward at equal dims. Without a mask pairs = seq_q * seq_kv, with a
-// causal mask about half of it.
-double attention_flops(const hal_attention_params_v1& params, bool backward);
 // A call below this many FLOPs runs on the calling thread alone (and the
 // host stream runs it inline when idle): waking and joining other threads
 // costs more than they save. Measured on 2 cores (AVX-512 EPYC, halbench
