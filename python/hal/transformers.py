@@ -244,6 +244,13 @@ class MemoryPlanCallback(TrainerCallback):
         section.update(filled)
         kept = {key: section[key] for key in planned if key not in filled}
         deepspeed.checkpointing.configure(None, deepspeed_config=config)
+        # DeepSpeed's checkpoint is reentrant: a block none of whose inputs needs a gradient gives its parameters
+        # none. With frozen input embeddings (adapters), their output is made to need one, as transformers does
+        # for its own reentrant checkpointing.
+        embeddings = model.get_input_embeddings() if hasattr(model, "enable_input_require_grads") else None
+        frozen = embeddings is not None and not any(p.requires_grad for p in embeddings.parameters())
+        if frozen:
+            model.enable_input_require_grads()
         self.plan.apply(model, deepspeed.checkpointing.checkpoint)
         # accelerate wraps the optimizer once deepspeed.initialize has made the engine
         engine = ("DeepSpeed's engine was made before training began (the Trainer makes it first); it does not "
@@ -255,7 +262,10 @@ class MemoryPlanCallback(TrainerCallback):
         self._log(f"{self.plan}\nDeepSpeed config: activation_checkpointing filled with {filled}"
                   + (f", kept as the user set {kept}" if kept else "")
                   + f"; deepspeed.checkpointing configured from it; {len(self.plan.checkpoint)} block(s) run "
-                  f"through deepspeed.checkpointing.checkpoint{selective}. {engine}")
+                  f"through deepspeed.checkpointing.checkpoint{selective}"
+                  + ("; the input embeddings are frozen: their output now requires grad (enable_input_require_grads), "
+                     "else DeepSpeed's reentrant checkpoint would leave the blocks without gradients" if frozen else "")
+                  + f". {engine}")
 
     @staticmethod
     def _log(text: str) -> None:

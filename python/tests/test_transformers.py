@@ -241,12 +241,15 @@ def test_checkpoint_optimization_plans_the_trainer_under_its_budget(monkeypatch,
     assert losses == pytest.approx(expected, rel=1e-5)
 
 
-def test_checkpoint_optimization_with_deepspeed_fills_its_section_and_checkpoints_through_it(monkeypatch, capfd):
+@pytest.mark.parametrize("frozen_embeddings", [False, True], ids=["trained", "frozen-embeddings"])
+def test_checkpoint_optimization_with_deepspeed_fills_its_section_and_checkpoints_through_it(
+        frozen_embeddings, monkeypatch, capfd):
     """CHECKPOINT_OPTIMIZATION=true, a Trainer with DeepSpeed (ZeRO stage 1 on the CPU, one process, gloo) and a
     budget below the unplanned peak: the plan fills the activation_checkpointing section of the config DeepSpeed was
     given (keeping the user's value), DeepSpeed's checkpointing is configured from it, the planned whole blocks run
-    (and are recomputed) through deepspeed.checkpointing.checkpoint, and the losses are those of the run without a
-    plan."""
+    (and are recomputed) through deepspeed.checkpointing.checkpoint, and the losses and trained weights are those of
+    the run without a plan, also with frozen input embeddings (as with adapters), where DeepSpeed's reentrant
+    checkpoint would leave a block whose input needs no gradient without any."""
     pytest.importorskip("accelerate")
     deepspeed = pytest.importorskip(
         "deepspeed", exc_type=ImportError,
@@ -291,12 +294,13 @@ def test_checkpoint_optimization_with_deepspeed_fills_its_section_and_checkpoint
     def train(directory, budget=None):
         torch.manual_seed(0)
         model = transformers.AutoModelForCausalLM.from_config(FAMILIES["llama"](), attn_implementation="hal")
+        model.get_input_embeddings().requires_grad_(not frozen_embeddings)
         config = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
                   "zero_optimization": {"stage": 1}, "activation_checkpointing": dict(user_section)}
         arguments = transformers.TrainingArguments(output_dir=str(directory), max_steps=3,
                                                    per_device_train_batch_size=4, logging_steps=1, report_to=[],
                                                    save_strategy="no", use_cpu=True, seed=0, data_seed=0,
-                                                   disable_tqdm=True, deepspeed=config)
+                                                   learning_rate=1e-3, disable_tqdm=True, deepspeed=config)
         if budget is not None:
             monkeypatch.setenv("CHECKPOINT_OPTIMIZATION", "true")
             monkeypatch.setenv("HAL_MEMORY_BUDGET", str(budget))
@@ -309,10 +313,11 @@ def test_checkpoint_optimization_with_deepspeed_fills_its_section_and_checkpoint
             AcceleratorState._reset_state(reset_partial_state=True)
         callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, ht.MemoryPlanCallback))
         losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-        return model, callback.plan, given[-1], losses
+        weights = {name: p.detach().clone() for name, p in model.named_parameters()}
+        return model, callback.plan, given[-1], losses, weights
 
     with tempfile.TemporaryDirectory() as directory:
-        model, _, received, expected = train(directory)
+        model, _, received, expected, expected_weights = train(directory)
         assert received["activation_checkpointing"] == user_section and not through
         # Under the peak of one block checkpointed whole: the plan checkpoints a block whole, through DeepSpeed's.
         batch = {"input_ids": ids[:4], "labels": ids[:4]}
@@ -320,7 +325,7 @@ def test_checkpoint_optimization_with_deepspeed_fills_its_section_and_checkpoint
         both = memory.estimate(model, model_kwargs=batch, checkpoint=True).peak_bytes
         budget = (one + both) // 2
         assert both <= budget < one < memory.estimate(model, model_kwargs=batch).peak_bytes
-        model, plan, received, losses = train(directory, budget)
+        model, plan, received, losses, weights = train(directory, budget)
     log = capfd.readouterr().err
     assert plan is not None and plan.checkpoint, log
     assert "DeepSpeed config: activation_checkpointing filled with" in log and "engine was made" in log, log
@@ -332,3 +337,4 @@ def test_checkpoint_optimization_with_deepspeed_fills_its_section_and_checkpoint
     # Each planned block ran twice per step inside DeepSpeed's checkpoint (forward, then recomputed in backward).
     assert through == {model.get_submodule(name): 2 * 3 for name in plan.checkpoint}
     assert losses == pytest.approx(expected, rel=1e-5)
+    torch.testing.assert_close(weights, expected_weights)
