@@ -245,8 +245,8 @@ class MemoryPlanCallback(TrainerCallback):
         kept = {key: section[key] for key in planned if key not in filled}
         deepspeed.checkpointing.configure(None, deepspeed_config=config)
         # DeepSpeed's checkpoint is reentrant: a block none of whose inputs needs a gradient gives its parameters
-        # none. With frozen input embeddings (adapters), their output is made to need one, as transformers does
-        # for its own reentrant checkpointing.
+        # none. With frozen input embeddings (adapters), their output is made to need one, as transformers'
+        # gradient_checkpointing_enable does.
         embeddings = model.get_input_embeddings() if hasattr(model, "enable_input_require_grads") else None
         frozen = embeddings is not None and not any(p.requires_grad for p in embeddings.parameters())
         if frozen:

@@ -926,7 +926,9 @@ class Plan:
 
     def deepspeed_config(self) -> dict:
         """DeepSpeed's activation_checkpointing section for the plan (DeepSpeed checkpoints whole layers: a
-        selective plan counts its selective blocks as not checkpointed) and ZeRO-3's prefetch setting."""
+        selective plan counts its selective blocks as not checkpointed) and ZeRO-3's prefetch setting. The section
+        acts only through deepspeed.checkpointing.configure, on blocks run through deepspeed.checkpointing.checkpoint
+        (self.apply(model, deepspeed.checkpointing.checkpoint))."""
         return {"activation_checkpointing": {"partition_activations": False, "cpu_checkpointing": False,
                                              "contiguous_memory_optimization": False,
                                              "number_checkpoints": len(self.checkpoint),
