@@ -22,8 +22,10 @@ refused as transformers' "sdpa" refuses it (a warning, no weights).
 
 ``MemoryPlanCallback`` (a ``TrainerCallback``) plans activation checkpointing
 when training starts, for the model and the first batch the Trainer will use
-(``hal.torch.memory.plan``), applies it and logs the plan; every Trainer made
-after ``import hal.transformers`` has one, which acts when
+(``hal.torch.memory.plan``), applies it (under DeepSpeed: in its
+``activation_checkpointing`` section and through its checkpoint function) and
+logs the plan; every Trainer made after ``import hal.transformers`` has one,
+which acts when
 ``CHECKPOINT_OPTIMIZATION=true`` (or ``HAL_CHECKPOINT_OPTIMIZATION``; budget
 ``HAL_MEMORY_BUDGET``, else the device's free memory less 10%). Tested with
 transformers 5.25 (``AttentionInterface`` and ``AttentionMaskInterface``, which
@@ -167,16 +169,24 @@ class MemoryPlanCallback(TrainerCallback):
 
     With the first batch of the Trainer's own dataloader, ``hal.torch.memory.plan`` predicts the peak of a step
     as the Trainer runs it (its optimizer, ``bf16``/``fp16`` autocast, gradient accumulation, data-parallel world
-    size, the device's caching allocator) without running the model, chooses the checkpointing of the model's
-    repeated blocks with the least recomputation that fits ``budget_bytes`` (default: ``HAL_MEMORY_BUDGET``, else
-    the device's free memory less 10%), wraps those blocks and logs the plan to stderr; ``self.plan`` keeps it.
+    size, DeepSpeed's ZeRO stage, the device's caching allocator) without running the model, chooses the
+    checkpointing of the model's repeated blocks with the least recomputation that fits ``budget_bytes`` (default:
+    ``HAL_MEMORY_BUDGET``, else the device's free memory less 10%), wraps those blocks and logs the plan to stderr;
+    ``self.plan`` keeps it.
     ``enabled=None`` (the default one every Trainer gets) acts only under ``CHECKPOINT_OPTIMIZATION=true`` or
     ``HAL_CHECKPOINT_OPTIMIZATION=true``; ``MemoryPlanCallback(enabled=True)`` always. When no plan fits, training
     stops before its first step with ``hal.torch.memory.NoPlanFits`` (naming the smallest peak reachable and what
     dominates it) rather than running out of memory later. Left alone (logged): an optimizer the planner does not
-    model, a Trainer with
-    ``gradient_checkpointing`` (transformers checkpoints already) and one with DeepSpeed (its engine is made before
-    training starts: the plan's ``deepspeed_config()`` section is logged for the DeepSpeed config instead)."""
+    model and a Trainer with ``gradient_checkpointing`` (transformers checkpoints already).
+
+    With DeepSpeed in the Trainer's arguments, the plan fills the ``activation_checkpointing`` section of the
+    config the Trainer hands DeepSpeed (``args.hf_deepspeed_config.config``; values the user set there are kept,
+    and the log says which were filled), configures ``deepspeed.checkpointing`` from that config and runs the
+    plan's whole blocks through ``deepspeed.checkpointing.checkpoint`` (selective blocks stay on torch's selective
+    checkpoint: DeepSpeed's has no selective form). The Trainer makes DeepSpeed's engine before ``on_train_begin``,
+    so the engine has been given the config before the section is filled (the log says so); that loses nothing,
+    since the engine never reads the section: only ``deepspeed.checkpointing.configure`` does, and it checkpoints
+    nothing by itself."""
 
     def __init__(self, budget_bytes: Union[int, str, None] = None, enabled: Optional[bool] = None):
         self.budget_bytes = budget_bytes
@@ -208,15 +218,54 @@ class MemoryPlanCallback(TrainerCallback):
         self.plan = _memory.plan(model, model_kwargs=dict(batch), budget_bytes=budget, optimizer=optimizer,
                                  autocast=autocast, accumulation=args.gradient_accumulation_steps,
                                  foreach=False if "fused" in optim else None,  # fused steps keep no foreach buffers
-                                 world_size=args.world_size,
+                                 world_size=args.world_size, zero=self._zero_stage(args),
                                  device="cuda" if args.device.type == "cuda" else "cpu")
         _planned.add(model)
         if args.deepspeed:
-            self._log(f"{self.plan}\nDeepSpeed's engine is made before training starts: put this in its config "
-                      f"(not applied here): {self.plan.deepspeed_config()}")
+            self._apply_through_deepspeed(args, model, kwargs.get("optimizer"))
             return
         self.plan.apply(model)
         self._log(str(self.plan))
+
+    @staticmethod
+    def _zero_stage(args) -> int:
+        """The ZeRO stage DeepSpeed shards with (0 without DeepSpeed): the plan counts the memory it saves."""
+        return args.hf_deepspeed_config.get_value("zero_optimization.stage", 0) if args.deepspeed else 0
+
+    def _apply_through_deepspeed(self, args, model, optimizer) -> None:
+        """The plan in DeepSpeed's config and through DeepSpeed's checkpoint (the class's docstring says why)."""
+        import deepspeed
+        from accelerate.utils import DeepSpeedOptimizerWrapper
+
+        config = args.hf_deepspeed_config.config  # the dict accelerate passes to deepspeed.initialize
+        section = config.setdefault("activation_checkpointing", {})
+        planned = self.plan.deepspeed_config()["activation_checkpointing"]
+        filled = {key: value for key, value in planned.items() if key not in section}
+        section.update(filled)
+        kept = {key: section[key] for key in planned if key not in filled}
+        deepspeed.checkpointing.configure(None, deepspeed_config=config)
+        # DeepSpeed's checkpoint is reentrant: a block none of whose inputs needs a gradient gives its parameters
+        # none. With frozen input embeddings (adapters), their output is made to need one, as transformers'
+        # gradient_checkpointing_enable does.
+        embeddings = model.get_input_embeddings() if hasattr(model, "enable_input_require_grads") else None
+        frozen = embeddings is not None and not any(p.requires_grad for p in embeddings.parameters())
+        if frozen:
+            model.enable_input_require_grads()
+        self.plan.apply(model, deepspeed.checkpointing.checkpoint)
+        # accelerate wraps the optimizer once deepspeed.initialize has made the engine
+        engine = ("DeepSpeed's engine was made before training began (the Trainer makes it first); it does not "
+                  "read this section, deepspeed.checkpointing does, configured here"
+                  if isinstance(optimizer, DeepSpeedOptimizerWrapper) else
+                  "DeepSpeed's engine is not made yet: it gets the config with this section")
+        selective = (f"; the {len(self.plan.selective)} selectively checkpointed block(s) run under torch's "
+                     f"selective checkpoint (DeepSpeed's has no selective form)" if self.plan.selective else "")
+        self._log(f"{self.plan}\nDeepSpeed config: activation_checkpointing filled with {filled}"
+                  + (f", kept as the user set {kept}" if kept else "")
+                  + f"; deepspeed.checkpointing configured from it; {len(self.plan.checkpoint)} block(s) run "
+                  f"through deepspeed.checkpointing.checkpoint{selective}"
+                  + ("; the input embeddings are frozen: their output now requires grad (enable_input_require_grads), "
+                     "else DeepSpeed's reentrant checkpoint would leave the blocks without gradients" if frozen else "")
+                  + f". {engine}")
 
     @staticmethod
     def _log(text: str) -> None:

@@ -83,6 +83,25 @@ def test_apply_recomputes_the_blocks_and_keeps_torchs_gradients():
     assert count_calls(model, tokens, step, model.blocks[0].gate) == {"module": 1, "attention": 3}
 
 
+def test_whole_blocks_run_through_the_given_checkpoint_function_and_keep_it_across_estimates():
+    """apply(function=...) (how hal.transformers hands DeepSpeed's checkpoint in): the whole blocks run through it,
+    the selective ones through torch's selective checkpoint; an estimate (which applies its own candidates) leaves
+    the blocks as they were."""
+    model, tokens, step = bench._build(TINY, checkpoint={})
+    through = []
+
+    def checkpoint_function(forward, *inputs, **keywords):
+        through.append(forward.__self__)
+        return torch.utils.checkpoint.checkpoint(forward, *inputs, use_reentrant=False, **keywords)
+
+    blocks = memory.find_blocks(model)
+    memory.apply(model, checkpoint=blocks[:2], selective=blocks[2:], function=checkpoint_function)
+    memory.estimate(model, tokens, step=step, checkpoint=True)
+    assert [model.get_submodule(name).__dict__["_hal_checkpoint"] for name in blocks] == ["full", "full", "selective"]
+    step(model, tokens).backward()
+    assert through == [model.blocks[0], model.blocks[1]]
+
+
 def test_the_selective_policy_saves_hals_attention():
     model, tokens, step = bench._build(TINY, checkpoint={})
     memory.apply(model, selective=memory.find_blocks(model))

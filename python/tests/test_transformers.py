@@ -1,6 +1,7 @@
 """hal.transformers: attn_implementation="hal" in Hugging Face transformers models hal did not write (tiny configs,
 random weights), against attn_implementation="sdpa": logits and gradients, with and without padding, greedy
 generation; and a count showing where hal's kernels ran."""
+import collections
 import warnings
 
 import pytest
@@ -238,3 +239,102 @@ def test_checkpoint_optimization_plans_the_trainer_under_its_budget(monkeypatch,
     assert wrapped, "the plan checkpoints blocks"
     assert peak <= budget < unplanned_peak, (peak, budget, unplanned_peak)
     assert losses == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("frozen_embeddings", [False, True], ids=["trained", "frozen-embeddings"])
+def test_checkpoint_optimization_with_deepspeed_fills_its_section_and_checkpoints_through_it(
+        frozen_embeddings, monkeypatch, capfd):
+    """CHECKPOINT_OPTIMIZATION=true, a Trainer with DeepSpeed (ZeRO stage 1 on the CPU, one process, gloo) and a
+    budget below the unplanned peak: the plan fills the activation_checkpointing section of the config DeepSpeed was
+    given (keeping the user's value), DeepSpeed's checkpointing is configured from it, the planned whole blocks run
+    (and are recomputed) through deepspeed.checkpointing.checkpoint, and the losses and trained weights are those of
+    the run without a plan, also with frozen input embeddings (as with adapters), where DeepSpeed's reentrant
+    checkpoint would leave a block whose input needs no gradient without any."""
+    pytest.importorskip("accelerate")
+    deepspeed = pytest.importorskip(
+        "deepspeed", exc_type=ImportError,
+        reason="deepspeed is not importable (scripts/install-python-deps.sh installs it for CI)")
+    import socket
+    import tempfile
+    from accelerate.state import AcceleratorState
+    from hal.torch import memory
+
+    with socket.socket() as free:  # one process: torch.distributed (gloo) on a free local port
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    # Set here so that they are undone after the test (accelerate sets the last two itself and leaves them set,
+    # which would give later Trainers DeepSpeed).
+    for name, value in dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0",
+                            WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", ACCELERATE_USE_DEEPSPEED="true").items():
+        monkeypatch.setenv(name, value)
+    ids = torch.randint(0, 128, (16, 64), generator=torch.Generator().manual_seed(0))
+    data = [{"input_ids": row, "labels": row} for row in ids]
+    user_section = {"synchronize_checkpoint_boundary": True}
+
+    through = collections.Counter()  # block -> runs of its forward inside DeepSpeed's checkpoint
+    checkpoint = deepspeed.checkpointing.checkpoint
+
+    def counted_checkpoint(forward, *inputs, **keywords):
+        def counted(*arguments, **named):
+            through[forward.__self__] += 1
+            return forward(*arguments, **named)
+        return checkpoint(counted, *inputs, **keywords)
+    monkeypatch.setattr(deepspeed.checkpointing, "checkpoint", counted_checkpoint)
+    given = []  # the config each deepspeed.initialize got (accelerate looks the function up when it calls it)
+    initialize = deepspeed.initialize
+
+    def recorded_initialize(*arguments, **named):
+        given.append(named["config_params"])
+        return initialize(*arguments, **named)
+    monkeypatch.setattr(deepspeed, "initialize", recorded_initialize)
+    for name in ("num_layers", "PARTITION_ACTIVATIONS", "CONTIGUOUS_CHECKPOINTING", "CPU_CHECKPOINT", "SYNCHRONIZE",
+                 "PROFILE_TIME", "deepspeed_checkpointing_enabled"):  # what configure sets, restored after the test
+        monkeypatch.setattr(deepspeed.checkpointing, name, getattr(deepspeed.checkpointing, name))
+
+    def train(directory, budget=None):
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(FAMILIES["llama"](), attn_implementation="hal")
+        model.get_input_embeddings().requires_grad_(not frozen_embeddings)
+        config = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+                  "zero_optimization": {"stage": 1}, "activation_checkpointing": dict(user_section)}
+        arguments = transformers.TrainingArguments(output_dir=str(directory), max_steps=3,
+                                                   per_device_train_batch_size=4, logging_steps=1, report_to=[],
+                                                   save_strategy="no", use_cpu=True, seed=0, data_seed=0,
+                                                   learning_rate=1e-3, disable_tqdm=True, deepspeed=config)
+        if budget is not None:
+            monkeypatch.setenv("CHECKPOINT_OPTIMIZATION", "true")
+            monkeypatch.setenv("HAL_MEMORY_BUDGET", str(budget))
+        else:
+            monkeypatch.delenv("CHECKPOINT_OPTIMIZATION", raising=False)
+        trainer = transformers.Trainer(model=model, args=arguments, train_dataset=data)
+        try:
+            trainer.train()
+        finally:  # the next Trainer (here or in another test) starts from a fresh accelerate state
+            AcceleratorState._reset_state(reset_partial_state=True)
+        callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, ht.MemoryPlanCallback))
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        weights = {name: p.detach().clone() for name, p in model.named_parameters()}
+        return model, callback.plan, given[-1], losses, weights
+
+    with tempfile.TemporaryDirectory() as directory:
+        model, _, received, expected, expected_weights = train(directory)
+        assert received["activation_checkpointing"] == user_section and not through
+        # Under the peak of one block checkpointed whole: the plan checkpoints a block whole, through DeepSpeed's.
+        batch = {"input_ids": ids[:4], "labels": ids[:4]}
+        one = memory.estimate(model, model_kwargs=batch, checkpoint=["model.layers.0"]).peak_bytes
+        both = memory.estimate(model, model_kwargs=batch, checkpoint=True).peak_bytes
+        budget = (one + both) // 2
+        assert both <= budget < one < memory.estimate(model, model_kwargs=batch).peak_bytes
+        model, plan, received, losses, weights = train(directory, budget)
+    log = capfd.readouterr().err
+    assert plan is not None and plan.checkpoint, log
+    assert "DeepSpeed config: activation_checkpointing filled with" in log and "engine was made" in log, log
+    section = received["activation_checkpointing"]
+    assert section == {**plan.deepspeed_config()["activation_checkpointing"], **user_section}
+    assert section["number_checkpoints"] == len(plan.checkpoint)
+    # DeepSpeed read the section: its checkpointing holds the plan's count and the user's value.
+    assert (deepspeed.checkpointing.num_layers, deepspeed.checkpointing.SYNCHRONIZE) == (len(plan.checkpoint), True)
+    # Each planned block ran twice per step inside DeepSpeed's checkpoint (forward, then recomputed in backward).
+    assert through == {model.get_submodule(name): 2 * 3 for name in plan.checkpoint}
+    assert losses == pytest.approx(expected, rel=1e-5)
+    torch.testing.assert_close(weights, expected_weights)

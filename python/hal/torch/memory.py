@@ -251,14 +251,23 @@ def _without_cache(block: nn.Module, keywords: dict) -> dict:
     return keywords
 
 
-def _wrap(block: nn.Module, selective: bool) -> None:
+def _torch_checkpoint(function: Callable, *inputs, **keywords):
+    return torch_checkpoint.checkpoint(function, *inputs, use_reentrant=False, **keywords)
+
+
+def _torch_selective_checkpoint(function: Callable, *inputs, **keywords):
+    return torch_checkpoint.checkpoint(function, *inputs, use_reentrant=False, context_fn=_selective_context,
+                                       **keywords)
+
+
+def _wrap(block: nn.Module, selective: bool, function: Callable) -> None:
     original = block.__dict__.get("_hal_original_forward", block.forward)
-    options = {"context_fn": _selective_context} if selective else {}
+    checkpoint = _torch_selective_checkpoint if selective else function
 
     def checkpointed(*inputs, **keywords):
         if block.training and torch.is_grad_enabled():
             keywords = _without_cache(block, keywords)
-        return torch_checkpoint.checkpoint(original, *inputs, use_reentrant=False, **options, **keywords)
+        return checkpoint(original, *inputs, **keywords)
     block._hal_original_forward = original
     block._hal_checkpoint = "selective" if selective else "full"
     block.forward = checkpointed
@@ -274,9 +283,12 @@ def _unwrap(block: nn.Module) -> None:
             block.forward = original
 
 
-def apply(model: nn.Module, checkpoint: Iterable[str] = (), selective: Iterable[str] = ()) -> None:
-    """Checkpoints the named blocks (non-reentrant torch.utils.checkpoint): whole in `checkpoint`, under
-    selective_policy in `selective`; the other blocks' checkpointing by hal is removed."""
+def apply(model: nn.Module, checkpoint: Iterable[str] = (), selective: Iterable[str] = (),
+          function: Callable = _torch_checkpoint) -> None:
+    """Checkpoints the named blocks: whole in `checkpoint`, through `function` (called as function(forward, *inputs,
+    **keywords); default non-reentrant torch.utils.checkpoint, or e.g. deepspeed.checkpointing.checkpoint), and
+    under selective_policy in `selective` (non-reentrant torch.utils.checkpoint: only torch has a selective form);
+    the other blocks' checkpointing by hal is removed."""
     checkpoint, selective = set(checkpoint), set(selective)
     if checkpoint & selective:
         raise ValueError(f"blocks {sorted(checkpoint & selective)} are both fully and selectively checkpointed")
@@ -288,18 +300,25 @@ def apply(model: nn.Module, checkpoint: Iterable[str] = (), selective: Iterable[
         if "_hal_original_forward" in module.__dict__:
             _unwrap(module)
         if name in checkpoint or name in selective:
-            _wrap(module, selective=name in selective)
+            _wrap(module, selective=name in selective, function=function)
+
+
+# What _wrap sets on a block's instance.
+_WRAP_ATTRIBUTES = ("forward", "_hal_original_forward", "_hal_checkpoint")
 
 
 @contextlib.contextmanager
 def _applied(model: nn.Module, checkpoint: Sequence[str], selective: Sequence[str]) -> Iterator[None]:
-    previous = {name: m.__dict__.get("_hal_checkpoint") for name, m in model.named_modules()}
+    # Restored as they were, checkpoint function included (a plan applied through DeepSpeed's stays DeepSpeed's).
+    previous = {m: {key: m.__dict__[key] for key in _WRAP_ATTRIBUTES if key in m.__dict__} for m in model.modules()}
     apply(model, checkpoint, selective)
     try:
         yield
     finally:
-        apply(model, [n for n, kind in previous.items() if kind == "full"],
-              [n for n, kind in previous.items() if kind == "selective"])
+        for module, attributes in previous.items():
+            for key in _WRAP_ATTRIBUTES:
+                module.__dict__.pop(key, None)
+            module.__dict__.update(attributes)
 
 
 @contextlib.contextmanager
@@ -899,14 +918,17 @@ class Plan:
     candidates: List[Candidate]
     step_flops: float
 
-    def apply(self, model: nn.Module) -> nn.Module:
-        """Checkpoints the plan's blocks of `model` (non-reentrant torch.utils.checkpoint); returns the model."""
-        apply(model, self.checkpoint, self.selective)
+    def apply(self, model: nn.Module, function: Callable = _torch_checkpoint) -> nn.Module:
+        """Checkpoints the plan's blocks of `model` (the whole ones through `function`, as the module's apply does);
+        returns the model."""
+        apply(model, self.checkpoint, self.selective, function)
         return model
 
     def deepspeed_config(self) -> dict:
         """DeepSpeed's activation_checkpointing section for the plan (DeepSpeed checkpoints whole layers: a
-        selective plan counts its selective blocks as not checkpointed) and ZeRO-3's prefetch setting."""
+        selective plan counts its selective blocks as not checkpointed) and ZeRO-3's prefetch setting. The section
+        acts only through deepspeed.checkpointing.configure, on blocks run through deepspeed.checkpointing.checkpoint
+        (self.apply(model, deepspeed.checkpointing.checkpoint))."""
         return {"activation_checkpointing": {"partition_activations": False, "cpu_checkpointing": False,
                                              "contiguous_memory_optimization": False,
                                              "number_checkpoints": len(self.checkpoint),
