@@ -11,16 +11,24 @@
 //   f16:  absolute 1e-3, relative 1e-3 (outputs rounded to 11 bits: ~4.9e-4)
 //   bf16: absolute 1.6e-2, relative 1.6e-2 (outputs rounded to 8 bits: ~3.9e-3)
 // The f64 reference is itself checked against central finite differences.
+//
+// Built twice: attention_kernels_openmp_test (HAL_TEST_ON_OPENMP_TEAM) loads
+// the system's OpenMP runtime before any test, as PyTorch does in a process,
+// so every kernel above also runs on the main thread's OpenMP team (a team
+// of 3, the pools' size in these tests) instead of the pool's workers.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include "attention/attention_kernels.hpp"
 
+#include <dlfcn.h>
 #include <doctest/doctest.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -41,6 +49,27 @@ using namespace hal::host;
 using namespace hal::abi;  // the f16 and bf16 conversions the kernels use
 
 namespace {
+
+#if defined(HAL_TEST_ON_OPENMP_TEAM)
+// The system's OpenMP runtime, loaded before the first parallel_for looks for
+// one, with a team of 3 for the main thread.
+struct OpenMp {
+  int (*thread_num)() = nullptr;
+  void (*set_num_threads)(int) = nullptr;
+};
+const OpenMp openmp = [] {
+  void* library = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (library == nullptr) {
+    std::fprintf(stderr, "attention_kernels_openmp_test: cannot load libgomp.so.1 (Debian's libgomp1): %s\n",
+                 dlerror());
+    std::exit(1);
+  }
+  OpenMp found{reinterpret_cast<int (*)()>(dlsym(library, "omp_get_thread_num")),
+               reinterpret_cast<void (*)(int)>(dlsym(library, "omp_set_num_threads"))};
+  found.set_num_threads(3);
+  return found;
+}();
+#endif
 
 // ---- tensors ---------------------------------------------------------------
 
@@ -534,6 +563,60 @@ class ScopedEnvironment {
   std::string name_;
   std::optional<std::string> saved_;
 };
+
+#if defined(HAL_TEST_ON_OPENMP_TEAM)
+TEST_CASE(
+    "with an OpenMP runtime loaded, parallel work runs on the calling thread's team; a pool-only thread keeps the "
+    "pool") {
+  ThreadPool pool(2);
+  REQUIRE(pool.uses_openmp_team());
+  CHECK(pool.thread_count() == 3);  // the team's size, not the pool's
+  // Each body waits until a second thread has entered one, so more than one
+  // thread takes part; every body runs on the team thread its index names.
+  std::atomic<int> entered{0};
+  std::atomic<int> mismatched{0};
+  std::vector<std::atomic<int>> hits(64);
+  pool.parallel_for_with_worker(64, [&](int worker, std::int64_t begin, std::int64_t end) {
+    if (worker != openmp.thread_num()) mismatched++;
+    entered++;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (entered.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    for (std::int64_t i = begin; i < end; ++i) hits[static_cast<std::size_t>(i)]++;
+  });
+  CHECK(mismatched.load() == 0);
+  CHECK(entered.load() >= 2);
+  CHECK(std::all_of(hits.begin(), hits.end(), [](const std::atomic<int>& h) { return h.load() == 1; }));
+  CHECK_THROWS_AS(pool.parallel_for(100,
+                                    [](std::int64_t begin, std::int64_t) {
+                                      if (begin == 0) throw std::runtime_error("chunk failed");
+                                    }),
+                  std::runtime_error);
+
+  // The same backward on the team and on a pool of the same size from a
+  // pool-only thread: the same chunks, so the same bits.
+  const Problem p{.batch = 2, .heads_q = 4, .heads_kv = 2, .seq_q = 150, .seq_kv = 150, .causal = true};
+  ThreadPool three(3);
+  Case on_team(p), on_pool(p);
+  const auto run = [&](Case& c) {
+    flash_forward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data(), three);
+    flash_backward(c.params, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.grad_o.data(), c.lse.data(),
+                   c.grad_q.data(), c.grad_k.data(), c.grad_v.data(), three);
+  };
+  run(on_team);
+  bool pool_only_used_team = true;
+  std::thread pool_only([&] {
+    ThreadPool::use_pool_on_this_thread();
+    pool_only_used_team = three.uses_openmp_team() || three.thread_count() != 3;
+    run(on_pool);
+  });
+  pool_only.join();
+  CHECK_FALSE(pool_only_used_team);
+  CHECK(on_team.o.bytes == on_pool.o.bytes);
+  CHECK(on_team.grad_q.bytes == on_pool.grad_q.bytes);
+  CHECK(on_team.grad_k.bytes == on_pool.grad_k.bytes);
+  CHECK(on_team.grad_v.bytes == on_pool.grad_v.bytes);
+}
+#endif
 
 TEST_CASE("default thread count: explicit settings, the affinity mask, ranks sharing the machine") {
   ScopedEnvironment no_hal("HAL_HOST_THREADS", nullptr);

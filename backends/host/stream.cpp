@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "attention/thread_pool.hpp"
 #include "host_backend.hpp"
+#include "spin_wait.hpp"
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // How long an idle worker keeps looking for work before it sleeps: long
 // enough to catch the next operation of a caller that enqueues in a loop,
@@ -27,32 +27,6 @@ constexpr std::chrono::microseconds kWorkerSpin{50};
 // How long a synchronizing thread waits for the worker's current operation
 // before it sleeps: a small operation ends well within it.
 constexpr std::chrono::microseconds kSynchronizeSpin{20};
-// Each spin busy-waits this long, then yields the CPU between looks.
-constexpr std::chrono::microseconds kBusyWait{5};
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-// Looks at done() until it holds or limit has passed; false when it did not hold.
-template <typename Done>
-bool spin_until(Done done, std::chrono::microseconds limit) {
-  const Clock::time_point start = Clock::now();
-  for (unsigned looks = 1;; ++looks) {
-    if (done()) return true;
-    if (looks % 64 != 0) {
-      cpu_relax();
-      continue;
-    }
-    const Clock::duration waited = Clock::now() - start;
-    if (waited >= limit) return false;
-    if (waited >= kBusyWait) std::this_thread::yield();
-  }
-}
 
 }  // namespace
 
@@ -206,14 +180,15 @@ bool hal_stream::idle() {
 }
 
 void hal_stream::await_work() const {
-  spin_until([&] { return queued_.load(std::memory_order_acquire); }, kWorkerSpin);
+  hal::host::spin_until([&] { return queued_.load(std::memory_order_acquire); }, kWorkerSpin);
 }
 
 void hal_stream::await_batch_end(std::uint64_t seen) const {
-  spin_until([&] { return batches_ended_.load(std::memory_order_acquire) != seen; }, kSynchronizeSpin);
+  hal::host::spin_until([&] { return batches_ended_.load(std::memory_order_acquire) != seen; }, kSynchronizeSpin);
 }
 
 void hal_stream::work() {
+  hal::host::ThreadPool::use_pool_on_this_thread();
   std::unique_lock lock(mutex_);
   for (;;) {
     if (worker_may_take()) {

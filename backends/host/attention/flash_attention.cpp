@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "attention/attention_common.hpp"
 #include "attention/attention_internal.hpp"
@@ -84,8 +85,8 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
     units_per_group = layout.key_blocks;
     layout.packed_group_floats =
         layout.group_size * layout.seq_q_padded * (layout.dim_qk_padded + layout.dim_v_padded + 2);
-    layout.scratch_floats = 2 * bc * layout.dim_qk_padded + 2 * bc * layout.dim_v_padded +
-                            bc * layout.dim_qk_padded + 4 * br * bc;
+    // K, K^T, V^T, dK, dV of the key block, then P and dS of a query block
+    layout.scratch_floats = 3 * bc * layout.dim_qk_padded + 2 * bc * layout.dim_v_padded + 2 * br * bc;
     layout.chunks = threads;
   }
   layout.groups_per_pass =
@@ -99,7 +100,8 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
 // calling thread alone for a small call (kSmallAttentionFlops).
 class UnitRunner {
  public:
-  UnitRunner(ThreadPool& pool, double flops) : pool_(pool), serial_(flops < kSmallAttentionFlops) {}
+  UnitRunner(ThreadPool& pool, double flops)
+      : pool_(pool), serial_(flops < kSmallAttentionFlops && !pool.uses_openmp_team()) {}
 
   template <class Unit>
   void run(std::int64_t count, const Unit& unit) {
@@ -116,6 +118,62 @@ class UnitRunner {
   ThreadPool& pool_;
   bool serial_;
 };
+
+// The backward's key units of a pass, dealt to its chunks so that their
+// work evens out: under a causal mask or a window the early key blocks are
+// seen by more query blocks. Longest first, each to the least loaded chunk
+// (the lowest on a tie): fixed for a given thread count, so the dQ partials
+// are summed in a fixed order. Returns the units chunk by chunk;
+// chunk_starts[c] is where chunk c's begin (chunks + 1 entries).
+std::vector<std::int64_t> deal_key_units(const hal_attention_params_v1& p, const flash::Layout& layout,
+                                         std::int64_t pass_groups, bool key_ranges,
+                                         std::vector<std::int64_t>& chunk_starts) {
+  const std::int64_t bc = layout.key_block;
+  // Query blocks that see each key block; all of them with key ranges (any
+  // row may see any key).
+  std::vector<std::int64_t> block_cost(static_cast<std::size_t>(layout.key_blocks), layout.query_blocks);
+  if (!key_ranges) {
+    for (std::int64_t key_block = 0; key_block < layout.key_blocks; ++key_block) {
+      const std::int64_t key0 = key_block * bc;
+      const std::int64_t key_last = std::min(key0 + bc, p.seq_kv) - 1;
+      std::int64_t seen_by = 0;
+      for (std::int64_t query_block = 0; query_block < layout.query_blocks; ++query_block) {
+        const std::int64_t query0 = query_block * layout.query_block;
+        const std::int64_t query_last = std::min(query0 + layout.query_block, p.seq_q) - 1;
+        const std::int64_t first = abi::visible_keys(p, query0).first;
+        const std::int64_t last = abi::visible_keys(p, query_last).last;
+        seen_by += first <= last && first <= key_last && last >= key0;
+      }
+      block_cost[static_cast<std::size_t>(key_block)] = seen_by;
+    }
+  }
+  const std::int64_t units = pass_groups * layout.key_blocks;
+  std::vector<std::int64_t> by_cost(static_cast<std::size_t>(units));
+  for (std::int64_t unit = 0; unit < units; ++unit) by_cost[static_cast<std::size_t>(unit)] = unit;
+  // + 1: loading a key block's K and V costs even when no query sees it.
+  const auto cost = [&](std::int64_t unit) {
+    return block_cost[static_cast<std::size_t>(unit % layout.key_blocks)] + 1;
+  };
+  std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::int64_t a, std::int64_t b) { return cost(a) > cost(b); });
+  std::vector<std::int64_t> load(static_cast<std::size_t>(layout.chunks), 0);
+  std::vector<std::int64_t> chunk_of(static_cast<std::size_t>(units));
+  std::vector<std::int64_t> count(static_cast<std::size_t>(layout.chunks), 0);
+  for (const std::int64_t unit : by_cost) {
+    const auto lightest = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[lightest] += cost(unit);
+    chunk_of[static_cast<std::size_t>(unit)] = static_cast<std::int64_t>(lightest);
+    ++count[lightest];
+  }
+  chunk_starts.assign(static_cast<std::size_t>(layout.chunks) + 1, 0);
+  for (std::int64_t chunk = 0; chunk < layout.chunks; ++chunk)
+    chunk_starts[static_cast<std::size_t>(chunk) + 1] =
+        chunk_starts[static_cast<std::size_t>(chunk)] + count[static_cast<std::size_t>(chunk)];
+  std::vector<std::int64_t> dealt(static_cast<std::size_t>(units));
+  std::vector<std::int64_t> next(chunk_starts.begin(), chunk_starts.end() - 1);
+  for (const std::int64_t unit : by_cost)
+    dealt[static_cast<std::size_t>(next[static_cast<std::size_t>(chunk_of[static_cast<std::size_t>(unit)])]++)] = unit;
+  return dealt;
+}
 
 std::int64_t workspace_floats(const flash::Layout& layout, int thread_count) {
   const std::int64_t scratch_slots = layout.chunks > 0 ? layout.chunks : std::max(1, thread_count);
@@ -269,14 +327,17 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
     job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);
     const std::int64_t query_units = job.pass_groups * layout.group_size * layout.query_blocks;
     units.run(query_units, [&](int, std::int64_t unit) { kernels.backward_pack_queries(job, unit); });
-    const std::int64_t key_units = job.pass_groups * layout.key_blocks;
     const std::int64_t partial_floats = job.pass_groups * layout.group_size * layout.seq_q_padded * layout.dim_qk_padded;
+    std::vector<std::int64_t> chunk_starts;
+    const std::vector<std::int64_t> key_units =
+        deal_key_units(params, layout, job.pass_groups, key_ranges != nullptr, chunk_starts);
     units.run(layout.chunks, [&](int, std::int64_t chunk) {
       float* partial = job.dq_partials + chunk * layout.dq_partial_floats;
       std::fill(partial, partial + partial_floats, 0.0f);
-      // Interleaved: under a causal mask early key blocks cost more.
-      for (std::int64_t unit = chunk; unit < key_units; unit += layout.chunks) {
-        kernels.backward_keys(job, unit, job.scratch + chunk * layout.scratch_floats, partial);
+      for (std::int64_t index = chunk_starts[static_cast<std::size_t>(chunk)];
+           index < chunk_starts[static_cast<std::size_t>(chunk) + 1]; ++index) {
+        kernels.backward_keys(job, key_units[static_cast<std::size_t>(index)],
+                              job.scratch + chunk * layout.scratch_floats, partial);
       }
     });
     units.run(query_units, [&](int, std::int64_t unit) { kernels.backward_reduce_dq(job, unit); });

@@ -73,8 +73,11 @@ HAL_ALWAYS_INLINE std::int64_t packed_b_offset(std::int64_t row, std::int64_t co
 // C[rows x cols] (=|+=) A[rows x depth] * B[depth x cols], f32, A and C
 // row-major, cols = col_vectors * V::width. The micro-kernel keeps a
 // tile_rows x tile_vectors block of C in registers, loads tile_vectors Regs
-// of one B row per step and multiplies them by broadcast A elements.
-template <class V, bool Accumulate>
+// of one B row per step and multiplies them by broadcast A elements. With
+// TransposedA, `a` holds A^T (depth rows of lda floats): A's elements are
+// only ever broadcast one at a time, so reading them down a column costs
+// nothing and no transposed copy is made.
+template <class V, bool Accumulate, bool TransposedA = false>
 struct Gemm {
   static constexpr int kRows = V::tile_rows;
   static constexpr int kVectors = V::tile_vectors;
@@ -101,7 +104,7 @@ struct Gemm {
       Reg b_row[Vectors];
       HAL_FLASH_UNROLL for (int vec = 0; vec < Vectors; ++vec) b_row[vec] = V::load(b + step * ldb + vec * V::width);
       HAL_FLASH_UNROLL for (int row = 0; row < Rows; ++row) {
-        const Reg a_value = V::broadcast(a[row * lda + step]);
+        const Reg a_value = V::broadcast(TransposedA ? a[step * lda + row] : a[row * lda + step]);
         HAL_FLASH_UNROLL for (int vec = 0; vec < Vectors; ++vec) {
           acc[row][vec] = V::fmadd(a_value, b_row[vec], acc[row][vec]);
         }
@@ -132,8 +135,8 @@ struct Gemm {
       const std::int64_t ldb = b.row_stride != 0 ? b.row_stride : vectors * V::width;
       for (std::int64_t row = 0; row < rows; row += kRows) {
         const std::int64_t block_rows = min_i64(kRows, rows - row);
-        grid.kernels[block_rows - 1][vectors - 1](a + row * lda, lda, panel, ldb, c + row * ldc + col * V::width, ldc,
-                                                  depth);
+        grid.kernels[block_rows - 1][vectors - 1](a + (TransposedA ? row : row * lda), lda, panel, ldb,
+                                                  c + row * ldc + col * V::width, ldc, depth);
       }
     }
   }
@@ -181,6 +184,17 @@ HAL_ALWAYS_INLINE void store_row(hal_dtype dtype, void* data, std::int64_t offse
     }
   }
   for (; i < count; ++i) store_float(dtype, data, offset + i * stride, scale * in[i]);
+}
+
+// a . b over `count` floats: whole vectors, then the tail.
+template <class V>
+HAL_ALWAYS_INLINE float dot(const float* a, const float* b, std::int64_t count) {
+  typename V::Reg sum = V::zero();
+  std::int64_t i = 0;
+  for (; i + V::width <= count; i += V::width) sum = V::fmadd(V::load(a + i), V::load(b + i), sum);
+  float total = V::reduce_add(sum);
+  for (; i < count; ++i) total += a[i] * b[i];
+  return total;
 }
 
 template <class V>
@@ -506,19 +520,10 @@ HAL_ALWAYS_INLINE void prefetch_key_block(const hal_attention_params_v1& p, cons
 template <class V>
 void key_dot_products(const QueryTile& tile, std::int64_t row_count, std::int64_t query_stride, std::int64_t dims,
                       KeyRows keys, std::int64_t key_count, std::int64_t score_stride) {
-  using Reg = typename V::Reg;
-  const std::int64_t whole = dims / V::width * V::width;
   for (std::int64_t key = 0; key < key_count; ++key) {
     const float* key_row = keys.data + key * keys.stride;
     for (std::int64_t row = 0; row < row_count; ++row) {
-      const float* query_row = tile.queries + row * query_stride;
-      Reg sum = V::zero();
-      for (std::int64_t dim = 0; dim < whole; dim += V::width) {
-        sum = V::fmadd(V::load(query_row + dim), V::load(key_row + dim), sum);
-      }
-      float score = V::reduce_add(sum);
-      for (std::int64_t dim = whole; dim < dims; ++dim) score += query_row[dim] * key_row[dim];
-      tile.scores[row * score_stride + key] = score;
+      tile.scores[row * score_stride + key] = dot<V>(tile.queries + row * query_stride, key_row, dims);
     }
   }
 }
@@ -681,21 +686,19 @@ void backward_pack_queries(const BackwardJob& job, std::int64_t unit) {
                        query_dims, layout.dim_qk_padded, q_scale, query_row);
     load_padded_row<V>(p.dtype, job.grad_o, element_offset(p.grad_o_strides, batch, head, query, 0),
                        p.grad_o_strides.dim, value_dims, layout.dim_v_padded, 1.0f, grad_row);
+    // rowsum(dO * O), O read a chunk of floats at a time.
+    constexpr std::int64_t kChunk = 64;
+    float output_chunk[kChunk];
     float output_dot_grad = 0.0f;
-    for (std::int64_t dim = 0; dim < value_dims; ++dim) {
-      output_dot_grad += grad_row[dim] * load_as_float(p.dtype, job.o, element_offset(p.o_strides, batch, head, query, dim));
+    for (std::int64_t dim0 = 0; dim0 < value_dims; dim0 += kChunk) {
+      const std::int64_t count = min_i64(kChunk, value_dims - dim0);
+      load_row<V>(p.dtype, job.o, element_offset(p.o_strides, batch, head, query, dim0), p.o_strides.dim, count, 1.0f,
+                  output_chunk);
+      output_dot_grad += dot<V>(grad_row + dim0, output_chunk, count);
     }
     buffers.output_dot_grads[query] = output_dot_grad;
     const float lse = present ? job.lse[(batch * p.heads_q + head) * p.seq_q + query] : -kInfinity;
     buffers.lse_log2[query] = lse == -kInfinity ? kInfinity : lse * kLog2e;
-  }
-}
-
-// Copies rows [0, rows) x columns [0, columns) of `in` (row stride ld_in) transposed into `out` (row stride ld_out).
-HAL_ALWAYS_INLINE void transpose(const float* in, std::int64_t ld_in, std::int64_t rows, std::int64_t columns,
-                                 float* out, std::int64_t ld_out) {
-  for (std::int64_t column = 0; column < columns; ++column) {
-    for (std::int64_t row = 0; row < rows; ++row) out[column * ld_out + row] = in[row * ld_in + column];
   }
 }
 
@@ -725,8 +728,6 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
   float* value_grads = key_grads + bc * dqk_padded;    // [bc][dv_padded]
   float* probabilities = value_grads + bc * dv_padded; // [br][bc]
   float* score_grads = probabilities + br * bc;        // [br][bc]: dP, then dS
-  float* probabilities_t = score_grads + br * bc;      // [bc][br]
-  float* score_grads_t = probabilities_t + bc * br;    // [bc][br]
 
   float* value_row = key_grads;  // key_grads is zeroed after the loads
   for (std::int64_t column = 0; column < bc; ++column) {
@@ -776,13 +777,12 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
                    V::mul(V::load(probability_row + column), V::sub(V::load(grad_row + column), dot_reg)));
         }
       }
-      transpose(probabilities, bc, rows, key_count, probabilities_t, br);
-      transpose(score_grads, bc, rows, key_count, score_grads_t, br);
       // dV += P^T dO;  dK += dS^T Q' (Q' = Q * scale * log2 e, corrected when written);  dQ += dS K.
-      Gemm<V, true>::run(key_count, dv_padded / V::width, rows, probabilities_t, br, Gemm<V, true>::row_major(grad_o_tile, dv_padded), value_grads,
-                         dv_padded);
-      Gemm<V, true>::run(key_count, dqk_padded / V::width, rows, score_grads_t, br, Gemm<V, true>::row_major(q_tile, dqk_padded), key_grads,
-                         dqk_padded);
+      using GemmTransposedA = Gemm<V, true, true>;
+      GemmTransposedA::run(key_count, dv_padded / V::width, rows, probabilities, bc,
+                           GemmTransposedA::row_major(grad_o_tile, dv_padded), value_grads, dv_padded);
+      GemmTransposedA::run(key_count, dqk_padded / V::width, rows, score_grads, bc,
+                           GemmTransposedA::row_major(q_tile, dqk_padded), key_grads, dqk_padded);
       Gemm<V, true>::run(rows, dqk_padded / V::width, key_count, score_grads, bc, Gemm<V, true>::row_major(keys, dqk_padded),
                          head_dq + query0 * dqk_padded, dqk_padded);
     }

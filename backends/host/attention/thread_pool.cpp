@@ -1,12 +1,15 @@
 #include "attention/thread_pool.hpp"
 
+#include <dlfcn.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <system_error>
 
 #include "environment.hpp"
+#include "spin_wait.hpp"
 
 namespace hal::host {
 namespace {
@@ -17,6 +20,42 @@ struct CurrentWorker {
   int worker = 0;
 };
 thread_local CurrentWorker current_worker;
+
+// How long an idle worker looks for the next job before it sleeps.
+constexpr std::chrono::microseconds kWorkerSpin{30};
+
+// Set on threads whose parallel work must stay on the pool.
+thread_local bool pool_only_thread = false;
+
+// The entry points of an OpenMP runtime (libgomp's ABI) some other library
+// of the process loaded; looked up once, on the first parallel_for.
+struct OpenMpRuntime {
+  void (*parallel)(void (*function)(void*), void* data, unsigned threads, unsigned flags) = nullptr;
+  int (*thread_num)() = nullptr;
+  int (*max_threads)() = nullptr;
+};
+
+const OpenMpRuntime* loaded_openmp() {
+  static const OpenMpRuntime runtime = [] {
+    OpenMpRuntime found;
+    // RTLD_NOLOAD: only a runtime that is there already; the handle is
+    // kept, so it stays loaded while hal uses it.
+    void* library = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (library == nullptr) return found;
+    found.parallel = reinterpret_cast<decltype(found.parallel)>(dlsym(library, "GOMP_parallel"));
+    found.thread_num = reinterpret_cast<decltype(found.thread_num)>(dlsym(library, "omp_get_thread_num"));
+    found.max_threads = reinterpret_cast<decltype(found.max_threads)>(dlsym(library, "omp_get_max_threads"));
+    if (found.parallel == nullptr || found.thread_num == nullptr || found.max_threads == nullptr) found = {};
+    return found;
+  }();
+  return runtime.parallel != nullptr ? &runtime : nullptr;
+}
+
+// The OpenMP runtime a parallel_for from this thread runs on, or null.
+const OpenMpRuntime* openmp_for_this_thread() {
+  if (pool_only_thread || current_worker.pool != nullptr) return nullptr;
+  return loaded_openmp();
+}
 
 class WorkerScope {
  public:
@@ -82,6 +121,15 @@ ThreadPool::~ThreadPool() {
   for (std::thread& worker : workers_) worker.join();
 }
 
+void ThreadPool::use_pool_on_this_thread() { pool_only_thread = true; }
+
+bool ThreadPool::uses_openmp_team() const { return openmp_for_this_thread() != nullptr; }
+
+int ThreadPool::thread_count() const {
+  if (const OpenMpRuntime* openmp = openmp_for_this_thread()) return std::max(1, openmp->max_threads());
+  return static_cast<int>(workers_.size()) + 1;
+}
+
 void ThreadPool::parallel_for(std::int64_t count,
                               const std::function<void(std::int64_t, std::int64_t)>& body) {
   parallel_for_with_worker(count, [&body](int, std::int64_t begin, std::int64_t end) { body(begin, end); });
@@ -91,7 +139,14 @@ void ThreadPool::parallel_for_with_worker(
     std::int64_t count, const std::function<void(int, std::int64_t, std::int64_t)>& body) {
   if (count <= 0) return;
   const bool nested = current_worker.pool == this;
-  if (nested || workers_.empty() || count == 1) {
+  // Sized as thread_count() said to this thread: the caller's scratch is.
+  const OpenMpRuntime* openmp = nested ? nullptr : openmp_for_this_thread();
+  const int team_size = openmp != nullptr ? openmp->max_threads() : 0;
+  if (team_size > 1 && count > 1) {
+    run_on_openmp_team(team_size, count, body);
+    return;
+  }
+  if (nested || openmp != nullptr || workers_.empty() || count == 1) {
     // Nested call, single thread or nothing to share: run here. A nested call
     // keeps the worker index of the body it runs in (its scratch stays its own).
     const int worker = nested ? current_worker.worker : 0;
@@ -111,8 +166,10 @@ void ThreadPool::parallel_for_with_worker(
     chunk_ = std::max<std::int64_t>(1, (count + target_chunks - 1) / target_chunks);
     next_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
-    busy_workers_ = static_cast<int>(workers_.size());
+    busy_workers_ = 0;
+    job_open_ = true;
     ++generation_;
+    posted_generation_.store(generation_, std::memory_order_release);
   }
   wake_.notify_all();
   run_chunks(0);
@@ -120,12 +177,57 @@ void ThreadPool::parallel_for_with_worker(
   std::exception_ptr error;
   {
     std::unique_lock lock(mutex_);
+    // Every chunk is taken: a worker that has not joined yet has nothing to
+    // do, so it is not waited for (and must not touch body_ once we return).
+    job_open_ = false;
     done_.wait(lock, [this] { return busy_workers_ == 0; });
     body_ = nullptr;
     error = error_;
     error_ = nullptr;
   }
   if (error) std::rethrow_exception(error);
+}
+
+void ThreadPool::run_on_openmp_team(int team_size, std::int64_t count,
+                                    const std::function<void(int, std::int64_t, std::int64_t)>& body) {
+  struct Job {
+    ThreadPool* pool;
+    const OpenMpRuntime* openmp;
+    const std::function<void(int, std::int64_t, std::int64_t)>* body;
+    std::int64_t count;
+    std::int64_t chunk;
+    std::atomic<std::int64_t> next{0};
+    std::mutex error_mutex;
+    std::exception_ptr error;
+  } job{this,
+        loaded_openmp(),
+        &body,
+        count,
+        std::max<std::int64_t>(1, (count + team_size * 8 - 1) / (team_size * 8)),
+        {},
+        {},
+        {}};
+  // The team may have fewer threads than asked for; chunks go to whoever
+  // comes, as on the pool, and nothing may escape into the runtime.
+  job.openmp->parallel(
+      [](void* data) {
+        Job& job = *static_cast<Job*>(data);
+        const int worker = job.openmp->thread_num();
+        WorkerScope scope(job.pool, worker);
+        for (;;) {
+          const std::int64_t begin = job.next.fetch_add(job.chunk, std::memory_order_relaxed);
+          if (begin >= job.count) return;
+          try {
+            (*job.body)(worker, begin, std::min(job.count, begin + job.chunk));
+          } catch (...) {
+            std::lock_guard lock(job.error_mutex);
+            if (!job.error) job.error = std::current_exception();
+            job.next.store(job.count, std::memory_order_relaxed);
+          }
+        }
+      },
+      &job, static_cast<unsigned>(team_size), 0);
+  if (job.error) std::rethrow_exception(job.error);
 }
 
 void ThreadPool::run_chunks(int worker) {
@@ -147,11 +249,16 @@ void ThreadPool::run_chunks(int worker) {
 void ThreadPool::worker_loop(int worker) {
   std::uint64_t seen_generation = 0;
   for (;;) {
+    // A kernel's phases follow each other closely: look for the next one
+    // for a moment before sleeping (a wake-up costs more than the wait).
+    spin_until([&] { return posted_generation_.load(std::memory_order_acquire) != seen_generation; }, kWorkerSpin);
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [&] { return stopping_ || generation_ != seen_generation; });
       if (stopping_) return;
       seen_generation = generation_;
+      if (!job_open_) continue;  // the caller finished it alone
+      ++busy_workers_;
     }
     run_chunks(worker);
     {

@@ -36,13 +36,32 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  int thread_count() const { return static_cast<int>(workers_.size()) + 1; }
+  // Threads a parallel_for from the calling thread runs on: its OpenMP
+  // team's size when it would use one (see below), else the pool's.
+  int thread_count() const;
+
+  // When the process has an OpenMP runtime loaded already (PyTorch's
+  // libgomp, say), a parallel_for from a thread other than the host
+  // backend's own runs on that thread's OpenMP team instead of this pool's
+  // workers: a framework's OpenMP threads keep spinning for milliseconds
+  // after each of its operations, and two thread pools on the same CPUs
+  // would each get a part of them. The framework's thread then runs hal's
+  // kernels exactly as it runs its own. hal never loads an OpenMP runtime
+  // itself. The stream workers call this once: their work stays on the pool
+  // (a team of their own would be one more set of spinning threads).
+  static void use_pool_on_this_thread();
+  // Whether a parallel_for from the calling thread would run on its OpenMP
+  // team (whose threads are awake already: sharing even small work pays).
+  bool uses_openmp_team() const;
 
   // Runs body(begin, end) over disjoint chunks covering [0, count) on the
   // workers and the calling thread; returns when every chunk is done. Chunks
-  // are handed out in increasing order as threads become free. The first
-  // exception thrown by a chunk is rethrown here (remaining chunks are
-  // skipped). A call from inside a body runs serially on that thread.
+  // are handed out in increasing order as threads become free; a worker the
+  // system has not run by the time the calling thread took the last chunk
+  // is not waited for (on a CPU another runtime's threads keep busy, it
+  // could take a scheduler tick to come). The first exception thrown by a
+  // chunk is rethrown here (remaining chunks are skipped). A call from
+  // inside a body runs serially on that thread.
   void parallel_for(std::int64_t count, const std::function<void(std::int64_t, std::int64_t)>& body);
 
   // Same, also telling the body which thread runs it: worker is in
@@ -54,6 +73,8 @@ class ThreadPool {
  private:
   void worker_loop(int worker);
   void run_chunks(int worker);
+  void run_on_openmp_team(int team_size, std::int64_t count,
+                          const std::function<void(int, std::int64_t, std::int64_t)>& body);
 
   std::vector<std::thread> workers_;
   std::mutex submit_mutex_;  // one parallel_for at a time from outside threads
@@ -61,8 +82,14 @@ class ThreadPool {
   std::condition_variable wake_;
   std::condition_variable done_;
   std::uint64_t generation_ = 0;
+  // Workers inside the current job; none may join once it is closed.
   int busy_workers_ = 0;
+  bool job_open_ = false;
   bool stopping_ = false;
+  // Bumped with generation_, read without the lock by workers that spin
+  // briefly before sleeping: the phases of one kernel follow each other
+  // within microseconds.
+  std::atomic<std::uint64_t> posted_generation_{0};
 
   const std::function<void(int, std::int64_t, std::int64_t)>* body_ = nullptr;
   std::int64_t count_ = 0;
