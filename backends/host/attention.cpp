@@ -71,6 +71,11 @@ hal_status enqueue_kernel(hal_stream* stream, hal_backend_context* context, hal_
   if (stream == nullptr || params == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention needs a stream and params");
   if (implementation != HAL_ATTENTION_FLASH && implementation != HAL_ATTENTION_MATH)
     return fail(HAL_ERROR_UNSUPPORTED, implementation_reasons(implementation).front());
+  // Run by the enqueuing thread when the stream is idle: a small call, or one
+  // from a thread whose OpenMP team would run it (a framework's thread; on
+  // the stream's worker it would run on the pool, beside the team's threads).
+  const bool inline_when_idle =
+      attention_flops(*params, backward) < kSmallAttentionFlops || attention_pool(context).uses_openmp_team();
   stream->enqueue({[context, copy = *params, buffers = std::move(buffers), kernel](hal_status, std::string& message) {
                      try {
                        kernel(copy, attention_pool(context));
@@ -83,7 +88,7 @@ hal_status enqueue_kernel(hal_stream* stream, hal_backend_context* context, hal_
                        return HAL_ERROR_OUT_OF_MEMORY;
                      }
                    },
-                   false, attention_flops(*params, backward) < kSmallAttentionFlops});
+                   false, inline_when_idle});
   return succeed();
 }
 
