@@ -39,7 +39,7 @@ namespace hal::host {
 namespace {
 
 constexpr std::int64_t kQueryBlock = 64;
-constexpr std::int64_t kKeyBlock = 64;    // a multiple of every ISA's tile width (64 floats at most)
+constexpr std::int64_t kKeyBlock = 64;      // at most; a multiple of every ISA's vector width
 constexpr std::int64_t kDimAlignment = 16;  // the widest vector: padded dims are whole vectors
 // Work units wanted per thread in one pass: enough to balance, few enough to
 // keep the packed pass small.
@@ -49,11 +49,13 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
                           FlashForwardTiling tiling = FlashForwardTiling::automatic) {
   flash::Layout layout{};
   layout.query_block = kQueryBlock;
-  layout.key_block = kKeyBlock;
+  // Short keys: a block of just the keys there are (whole vectors), not
+  // scores and exponentials of padding.
+  layout.key_block = std::min(kKeyBlock, round_up(p.seq_kv, kDimAlignment));
   layout.dim_qk_padded = round_up(p.head_dim_qk, kDimAlignment);
   layout.dim_v_padded = round_up(p.head_dim_v, kDimAlignment);
   layout.query_blocks = (p.seq_q + kQueryBlock - 1) / kQueryBlock;
-  layout.key_blocks = (p.seq_kv + kKeyBlock - 1) / kKeyBlock;
+  layout.key_blocks = (p.seq_kv + layout.key_block - 1) / layout.key_block;
   layout.seq_q_padded = layout.query_blocks * kQueryBlock;
   layout.group_size = p.heads_q / p.heads_kv;
   layout.group_count = p.batch * p.heads_kv;

@@ -222,15 +222,39 @@ HAL_ALWAYS_INLINE void load_padded_row(hal_dtype dtype, const void* data, std::i
   fill(out + count, padded - count, 0.0f);
 }
 
-// Sets the scores of keys [key0, key0 + key_block) that `range` does not see to -inf.
+// Lane masks for mask_scores: loaded at kMaskLanes - n, the first gives
+// -inf in lanes [0, n) and +inf after, the second +inf in [0, n) and -inf
+// after (kMaskLanes: the widest vector's lanes).
+constexpr int kMaskLanes = 16;
+constexpr float kInfinityThenMasked[2 * kMaskLanes] = {
+    kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,
+    kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,
+    -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity,
+    -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity};
+constexpr float kMaskedThenInfinity[2 * kMaskLanes] = {
+    -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity,
+    -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity, -kInfinity,
+    kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,
+    kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity,  kInfinity};
+
+// Sets the scores of keys [key0, key0 + key_block) that `range` does not see
+// to -inf, a whole vector at a time: the row is read back as vectors next,
+// and scalar stores under a vector load stall it (no store forwarding).
+template <class V>
 HAL_ALWAYS_INLINE void mask_scores(float* row, std::int64_t key0, std::int64_t key_block, KeyRange range) {
-  const std::int64_t first = range.first - key0;
-  const std::int64_t last = range.last - key0;
-  if (first <= 0 && last >= key_block - 1) return;
-  const std::int64_t masked_below = max_i64(0, min_i64(first, key_block));
-  fill(row, masked_below, -kInfinity);
-  const std::int64_t masked_from = max_i64(masked_below, min_i64(last + 1, key_block));
-  fill(row + masked_from, key_block - masked_from, -kInfinity);
+  static_assert(V::width <= kMaskLanes, "mask tables narrower than a vector");
+  const std::int64_t first = range.first - key0;   // first visible column
+  const std::int64_t end = range.last + 1 - key0;  // past the last visible column
+  if (first <= 0 && end >= key_block) return;
+  for (std::int64_t column = 0; column < key_block; column += V::width) {
+    const std::int64_t masked_front = max_i64(0, min_i64(first - column, V::width));
+    const std::int64_t visible_end = max_i64(0, min_i64(end - column, V::width));
+    if (masked_front == 0 && visible_end == V::width) continue;
+    // min with -inf masks (a NaN score included); with +inf keeps the score.
+    const typename V::Reg lanes = V::min(V::load(kMaskedThenInfinity + kMaskLanes - masked_front),
+                                         V::load(kInfinityThenMasked + kMaskLanes - visible_end));
+    V::store(row + column, V::min(V::load(row + column), lanes));
+  }
 }
 
 // Keys visible to at least one query of [query0, query0 + rows) of a batch
@@ -274,7 +298,7 @@ template <class V>
 void pack_key_block(const hal_attention_params_v1& p, const void* k, const void* v, std::int64_t batch,
                     std::int64_t kv_head, std::int64_t key0, std::int64_t bc, std::int64_t dv_padded, float* keys_t,
                     float* values) {
-  constexpr std::int64_t panel_width = Gemm<V, false>::kPanelWidth;  // bc is a multiple of it
+  constexpr std::int64_t panel_width = Gemm<V, false>::kPanelWidth;  // bc may end in a narrower panel
   constexpr std::int64_t kChunk = 64;
   float key_row[kChunk];
   const std::int64_t dqk = p.head_dim_qk;
@@ -285,12 +309,13 @@ void pack_key_block(const hal_attention_params_v1& p, const void* k, const void*
                  key + kPrefetchKeys < p.seq_kv);
     prefetch_row(p.dtype, v, element_offset(p.v_strides, batch, kv_head, key + kPrefetchKeys, 0), p.v_strides.dim,
                  p.head_dim_v, key + kPrefetchKeys < p.seq_kv);
-    float* key_column = keys_t + (column / panel_width) * panel_width * dqk + column % panel_width;
+    float* key_column = keys_t + packed_b_offset(0, column, dqk, bc, panel_width);
+    const std::int64_t key_panel_width = min_i64(panel_width, bc - column / panel_width * panel_width);
     for (std::int64_t dim0 = 0; dim0 < dqk; dim0 += kChunk) {
       const std::int64_t count = min_i64(kChunk, dqk - dim0);
       load_padded_row<V>(p.dtype, k, element_offset(p.k_strides, batch, kv_head, key, dim0), p.k_strides.dim,
                          present ? count : 0, count, 1.0f, key_row);
-      for (std::int64_t i = 0; i < count; ++i) key_column[(dim0 + i) * panel_width] = key_row[i];
+      for (std::int64_t i = 0; i < count; ++i) key_column[(dim0 + i) * key_panel_width] = key_row[i];
     }
     for (std::int64_t panel_start = 0; panel_start < dv_padded; panel_start += panel_width) {
       const std::int64_t width = min_i64(panel_width, dv_padded - panel_start);
@@ -368,7 +393,7 @@ void softmax_key_block(const hal_attention_params_v1& p, const std::int32_t* key
   const std::int64_t dv_padded = layout.dim_v_padded;
   for (std::int64_t row = 0; row < rows.count; ++row) {
     float* score_row = tile.scores + row * bc;
-    mask_scores(score_row, key0, bc, visible_keys(p, key_ranges, rows.batch, rows.query(row)));
+    mask_scores<V>(score_row, key0, bc, visible_keys(p, key_ranges, rows.batch, rows.query(row)));
     const float new_max = __builtin_fmaxf(tile.running_max[row], row_max<V>(score_row, bc));
     if (new_max == -kInfinity) {  // nothing visible yet: contributes nothing
       fill(score_row, bc, 0.0f);
@@ -760,7 +785,7 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
       Gemm<V, false>::run(rows, bc / V::width, dqk, q_tile, dqk_padded, Gemm<V, false>::row_major(keys_t, bc), probabilities, bc);
       for (std::int64_t row = 0; row < rows; ++row) {
         float* row_values = probabilities + row * bc;
-        mask_scores(row_values, key0, bc, visible_keys(p, job.key_ranges, batch, query0 + row));
+        mask_scores<V>(row_values, key0, bc, visible_keys(p, job.key_ranges, batch, query0 + row));
         const Reg lse_reg = V::broadcast(buffers.lse_log2[query0 + row]);
         for (std::int64_t column = 0; column < bc; column += V::width) {
           V::store(row_values + column, exp2<V>(V::sub(V::load(row_values + column), lse_reg)));
