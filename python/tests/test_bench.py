@@ -98,3 +98,42 @@ def test_collectives_benchmark_measures_hal_and_gloo_in_one_run():
 def test_collectives_benchmark_refuses_bad_sizes():
     result = collectives("-b", "1M", "-e", "1K")
     assert result.returncode == 2 and "max >= min" in result.stderr
+
+
+def test_sweep_measures_every_cell_writes_the_heat_map_and_judges_the_goals(tmp_path):
+    svg = tmp_path / "sweep.svg"
+    result = bench("--sweep", "--seq", "16", "32", "--heads", "2", "--kv-heads", "1", "--head-dims", "32",
+                   "--dtypes", "float32", "--decode-q", "1", "--repeats", "2", "--svg", str(svg), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    cells = report["cells"]
+    # 2 masks x (2 prefill lengths x 2 passes + 2 decode cells, forward only)
+    assert len(cells) == 12
+    assert sum(cell["kind"] == "decode" for cell in cells) == 4
+    assert not any(cell["backward"] for cell in cells if cell["kind"] == "decode")
+    for cell in cells:
+        assert cell["torch_ms"] > 0 and cell["hal_ms"] > 0, cell
+        assert len(cell["ratios"]) == 2 and cell["ratio"] == pytest.approx(sum(cell["ratios"]) / 2)
+        assert cell["ratio_range"] == [min(cell["ratios"]), max(cell["ratios"])]
+    ratios = sorted(cell["ratio"] for cell in cells)
+    every, median, short = report["goals"]
+    assert every["value"] == pytest.approx(ratios[0]) and every["met"] == (ratios[0] >= 1.0)
+    assert median["value"] == pytest.approx((ratios[5] + ratios[6]) / 2) and median["met"] == (median["value"] >= 1.3)
+    short_ratios = [cell["ratio"] for cell in cells if cell["backward"]]
+    assert short["value"] == pytest.approx(min(short_ratios))
+    text = svg.read_text()
+    assert text.startswith("<svg") and text.count("<rect") == 12
+    for cell in cells:  # every ratio is written in its square
+        assert f">{cell['ratio']:.2f}</text>" in text
+
+
+def test_sweep_skips_a_cell_estimated_past_the_limit():
+    result = bench("--sweep", "--seq", "16", "256", "--heads", "2", "--kv-heads", "1", "--head-dims", "32",
+                   "--dtypes", "float32", "--decode-q", "--repeats", "1", "--max-cell-seconds", "1e-9", "--svg",
+                   "/dev/null", "--json")
+    assert result.returncode == 0, result.stderr
+    cells = json.loads(result.stdout)["cells"]
+    # the first cell of each (dtype, pass) sets the FLOP rate; every later, larger one is estimated past 1 ns
+    skipped = [cell for cell in cells if "skipped" in cell]
+    assert skipped and all("--max-cell-seconds" in cell["skipped"] for cell in skipped)
+    assert all("ratio" in cell for cell in cells if cell["seq_kv"] == 16 and cell["causal"])

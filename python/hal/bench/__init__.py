@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -34,7 +35,8 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m hal.bench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="benchmark", required=True)
     attention = sub.add_parser("attention", help="hal.torch's SDPA against torch's, and the per-call overhead")
-    attention.add_argument("--seq", type=int, nargs="+", default=[512, 1024, 2048, 4096], help="sequence lengths")
+    attention.add_argument("--seq", type=int, nargs="+", default=None,
+                           help="sequence lengths (default 512 1024 2048 4096; with --sweep 32 64 ... 4096)")
     attention.add_argument("--batch", type=int, default=1)
     attention.add_argument("--heads", type=int, default=32, help="query heads")
     attention.add_argument("--kv-heads", type=int, default=8)
@@ -53,6 +55,8 @@ def _parse(argv: List[str]) -> argparse.Namespace:
                                 "batch (a quarter of row 0 left padding), forward and backward, attn_implementation "
                                 "'sdpa' against 'hal', and what turning its mask into key ranges costs")
     attention.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    from . import sweep
+    sweep.add_arguments(attention)
     from .collectives import add_parser as add_collectives
     from .memory import add_parser as add_memory
     from .train import add_parser as add_train
@@ -63,6 +67,10 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     args.argv = list(argv)[1:]  # the benchmark's own flags, for the ranks it starts
     if args.benchmark != "attention":
         return args
+    if args.seq is None:
+        args.seq = [32, 64, 128, 256, 512, 1024, 2048, 4096] if args.sweep else [512, 1024, 2048, 4096]
+    if any(d < 1 for d in args.head_dims) or any(q < 1 for q in args.decode_q):
+        parser.error(f"--head-dims {args.head_dims} / --decode-q {args.decode_q}: every value must be >= 1")
     for name in ("batch", "heads", "kv_heads", "head_dim", "repeats", "overhead_calls"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} is {getattr(args, name)}; it must be >= 1")
@@ -96,6 +104,11 @@ def _paired_ratio(numerators: List[float], denominators: List[float]) -> dict:
 
 
 def _attention(args: argparse.Namespace) -> int:
+    from . import sweep
+    lowered = sweep.lower_torch_isa() if args.sweep else []
+    if lowered:
+        print(f"hal.bench: HAL_HOST_ISA={os.environ['HAL_HOST_ISA']}: torch runs with {' '.join(lowered)}",
+              file=sys.stderr)
     import torch
     import torch.nn.functional as F
 
@@ -108,6 +121,8 @@ def _attention(args: argparse.Namespace) -> int:
     implementations = {"torch": ht._torch_sdpa, "hal": ht.scaled_dot_product_attention}
     if args.transformers:
         return _transformers_layer(args, device, dtype, synchronize)
+    if args.sweep:
+        return sweep.run(args, device, synchronize, _interleaved, _paired_ratio)
     rows = []
     for seq in ([] if args.overhead else args.seq):
         generator = torch.Generator(device=device).manual_seed(seq)
