@@ -291,6 +291,34 @@ HAL_ALWAYS_INLINE void prefetch_row(hal_dtype dtype, const void* data, std::int6
   for (std::int64_t line = 0; line < bytes; line += kLine) __builtin_prefetch(row + line);
 }
 
+// Rows [key0, key0 + count) of K (count <= kMaxKeyBlock), dims [dim0, dim0
+// + dims) with dims <= kTransposeDims, transposed into dims rows of `count`
+// floats, row `dim` at out + dim * out_stride; keys past seq_kv are zero.
+// The chunk goes through a small row-major buffer first, so that the
+// transposed rows are written contiguously (scattered stores to lines a
+// panel apart cost more than the arithmetic at short sequences).
+constexpr std::int64_t kMaxKeyBlock = 64;
+constexpr std::int64_t kTransposeDims = 16;
+template <class V>
+HAL_ALWAYS_INLINE void transpose_key_chunk(const hal_attention_params_v1& p, const void* tensor,
+                                           const hal_tensor_strides_v1& strides, std::int64_t batch,
+                                           std::int64_t kv_head, std::int64_t key0, std::int64_t count,
+                                           std::int64_t dim0, std::int64_t dims, float* out, std::int64_t out_stride) {
+  float rows[kMaxKeyBlock * kTransposeDims];
+  for (std::int64_t column = 0; column < count; ++column) {
+    const std::int64_t ahead = key0 + column + kPrefetchKeys;
+    prefetch_row(p.dtype, tensor, element_offset(strides, batch, kv_head, ahead, dim0), strides.dim, dims,
+                 ahead < p.seq_kv);
+    const bool present = key0 + column < p.seq_kv;
+    load_padded_row<V>(p.dtype, tensor, element_offset(strides, batch, kv_head, key0 + column, dim0), strides.dim,
+                       present ? dims : 0, dims, 1.0f, rows + column * kTransposeDims);
+  }
+  for (std::int64_t dim = 0; dim < dims; ++dim) {
+    float* row = out + dim * out_stride;
+    for (std::int64_t column = 0; column < count; ++column) row[column] = rows[column * kTransposeDims + dim];
+  }
+}
+
 // K^T and V of keys [key0, key0 + bc) as packed Gemm B operands: K^T is
 // head_dim_qk x bc, V is bc x dv_padded; keys past seq_kv are zero (and
 // masked by the caller).
@@ -299,24 +327,19 @@ void pack_key_block(const hal_attention_params_v1& p, const void* k, const void*
                     std::int64_t kv_head, std::int64_t key0, std::int64_t bc, std::int64_t dv_padded, float* keys_t,
                     float* values) {
   constexpr std::int64_t panel_width = Gemm<V, false>::kPanelWidth;  // bc may end in a narrower panel
-  constexpr std::int64_t kChunk = 64;
-  float key_row[kChunk];
   const std::int64_t dqk = p.head_dim_qk;
+  for (std::int64_t panel_start = 0; panel_start < bc; panel_start += panel_width) {
+    const std::int64_t width = min_i64(panel_width, bc - panel_start);
+    for (std::int64_t dim0 = 0; dim0 < dqk; dim0 += kTransposeDims) {
+      transpose_key_chunk<V>(p, k, p.k_strides, batch, kv_head, key0 + panel_start, width, dim0,
+                             min_i64(kTransposeDims, dqk - dim0), keys_t + panel_start * dqk + dim0 * width, width);
+    }
+  }
   for (std::int64_t column = 0; column < bc; ++column) {
     const std::int64_t key = key0 + column;
     const bool present = key < p.seq_kv;
-    prefetch_row(p.dtype, k, element_offset(p.k_strides, batch, kv_head, key + kPrefetchKeys, 0), p.k_strides.dim, dqk,
-                 key + kPrefetchKeys < p.seq_kv);
     prefetch_row(p.dtype, v, element_offset(p.v_strides, batch, kv_head, key + kPrefetchKeys, 0), p.v_strides.dim,
                  p.head_dim_v, key + kPrefetchKeys < p.seq_kv);
-    float* key_column = keys_t + packed_b_offset(0, column, dqk, bc, panel_width);
-    const std::int64_t key_panel_width = min_i64(panel_width, bc - column / panel_width * panel_width);
-    for (std::int64_t dim0 = 0; dim0 < dqk; dim0 += kChunk) {
-      const std::int64_t count = min_i64(kChunk, dqk - dim0);
-      load_padded_row<V>(p.dtype, k, element_offset(p.k_strides, batch, kv_head, key, dim0), p.k_strides.dim,
-                         present ? count : 0, count, 1.0f, key_row);
-      for (std::int64_t i = 0; i < count; ++i) key_column[(dim0 + i) * key_panel_width] = key_row[i];
-    }
     for (std::int64_t panel_start = 0; panel_start < dv_padded; panel_start += panel_width) {
       const std::int64_t width = min_i64(panel_width, dv_padded - panel_start);
       float* value_row = values + packed_b_offset(column, panel_start, bc, dv_padded, panel_width);
@@ -754,18 +777,25 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
   float* probabilities = value_grads + bc * dv_padded; // [br][bc]
   float* score_grads = probabilities + br * bc;        // [br][bc]: dP, then dS
 
-  float* value_row = key_grads;  // key_grads is zeroed after the loads
+  float* value_rows = value_grads;  // zeroed once V^T is made
   for (std::int64_t column = 0; column < bc; ++column) {
     const std::int64_t key = key0 + column;
     const std::int64_t key_dims = column < key_count ? dqk : 0;
     const std::int64_t value_dims = column < key_count ? dv : 0;
-    float* key_row = keys + column * dqk_padded;
     load_padded_row<V>(p.dtype, job.k, element_offset(p.k_strides, batch, kv_head, key, 0), p.k_strides.dim, key_dims,
-                       dqk_padded, 1.0f, key_row);
-    load_padded_row<V>(p.dtype, job.v, element_offset(p.v_strides, batch, kv_head, key, 0), p.v_strides.dim,
-                       value_dims, dv_padded, 1.0f, value_row);
-    for (std::int64_t dim = 0; dim < dqk_padded; ++dim) keys_t[dim * bc + column] = key_row[dim];
-    for (std::int64_t dim = 0; dim < dv_padded; ++dim) values_t[dim * bc + column] = value_row[dim];
+                       dqk_padded, 1.0f, keys + column * dqk_padded);
+    load_padded_row<V>(p.dtype, job.v, element_offset(p.v_strides, batch, kv_head, key, 0), p.v_strides.dim, value_dims,
+                       dv_padded, 1.0f, value_rows + column * dv_padded);
+  }
+  // Transposed a row of the result at a time: contiguous stores, strided
+  // loads from rows that are in L1.
+  for (std::int64_t dim = 0; dim < dqk_padded; ++dim) {
+    for (std::int64_t column = 0; column < bc; ++column) keys_t[dim * bc + column] = keys[column * dqk_padded + dim];
+  }
+  for (std::int64_t dim = 0; dim < dv_padded; ++dim) {
+    for (std::int64_t column = 0; column < bc; ++column) {
+      values_t[dim * bc + column] = value_rows[column * dv_padded + dim];
+    }
   }
   fill(key_grads, bc * (dqk_padded + dv_padded), 0.0f);
 
