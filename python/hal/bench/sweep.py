@@ -5,8 +5,8 @@ Cells: prefill at each ``--seq`` (query = key length) and decode (``--decode-q``
 the mask aligned bottom-right), times each head dim, mask (causal, full), pass (forward; forward + backward for
 prefill) and dtype. Each cell times hal.torch's and torch's SDPA on the same tensors taking turns call by call
 (ABAB...) and reports the median of the paired ratios torch time / hal time (> 1: hal is faster) with their range.
-A cell whose call would take longer than ``--max-cell-seconds`` (estimated from the FLOP rate of the cells measured
-so far) is skipped and listed. The goals are printed beside the figures: every cell >= 1.0, the median cell >= 1.3,
+A cell whose call would take longer than ``--max-cell-seconds`` (estimated from the FLOP rate of the previous prefill
+cell of its row) is skipped and listed. The goals are printed beside the figures: every cell >= 1.0, the median cell >= 1.3,
 forward + backward at seq <= 128 >= 1.0.
 """
 
@@ -243,18 +243,19 @@ def run(args, device, synchronize, interleaved, paired_ratio) -> int:
     if args.dtypes is None:
         args.dtypes = ["bfloat16", "float16"] if device.type == "cuda" else ["float32", "bfloat16"]
     cells = _cells(args)
-    rate: Dict[str, float] = {}  # FLOP/s of the slower implementation so far, per dtype and pass
+    # FLOP/s of the slower implementation in the latest prefill cell of the row: rows grow in seq, and the rate
+    # with them, so the latest is the closest estimate for the next (decode cells run far below it).
+    rate: Dict[str, float] = {}
     for index, cell in enumerate(cells):
-        key = f"{cell['dtype']} {cell['backward']}"
+        key = f"{_row_name(cell)}"
         flop = _flop(args, cell)
         estimate = flop / rate[key] if key in rate else 0.0
         if args.max_cell_seconds > 0 and estimate > args.max_cell_seconds:
             cell["skipped"] = f"one call estimated at {estimate:.1f} s > --max-cell-seconds {args.max_cell_seconds:g}"
         else:
             cell.update(_measure(args, cell, device, synchronize, interleaved, paired_ratio))
-        if "ratio" in cell:
-            slower = max(cell["torch_ms"], cell["hal_ms"]) / 1e3
-            rate[key] = min(rate.get(key, math.inf), flop / slower)
+        if "ratio" in cell and cell["kind"] == "prefill":
+            rate[key] = flop / (max(cell["torch_ms"], cell["hal_ms"]) / 1e3)
         if not args.json:
             status = (f"ratio {cell['ratio']:.2f} (torch {cell['torch_ms']:.3f} ms, hal {cell['hal_ms']:.3f} ms)"
                       if "ratio" in cell else f"skipped: {cell['skipped']}")
