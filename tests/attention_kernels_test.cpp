@@ -858,6 +858,23 @@ TEST_CASE("f16 and bf16 inputs") {
   }
 }
 
+TEST_CASE("many kv groups at short sequences (each thread runs whole groups), on 1, 2 and 3 threads") {
+  for (unsigned threads : {1u, 2u, 3u}) {
+    INFO("threads " << threads);
+    check_problem({.batch = 3, .heads_q = 8, .heads_kv = 4, .seq_q = 50, .seq_kv = 50, .causal = true}, threads);
+    check_problem({.batch = 3,
+                   .heads_q = 8,
+                   .heads_kv = 4,
+                   .seq_q = 70,
+                   .seq_kv = 130,
+                   .dim_qk = 80,
+                   .dim_v = 48,
+                   .causal = true,
+                   .alignment = HAL_MASK_BOTTOM_RIGHT},
+                  threads);
+  }
+}
+
 TEST_CASE("flash backward is deterministic for a given thread count") {
   const Problem p{.heads_q = 4, .heads_kv = 1, .seq_q = 200, .seq_kv = 200, .causal = true};
   ThreadPool pool(2);

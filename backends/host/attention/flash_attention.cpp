@@ -44,6 +44,10 @@ constexpr std::int64_t kDimAlignment = 16;  // the widest vector: padded dims ar
 // Work units wanted per thread in one pass: enough to balance, few enough to
 // keep the packed pass small.
 constexpr std::int64_t kUnitsPerThread = 4;
+// Keys up to which a call with kUnitsPerThread groups per thread runs whole
+// groups per thread: there the parallel regions and the dQ reduction of the
+// tiled passes cost as much as the arithmetic.
+constexpr std::int64_t kWholeGroupKeys = 256;
 
 flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int thread_count,
                           FlashForwardTiling tiling = FlashForwardTiling::automatic) {
@@ -93,6 +97,14 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
   }
   layout.groups_per_pass =
       std::clamp<std::int64_t>((wanted_units + units_per_group - 1) / units_per_group, 1, layout.group_count);
+  layout.whole_groups = p.seq_kv <= kWholeGroupKeys && layout.group_count >= kUnitsPerThread * threads;
+  if (layout.whole_groups) {
+    layout.packed_slots = threads;
+    layout.chunks = backward ? 1 : 0;
+    layout.dq_partial_floats = backward ? layout.group_size * layout.seq_q_padded * layout.dim_qk_padded : 0;
+    return layout;
+  }
+  layout.packed_slots = layout.groups_per_pass;
   layout.dq_partial_floats =
       backward ? layout.groups_per_pass * layout.group_size * layout.seq_q_padded * layout.dim_qk_padded : 0;
   return layout;
@@ -177,10 +189,17 @@ std::vector<std::int64_t> deal_key_units(const hal_attention_params_v1& p, const
   return dealt;
 }
 
+// Per-thread (or per-chunk) scratch slots of a call.
+std::int64_t scratch_slots(const flash::Layout& layout, int thread_count) {
+  return layout.chunks > 0 && !layout.whole_groups ? layout.chunks : std::max(1, thread_count);
+}
+
+// The workspace, in this order: packed operands, scratch, dQ partials, decode partials.
 std::int64_t workspace_floats(const flash::Layout& layout, int thread_count) {
-  const std::int64_t scratch_slots = layout.chunks > 0 ? layout.chunks : std::max(1, thread_count);
-  return layout.groups_per_pass * layout.packed_group_floats + scratch_slots * layout.scratch_floats +
-         layout.chunks * layout.dq_partial_floats + layout.group_count * layout.kv_splits * layout.partial_floats;
+  const std::int64_t slots = scratch_slots(layout, thread_count);
+  const std::int64_t dq_slots = layout.whole_groups ? slots : layout.chunks;
+  return layout.packed_slots * layout.packed_group_floats + slots * layout.scratch_floats +
+         dq_slots * layout.dq_partial_floats + layout.group_count * layout.kv_splits * layout.partial_floats;
 }
 
 }  // namespace
@@ -268,9 +287,24 @@ void flash_forward(const hal_attention_params_v1& params, const void* q, const v
   job.key_ranges = key_ranges;
   job.layout = layout;
   job.packed = workspace.data();
-  job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;
+  job.scratch = job.packed + layout.packed_slots * layout.packed_group_floats;
   job.partials = job.scratch + threads * layout.scratch_floats;
   UnitRunner units(pool, attention_flops(params, false));
+  if (layout.whole_groups) {
+    units.run(layout.group_count, [&](int worker, std::int64_t group) {
+      flash::ForwardJob own = job;
+      own.first_group = group;
+      own.pass_groups = 1;
+      own.packed = job.packed + worker * layout.packed_group_floats;
+      for (std::int64_t key_block = 0; key_block < layout.key_blocks; ++key_block) {
+        kernels.forward_pack_keys(own, key_block);
+      }
+      for (std::int64_t unit = 0; unit < layout.group_size * layout.query_blocks; ++unit) {
+        kernels.forward_queries(own, unit, worker);
+      }
+    });
+    return;
+  }
   if (layout.kv_splits > 0) {
     units.run(layout.group_count * layout.kv_splits,
               [&](int worker, std::int64_t unit) { kernels.forward_decode(job, unit, worker); });
@@ -321,9 +355,27 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
   job.key_ranges = key_ranges;
   job.layout = layout;
   job.packed = workspace.data();
-  job.scratch = job.packed + layout.groups_per_pass * layout.packed_group_floats;
-  job.dq_partials = job.scratch + layout.chunks * layout.scratch_floats;
+  job.scratch = job.packed + layout.packed_slots * layout.packed_group_floats;
+  job.dq_partials = job.scratch + scratch_slots(layout, threads) * layout.scratch_floats;
   UnitRunner units(pool, attention_flops(params, true));
+  if (layout.whole_groups) {
+    // A group's dQ is this thread's alone: no partials to sum across chunks.
+    units.run(layout.group_count, [&](int worker, std::int64_t group) {
+      flash::BackwardJob own = job;
+      own.first_group = group;
+      own.pass_groups = 1;
+      own.packed = job.packed + worker * layout.packed_group_floats;
+      own.dq_partials = job.dq_partials + worker * layout.dq_partial_floats;
+      const std::int64_t query_units = layout.group_size * layout.query_blocks;
+      for (std::int64_t unit = 0; unit < query_units; ++unit) kernels.backward_pack_queries(own, unit);
+      std::fill(own.dq_partials, own.dq_partials + layout.dq_partial_floats, 0.0f);
+      for (std::int64_t key_block = 0; key_block < layout.key_blocks; ++key_block) {
+        kernels.backward_keys(own, key_block, job.scratch + worker * layout.scratch_floats, own.dq_partials);
+      }
+      for (std::int64_t unit = 0; unit < query_units; ++unit) kernels.backward_reduce_dq(own, unit);
+    });
+    return;
+  }
   for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
     job.first_group = first;
     job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);

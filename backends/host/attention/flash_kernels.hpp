@@ -28,9 +28,15 @@ struct Layout {
   std::int64_t group_size;     // query heads per kv head
   std::int64_t group_count;    // batch * heads_kv: one (batch, kv head) is a group
   std::int64_t groups_per_pass;
+  // Short sequences with enough groups for the threads: each thread runs
+  // whole groups (packs its group's operands into its own slot and runs
+  // every unit of it), one parallel region per call; the backward's dQ of a
+  // group is then one chunk's alone (chunks = 1).
+  bool whole_groups;
+  std::int64_t packed_slots;         // groups_per_pass, or a slot per thread with whole_groups
   std::int64_t packed_group_floats;  // per group of a pass
   std::int64_t scratch_floats;       // per thread (forward) or per chunk (backward)
-  std::int64_t dq_partial_floats;    // backward, per chunk
+  std::int64_t dq_partial_floats;    // backward, per chunk (per thread with whole_groups)
   std::int64_t chunks;               // backward: fixed work split, one dQ partial each
   // Decode (forward with every query row of a kv group in one tile): the
   // keys of each group are split kv_splits ways, split_key_blocks each; 0 otherwise.
