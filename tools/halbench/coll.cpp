@@ -146,11 +146,11 @@ CollOptions parse_options(std::span<const std::string_view> arguments, bool& hel
   parser.add_alias("-r", "--root");
   parser.add_value(
       "--engine", "ENGINE",
-      "host collectives engine: auto, gloo or mpi (default: HAL_COLL_ENGINE,\n"
+      "host collectives engine: auto, gloo, mpi or shm (default: HAL_COLL_ENGINE,\n"
       "then the config, then auto)",
       [&](std::string_view text) {
-        if (text != "auto" && text != "gloo" && text != "mpi")
-          throw UsageError("--engine: '" + std::string(text) + "' is not an engine; expected auto, gloo or mpi");
+        if (text != "auto" && text != "gloo" && text != "mpi" && text != "shm")
+          throw UsageError("--engine: '" + std::string(text) + "' is not an engine; expected auto, gloo, mpi or shm");
         options.engine = std::string(text);
       });
   parser.add_switch("--no-gloo", "skip the direct Gloo baseline", options.no_gloo);
