@@ -65,7 +65,11 @@ constexpr std::uint64_t kMinimumAreaBytes = 4096;
 // Up to this size an all_reduce is one phase, every rank reducing every
 // rank's copy; above it, reduce-scatter then all-gather (two phases a round).
 constexpr std::uint64_t kOneShotBytes = 32 * 1024;
-constexpr auto kSpin = std::chrono::microseconds(50);
+// Waiting spins, then yields the CPU between looks, for longer than a
+// sleeping peer takes to wake (tens of microseconds in a VM): shorter, and
+// ranks that wake each other in turn would sleep at every phase.
+constexpr auto kSpin = std::chrono::microseconds(20);
+constexpr auto kYield = std::chrono::milliseconds(2);
 constexpr auto kSleep = Milliseconds(20);
 constexpr auto kLivenessPeriod = Milliseconds(100);
 
@@ -276,7 +280,7 @@ class ShmCommunicator final : public CommunicatorEngine {
   std::uint64_t area_bytes_ = 0;
   Header* header_ = nullptr;
   std::uint64_t arrivals_ = 0;  // this rank's count, as in its line
-  bool spin_ = true;            // no more ranks than CPUs: spinning costs no peer its turn
+  bool spin_ = true;            // no more ranks than CPUs: waiting awake costs no peer its turn
   std::vector<int> pidfds_;     // -1: poll with kill() instead
   std::vector<std::int64_t> pids_;
   std::vector<const void*> sources_;
@@ -303,8 +307,7 @@ std::string ShmCommunicator::map(int fd, std::uint64_t bytes, std::uint64_t area
            std::to_string(header_->area_bytes) + " bytes); is HAL_SHM_BYTES the same on every rank?";
   }
   shared(line(rank_).pid).store(static_cast<std::int64_t>(::getpid()));
-  cpu_set_t cpus;
-  if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) spin_ = world_ <= CPU_COUNT(&cpus);
+  spin_ = world_ <= ::sysconf(_SC_NPROCESSORS_ONLN);
   return {};
 }
 
@@ -371,11 +374,15 @@ class ShmOperation {
   void wait_for_all(std::uint64_t target) {
     if (lagging(target) < 0) return;
     if (c_.spin_) {
-      const auto until = Clock::now() + kSpin;
+      const auto start = Clock::now();
       for (unsigned spins = 1;; ++spins) {
-        cpu_relax();
+        const bool spinning = Clock::now() < start + kSpin;
+        if (spinning)
+          cpu_relax();
+        else
+          ::sched_yield();
         if (lagging(target) < 0) return;
-        if (spins % 64 == 0 && Clock::now() > until) break;
+        if (!spinning && Clock::now() > start + kYield) break;
       }
     }
     Header& header = *c_.header_;
@@ -434,14 +441,16 @@ class ShmOperation {
 
   void check_signatures(std::uint64_t parity) const {
     const auto& mine = c_.line(c_.rank_).signature[parity];
-    std::string listing;
     bool same = true;
     for (int peer = 0; peer < c_.world_; ++peer) {
       const auto& theirs = c_.line(peer).signature[parity];
       same = same && std::equal(std::begin(mine), std::end(mine), std::begin(theirs));
-      listing += "\n  rank " + std::to_string(peer) + ": " + describe_signature(theirs);
     }
-    if (!same) throw OperationFailure{HAL_ERROR_INVALID_ARGUMENT, "the ranks called different operations:" + listing};
+    if (same) return;
+    std::string listing;
+    for (int peer = 0; peer < c_.world_; ++peer)
+      listing += "\n  rank " + std::to_string(peer) + ": " + describe_signature(c_.line(peer).signature[parity]);
+    throw OperationFailure{HAL_ERROR_INVALID_ARGUMENT, "the ranks called different operations:" + listing};
   }
 
   // out = the reduction of `count` elements of sources[0..k); out may be
