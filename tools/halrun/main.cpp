@@ -52,7 +52,7 @@ void print_usage(std::FILE* out) {
                "Output lines are prefixed with \"[RANK] \". SIGINT and SIGTERM are passed on\n"
                "to every rank. When a rank exits non-zero or is killed, the others are stopped and halrun\n"
                "exits non-zero naming it. If halrun itself is killed, its ranks and their process groups\n"
-               "are killed too.\n");
+               "are killed too. Shared-memory segments the job left in HAL_SHM_DIR (/dev/shm) are removed.\n");
 }
 
 // Removes the shared-memory segments of this job (named from its token) that
