@@ -237,9 +237,9 @@ class ShmCommunicator final : public CommunicatorEngine {
   void watch_peers();
 
   hal_status execute(std::span<const HostOperation> operations, std::string& message) override;
-  void abort() override;
+  void abort() override { stop("aborted"); }
   void shut_down() override {
-    abort();
+    stop("destroyed");
     { std::lock_guard wait_for_running(operation_mutex_); }
     beside_->shut_down();
   }
@@ -260,6 +260,8 @@ class ShmCommunicator final : public CommunicatorEngine {
     shared(header_->epoch).fetch_add(1);
     futex_wake(&header_->epoch);
   }
+  // Fails what runs and what comes; `how`: "aborted" or "destroyed".
+  void stop(const std::string& how);
   // Tells the other ranks this one failed, so that their waits end now.
   void publish_failure(const std::string& message) {
     std::int32_t expected = 0;
@@ -616,9 +618,9 @@ hal_status ShmCommunicator::execute(std::span<const HostOperation> operations, s
   }
 }
 
-void ShmCommunicator::abort() {
+void ShmCommunicator::stop(const std::string& how) {
   if (aborted_.exchange(true)) return;
-  const std::string message = "rank " + std::to_string(rank_) + ": the communicator was aborted";
+  const std::string message = "rank " + std::to_string(rank_) + ": the communicator was " + how;
   failure_.record(HAL_ERROR_ABORTED, message);
   if (header_ != nullptr) publish_failure(message);  // ends this rank's wait and the others'
   beside_->abort();

@@ -822,6 +822,10 @@ TEST_CASE("shm engine: a killed rank is named within the timeout, and no segment
     if (rank != victim) CHECK_MESSAGE(outcomes[rank].passed(), hal::testing::describe(outcomes));
   CHECK(contains(outcomes[0].output, "[shm]"));
   CHECK(directory.entries().empty());
+  // One that destroys its communicator and leaves is named too, at once.
+  const auto left = run_worker(3, {"leave", "2"}, directory.engine_shm());
+  check_all_passed(left);
+  CHECK_MESSAGE(contains(left[0].output, "rank 2: the communicator was destroyed"), left[0].output);
 }
 
 TEST_CASE("shm engine: abort ends a blocked operation promptly; mismatched counts are named") {
