@@ -1,11 +1,13 @@
-// The host backend's collectives engines (Gloo over TCP, MPI) behind one
-// interface, and what they share: resolved operations, names for messages,
-// the engine choice.
+// The host backend's collectives engines (Gloo over TCP, MPI, shared memory)
+// behind one interface, and what they share: resolved operations, names for
+// messages, the first failure, the engine choice.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,6 +48,47 @@ class CommunicatorEngine {
   std::string description;
 };
 
+// A communicator's first failure, which every later operation repeats.
+class FirstFailure {
+ public:
+  // Keeps the failure unless one came before; true when it was the first.
+  bool record(hal_status status, const std::string& message) {
+    std::lock_guard lock(mutex_);
+    if (status_ != HAL_OK) return false;
+    status_ = status;
+    message_ = message;
+    failed_.store(true, std::memory_order_release);
+    return true;
+  }
+  void replace_message(const std::string& message) {
+    std::lock_guard lock(mutex_);
+    message_ = message;
+  }
+  std::pair<hal_status, std::string> get() {
+    std::lock_guard lock(mutex_);
+    return {status_, message_};
+  }
+  // Before an operation: HAL_OK, or why an aborted or broken communicator
+  // refuses it, in message after what() ("rank 1: all_reduce #3 (...)").
+  template <typename What>
+  hal_status refuse(bool aborted, What&& what, std::string& message) {
+    if (aborted) {
+      message = what() + ": the communicator was aborted";
+      return HAL_ERROR_ABORTED;
+    }
+    if (!failed_.load(std::memory_order_acquire)) return HAL_OK;
+    const auto [status, earlier] = get();
+    message = what() + ": the communicator failed earlier and cannot be used: " + earlier;
+    return status;
+  }
+
+ private:
+  std::mutex mutex_;
+  hal_status status_ = HAL_OK;
+  std::string message_;
+  std::atomic<bool> failed_{false};  // status_ != HAL_OK, readable without the lock
+};
+
 // Names and descriptions shared with the GPU backends' engine.
 using abi::describe_operation;
 using abi::dtype_name;
@@ -54,12 +97,20 @@ using abi::is_half;
 using abi::kind_name;
 using abi::option_value;
 
-// Which engine a communicator runs on. requested: "auto", "gloo" or "mpi";
-// requested_by says where that came from, for the reason.
+// Whether the shared-memory engine runs beside the chosen one.
+enum class ShmUse {
+  never,
+  when_shared,  // auto: when every rank shares this host
+  required,     // shm was asked for: ranks on several hosts are an error
+};
+
+// Which engine a communicator runs on. requested: "auto", "gloo", "mpi" or
+// "shm"; requested_by says where that came from, for the reason.
 struct EngineChoice {
   std::string engine;   // "gloo" or "mpi"; empty when the request cannot be met
   std::string reason;   // why, or why the request cannot be met
   std::string engines;  // each engine and whether it can run in this process
+  ShmUse shm = ShmUse::never;  // shm runs its operations, engine the others
 };
 EngineChoice choose_engine(std::string_view requested, std::string_view requested_by);
 
@@ -67,6 +118,15 @@ EngineChoice choose_engine(std::string_view requested, std::string_view requeste
 hal_status create_gloo_engine(const hal_communicator_config_v1& config, std::shared_ptr<CommunicatorEngine>& out);
 hal_status create_mpi_engine(hal_backend_context& context, const hal_communicator_config_v1& config,
                              std::shared_ptr<CommunicatorEngine>& out);
+// The shared-memory engine beside `beside` (which runs what shm does not).
+// HAL_OK with out set; HAL_OK with out empty and not_used saying why when
+// the ranks do not share a host (auto) or the segment cannot be made (every
+// rank then goes on with `beside`); or the status fail() recorded.
+hal_status create_shm_engine(hal_backend_context& context, const hal_communicator_config_v1& config, ShmUse use,
+                             std::shared_ptr<CommunicatorEngine> beside, std::shared_ptr<CommunicatorEngine>& out,
+                             std::string& not_used);
+// "shm: available (/dev/shm, 11.8 GiB free, avx512 reductions)" or why not, for halinfo.
+std::string shm_availability();
 
 // What the engines need to know about MPI without starting it: whether
 // libmpi loads, and which launcher started this process.

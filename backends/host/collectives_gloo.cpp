@@ -162,10 +162,7 @@ struct GlooCommunicator final : CommunicatorEngine {
 
   std::mutex operation_mutex;  // Gloo runs one operation per context at a time
   std::atomic<bool> aborted{false};
-  std::mutex error_mutex;
-  hal_status error = HAL_OK;
-  std::string error_message;
-  std::atomic<bool> failed{false};  // error != HAL_OK, readable without the lock
+  FirstFailure failure;
 
   // Shuts this communicator's sockets down. Gloo has no abort and closing its
   // pairs does not wake a waiting operation, but a socket shut down under it
@@ -179,28 +176,14 @@ struct GlooCommunicator final : CommunicatorEngine {
   // The first failure sticks. Publishing it lets the other ranks explain a
   // cascade; hanging up ends their waits now rather than at their timeout.
   bool record_failure(hal_status status, const std::string& message) {
-    {
-      std::lock_guard lock(error_mutex);
-      if (error != HAL_OK) return false;
-      error = status;
-      error_message = message;
-      failed.store(true, std::memory_order_release);
-    }
+    if (!failure.record(status, message)) return false;
     const std::string key = prefix + "/failed/" + std::to_string(rank);
     store->set(store->user_data, key.c_str(), message.data(), message.size());
     hang_up();
     return true;
   }
 
-  void replace_error_message(const std::string& message) {
-    std::lock_guard lock(error_mutex);
-    error_message = message;
-  }
-
-  std::pair<hal_status, std::string> first_error() override {
-    std::lock_guard lock(error_mutex);
-    return {error, error_message};
-  }
+  std::pair<hal_status, std::string> first_error() override { return failure.get(); }
 
   // Waits up to grace for every other rank to report its failure. Returns
   // their reports and, in silent, the ranks that reported nothing: a dead or
@@ -532,15 +515,8 @@ hal_status run_operations(GlooCommunicator& comm, std::span<const HostOperation>
     return text;
   };
   std::lock_guard lock(comm.operation_mutex);
-  if (comm.aborted.load()) {
-    message = what() + ": the communicator was aborted";
-    return HAL_ERROR_ABORTED;
-  }
-  if (comm.failed.load(std::memory_order_acquire)) {
-    const auto [status, earlier] = comm.first_error();
-    message = what() + ": the communicator failed earlier and cannot be used: " + earlier;
-    return status;
-  }
+  if (const hal_status refused = comm.failure.refuse(comm.aborted.load(), what, message); refused != HAL_OK)
+    return refused;
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;  // outlive the error handling below
   try {
     const bool point_to_point = first.kind == HAL_COLLECTIVE_SEND || first.kind == HAL_COLLECTIVE_RECV;
@@ -582,7 +558,7 @@ hal_status run_operations(GlooCommunicator& comm, std::span<const HostOperation>
       for (const int peer : silent) message += " rank " + std::to_string(peer);
     }
     if (!others.empty()) message += "; failures on other ranks:" + others;
-    comm.replace_error_message(message);
+    comm.failure.replace_message(message);
     return status;
   }
 }
@@ -595,14 +571,7 @@ hal_status GlooCommunicator::execute(std::span<const HostOperation> operations, 
 
 void GlooCommunicator::abort() {
   if (aborted.exchange(true)) return;
-  {
-    std::lock_guard lock(error_mutex);
-    if (error == HAL_OK) {
-      error = HAL_ERROR_ABORTED;
-      error_message = "rank " + std::to_string(rank) + ": the communicator was aborted";
-      failed.store(true, std::memory_order_release);
-    }
-  }
+  failure.record(HAL_ERROR_ABORTED, "rank " + std::to_string(rank) + ": the communicator was aborted");
   hang_up();  // ends the waits of an operation in flight on another thread
 }
 

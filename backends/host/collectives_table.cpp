@@ -1,6 +1,6 @@
 // The host backend's collectives sub-table: argument checks, the engine
-// choice (Gloo or MPI) per communicator, and the stream plumbing both
-// engines share.
+// choice (Gloo or MPI, with shared memory beside either) per communicator,
+// and the stream plumbing the engines share.
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -24,6 +24,27 @@ std::string mpi_launcher() {
   return {};
 }
 
+namespace {
+
+// Auto's choice between MPI and Gloo, the reason in words that follow "since".
+EngineChoice automatic_choice() {
+  EngineChoice choice;
+  const std::string launcher = mpi_launcher();
+  if (launcher.empty()) {
+    choice.engine = "gloo";
+    choice.reason = "the process was not launched by mpirun or srun";
+  } else if (const MpiAvailability mpi = mpi_availability(); mpi.loadable) {
+    choice.engine = "mpi";
+    choice.reason = "the process was launched by " + launcher + "; " + mpi.detail;
+  } else {
+    choice.engine = "gloo";
+    choice.reason = "the process was launched by " + launcher + ", but MPI cannot be used: " + mpi.detail;
+  }
+  return choice;
+}
+
+}  // namespace
+
 EngineChoice choose_engine(std::string_view requested, std::string_view requested_by) {
   EngineChoice choice;
   const std::string by(requested_by);
@@ -39,20 +60,17 @@ EngineChoice choose_engine(std::string_view requested, std::string_view requeste
       choice.reason = by + " asks for mpi, but " + mpi.detail;
     }
   } else if (requested == "auto") {
-    const std::string launcher = mpi_launcher();
-    if (launcher.empty()) {
-      choice.engine = "gloo";
-      choice.reason = by + " is auto and the process was not launched by mpirun or srun";
-    } else if (const MpiAvailability mpi = mpi_availability(); mpi.loadable) {
-      choice.engine = "mpi";
-      choice.reason = by + " is auto and the process was launched by " + launcher + "; " + mpi.detail;
-    } else {
-      choice.engine = "gloo";
-      choice.reason = by + " is auto and the process was launched by " + launcher + ", but MPI cannot be used: " +
-                      mpi.detail;
-    }
+    choice = automatic_choice();
+    choice.reason = by + " is auto and " + choice.reason + "; shm runs beside it when every rank shares this host";
+    choice.shm = ShmUse::when_shared;
+  } else if (requested == "shm") {
+    // Beside it, auto's engine runs the operations shm does not.
+    choice = automatic_choice();
+    choice.reason =
+        by + " asks for shm; the other operations run on " + choice.engine + ", auto's choice since " + choice.reason;
+    choice.shm = ShmUse::required;
   } else {
-    choice.reason = by + " is '" + std::string(requested) + "', which is not an engine; use auto, gloo or mpi";
+    choice.reason = by + " is '" + std::string(requested) + "', which is not an engine; use auto, gloo, mpi or shm";
   }
   return choice;
 }
@@ -114,12 +132,31 @@ hal_status communicator_create(hal_backend_context* backend, const hal_communica
     return fail(HAL_ERROR_UNSUPPORTED, "rank " + std::to_string(config->rank) + ": no collectives engine: " +
                                            choice.reason);
   const std::string prefix = config->key_prefix != nullptr ? config->key_prefix : "hal";
-  if (const hal_status status = agree_on_engine(*config, prefix, choice.engine); status != HAL_OK) return status;
+  const std::string agreed = choice.engine + (choice.shm == ShmUse::required      ? " + shm"
+                                              : choice.shm == ShmUse::when_shared ? " + shm on one host"
+                                                                                  : "");
+  if (const hal_status status = agree_on_engine(*config, prefix, agreed); status != HAL_OK) return status;
   std::shared_ptr<CommunicatorEngine> engine;
   const hal_status status =
       choice.engine == "mpi" ? create_mpi_engine(*backend, *config, engine) : create_gloo_engine(*config, engine);
   if (status != HAL_OK) return status;
   engine->description = choice.engine + " (" + choice.reason + "); " + engine->description;
+  if (choice.shm != ShmUse::never) {
+    std::shared_ptr<CommunicatorEngine> shm;
+    std::string not_used;
+    if (const hal_status shm_status = create_shm_engine(*backend, *config, choice.shm, engine, shm, not_used);
+        shm_status != HAL_OK) {
+      engine->shut_down();
+      return shm_status;
+    }
+    if (shm) {
+      shm->description = "shm (" + requested_by + (choice.shm == ShmUse::required ? " asks for shm" : " is auto") +
+                         " and " + shm->description + "); other operations: " + engine->description;
+      engine = std::move(shm);
+    } else {
+      engine->description += "; shm not used: " + not_used;
+    }
+  }
   *out = new hal_communicator{std::move(engine)};
   return succeed();
 }
@@ -211,7 +248,8 @@ hal_status choose_engine_entry(hal_backend_context*, const char* requested, cons
                          requested_by != nullptr ? requested_by : "the engine setting");
   const MpiAvailability mpi = mpi_availability();
   choice.engines = "gloo: available (TCP); mpi: " + std::string(mpi.loadable ? "available, " : "unavailable, ") +
-                   mpi.detail;
+                   mpi.detail + "; shm: " + shm_availability();
+  if (choice.shm == ShmUse::required) choice.engine = "shm";
   out->engine = choice.engine.c_str();
   out->reason = choice.reason.c_str();
   out->engines = choice.engines.c_str();

@@ -205,7 +205,9 @@ std::vector<HostDevice> discover_devices() {
     add_capability(device, "streams", true);
     add_capability(device, "events.timing", true);
     add_capability(device, "p2p", true, "all host devices share one address space");
-    add_capability(device, "collectives", true, "Gloo over TCP, or MPI under mpirun/srun (HAL_COLL_ENGINE)");
+    add_capability(
+        device, "collectives", true,
+        "Gloo over TCP, or MPI under mpirun/srun, with shared memory beside either on one host (HAL_COLL_ENGINE)");
     add_capability(device, "attention.math", true, "materialized scores, f32 accumulation: the reference");
     add_capability(device, "attention.flash", true, "tiled online softmax on the CPU");
     add_capability(device, "attention.fused", false, "the host backend has no fused attention kernel");

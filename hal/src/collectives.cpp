@@ -132,9 +132,9 @@ const hal_collectives_v2* collectives_v2(const hal_collectives_v1* table) {
 // (HAL_COLL_ENGINE, the config file).
 std::pair<std::string, std::string> engine_request(const Device& device, const CommunicatorOptions& options) {
   if (!options.engine.empty()) {
-    if (options.engine != "auto" && options.engine != "gloo" && options.engine != "mpi")
+    if (options.engine != "auto" && options.engine != "gloo" && options.engine != "mpi" && options.engine != "shm")
       throw Error(StatusCode::invalid_argument, "CommunicatorOptions::engine='" + options.engine +
-                                                    "' is not a collectives engine; use auto, gloo or mpi");
+                                                    "' is not a collectives engine; use auto, gloo, mpi or shm");
     return {options.engine, "CommunicatorOptions::engine=" + options.engine};
   }
   const Settings& settings = *detail::Access::backend(device)->settings;

@@ -510,8 +510,9 @@ const std::vector<KeyRule>& key_rules() {
       positive_number_key("collectives.timeout_seconds", &Config::collectives_timeout_seconds, "",
                           "How long a collective operation may wait for its peers before it fails with a timeout, "
                           "unless the communicator's options set their own."),
-      choice_key("collectives.engine", &Config::collectives_engine, {"auto", "gloo", "mpi"}, "HAL_COLL_ENGINE",
-                 "The host collectives engine; auto picks MPI when launched by mpirun or srun and libmpi loads, else Gloo."),
+      choice_key("collectives.engine", &Config::collectives_engine, {"auto", "gloo", "mpi", "shm"}, "HAL_COLL_ENGINE",
+                 "The host collectives engine; auto picks MPI when launched by mpirun or srun and libmpi loads, else "
+                 "Gloo, with shared memory (shm) beside it when every rank shares the host; shm asks for that."),
       boolean_key("collectives.check", &Config::collectives_check, "HAL_COLL_CHECK",
                   "Every rank checks that its peers call the same collective with the same count, type and root "
                   "before running it."),

@@ -54,7 +54,7 @@ class Communicator:
         mpirun's OMPI_COMM_WORLD_*, srun's SLURM_*; the store from MASTER_ADDR/MASTER_PORT or HAL_STORE_DIR).
 
         device: a hal.Device; default the rank's own accelerator (LOCAL_RANK-th device) when hal has one, else
-        host:0. engine: the host backend's 'auto', 'gloo' or 'mpi' (default HAL_COLL_ENGINE, then auto).
+        host:0. engine: the host backend's 'auto', 'gloo', 'mpi' or 'shm' (default HAL_COLL_ENGINE, then auto).
         """
         from . import runtime as default_runtime
         rt = runtime if runtime is not None else default_runtime()

@@ -37,9 +37,11 @@ std::string temporary_directory() {
   return name;
 }
 
+// Gloo unless `environment` names another engine (it is applied later).
 std::vector<hal::testing::RankOutcome> run_worker(int ranks, std::vector<std::string> arguments,
                                                   std::vector<std::pair<std::string, std::string>> environment = {}) {
   arguments.insert(arguments.begin(), HAL_COLLECTIVES_WORKER);
+  environment.insert(environment.begin(), {"HAL_COLL_ENGINE", "gloo"});
   environment.emplace_back("HAL_BACKEND_PATH", HAL_PLUGIN_DIR);
   environment.emplace_back("HAL_BACKENDS", "host");
   return launch_ranks(ranks, arguments, environment, 50s);
@@ -754,7 +756,7 @@ TEST_CASE("Store::from_environment: srun's variables, and who wins") {
   std::filesystem::remove_all(directory);
 }
 
-TEST_CASE("collectives engine: a name other than auto, gloo or mpi is an error naming it") {
+TEST_CASE("collectives engine: a name other than auto, gloo, mpi or shm is an error naming it") {
   ScopedEnvironment environment{{"HAL_BACKEND_PATH", HAL_PLUGIN_DIR}, {"HAL_BACKENDS", "host"},
                                 {"HAL_COLL_ENGINE", "nccl"}};
   // The runtime resolves every setting when it is made.
@@ -771,6 +773,109 @@ TEST_CASE("collectives engine: a name other than auto, gloo or mpi is an error n
   options.engine = "fast";
   const std::string directory = temporary_directory();
   CHECK_THROWS_WITH_AS(hal::Communicator::create(device, 0, 1, std::make_shared<hal::FileStore>(directory), options),
-                       doctest::Contains("'fast' is not a collectives engine; use auto, gloo or mpi"), hal::Error);
+                       doctest::Contains("'fast' is not a collectives engine; use auto, gloo, mpi or shm"), hal::Error);
   std::filesystem::remove_all(directory);
+}
+
+namespace {
+
+// A directory of one test's own on /dev/shm (tmpfs, as the default), for its segments.
+struct ShmDirectory {
+  std::string path;
+  ShmDirectory() {
+    char name[] = "/dev/shm/hal-test-XXXXXX";
+    REQUIRE(::mkdtemp(name) != nullptr);
+    path = name;
+  }
+  ~ShmDirectory() { std::filesystem::remove_all(path); }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(path)) names.push_back(entry.path().filename());
+    return names;
+  }
+  std::vector<std::pair<std::string, std::string>> engine_shm() const {
+    return {{"HAL_COLL_ENGINE", "shm"},
+            {"HAL_SHM_DIR", path},
+            {"HAL_TEST_EXPECT_DESCRIPTION", "shm (HAL_COLL_ENGINE=shm asks for shm and all "}};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("shm engine: every operation x type x in/out-of-place on 2 ranks, and on 4 with small areas") {
+  const ShmDirectory directory;
+  check_all_passed(run_worker(2, {"ops"}, directory.engine_shm()));
+  // 4 KiB areas: every operation takes many rounds; 4 ranks on fewer cores sleep and wake.
+  auto small_areas = directory.engine_shm();
+  small_areas.emplace_back("HAL_SHM_BYTES", "4K");
+  check_all_passed(run_worker(4, {"ops"}, small_areas));
+  check_all_passed(run_worker(3, {"split"}, small_areas));
+  CHECK(directory.entries().empty());  // unlinked once every rank had mapped it
+}
+
+TEST_CASE("shm engine: a killed rank is named within the timeout, and no segment stays") {
+  const ShmDirectory directory;
+  const int victim = 2;
+  const auto outcomes = run_worker(3, {"kill", std::to_string(victim)}, directory.engine_shm());
+  CHECK_MESSAGE(outcomes[victim].signal == SIGKILL, hal::testing::describe(outcomes));
+  for (int rank = 0; rank < 3; ++rank)
+    if (rank != victim) CHECK_MESSAGE(outcomes[rank].passed(), hal::testing::describe(outcomes));
+  CHECK(contains(outcomes[0].output, "[shm]"));
+  CHECK(directory.entries().empty());
+  // One that destroys its communicator and leaves is named too, at once.
+  const auto left = run_worker(3, {"leave", "2"}, directory.engine_shm());
+  check_all_passed(left);
+  CHECK_MESSAGE(contains(left[0].output, "rank 2: the communicator was destroyed"), left[0].output);
+}
+
+TEST_CASE("shm engine: abort ends a blocked operation promptly; mismatched counts are named") {
+  const ShmDirectory directory;
+  check_all_passed(run_worker(2, {"abort"}, directory.engine_shm()));
+  check_all_passed(run_worker(2, {"shm_mismatch"}, directory.engine_shm()));
+}
+
+TEST_CASE("engine auto: shm beside gloo when the ranks share a host, gloo alone when not") {
+  const ShmDirectory directory;
+  // send/recv go to Gloo beside it.
+  check_all_passed(
+      run_worker(2, {"p2p"},
+                 {{"HAL_COLL_ENGINE", "auto"},
+                  {"HAL_SHM_DIR", directory.path},
+                  {"HAL_TEST_EXPECT_DESCRIPTION",
+                   "shm (HAL_COLL_ENGINE=auto is auto and all 2 ranks share host |other operations: gloo ("}}));
+  // Each rank with its own shared memory, as on two hosts.
+  for (const char* rank : {"0", "1"}) std::filesystem::create_directory(directory.path + "/" + rank);
+  check_all_passed(run_worker(2, {"smoke"},
+                              {{"HAL_COLL_ENGINE", "auto"},
+                               {"HAL_TEST_SHM_DIR_PER_RANK", directory.path},
+                               {"HAL_TEST_EXPECT_DESCRIPTION",
+                                "gloo (HAL_COLL_ENGINE=auto is auto|shm not used: the ranks are on more than one host: "
+                                "rank 1 (on "}}));
+  // Asking for shm there is an error that says why.
+  const auto outcomes =
+      run_worker(2, {"smoke"}, {{"HAL_COLL_ENGINE", "shm"}, {"HAL_TEST_SHM_DIR_PER_RANK", directory.path}});
+  for (const auto& outcome : outcomes) {
+    CHECK_MESSAGE(outcome.exit_code == 1, hal::testing::describe(outcomes));
+    CHECK_MESSAGE(contains(outcome.output, "the shm engine needs every rank on one host"), outcome.output);
+  }
+}
+
+TEST_CASE("shm engine: a segment larger than the directory's free space is an error naming the size, then gloo runs") {
+  const ShmDirectory directory;
+  const auto outcomes = run_worker(2, {"smoke"},
+                                   {{"HAL_COLL_ENGINE", "shm"},
+                                    {"HAL_SHM_DIR", directory.path},
+                                    {"HAL_SHM_BYTES", "64T"},
+                                    {"HAL_TEST_EXPECT_DESCRIPTION",
+                                     "gloo (HAL_COLL_ENGINE=shm asks for shm|shm not used: rank 0: the shared-memory "
+                                     "segment needs 262144.0 GiB (2 ranks x 2 areas of 65536.0 GiB) in " +
+                                         directory.path + ", which has "}});
+  check_all_passed(outcomes);
+  CHECK_MESSAGE(contains(outcomes[0].output, "the shm engine is not used"), outcomes[0].output);
+  CHECK(directory.entries().empty());
+  // A size that is not one is named with what is allowed.
+  const auto bad =
+      run_worker(2, {"smoke"}, {{"HAL_COLL_ENGINE", "shm"}, {"HAL_SHM_DIR", directory.path}, {"HAL_SHM_BYTES", "12Q"}});
+  CHECK_MESSAGE(contains(bad[0].output, "HAL_SHM_BYTES='12Q' is not a size of at least 4096 bytes"),
+                hal::testing::describe(bad));
 }

@@ -1,7 +1,6 @@
 // halrun: environment (one node and several), output prefixes, stopping
 // everything when a rank fails, and no rank left behind when halrun is killed.
 #include <doctest/doctest.h>
-
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "command_output.hpp"
+#include "shm_names.hpp"
 
 namespace {
 
@@ -169,5 +169,21 @@ TEST_CASE("halrun killed with SIGKILL takes its ranks and their children with it
   if (any_alive())
     for (pid_t pid : started) ::kill(pid, SIGKILL);  // the check above failed: leave nothing behind
   ::prctl(PR_SET_CHILD_SUBREAPER, 0);
+  std::filesystem::remove_all(directory);
+}
+
+TEST_CASE("halrun removes the shared-memory segments its killed job left, and no others") {
+  char name[] = "/tmp/halrun-shm-XXXXXX";
+  REQUIRE(::mkdtemp(name) != nullptr);
+  const std::filesystem::path directory = name;
+  const std::filesystem::path ours = directory / (hal::abi::shm_job_prefix("halrun-test-token") + "0123456789abcdef");
+  const std::filesystem::path others = directory / (hal::abi::shm_job_prefix("another-job") + "0123456789abcdef");
+  std::ofstream(ours) << "segment";
+  std::ofstream(others) << "segment";
+  const Result result = run("HAL_STORE_TOKEN=halrun-test-token HAL_SHM_DIR=" + directory.string() +
+                            " " HALRUN_PATH " -n 2 -- /bin/sh -c 'kill -9 $$'");
+  CHECK_MESSAGE(result.status != 0, result.output);
+  CHECK(!std::filesystem::exists(ours));
+  CHECK(std::filesystem::exists(others));
   std::filesystem::remove_all(directory);
 }

@@ -158,7 +158,12 @@ TEST_CASE("engine choice: auto is MPI under mpirun, Gloo elsewhere; HAL_COLL_ENG
     const Outcome outcome = run_mpirun(
         2, {"engine"}, {{"HAL_TEST_EXPECT_ENGINE", "mpi"}, {"HAL_TEST_EXPECT_REASON", "launched by mpirun"}}, 30s);
     check_passed(outcome);
-    CHECK_MESSAGE(contains(outcome.output, "description: mpi (the default engine setting is auto"), outcome.output);
+    // One host: shared memory beside MPI.
+    CHECK_MESSAGE(
+        contains(outcome.output, "description: shm (the default engine setting is auto and all 2 ranks share"),
+        outcome.output);
+    CHECK_MESSAGE(contains(outcome.output, "other operations: mpi (the default engine setting is auto"),
+                  outcome.output);
   }
   SUBCASE("HAL_COLL_ENGINE=gloo under mpirun") {
     check_passed(run_mpirun(

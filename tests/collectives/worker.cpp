@@ -3,8 +3,8 @@
 // MASTER_PORT). Every rank computes the expected result of each operation
 // from the inputs of all ranks and compares it element by element.
 //
-//   collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine|missing VICTIM|fault|legacy|
-//                      cut FIRST LAST
+//   collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|shm_mismatch|smoke|abort|engine|
+//                      missing VICTIM|fault|legacy|cut FIRST LAST
 // Exit status 0 when every check passed; failures are printed. The device is
 // HAL_TEST_DEVICE (default host:0; a backend alone means one device per rank),
 // so the GPU backends run the same checks.
@@ -289,6 +289,9 @@ void run_all_operations(Context& c, DType type, std::size_t count, bool in_place
 
 Context connect(const hal::Runtime& runtime, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   auto environment = hal::Store::from_environment(std::chrono::seconds(20));
+  // Each rank its own shared-memory directory, as if on its own host.
+  if (const char* base = std::getenv("HAL_TEST_SHM_DIR_PER_RANK"); base != nullptr)
+    ::setenv("HAL_SHM_DIR", (std::string(base) + "/" + std::to_string(environment.rank)).c_str(), 1);
   Context context{environment.store, runtime.device(test_device()), {}, {}, 0, 1};
   context.stream = context.device.create_stream();
   context.rank = environment.rank;
@@ -297,11 +300,24 @@ Context connect(const hal::Runtime& runtime, std::chrono::milliseconds timeout =
   options.timeout = timeout;
   context.comm = hal::Communicator::create(context.device, environment.rank, environment.world_size,
                                            environment.store, options);
-  // The MPI tests say which engine must run, so a silent fall back to Gloo fails.
+  // The MPI tests say which engine must run, so a silent fall back to Gloo
+  // fails; shared memory may run beside it.
+  const std::string description = context.comm.description();
   if (const char* expected = std::getenv("HAL_TEST_EXPECT_ENGINE"); expected != nullptr) {
-    const std::string description = context.comm.description();
-    EXPECT(description.rfind(std::string(expected) + " (", 0) == 0,
+    const std::string named = std::string(expected) + " (";
+    EXPECT(description.rfind(named, 0) == 0 || (description.rfind("shm (", 0) == 0 &&
+                                                description.find("other operations: " + named) != std::string::npos),
            "rank " << environment.rank << " runs '" << description << "', expected engine " << expected);
+  }
+  // Parts the description must have, separated by '|'.
+  if (const char* parts = std::getenv("HAL_TEST_EXPECT_DESCRIPTION"); parts != nullptr) {
+    std::string rest = parts;
+    for (std::size_t end; !rest.empty(); rest = end == std::string::npos ? "" : rest.substr(end + 1)) {
+      end = rest.find('|');
+      const std::string part = rest.substr(0, end);
+      EXPECT(description.find(part) != std::string::npos,
+             "rank " << environment.rank << "'s description '" << description << "' lacks '" << part << "'");
+    }
   }
   return context;
 }
@@ -451,6 +467,49 @@ void scenario_mismatch(const hal::Runtime& runtime) {
   // The communicator is still usable: nothing reached the transport.
   c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);
   c.stream.synchronize();
+}
+
+// Without HAL_COLL_CHECK: rank 1 passes a different count, which the shm
+// engine finds itself; the communicator is broken afterwards.
+void scenario_shm_mismatch(const hal::Runtime& runtime) {
+  Context c = connect(runtime, std::chrono::seconds(5));
+  hal::Buffer buffer = c.device.allocate(64);
+  c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);
+  c.stream.synchronize();
+  try {
+    c.comm.all_reduce(buffer, buffer, c.rank == 1 ? 5 : 4, DType::f32, ReduceOp::sum, c.stream);
+    c.stream.synchronize();
+    EXPECT(false, "the mismatched all_reduce succeeded");
+  } catch (const hal::Error& error) {
+    std::cout << error.what() << std::endl;
+    const std::string text = error.what();
+    EXPECT(error.code() == hal::StatusCode::invalid_argument, "a mismatch is invalid_argument");
+    EXPECT(text.find("the ranks called different operations") != std::string::npos, "the error says what is wrong");
+    EXPECT(text.find("rank 1: all_reduce #1 of 5 x f32 sum") != std::string::npos, "the error shows rank 1's call");
+    EXPECT(text.find("rank 0: all_reduce #1 of 4 x f32 sum") != std::string::npos, "the error shows rank 0's call");
+  }
+  try {
+    c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);
+    c.stream.synchronize();
+    EXPECT(false, "the broken communicator ran another all_reduce");
+  } catch (const hal::Error& error) {
+    EXPECT(std::string(error.what()).find("failed earlier") != std::string::npos, "names the earlier failure");
+  }
+}
+
+// An all_reduce and a broadcast, checked: the engine works, whichever runs.
+void scenario_smoke(const hal::Runtime& runtime) {
+  Context c = connect(runtime);
+  std::cout << "description: " << c.comm.description() << std::endl;
+  const std::int64_t mine = c.rank + 1;
+  hal::Buffer buffer = c.device.allocate(sizeof(mine));
+  buffer.write(0, &mine, sizeof(mine));
+  c.comm.all_reduce(buffer, buffer, 1, DType::i64, ReduceOp::sum, c.stream);
+  c.comm.broadcast(buffer, buffer, 1, DType::i64, c.world - 1, c.stream);
+  std::int64_t sum = 0;
+  c.stream.copy_to_host(&sum, buffer, 0, sizeof(sum));
+  c.stream.synchronize();
+  EXPECT(sum == static_cast<std::int64_t>(c.world) * (c.world + 1) / 2, "all_reduce gave " << sum);
 }
 
 // Rank 0 aborts an all_reduce that rank 1 never joins: it ends promptly.
@@ -687,8 +746,8 @@ int scenario_cut(const hal::Runtime& runtime, int first_cut, int last_cut) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "usage: collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|abort|engine|missing VICTIM|"
-                 "fault|legacy|cut FIRST LAST"
+    std::cerr << "usage: collectives_worker ops|split|p2p|kill VICTIM|leave VICTIM|mismatch|shm_mismatch|smoke|abort|"
+                 "engine|missing VICTIM|fault|legacy|cut FIRST LAST"
               << std::endl;
     return 2;
   }
@@ -700,6 +759,10 @@ int main(int argc, char** argv) {
     else if (scenario == "p2p") scenario_p2p(runtime);
     else if (scenario == "kill" && argc > 2) return scenario_kill(runtime, std::atoi(argv[2]));
     else if (scenario == "mismatch") scenario_mismatch(runtime);
+    else if (scenario == "shm_mismatch")
+      scenario_shm_mismatch(runtime);
+    else if (scenario == "smoke")
+      scenario_smoke(runtime);
     else if (scenario == "abort") scenario_abort(runtime);
     else if (scenario == "leave" && argc > 2) return scenario_leave(runtime, std::atoi(argv[2]));
     else if (scenario == "engine") scenario_engine(runtime);

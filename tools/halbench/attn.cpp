@@ -632,12 +632,6 @@ std::string shape_text(const AttnOptions& o) {
          std::string(hal::to_string(o.dtype)) + ", " + mask + ", " + layout_name(o.layout, true);
 }
 
-// "256 MiB", "1 GiB"
-std::string format_size(std::uint64_t bytes) {
-  if (bytes >= gibibyte && bytes % gibibyte == 0) return std::to_string(bytes / gibibyte) + " GiB";
-  return format_fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), bytes % (1024 * 1024) == 0 ? 0 : 1) + " MiB";
-}
-
 std::string format_mib(std::uint64_t bytes) { return format_fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1); }
 
 // torch's row of the same query length, key length and direction.

@@ -146,11 +146,11 @@ CollOptions parse_options(std::span<const std::string_view> arguments, bool& hel
   parser.add_alias("-r", "--root");
   parser.add_value(
       "--engine", "ENGINE",
-      "host collectives engine: auto, gloo or mpi (default: HAL_COLL_ENGINE,\n"
+      "host collectives engine: auto, gloo, mpi or shm (default: HAL_COLL_ENGINE,\n"
       "then the config, then auto)",
       [&](std::string_view text) {
-        if (text != "auto" && text != "gloo" && text != "mpi")
-          throw UsageError("--engine: '" + std::string(text) + "' is not an engine; expected auto, gloo or mpi");
+        if (text != "auto" && text != "gloo" && text != "mpi" && text != "shm")
+          throw UsageError("--engine: '" + std::string(text) + "' is not an engine; expected auto, gloo, mpi or shm");
         options.engine = std::string(text);
       });
   parser.add_switch("--no-gloo", "skip the direct Gloo baseline", options.no_gloo);
@@ -624,9 +624,24 @@ double ratio_to(const Row& row, const Direct& direct) {
   return direct.busbw > 0 ? row.in_place.busbw / direct.busbw : 0.0;
 }
 
+// The yardstick of a host collective's busbw: std::memcpy of the largest
+// size on one thread of every rank at once, as the ranks run a collective.
+std::optional<MemcpyBandwidth> measure_memcpy(const Job& job, const std::vector<Row>& rows) {
+  if (job.device.info().type != hal::DeviceType::cpu || rows.empty()) return std::nullopt;
+  job.comm.barrier(job.stream);
+  job.stream.synchronize();
+  return measure_host_memcpy(std::max<std::uint64_t>(rows.back().shape.size, 1), 1, 5);
+}
+
+// hal's in-place busbw at the largest size over the memcpy bandwidth.
+std::optional<double> busbw_over_memcpy(const std::vector<Row>& rows, const std::optional<MemcpyBandwidth>& memcpy) {
+  if (!memcpy || rows.empty() || memcpy->gbps <= 0) return std::nullopt;
+  return rows.back().in_place.busbw / memcpy->gbps;
+}
+
 // nccl-tests' layout: fixed-width columns under a placement header, units on a second line.
 void print_table(const Job& job, const CollOptions& options, const std::vector<Row>& rows, const std::string& gloo_note,
-                 const std::string& mpi_note) {
+                 const std::string& mpi_note, const std::optional<MemcpyBandwidth>& memcpy) {
   print_heading("coll", job.device);
   std::printf("# %s, %d ranks, %llu iterations after %llu warmups, busbw factor %.3f\n",
               std::string(name_of(options.collective)).c_str(), job.ranks(),
@@ -659,6 +674,12 @@ void print_table(const Job& job, const CollOptions& options, const std::vector<R
               options.check ? "" : " (checks off: -c 0)");
   if (!gloo_note.empty()) std::printf("# gloo direct: %s\n", gloo_note.c_str());
   if (!mpi_note.empty()) std::printf("# mpi direct: %s\n", mpi_note.c_str());
+  if (memcpy)
+    std::printf(
+        "# memcpy: %.3f GB/s (one thread on each of the %d ranks at once, %s each, best of %d); in-place busbw "
+        "at %s / memcpy = %.3f\n",
+        memcpy->gbps, job.ranks(), format_size(memcpy->bytes).c_str(), memcpy->repeats,
+        format_size(rows.empty() ? 0 : rows.back().shape.size).c_str(), busbw_over_memcpy(rows, memcpy).value_or(0.0));
 }
 
 Json placement_json(const Placement& placement) {
@@ -674,7 +695,7 @@ Json direct_json(const Row& row, const std::optional<Direct>& direct) {
 }
 
 Json to_json(const Job& job, const CollOptions& options, const std::vector<Row>& rows, const std::string& gloo_note,
-             const std::string& mpi_note) {
+             const std::string& mpi_note, const std::optional<MemcpyBandwidth>& memcpy) {
   const std::string type_text(hal::to_string(options.type));
   Json parameters = {{"collective", name_of(options.collective)},
                      {"ranks", job.ranks()},
@@ -706,6 +727,12 @@ Json to_json(const Job& job, const CollOptions& options, const std::vector<Row>&
   for (const auto& [baseline, reason] : {std::pair{"gloo", gloo_note}, std::pair{"mpi", mpi_note}})
     if (!reason.empty()) skipped.push_back({{"baseline", baseline}, {"reason", reason}});
   document["skipped"] = std::move(skipped);
+  document["memcpy"] = memcpy ? Json{{"gbps", memcpy->gbps},
+                                     {"bytes", memcpy->bytes},
+                                     {"repeats", memcpy->repeats},
+                                     {"ranks_at_once", job.ranks()},
+                                     {"busbw_over_memcpy", *busbw_over_memcpy(rows, memcpy)}}
+                              : Json(nullptr);
   return document;
 }
 
@@ -726,6 +753,7 @@ int run_coll(std::span<const std::string_view> arguments) {
     rows.push_back(Row{shape, measure_hal(job, options, shape, false), measure_hal(job, options, shape, true),
                        measure_gloo(gloo_baseline, job, options, shape),
                        measure_mpi(mpi_baseline, job, options, shape)});
+  const std::optional<MemcpyBandwidth> memcpy = measure_memcpy(job, rows);
   // No rank leaves while another still needs it for a collective.
   job.comm.barrier(job.stream);
   job.stream.synchronize();
@@ -734,9 +762,9 @@ int run_coll(std::span<const std::string_view> arguments) {
   // stops all ranks when one exits non-zero, which could cut rank 0's output short.
   if (job.rank() != 0) return exit_success;
   if (options.common.json)
-    print_json(to_json(job, options, rows, gloo_baseline.not_measured, mpi_baseline.not_measured));
+    print_json(to_json(job, options, rows, gloo_baseline.not_measured, mpi_baseline.not_measured, memcpy));
   else
-    print_table(job, options, rows, gloo_baseline.not_measured, mpi_baseline.not_measured);
+    print_table(job, options, rows, gloo_baseline.not_measured, mpi_baseline.not_measured, memcpy);
   return total_wrong(rows) == 0 ? exit_success : exit_failure;
 }
 

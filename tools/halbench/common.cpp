@@ -265,6 +265,12 @@ std::string format_fixed(double value, int decimals) {
   return text;
 }
 
+std::string format_size(std::uint64_t bytes) {
+  constexpr std::uint64_t gibibyte = 1024ull * 1024 * 1024;
+  if (bytes >= gibibyte && bytes % gibibyte == 0) return std::to_string(bytes / gibibyte) + " GiB";
+  return format_fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), bytes % (1024 * 1024) == 0 ? 0 : 1) + " MiB";
+}
+
 namespace {
 
 std::string host_name() {

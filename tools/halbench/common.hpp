@@ -197,6 +197,8 @@ class Table {
 };
 
 std::string format_fixed(double value, int decimals);
+// "256 MiB", "1 GiB"
+std::string format_size(std::uint64_t bytes);
 
 // The "hal.bench/1" document: schema, benchmark, device, parameters, results, environment.
 Json make_document(std::string_view benchmark, const hal::Runtime& runtime, const hal::Device& device,

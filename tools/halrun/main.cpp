@@ -2,7 +2,8 @@
 // environment (one node or several, as torchrun's --nnodes/--node-rank),
 // prefixes their output with the rank, forwards SIGINT/SIGTERM, when one rank
 // fails stops the others and says which rank and why, and never leaves ranks
-// behind when it is killed itself.
+// (or their shared-memory segments) behind when it is killed itself.
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "environment.hpp"
+#include "shm_names.hpp"
 
 namespace {
 
@@ -50,7 +52,22 @@ void print_usage(std::FILE* out) {
                "Output lines are prefixed with \"[RANK] \". SIGINT and SIGTERM are passed on\n"
                "to every rank. When a rank exits non-zero or is killed, the others are stopped and halrun\n"
                "exits non-zero naming it. If halrun itself is killed, its ranks and their process groups\n"
-               "are killed too.\n");
+               "are killed too. Shared-memory segments the job left in HAL_SHM_DIR (/dev/shm) are removed.\n");
+}
+
+// Removes the shared-memory segments of this job (named from its token) that
+// are still there: the ranks unlink theirs once every rank has mapped it, so
+// only a job that died while setting one up leaves any.
+void remove_shm_segments() {
+  const char* token = hal::abi::environment("HAL_STORE_TOKEN");
+  if (token == nullptr) return;
+  const std::string directory = hal::abi::shm_directory();
+  const std::string prefix = hal::abi::shm_job_prefix(token);
+  DIR* listing = ::opendir(directory.c_str());
+  if (listing == nullptr) return;
+  while (const dirent* entry = ::readdir(listing))
+    if (std::string_view(entry->d_name).starts_with(prefix)) ::unlinkat(::dirfd(listing), entry->d_name, 0);
+  ::closedir(listing);
 }
 
 // Started before the ranks, in halrun's process group: it reads each rank's
@@ -70,6 +87,7 @@ void print_usage(std::FILE* out) {
     groups.push_back(pid);
   }
   for (pid_t group : groups) ::kill(-group, SIGKILL);
+  remove_shm_segments();
   ::_exit(0);
 }
 
@@ -390,6 +408,7 @@ int main(int argc, char** argv) {
     ::close(guard_commands);
     ::waitpid(guard, nullptr, 0);
   }
+  remove_shm_segments();
 
   if (failed_rank >= 0) {
     std::fprintf(stderr, "halrun: failed: rank %d %s\n", failed_rank, describe_status(failed_status).c_str());

@@ -381,11 +381,12 @@ typedef struct hal_collectives_v1 {
                         uint32_t op_count);
 } hal_collectives_v1;
 
-/* Which engine runs a backend's communicators (the host backend has Gloo and
- * MPI). Strings stay valid until the next call on the same thread. */
+/* Which engine runs a backend's communicators (the host backend has Gloo,
+ * MPI and shared memory beside either). Strings stay valid until the next
+ * call on the same thread. */
 typedef struct hal_collectives_engine_v1 {
   size_t struct_size;
-  const char* engine;   /* "gloo", "mpi"; "" when the request cannot be met */
+  const char* engine;   /* "gloo", "mpi", "shm"; "" when the request cannot be met */
   const char* reason;   /* why that engine, or why the request cannot be met */
   const char* engines;  /* every engine and whether it can run in this process */
 } hal_collectives_engine_v1;

@@ -142,22 +142,23 @@ struct CommunicatorOptions {
   // Backend options, e.g. {"interface", "eth0"} or {"hostname", "10.0.0.5"}
   // for the host backend.
   std::vector<std::pair<std::string, std::string>> backend_options;
-  // The host backend's engine: "auto", "gloo" or "mpi". Empty: the
+  // The host backend's engine: "auto", "gloo", "mpi" or "shm". Empty: the
   // collectives.engine setting (HAL_COLL_ENGINE, the config file), else auto
-  // (MPI when launched by mpirun or srun and libmpi loads, Gloo otherwise).
+  // (MPI when launched by mpirun or srun and libmpi loads, Gloo otherwise,
+  // with shared memory beside it when every rank shares the host).
   std::string engine;
 };
 
 // Which engine a communicator created now with these options would run on.
 struct CollectivesEngineChoice {
-  std::string requested;     // "auto", "gloo" or "mpi"
+  std::string requested;     // "auto", "gloo", "mpi" or "shm"
   std::string requested_by;  // "HAL_COLL_ENGINE=mpi", "config collectives.engine (/etc/hal/hal.toml:12)", ...
-  std::string engine;        // "gloo", "mpi"; empty when the request cannot be met
+  std::string engine;        // "gloo", "mpi", "shm"; empty when the request cannot be met
   std::string reason;        // why that engine, or why the request cannot be met
   std::string engines;       // every engine of the backend and whether it can run here
 };
 // Throws unsupported when the device's backend has no collectives, and
-// invalid_argument for an engine name other than auto, gloo and mpi.
+// invalid_argument for an engine name other than auto, gloo, mpi and shm.
 CollectivesEngineChoice collectives_engine(const Device& device, const CommunicatorOptions& options = {});
 
 // Per call: 0 means the communicator's timeout.

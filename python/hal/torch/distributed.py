@@ -12,7 +12,8 @@ DeviceMesh and every ``torch.distributed`` call run on hal's engines::
 Rendezvous is torch's: the backend meets on the (prefixed) store torch hands
 it, so no second port is opened. The engine is hal's choice per device: on
 CPU tensors the host backend's (MPI when launched by mpirun or srun, else
-Gloo; ``HAL_COLL_ENGINE`` or the config file override it); on CUDA tensors
+Gloo, with shared memory beside it when every rank is on this host;
+``HAL_COLL_ENGINE`` or the config file override it); on CUDA tensors
 the hal GPU device that is the same physical device (by UUID or PCI bus id),
 with hal's NCCL-family engine, on torch's current stream. A communicator is
 made per device type at the first collective on it; all ranks make it in the
