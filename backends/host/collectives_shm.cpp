@@ -51,6 +51,7 @@
 #include "reduction.hpp"
 #include "shm_kernels.hpp"
 #include "shm_names.hpp"
+#include "spin_wait.hpp"
 
 namespace hal::host {
 namespace {
@@ -69,7 +70,7 @@ constexpr std::uint64_t kOneShotBytes = 32 * 1024;
 // sleeping peer takes to wake (tens of microseconds in a VM): shorter, and
 // ranks that wake each other in turn would sleep at every phase.
 constexpr auto kSpin = std::chrono::microseconds(20);
-constexpr auto kYield = std::chrono::milliseconds(2);
+constexpr auto kYield = std::chrono::microseconds(2000);
 constexpr auto kSleep = Milliseconds(20);
 constexpr auto kLivenessPeriod = Milliseconds(100);
 
@@ -102,14 +103,6 @@ void futex_wait(std::uint32_t* word, std::uint32_t seen, Milliseconds timeout) {
 }
 
 void futex_wake(std::uint32_t* word) { ::syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
 
 std::string format_bytes(std::uint64_t bytes) {
   char text[48];
@@ -375,18 +368,7 @@ class ShmOperation {
 
   void wait_for_all(std::uint64_t target) {
     if (lagging(target) < 0) return;
-    if (c_.spin_) {
-      const auto start = Clock::now();
-      for (unsigned spins = 1;; ++spins) {
-        const bool spinning = Clock::now() < start + kSpin;
-        if (spinning)
-          cpu_relax();
-        else
-          ::sched_yield();
-        if (lagging(target) < 0) return;
-        if (!spinning && Clock::now() > start + kYield) break;
-      }
-    }
+    if (c_.spin_ && spin_until([&] { return lagging(target) < 0; }, kYield, kSpin)) return;
     Header& header = *c_.header_;
     auto next_liveness_check = Clock::now() + kLivenessPeriod;
     for (;;) {
