@@ -44,9 +44,10 @@ constexpr std::int64_t kDimAlignment = 16;  // the widest vector: padded dims ar
 // Work units wanted per thread in one pass: enough to balance, few enough to
 // keep the packed pass small.
 constexpr std::int64_t kUnitsPerThread = 4;
-// Keys up to which a call with kUnitsPerThread groups per thread runs whole
-// groups per thread: there the parallel regions and the dQ reduction of the
-// tiled passes cost as much as the arithmetic.
+// Keys up to which a call whose groups balance over the threads (as many
+// groups per thread, or kUnitsPerThread or more) runs whole groups per
+// thread: there the parallel regions and the dQ reduction of the tiled
+// passes cost as much as the arithmetic.
 constexpr std::int64_t kWholeGroupKeys = 256;
 
 flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int thread_count,
@@ -97,7 +98,7 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
   }
   layout.groups_per_pass =
       std::clamp<std::int64_t>((wanted_units + units_per_group - 1) / units_per_group, 1, layout.group_count);
-  layout.whole_groups = p.seq_kv <= kWholeGroupKeys && layout.group_count >= kUnitsPerThread * threads;
+  layout.whole_groups = p.seq_kv <= kWholeGroupKeys && (layout.group_count >= kUnitsPerThread * threads || layout.group_count % threads == 0);
   if (layout.whole_groups) {
     layout.packed_slots = threads;
     layout.chunks = backward ? 1 : 0;
