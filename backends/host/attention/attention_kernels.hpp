@@ -40,6 +40,9 @@ using abi::attention_problems;
 // attn, 32/8 heads, d 64, causal): the seq 32 forward (4 MFLOP) 0.22 ms alone
 // against 0.28 ms on the pool; its backward (10.5 MFLOP) 0.47 against 0.35.
 constexpr double kSmallAttentionFlops = 1e7;
+// The same on an OpenMP team, whose threads are awake already: sharing pays
+// from here (a decode call of 0.3 MFLOP took 5 us longer shared).
+constexpr double kSmallAttentionFlopsOnTeam = 1e6;
 
 // lse_or_null: written when not null (the caller decides from return_lse).
 void math_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,

@@ -112,11 +112,13 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
 }
 
 // Runs unit(worker, u) for u in [0, count) on the pool's threads, or on the
-// calling thread alone for a small call (kSmallAttentionFlops).
+// calling thread alone for a small call (kSmallAttentionFlops, or
+// kSmallAttentionFlopsOnTeam on an OpenMP team).
 class UnitRunner {
  public:
   UnitRunner(ThreadPool& pool, double flops)
-      : pool_(pool), serial_(flops < kSmallAttentionFlops && !pool.uses_openmp_team()) {}
+      : pool_(pool),
+        serial_(flops < (pool.uses_openmp_team() ? kSmallAttentionFlopsOnTeam : kSmallAttentionFlops)) {}
 
   template <class Unit>
   void run(std::int64_t count, const Unit& unit) {
