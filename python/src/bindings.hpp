@@ -22,4 +22,7 @@ std::string shape_text(const Tensor& tensor);
 // (python/src/collectives.cpp); hal/_collectives.py is the Python face.
 void bind_collectives(nanobind::module_& m);
 
+// hal.torch's one-pass reading of a boolean attention mask (python/src/masks.cpp).
+void bind_masks(nanobind::module_& m);
+
 }  // namespace hal::python

@@ -597,4 +597,5 @@ NB_MODULE(_hal, m) {
 
   // -------------------------------------------------------------- collectives
   hal::python::bind_collectives(m);
+  hal::python::bind_masks(m);
 }

@@ -455,11 +455,14 @@ def test_mask_key_ranges_are_checked_not_assumed():
     assert ranges.dtype == torch.int32 and ranges.is_contiguous()
     assert ranges.tolist() == [[[2, 5], [0, 5], [0, 5]], [[0, 5], [0, 5], [0, 0]]]
     assert ht.mask_key_ranges(gappy_mask(5), 1, 5, 5) is None
-    long_keys = torch.zeros(1, 1, 2, 40000, dtype=torch.bool)  # past int16 positions: the byte argmax path
+    long_keys = torch.zeros(1, 1, 2, 40000, dtype=torch.bool)
     long_keys[0, 0, 0, 5:30000] = True
-    assert ht.mask_key_ranges(long_keys, 1, 2, 40000).tolist() == [[[5, 30000], [0, 0]]]
+    additive = torch.zeros(long_keys.shape).masked_fill(~long_keys, float("-inf"))  # past int16: the argmax path
+    for form in (long_keys, additive):
+        assert ht.mask_key_ranges(form, 1, 2, 40000).tolist() == [[[5, 30000], [0, 0]]]
     long_keys[0, 0, 1, 7] = long_keys[0, 0, 1, 39999] = True
-    assert ht.mask_key_ranges(long_keys, 1, 2, 40000) is None
+    additive = torch.zeros(long_keys.shape).masked_fill(~long_keys, float("-inf"))
+    assert ht.mask_key_ranges(long_keys, 1, 2, 40000) is None and ht.mask_key_ranges(additive, 1, 2, 40000) is None
     per_head = torch.ones(1, 2, 5, 5, dtype=torch.bool)
     per_head[0, 1].tril_()
     assert ht.mask_key_ranges(per_head, 1, 5, 5) is None  # heads differ
@@ -470,6 +473,33 @@ def test_mask_key_ranges_are_checked_not_assumed():
         q, k, v = inputs(1, 2, 2, 5, 5, 64)
         out = ht.scaled_dot_product_attention(q, k, v, attn_mask=gappy_mask(5))
     assert relative_error(out, reference(q, k, v, attn_mask=gappy_mask(5))) <= 1e-5
+
+
+def test_boolean_masks_read_in_one_pass_agree_with_the_additive_reading():
+    """A host boolean mask is read by hal's one-pass C++ reader, an additive one by torch's elementwise ops: on
+    intervals, gaps, heads that differ and strided masks both give the same ranges, or both refuse."""
+    generator = torch.Generator().manual_seed(3)
+    batch, heads, seq_q, seq_kv = 2, 3, 7, 11
+    keys = torch.arange(seq_kv)
+    outcomes = set()
+    for trial in range(24):
+        begin = torch.randint(0, seq_kv, (batch, 1, seq_q, 1), generator=generator)
+        mask = (keys >= begin) & (keys < begin + torch.randint(0, seq_kv, (batch, 1, seq_q, 1), generator=generator))
+        if trial % 4 == 1:  # a flipped key: often a gap
+            mask[0, 0, trial % seq_q, (3 * trial) % seq_kv] ^= True
+        elif trial % 4 == 2:  # one head differs
+            mask = mask.expand(batch, heads, seq_q, seq_kv).clone()
+            mask[1, 2, trial % seq_q, 0] ^= True
+        elif trial % 4 == 3:  # keys not contiguous in memory
+            mask = mask.transpose(2, 3).contiguous().transpose(2, 3)
+        additive = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+        from_bytes = ht._key_ranges_of(mask, batch, seq_q, seq_kv)
+        from_values = ht._key_ranges_of(additive, batch, seq_q, seq_kv)
+        assert (from_bytes is None) == (from_values is None), trial
+        if from_bytes is not None:
+            assert torch.equal(from_bytes, from_values), trial
+        outcomes.add(from_bytes is None)
+    assert outcomes == {True, False}  # both answers were exercised
 
 
 def test_a_mask_shared_by_layers_is_read_once(monkeypatch):

@@ -210,6 +210,11 @@ def _key_ranges_of(attn_mask: torch.Tensor, batch: int, seq_q: int, seq_kv: int)
         mask = mask.expand(batch, mask.shape[1], seq_q, seq_kv)
     except RuntimeError:
         return None  # not broadcastable: torch's SDPA will say so
+    if mask.dtype == torch.bool and mask.device.type == "cpu":  # one pass in C++ over the mask's bytes
+        ranges = torch.empty((batch, seq_q, 2), dtype=torch.int32)
+        one_interval = hal._hal._bool_mask_key_ranges(mask.data_ptr(), tuple(mask.shape), mask.stride(),
+                                                      ranges.data_ptr())
+        return ranges if one_interval else None
     if mask.dtype == torch.bool:
         visible = mask
     elif mask.is_floating_point():
