@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "dtype_codes.hpp"
@@ -447,9 +448,11 @@ int scenario_kill(const hal::Runtime& runtime, int victim) {
 }
 
 // HAL_COLL_CHECK=1 is set by the test: rank 1 passes a different count.
-void scenario_mismatch(const hal::Runtime& runtime) {
-  Context c = connect(runtime, std::chrono::seconds(5));
-  hal::Buffer buffer = c.device.allocate(64);
+// One all_reduce the ranks agree on, then one where rank 1 passes 5
+// elements and the others 4: it must fail as invalid_argument with an error
+// holding each of `expected` (fragment, what it shows).
+void expect_mismatched_all_reduce(Context& c, hal::Buffer& buffer,
+                                  const std::vector<std::pair<std::string, std::string>>& expected) {
   c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);  // agrees
   c.stream.synchronize();
   try {
@@ -460,10 +463,17 @@ void scenario_mismatch(const hal::Runtime& runtime) {
     std::cout << error.what() << std::endl;
     const std::string text = error.what();
     EXPECT(error.code() == hal::StatusCode::invalid_argument, "a mismatch is invalid_argument");
-    EXPECT(text.find("HAL_COLL_CHECK") != std::string::npos, "the error names the check");
-    EXPECT(text.find("rank 1: all_reduce count=5") != std::string::npos, "the error shows rank 1's fingerprint");
-    EXPECT(text.find("all_reduce #1") != std::string::npos, "the error names the sequence number");
+    for (const auto& [fragment, what] : expected) EXPECT(text.find(fragment) != std::string::npos, what);
   }
+}
+
+void scenario_mismatch(const hal::Runtime& runtime) {
+  Context c = connect(runtime, std::chrono::seconds(5));
+  hal::Buffer buffer = c.device.allocate(64);
+  expect_mismatched_all_reduce(c, buffer,
+                               {{"HAL_COLL_CHECK", "the error names the check"},
+                                {"rank 1: all_reduce count=5", "the error shows rank 1's fingerprint"},
+                                {"all_reduce #1", "the error names the sequence number"}});
   // The communicator is still usable: nothing reached the transport.
   c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);
   c.stream.synchronize();
@@ -474,20 +484,10 @@ void scenario_mismatch(const hal::Runtime& runtime) {
 void scenario_shm_mismatch(const hal::Runtime& runtime) {
   Context c = connect(runtime, std::chrono::seconds(5));
   hal::Buffer buffer = c.device.allocate(64);
-  c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);
-  c.stream.synchronize();
-  try {
-    c.comm.all_reduce(buffer, buffer, c.rank == 1 ? 5 : 4, DType::f32, ReduceOp::sum, c.stream);
-    c.stream.synchronize();
-    EXPECT(false, "the mismatched all_reduce succeeded");
-  } catch (const hal::Error& error) {
-    std::cout << error.what() << std::endl;
-    const std::string text = error.what();
-    EXPECT(error.code() == hal::StatusCode::invalid_argument, "a mismatch is invalid_argument");
-    EXPECT(text.find("the ranks called different operations") != std::string::npos, "the error says what is wrong");
-    EXPECT(text.find("rank 1: all_reduce #1 of 5 x f32 sum") != std::string::npos, "the error shows rank 1's call");
-    EXPECT(text.find("rank 0: all_reduce #1 of 4 x f32 sum") != std::string::npos, "the error shows rank 0's call");
-  }
+  expect_mismatched_all_reduce(c, buffer,
+                               {{"the ranks called different operations", "the error says what is wrong"},
+                                {"rank 1: all_reduce #1 of 5 x f32 sum", "the error shows rank 1's call"},
+                                {"rank 0: all_reduce #1 of 4 x f32 sum", "the error shows rank 0's call"}});
   try {
     c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);
     c.stream.synchronize();

@@ -160,14 +160,17 @@ def _goals(cells: List[dict]) -> List[dict]:
     return goals
 
 
-def _table(cells: List[dict]) -> str:
+def _grid(cells: List[dict]):
+    """The cells as {row name: {column name: cell}} and the column names in order."""
     rows: Dict[str, Dict[str, dict]] = {}
-    columns: List[str] = []
     for cell in cells:
         rows.setdefault(_row_name(cell), {})[_column_name(cell)] = cell
-        if _column_name(cell) not in columns:
-            columns.append(_column_name(cell))
-    columns.sort(key=_column_order)
+    columns = sorted({_column_name(cell) for cell in cells}, key=_column_order)
+    return rows, columns
+
+
+def _table(cells: List[dict]) -> str:
+    rows, columns = _grid(cells)
     width = max(len(name) for name in rows)
     lines = [" " * width + "".join(f"{column:>11}" for column in columns)]
     for name, row in rows.items():
@@ -204,13 +207,7 @@ def _color(ratio: Optional[float]) -> str:
 def heat_map_svg(cells: List[dict], title: str) -> str:
     """The ratios as a grid: a row per (dtype, head dim, mask, pass), a column per shape; each square colored by
     the ratio and labelled with it (skipped cells grey)."""
-    rows: Dict[str, Dict[str, dict]] = {}
-    columns: List[str] = []
-    for cell in cells:
-        rows.setdefault(_row_name(cell), {})[_column_name(cell)] = cell
-        if _column_name(cell) not in columns:
-            columns.append(_column_name(cell))
-    columns.sort(key=_column_order)
+    rows, columns = _grid(cells)
     cell_w, cell_h, left, top = 64, 24, 190, 70
     width, height = left + cell_w * len(columns) + 20, top + cell_h * len(rows) + 40
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
