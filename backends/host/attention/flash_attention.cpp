@@ -136,59 +136,47 @@ class UnitRunner {
   bool serial_;
 };
 
+// How many query blocks see each key block, + 1 (loading a block's K and V
+// costs even when no query sees it); every query block with key ranges (any
+// row may see any key). The same for every pass of a call.
+std::vector<std::int64_t> key_block_costs(const hal_attention_params_v1& p, const flash::Layout& layout,
+                                          bool key_ranges) {
+  std::vector<std::int64_t> costs(static_cast<std::size_t>(layout.key_blocks), layout.query_blocks + 1);
+  if (key_ranges) return costs;
+  for (std::int64_t key_block = 0; key_block < layout.key_blocks; ++key_block) {
+    const std::int64_t key0 = key_block * layout.key_block;
+    const std::int64_t key_last = std::min(key0 + layout.key_block, p.seq_kv) - 1;
+    std::int64_t seen_by = 0;
+    for (std::int64_t query_block = 0; query_block < layout.query_blocks; ++query_block) {
+      const std::int64_t query0 = query_block * layout.query_block;
+      const std::int64_t query_last = std::min(query0 + layout.query_block, p.seq_q) - 1;
+      const std::int64_t first = abi::visible_keys(p, query0).first;
+      const std::int64_t last = abi::visible_keys(p, query_last).last;
+      seen_by += first <= last && first <= key_last && last >= key0;
+    }
+    costs[static_cast<std::size_t>(key_block)] = seen_by + 1;
+  }
+  return costs;
+}
+
 // The backward's key units of a pass, dealt to its chunks so that their
 // work evens out: under a causal mask or a window the early key blocks are
 // seen by more query blocks. Longest first, each to the least loaded chunk
 // (the lowest on a tie): fixed for a given thread count, so the dQ partials
-// are summed in a fixed order. Returns the units chunk by chunk;
-// chunk_starts[c] is where chunk c's begin (chunks + 1 entries).
-std::vector<std::int64_t> deal_key_units(const hal_attention_params_v1& p, const flash::Layout& layout,
-                                         std::int64_t pass_groups, bool key_ranges,
-                                         std::vector<std::int64_t>& chunk_starts) {
-  const std::int64_t bc = layout.key_block;
-  // Query blocks that see each key block; all of them with key ranges (any
-  // row may see any key).
-  std::vector<std::int64_t> block_cost(static_cast<std::size_t>(layout.key_blocks), layout.query_blocks);
-  if (!key_ranges) {
-    for (std::int64_t key_block = 0; key_block < layout.key_blocks; ++key_block) {
-      const std::int64_t key0 = key_block * bc;
-      const std::int64_t key_last = std::min(key0 + bc, p.seq_kv) - 1;
-      std::int64_t seen_by = 0;
-      for (std::int64_t query_block = 0; query_block < layout.query_blocks; ++query_block) {
-        const std::int64_t query0 = query_block * layout.query_block;
-        const std::int64_t query_last = std::min(query0 + layout.query_block, p.seq_q) - 1;
-        const std::int64_t first = abi::visible_keys(p, query0).first;
-        const std::int64_t last = abi::visible_keys(p, query_last).last;
-        seen_by += first <= last && first <= key_last && last >= key0;
-      }
-      block_cost[static_cast<std::size_t>(key_block)] = seen_by;
-    }
-  }
-  const std::int64_t units = pass_groups * layout.key_blocks;
-  std::vector<std::int64_t> by_cost(static_cast<std::size_t>(units));
-  for (std::int64_t unit = 0; unit < units; ++unit) by_cost[static_cast<std::size_t>(unit)] = unit;
-  // + 1: loading a key block's K and V costs even when no query sees it.
-  const auto cost = [&](std::int64_t unit) {
-    return block_cost[static_cast<std::size_t>(unit % layout.key_blocks)] + 1;
-  };
+// are summed in a fixed order. Returns each chunk's units.
+std::vector<std::vector<std::int64_t>> deal_key_units(const flash::Layout& layout, std::int64_t pass_groups,
+                                                      const std::vector<std::int64_t>& block_costs) {
+  const auto cost = [&](std::int64_t unit) { return block_costs[static_cast<std::size_t>(unit % layout.key_blocks)]; };
+  std::vector<std::int64_t> by_cost(static_cast<std::size_t>(pass_groups * layout.key_blocks));
+  for (std::size_t unit = 0; unit < by_cost.size(); ++unit) by_cost[unit] = static_cast<std::int64_t>(unit);
   std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::int64_t a, std::int64_t b) { return cost(a) > cost(b); });
+  std::vector<std::vector<std::int64_t>> dealt(static_cast<std::size_t>(layout.chunks));
   std::vector<std::int64_t> load(static_cast<std::size_t>(layout.chunks), 0);
-  std::vector<std::int64_t> chunk_of(static_cast<std::size_t>(units));
-  std::vector<std::int64_t> count(static_cast<std::size_t>(layout.chunks), 0);
   for (const std::int64_t unit : by_cost) {
     const auto lightest = static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     load[lightest] += cost(unit);
-    chunk_of[static_cast<std::size_t>(unit)] = static_cast<std::int64_t>(lightest);
-    ++count[lightest];
+    dealt[lightest].push_back(unit);
   }
-  chunk_starts.assign(static_cast<std::size_t>(layout.chunks) + 1, 0);
-  for (std::int64_t chunk = 0; chunk < layout.chunks; ++chunk)
-    chunk_starts[static_cast<std::size_t>(chunk) + 1] =
-        chunk_starts[static_cast<std::size_t>(chunk)] + count[static_cast<std::size_t>(chunk)];
-  std::vector<std::int64_t> dealt(static_cast<std::size_t>(units));
-  std::vector<std::int64_t> next(chunk_starts.begin(), chunk_starts.end() - 1);
-  for (const std::int64_t unit : by_cost)
-    dealt[static_cast<std::size_t>(next[static_cast<std::size_t>(chunk_of[static_cast<std::size_t>(unit)])]++)] = unit;
   return dealt;
 }
 
@@ -379,22 +367,19 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
     });
     return;
   }
+  const std::vector<std::int64_t> block_costs = key_block_costs(params, layout, key_ranges != nullptr);
   for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
     job.first_group = first;
     job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);
     const std::int64_t query_units = job.pass_groups * layout.group_size * layout.query_blocks;
     units.run(query_units, [&](int, std::int64_t unit) { kernels.backward_pack_queries(job, unit); });
     const std::int64_t partial_floats = job.pass_groups * layout.group_size * layout.seq_q_padded * layout.dim_qk_padded;
-    std::vector<std::int64_t> chunk_starts;
-    const std::vector<std::int64_t> key_units =
-        deal_key_units(params, layout, job.pass_groups, key_ranges != nullptr, chunk_starts);
+    const std::vector<std::vector<std::int64_t>> dealt = deal_key_units(layout, job.pass_groups, block_costs);
     units.run(layout.chunks, [&](int, std::int64_t chunk) {
       float* partial = job.dq_partials + chunk * layout.dq_partial_floats;
       std::fill(partial, partial + partial_floats, 0.0f);
-      for (std::int64_t index = chunk_starts[static_cast<std::size_t>(chunk)];
-           index < chunk_starts[static_cast<std::size_t>(chunk) + 1]; ++index) {
-        kernels.backward_keys(job, key_units[static_cast<std::size_t>(index)],
-                              job.scratch + chunk * layout.scratch_floats, partial);
+      for (const std::int64_t unit : dealt[static_cast<std::size_t>(chunk)]) {
+        kernels.backward_keys(job, unit, job.scratch + chunk * layout.scratch_floats, partial);
       }
     });
     units.run(query_units, [&](int, std::int64_t unit) { kernels.backward_reduce_dq(job, unit); });
