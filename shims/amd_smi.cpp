@@ -870,21 +870,24 @@ LoadResult<AmdGpuManagement> open_reader(const LibraryRequest& request) {
 
 }  // namespace
 
-LibraryRequest amd_smi_request() {
+LibraryRequest amd_smi_request(const ConfiguredPath& configured) {
   return rocm_library_request(
       "AMD SMI (libamd_smi.so)",
-      {"libamd_smi.so", "libamd_smi.so.26", "libamd_smi.so.25", "libamd_smi.so.24", "libamd_smi.so.23"}, "HAL_AMD_SMI");
+      {"libamd_smi.so", "libamd_smi.so.26", "libamd_smi.so.25", "libamd_smi.so.24", "libamd_smi.so.23"}, "HAL_AMD_SMI",
+      configured);
 }
 
-LibraryRequest rocm_smi_request() {
+LibraryRequest rocm_smi_request(const ConfiguredPath& configured) {
   return rocm_library_request("rocm_smi (librocm_smi64.so)",
-                              {"librocm_smi64.so", "librocm_smi64.so.7", "librocm_smi64.so.5"}, "HAL_ROCM_SMI");
+                              {"librocm_smi64.so", "librocm_smi64.so.7", "librocm_smi64.so.5"}, "HAL_ROCM_SMI",
+                              configured);
 }
 
-LoadResult<AmdGpuManagement> open_amd_gpu_management() {
-  LoadResult<AmdGpuManagement> amd_smi = open_reader<AmdSmiReader>(amd_smi_request());
+LoadResult<AmdGpuManagement> open_amd_gpu_management(const ConfiguredPath& amd_smi_path,
+                                                     const ConfiguredPath& rocm_smi_path) {
+  LoadResult<AmdGpuManagement> amd_smi = open_reader<AmdSmiReader>(amd_smi_request(amd_smi_path));
   if (amd_smi.library) return amd_smi;
-  LoadResult<AmdGpuManagement> rocm_smi = open_reader<RocmSmiReader>(rocm_smi_request());
+  LoadResult<AmdGpuManagement> rocm_smi = open_reader<RocmSmiReader>(rocm_smi_request(rocm_smi_path));
   if (rocm_smi.library) return rocm_smi;
   return {nullptr, amd_smi.message + "; " + rocm_smi.message, amd_smi.library_missing && rocm_smi.library_missing};
 }

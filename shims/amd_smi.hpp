@@ -143,15 +143,16 @@ class AmdGpuManagement {
   virtual SmiResult<std::vector<SmiEvent>> wait_events(int timeout_ms) = 0;
 };
 
-// AMD SMI through HAL_AMD_SMI, $ROCM_PATH/lib, /opt/rocm/lib and the system's
+// AMD SMI from its configured path (the rocm backend's `amd_smi` option,
+// which HAL_AMD_SMI sets), else $ROCM_PATH/lib, /opt/rocm/lib and the system's
 // search path.
-LibraryRequest amd_smi_request();
-// rocm_smi through HAL_ROCM_SMI and the same directories.
-LibraryRequest rocm_smi_request();
+LibraryRequest amd_smi_request(const ConfiguredPath& configured);
+// rocm_smi from its configured path (`rocm_smi`, HAL_ROCM_SMI), else the same directories.
+LibraryRequest rocm_smi_request(const ConfiguredPath& configured);
 // AMD SMI first; rocm_smi when AMD SMI is missing or will not initialize.
 // Neither: the message has every path tried and each init failure, and
 // library_missing says whether both were missing.
-LoadResult<AmdGpuManagement> open_amd_gpu_management();
+LoadResult<AmdGpuManagement> open_amd_gpu_management(const ConfiguredPath& amd_smi, const ConfiguredPath& rocm_smi);
 
 // ---- the libraries' own types, for the readers and the fakes ---------------
 

@@ -8,12 +8,14 @@
 
 namespace hal::shims {
 
-LoadResult<Cublas> Cublas::load(const std::string& configured_path) {
+LoadResult<Cublas> Cublas::load(const ConfiguredPath& configured) {
   // cuBLAS and cuBLASLt keep static state (their own C++ runtime's pools,
   // exit handlers) that must not outlive their code, as the driver's.
   const LibraryRequest request{.display_name = "cuBLAS (libcublas.so.13 or libcublas.so.12)",
-                               .sonames = {"libcublas.so.13", "libcublas.so.12"}, .environment_variable = "HAL_CUBLAS",
-                               .configured_path = configured_path, .never_unload = true};
+                               .sonames = {"libcublas.so.13", "libcublas.so.12"},
+                               .configured = configured,
+                               .environment_variable = "HAL_CUBLAS",
+                               .never_unload = true};
   auto cublas = std::unique_ptr<Cublas>(new Cublas());
   const std::vector<SymbolSpec> symbols = HAL_SYMBOL_SPECS(HAL_CUBLAS_FUNCTIONS, cublas->api_, "");
   return open_vendor_library(std::move(cublas), request, symbols);

@@ -28,8 +28,8 @@ struct CublasApi {
 
 class Cublas : public VendorLibrary {
  public:
-  // configured_path: the backend option `cublas`; HAL_CUBLAS wins over it.
-  static LoadResult<Cublas> load(const std::string& configured_path);
+  // configured: the backend option `cublas` (HAL_CUBLAS sets it).
+  static LoadResult<Cublas> load(const ConfiguredPath& configured);
 
   const CublasApi& api() const { return api_; }
   // "13.0.2" from cublasGetProperty; "" when the library lacks it.

@@ -13,14 +13,15 @@ using GetProcAddressV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdr
 
 }  // namespace
 
-LibraryRequest CudaDriver::nvidia_request(const std::string& configured_path) {
-  return {.display_name = "CUDA driver (libcuda.so.1)", .sonames = {"libcuda.so.1"},
-          .environment_variable = "HAL_CUDA_DRIVER", .configured_path = configured_path, .never_unload = true};
+LibraryRequest CudaDriver::nvidia_request(const ConfiguredPath& configured) {
+  return {.display_name = "CUDA driver (libcuda.so.1)",
+          .sonames = {"libcuda.so.1"},
+          .configured = configured,
+          .environment_variable = "HAL_CUDA_DRIVER",
+          .never_unload = true};
 }
 
-LoadResult<CudaDriver> CudaDriver::load(const std::string& configured_path) {
-  return load(nvidia_request(configured_path));
-}
+LoadResult<CudaDriver> CudaDriver::load(const ConfiguredPath& configured) { return load(nvidia_request(configured)); }
 
 LoadResult<CudaDriver> CudaDriver::load(const LibraryRequest& request) {
   LibraryLoad load = load_library(request);

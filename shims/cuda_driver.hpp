@@ -99,10 +99,10 @@ struct CudaDriverApi {
 // The loaded driver: library, function table and how it was found.
 class CudaDriver : public VendorLibrary {
  public:
-  // NVIDIA's defaults: libcuda.so.1, HAL_CUDA_DRIVER, then the `driver`
-  // option (configured_path, "" when unset), then the usual search.
-  static LibraryRequest nvidia_request(const std::string& configured_path);
-  static LoadResult<CudaDriver> load(const std::string& configured_path);
+  // NVIDIA's defaults: libcuda.so.1 from the `driver` option (HAL_CUDA_DRIVER
+  // sets it; "" when unset), else the usual search.
+  static LibraryRequest nvidia_request(const ConfiguredPath& configured);
+  static LoadResult<CudaDriver> load(const ConfiguredPath& configured);
   // Any CUDA driver API library (a CUDA-compatible SDK's own libcuda).
   static LoadResult<CudaDriver> load(const LibraryRequest& request);
 

@@ -6,12 +6,14 @@
 
 namespace hal::shims {
 
-LibraryRequest Cudnn::nvidia_request(const std::string& configured_path) {
-  return {.display_name = "cuDNN (libcudnn.so.9)", .sonames = {"libcudnn.so.9"}, .environment_variable = "HAL_CUDNN",
-          .configured_path = configured_path};
+LibraryRequest Cudnn::nvidia_request(const ConfiguredPath& configured) {
+  return {.display_name = "cuDNN (libcudnn.so.9)",
+          .sonames = {"libcudnn.so.9"},
+          .configured = configured,
+          .environment_variable = "HAL_CUDNN"};
 }
 
-LoadResult<Cudnn> Cudnn::load(const std::string& configured_path) { return load(nvidia_request(configured_path)); }
+LoadResult<Cudnn> Cudnn::load(const ConfiguredPath& configured) { return load(nvidia_request(configured)); }
 
 LoadResult<Cudnn> Cudnn::load(const LibraryRequest& requested) {
   // The cuDNN frontend keeps the function pointers it resolves for the life of

@@ -23,8 +23,8 @@ struct CudnnApi {
 class Cudnn : public VendorLibrary {
  public:
   // NVIDIA's defaults: libcudnn.so.9, HAL_CUDNN, the `cudnn` backend option.
-  static LibraryRequest nvidia_request(const std::string& configured_path);
-  static LoadResult<Cudnn> load(const std::string& configured_path);
+  static LibraryRequest nvidia_request(const ConfiguredPath& configured);
+  static LoadResult<Cudnn> load(const ConfiguredPath& configured);
   // Any cuDNN-compatible library (a CUDA-compatible SDK's own).
   static LoadResult<Cudnn> load(const LibraryRequest& request);
 

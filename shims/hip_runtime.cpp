@@ -7,11 +7,11 @@
 
 namespace hal::shims {
 
-LibraryRequest HipRuntime::library_request(const std::string& configured_path) {
+LibraryRequest HipRuntime::library_request(const ConfiguredPath& configured) {
   // The versioned names first: the unversioned link is a development file.
-  LibraryRequest request = rocm_library_request("the HIP runtime (libamdhip64.so)",
-                                                {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"},
-                                                "HAL_HIP_RUNTIME", configured_path);
+  LibraryRequest request =
+      rocm_library_request("the HIP runtime (libamdhip64.so)",
+                           {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"}, "HAL_HIP_RUNTIME", configured);
   request.not_found_advice = "install ROCm, set ROCM_PATH, or set HAL_HIP_RUNTIME to the library";
   return request;
 }
@@ -26,10 +26,10 @@ std::string HipRuntime::search_description() {
   return text + " on the system library path";
 }
 
-LoadResult<HipRuntime> HipRuntime::load(const std::string& configured_path) {
+LoadResult<HipRuntime> HipRuntime::load(const ConfiguredPath& configured) {
   auto runtime = std::unique_ptr<HipRuntime>(new HipRuntime());
   const std::vector<SymbolSpec> symbols = HAL_SYMBOL_SPECS(HAL_HIP_RUNTIME_FUNCTIONS, runtime->api_, "");
-  return open_vendor_library(std::move(runtime), library_request(configured_path), symbols);
+  return open_vendor_library(std::move(runtime), library_request(configured), symbols);
 }
 
 std::string HipRuntime::describe(hipError_t error) const {

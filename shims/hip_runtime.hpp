@@ -83,11 +83,11 @@ struct HipRuntimeApi {
 // The loaded runtime: library, function table and how it was found.
 class HipRuntime : public VendorLibrary {
  public:
-  // configured_path: the backend's `runtime` option ("" when unset).
-  static LoadResult<HipRuntime> load(const std::string& configured_path);
-  // The search: HAL_HIP_RUNTIME, the configured path, $ROCM_PATH/lib,
+  // configured: the backend's `runtime` option (HAL_HIP_RUNTIME sets it; "" when unset).
+  static LoadResult<HipRuntime> load(const ConfiguredPath& configured);
+  // The search: the configured path, else $ROCM_PATH/lib,
   // /opt/rocm/lib, then the system's library path.
-  static LibraryRequest library_request(const std::string& configured_path);
+  static LibraryRequest library_request(const ConfiguredPath& configured);
   // Where load() would look, without loading anything: "$ROCM_PATH/lib,
   // /opt/rocm/lib, then libamdhip64.so.6, ... on the system library path".
   static std::string search_description();

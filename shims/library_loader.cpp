@@ -166,11 +166,11 @@ std::vector<std::pair<std::string, std::string>> rocm_library_directories() {
 }
 
 LibraryRequest rocm_library_request(std::string display_name, std::vector<std::string> sonames,
-                                    std::string environment_variable, std::string configured_path) {
+                                    std::string environment_variable, ConfiguredPath configured) {
   return {.display_name = std::move(display_name),
           .sonames = std::move(sonames),
+          .configured = std::move(configured),
           .environment_variable = std::move(environment_variable),
-          .configured_path = std::move(configured_path),
           .search_toolkit = false,
           .search_python_packages = false,
           .install_directories = rocm_library_directories(),
@@ -234,14 +234,8 @@ LibraryLoad load_library(const LibraryRequest& request) {
   Search search(request);
 
   // 1. An explicit path: the only candidate, so a wrong setting is visible.
-  std::string explicit_path = request.environment_variable.empty()
-                                  ? ""
-                                  : abi::environment_value(request.environment_variable.c_str()).value_or("");
-  std::string explicit_source = request.environment_variable;
-  if (explicit_path.empty() && !request.configured_path.empty()) {
-    explicit_path = request.configured_path;
-    explicit_source = "config";
-  }
+  const std::string& explicit_path = request.configured.path;
+  const std::string& explicit_source = request.configured.source;
   if (!explicit_path.empty()) {
     if (is_directory(explicit_path))
       search.try_directory(explicit_source, explicit_path);

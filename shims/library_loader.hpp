@@ -37,6 +37,17 @@ class SharedLibrary {
   std::string path_;
 };
 
+// A library's path as the user set it, and where: the variable's name
+// ("HAL_CUDA_DRIVER") or "config". libhal reads both the config file and the
+// variables and hands the backend its options with their sources.
+struct ConfiguredPath {
+  ConfiguredPath(std::string path = {}, std::string source = "config")
+      : path(std::move(path)), source(std::move(source)) {}
+  ConfiguredPath(const char* path) : ConfiguredPath(std::string(path)) {}
+  std::string path;  // "" when unset
+  std::string source;
+};
+
 struct LoadAttempt {
   std::string where;    // "HAL_CUDA_DRIVER", "CUDA_HOME", "python site-packages", "system"
   std::string path;     // the file or soname handed to the dynamic linker
@@ -48,11 +59,12 @@ struct LoadAttempt {
 struct LibraryRequest {
   std::string display_name{};          // "CUDA driver": used in messages
   std::vector<std::string> sonames{};  // file names to look for, in order: {"libcuda.so.1"}
-  // An explicit file (or directory holding one of the sonames); the
-  // environment variable wins over the configured path. When either is set,
-  // nothing else is searched: the user asked for that library.
-  std::string environment_variable{};  // "HAL_CUDA_DRIVER"
-  std::string configured_path{};       // from the backend's config options
+  // An explicit file (or directory holding one of the sonames), from the
+  // backend's options. When set, nothing else is searched: the user asked for
+  // that library.
+  ConfiguredPath configured{};
+  // The variable that sets `configured` ("HAL_CUDA_DRIVER"), named in advice.
+  std::string environment_variable{};
   bool search_toolkit = true;        // $CUDA_HOME, $CUDA_PATH, /usr/local/cuda
   bool search_python_packages = true;  // site-packages/nvidia/*/lib
   // Vendor install directories searched after an explicit path and before
@@ -87,7 +99,7 @@ std::vector<std::pair<std::string, std::string>> rocm_library_directories();
 // and the system, never a CUDA toolkit or Python packages; kept mapped, as
 // ROCm's libraries start threads and register exit handlers.
 LibraryRequest rocm_library_request(std::string display_name, std::vector<std::string> sonames,
-                                    std::string environment_variable, std::string configured_path = {});
+                                    std::string environment_variable, ConfiguredPath configured = {});
 // site-packages / dist-packages directories found from prefixes derived
 // without running Python: virtualenv, conda, pyenv, user and system paths.
 std::vector<std::string> python_site_package_directories();

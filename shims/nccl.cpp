@@ -6,14 +6,17 @@
 
 namespace hal::shims {
 
-LibraryRequest Nccl::nvidia_request(const std::string& configured_path) {
+LibraryRequest Nccl::nvidia_request(const ConfiguredPath& configured) {
   // Kept mapped: its proxy and bootstrap threads must not outlive their code.
-  return {.display_name = "NCCL (libnccl.so.2)", .sonames = {"libnccl.so.2"}, .environment_variable = "HAL_NCCL",
-          .configured_path = configured_path, .never_unload = true};
+  return {.display_name = "NCCL (libnccl.so.2)",
+          .sonames = {"libnccl.so.2"},
+          .configured = configured,
+          .environment_variable = "HAL_NCCL",
+          .never_unload = true};
 }
 
-LibraryRequest Nccl::amd_request(const std::string& configured_path) {
-  return rocm_library_request("RCCL (librccl.so.1)", {"librccl.so.1", "librccl.so"}, "HAL_RCCL", configured_path);
+LibraryRequest Nccl::amd_request(const ConfiguredPath& configured) {
+  return rocm_library_request("RCCL (librccl.so.1)", {"librccl.so.1", "librccl.so"}, "HAL_RCCL", configured);
 }
 
 LoadResult<Nccl> Nccl::load(const LibraryRequest& request) {

@@ -142,10 +142,10 @@ struct NcclApi {
 class Nccl : public VendorLibrary {
  public:
   // NVIDIA's defaults: libnccl.so.2, HAL_NCCL, the `nccl` backend option.
-  static LibraryRequest nvidia_request(const std::string& configured_path);
+  static LibraryRequest nvidia_request(const ConfiguredPath& configured);
   // AMD's: librccl.so.1, HAL_RCCL, the `rccl` backend option, then
   // $ROCM_PATH/lib and /opt/rocm/lib.
-  static LibraryRequest amd_request(const std::string& configured_path);
+  static LibraryRequest amd_request(const ConfiguredPath& configured);
   // Any NCCL-compatible library: RCCL (librccl.so.1), ACCL, pccl.
   static LoadResult<Nccl> load(const LibraryRequest& request);
 

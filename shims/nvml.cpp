@@ -6,19 +6,26 @@
 
 namespace hal::shims {
 
-LibraryRequest Nvml::nvidia_request(const std::string& configured_path) {
+LibraryRequest Nvml::nvidia_request(const ConfiguredPath& configured) {
   // The driver installs it: a toolkit's stubs/libnvidia-ml.so only links. Kept
   // mapped: it starts threads of its own.
-  return {.display_name = "NVML (libnvidia-ml.so.1)", .sonames = {"libnvidia-ml.so.1"},
-          .environment_variable = "HAL_NVML", .configured_path = configured_path, .search_toolkit = false,
-          .search_python_packages = false, .never_unload = true};
+  return {.display_name = "NVML (libnvidia-ml.so.1)",
+          .sonames = {"libnvidia-ml.so.1"},
+          .configured = configured,
+          .environment_variable = "HAL_NVML",
+          .search_toolkit = false,
+          .search_python_packages = false,
+          .never_unload = true};
 }
 
-LibraryRequest Nvml::hgml_request(const std::string& configured_path, const std::string& sdk_root) {
+LibraryRequest Nvml::hgml_request(const ConfiguredPath& configured, const std::string& sdk_root) {
   LibraryRequest request{.display_name = "HGML (libhgml.so), the PPU SDK's management library",
-                         .sonames = {"libhgml.so", "libhgml.so.1"}, .environment_variable = "HAL_HGML",
-                         .configured_path = configured_path, .search_toolkit = false,
-                         .search_python_packages = false, .never_unload = true};
+                         .sonames = {"libhgml.so", "libhgml.so.1"},
+                         .configured = configured,
+                         .environment_variable = "HAL_HGML",
+                         .search_toolkit = false,
+                         .search_python_packages = false,
+                         .never_unload = true};
   if (!sdk_root.empty()) {
     request.install_directories.emplace_back("PPU SDK", sdk_root + "/lib64");
     request.install_directories.emplace_back("PPU SDK", sdk_root + "/lib");

@@ -197,9 +197,9 @@ class Nvml : public VendorLibrary {
   // prefix: "nvml" or "hgml", the start of every exported name. Found but
   // failing its init: unusable (library_missing false).
   static LoadResult<Nvml> load(const LibraryRequest& request, const std::string& prefix);
-  static LibraryRequest nvidia_request(const std::string& configured_path);
+  static LibraryRequest nvidia_request(const ConfiguredPath& configured);
   // The PPU SDK's HGML: its lib directories under sdk_root, then the system.
-  static LibraryRequest hgml_request(const std::string& configured_path, const std::string& sdk_root);
+  static LibraryRequest hgml_request(const ConfiguredPath& configured, const std::string& sdk_root);
 
   Nvml(const Nvml&) = delete;
   Nvml& operator=(const Nvml&) = delete;

@@ -7,13 +7,15 @@
 
 namespace hal::shims {
 
-LibraryRequest Nvrtc::nvidia_request(const std::string& configured_path, int cuda_major) {
+LibraryRequest Nvrtc::nvidia_request(const ConfiguredPath& configured, int cuda_major) {
   std::vector<std::string> sonames = {"libnvrtc.so.13", "libnvrtc.so.12"};
   const std::string wanted = "libnvrtc.so." + std::to_string(cuda_major);
   if (const auto found = std::find(sonames.begin(), sonames.end(), wanted); found != sonames.end())
     std::rotate(sonames.begin(), found, found + 1);
-  return {.display_name = "NVRTC (" + sonames.front() + ")", .sonames = sonames, .environment_variable = "HAL_NVRTC",
-          .configured_path = configured_path,
+  return {.display_name = "NVRTC (" + sonames.front() + ")",
+          .sonames = sonames,
+          .configured = configured,
+          .environment_variable = "HAL_NVRTC",
           // cuDNN keeps what it compiled, and the code NVRTC's builtins library holds, for the process's life.
           .never_unload = true};
 }

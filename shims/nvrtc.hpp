@@ -24,7 +24,7 @@ class Nvrtc : public VendorLibrary {
   // NVIDIA's defaults: libnvrtc.so.<cuda_major> first (the CUDA release cuDNN
   // was built for; 0: unknown), then the others hal knows; HAL_NVRTC; the
   // `nvrtc` backend option.
-  static LibraryRequest nvidia_request(const std::string& configured_path, int cuda_major = 0);
+  static LibraryRequest nvidia_request(const ConfiguredPath& configured, int cuda_major = 0);
   static LoadResult<Nvrtc> load(const LibraryRequest& request);
 
   // "13.0"

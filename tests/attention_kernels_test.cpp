@@ -619,7 +619,7 @@ TEST_CASE(
 #endif
 
 TEST_CASE("default thread count: explicit settings, the affinity mask, ranks sharing the machine") {
-  ScopedEnvironment no_hal("HAL_HOST_THREADS", nullptr);
+  configure_thread_count(0, "");
   ScopedEnvironment no_omp("OMP_NUM_THREADS", nullptr);
   ScopedEnvironment no_local("LOCAL_WORLD_SIZE", nullptr);
   ScopedEnvironment no_ompi("OMPI_COMM_WORLD_LOCAL_SIZE", nullptr);
@@ -632,14 +632,12 @@ TEST_CASE("default thread count: explicit settings, the affinity mask, ranks sha
   {
     ScopedEnvironment omp("OMP_NUM_THREADS", "3");
     CHECK(default_thread_count().threads == 3);
-    ScopedEnvironment hal("HAL_HOST_THREADS", "5");  // wins over OMP_NUM_THREADS
+    configure_thread_count(5, "HAL_HOST_THREADS=5");  // the plugin's option wins over OMP_NUM_THREADS
     const ThreadCount count = default_thread_count();
     CHECK(count.threads == 5);
     CHECK(count.reason == "HAL_HOST_THREADS=5");
-  }
-  {
-    ScopedEnvironment garbage("HAL_HOST_THREADS", "lots");  // ignored, not a crash
-    CHECK(default_thread_count().threads == allowed);
+    configure_thread_count(0, "");  // cleared: OMP_NUM_THREADS again
+    CHECK(default_thread_count().threads == 3);
   }
   if (allowed == online && online >= 2) {
     ScopedEnvironment ranks("LOCAL_WORLD_SIZE", "2");
@@ -742,23 +740,20 @@ TEST_CASE("attention_problems names each problem with its value") {
 
 // ---- instruction-set selection ----------------------------------------------
 
-TEST_CASE("HAL_HOST_ISA lowers the flash path and is ignored when unknown") {
-  const char* saved = std::getenv("HAL_HOST_ISA");
-  const std::string saved_value = saved ? saved : "";
-  unsetenv("HAL_HOST_ISA");
+TEST_CASE("the isa limit lowers the flash path, never above what the CPU has") {
+  limit_flash_isa(std::nullopt);
   const FlashIsa best = flash_selected_isa();
   CHECK(flash_isa_supported(best));
-  setenv("HAL_HOST_ISA", "scalar", 1);
+  CHECK(parse_flash_isa("scalar") == FlashIsa::scalar);
+  CHECK(parse_flash_isa("avx2") == FlashIsa::avx2);
+  CHECK(parse_flash_isa("avx512") == FlashIsa::avx512);
+  CHECK_FALSE(parse_flash_isa("sse9").has_value());
+  limit_flash_isa(FlashIsa::scalar);
   CHECK(std::string(flash_isa_name()) == "scalar");
-  setenv("HAL_HOST_ISA", "avx512", 1);  // never above what the CPU has
+  limit_flash_isa(FlashIsa::avx512);
   CHECK(flash_selected_isa() == best);
-  setenv("HAL_HOST_ISA", "sse9", 1);
+  limit_flash_isa(std::nullopt);
   CHECK(flash_selected_isa() == best);
-  if (saved) {
-    setenv("HAL_HOST_ISA", saved_value.c_str(), 1);
-  } else {
-    unsetenv("HAL_HOST_ISA");
-  }
 }
 
 // ---- numerics ------------------------------------------------------------------

@@ -64,9 +64,10 @@ shims::LibraryRequest fake_driver_request() {
 }  // namespace
 
 TEST_SUITE("shims") {
-  TEST_CASE("an explicit file is loaded and reported as the only attempt") {
-    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", HAL_FAKE_CUDA_DRIVER_PATH}};
-    const shims::LibraryLoad load = shims::load_library(fake_driver_request());
+  TEST_CASE("a configured file is loaded, reported under its source as the only attempt") {
+    shims::LibraryRequest request = fake_driver_request();
+    request.configured = {HAL_FAKE_CUDA_DRIVER_PATH, "HAL_SHIMS_TEST_LIBRARY"};
+    const shims::LibraryLoad load = shims::load_library(request);
     REQUIRE(load.loaded());
     CHECK(load.library.find("cuInit") != nullptr);
     CHECK(load.library.find("no_such_symbol") == nullptr);
@@ -75,14 +76,16 @@ TEST_SUITE("shims") {
     CHECK(contains(load.attempts[0].outcome, "loaded"));
   }
 
-  TEST_CASE("the environment wins over the configured path") {
-    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", "/nonexistent/libcuda.so.1"}};
+  TEST_CASE("a configured path that is missing is the only attempt: nothing else is searched") {
+    // The variable is advice only: the shim never reads it (libhal delivers settings as options).
+    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", HAL_FAKE_CUDA_DRIVER_PATH}};
     shims::LibraryRequest request = fake_driver_request();
-    request.configured_path = HAL_FAKE_CUDA_DRIVER_PATH;
+    request.configured = "/nonexistent/libcuda.so.1";
     const shims::LibraryLoad load = shims::load_library(request);
     CHECK_FALSE(load.loaded());
-    CHECK(contains(load.describe_attempts(), "[HAL_SHIMS_TEST_LIBRARY] /nonexistent/libcuda.so.1: not found"));
-    environment.set("HAL_SHIMS_TEST_LIBRARY", std::nullopt);
+    REQUIRE(load.attempts.size() == 1);
+    CHECK(contains(load.describe_attempts(), "[config] /nonexistent/libcuda.so.1: not found"));
+    request.configured = HAL_FAKE_CUDA_DRIVER_PATH;
     const shims::LibraryLoad configured = shims::load_library(request);
     CHECK(configured.loaded());
     CHECK(configured.attempts.at(0).where == "config");
@@ -92,8 +95,9 @@ TEST_SUITE("shims") {
     TemporaryDirectory directory;
     const fs::path garbage = directory.path / "libcuda.so.1";
     std::ofstream(garbage) << "not an ELF file\n";
-    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", garbage.string()}};
-    const shims::LibraryLoad load = shims::load_library(fake_driver_request());
+    shims::LibraryRequest request = fake_driver_request();
+    request.configured = garbage.string();
+    const shims::LibraryLoad load = shims::load_library(request);
     CHECK_FALSE(load.loaded());
     REQUIRE(load.attempts.size() == 1);
     CHECK(contains(load.attempts[0].outcome, "libcuda.so.1"));  // dlerror names the file
@@ -104,8 +108,9 @@ TEST_SUITE("shims") {
     const fs::path stubs = directory.path / "stubs";
     fs::create_directories(stubs);
     fs::copy_file(HAL_FAKE_CUDA_DRIVER_PATH, stubs / "libcuda.so.1");
-    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", (stubs / "libcuda.so.1").string()}};
-    const shims::LibraryLoad load = shims::load_library(fake_driver_request());
+    shims::LibraryRequest request = fake_driver_request();
+    request.configured = (stubs / "libcuda.so.1").string();
+    const shims::LibraryLoad load = shims::load_library(request);
     CHECK_FALSE(load.loaded());
     CHECK(contains(load.describe_attempts(), "link-time stub"));
   }
@@ -120,15 +125,15 @@ TEST_SUITE("shims") {
     const std::string bin = (directory.path / "bin").string();
     {
       // Without pyvenv.cfg the directory is not a virtual environment.
-      ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", std::nullopt}, {"VIRTUAL_ENV", std::nullopt},
-                                    {"PATH", bin + ":" + (path != nullptr ? path : "")}};
+      ScopedEnvironment environment{{"VIRTUAL_ENV", std::nullopt}, {"PATH", bin + ":" + (path != nullptr ? path : "")}};
       const auto sites = shims::python_site_package_directories();
       CHECK(std::find(sites.begin(), sites.end(), (directory.path / "lib/python3.11/site-packages").string()) ==
             sites.end());
     }
     std::ofstream(directory.path / "pyvenv.cfg") << "home = /usr/bin\n";
-    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", std::nullopt}, {"VIRTUAL_ENV", std::nullopt},
-                                  {"CONDA_PREFIX", std::nullopt}, {"PATH", bin + ":" + (path != nullptr ? path : "")}};
+    ScopedEnvironment environment{{"VIRTUAL_ENV", std::nullopt},
+                                  {"CONDA_PREFIX", std::nullopt},
+                                  {"PATH", bin + ":" + (path != nullptr ? path : "")}};
     const auto sites = shims::python_site_package_directories();
     REQUIRE_FALSE(sites.empty());
     CHECK(sites.front() == (directory.path / "lib/python3.11/site-packages").string());
@@ -144,8 +149,7 @@ TEST_SUITE("shims") {
     const fs::path wheel = directory.path / "lib/python3.11/site-packages/nvidia/fake_driver/lib";
     fs::create_directories(wheel);
     fs::copy_file(HAL_FAKE_CUDA_DRIVER_PATH, wheel / "libcuda.so.1");
-    ScopedEnvironment environment{{"HAL_SHIMS_TEST_LIBRARY", std::nullopt},
-                                  {"VIRTUAL_ENV", directory.path.string()}};
+    ScopedEnvironment environment{{"VIRTUAL_ENV", directory.path.string()}};
     shims::LibraryRequest request = fake_driver_request();
     request.search_toolkit = false;
     const auto sites = shims::python_site_package_directories();
@@ -221,14 +225,13 @@ TEST_SUITE("shims") {
   }
 
   TEST_CASE("cuBLAS: a missing library names every path tried, one without its GEMM is unusable") {
-    ScopedEnvironment missing{{"HAL_CUBLAS", "/nonexistent/lib/libcublas.so.13"}};
-    const shims::LoadResult<shims::Cublas> absent = shims::Cublas::load("");
+    const shims::LoadResult<shims::Cublas> absent =
+        shims::Cublas::load({"/nonexistent/lib/libcublas.so.13", "HAL_CUBLAS"});
     CHECK(absent.library == nullptr);
     CHECK(contains(absent.message, "cuBLAS (libcublas.so.13 or libcublas.so.12) was not found"));
     CHECK(contains(absent.message, "[HAL_CUBLAS] /nonexistent/lib/libcublas.so.13: not found"));
     // The fake driver is a library, but not cuBLAS.
-    ScopedEnvironment wrong{{"HAL_CUBLAS", HAL_FAKE_CUDA_DRIVER_PATH}};
-    const shims::LoadResult<shims::Cublas> unusable = shims::Cublas::load("");
+    const shims::LoadResult<shims::Cublas> unusable = shims::Cublas::load({HAL_FAKE_CUDA_DRIVER_PATH, "HAL_CUBLAS"});
     CHECK(unusable.library == nullptr);
     CHECK(contains(unusable.message, "lacks required functions (cublasCreate_v2"));
     CHECK(contains(unusable.message, "cublasGemmStridedBatchedEx"));
@@ -240,7 +243,6 @@ TEST_SUITE("shims") {
       MESSAGE("no toolkit cuBLAS at " << toolkit_cublas << "; nothing to check");
       return;
     }
-    ScopedEnvironment environment{{"HAL_CUBLAS", std::nullopt}};
     const shims::LoadResult<shims::Cublas> load = shims::Cublas::load(toolkit_cublas);
     REQUIRE_MESSAGE(load.library != nullptr, load.message);
     CHECK(load.library->version().rfind("13.", 0) == 0);
@@ -250,14 +252,12 @@ TEST_SUITE("shims") {
   TEST_CASE("a library lacking required NCCL functions is unusable, with the names") {
     // The fake driver exports none of NCCL's functions.
     shims::LibraryRequest request = shims::Nccl::nvidia_request(HAL_FAKE_CUDA_DRIVER_PATH);
-    ScopedEnvironment environment{{"HAL_NCCL", std::nullopt}};
     const shims::LoadResult<shims::Nccl> load = shims::Nccl::load(request);
     CHECK(load.library == nullptr);
     CHECK(contains(load.message, "lacks required functions (ncclGetVersion"));
   }
 
   TEST_CASE("NCCL-compatible libraries: optional entries by release, RCCL's spelling and search") {
-    ScopedEnvironment environment{{"HAL_NCCL", std::nullopt}, {"HAL_RCCL", std::nullopt}};
     const shims::LoadResult<shims::Nccl> modern = shims::Nccl::load(shims::Nccl::nvidia_request(HAL_FAKE_NCCL_PATH));
     REQUIRE_MESSAGE(modern.library != nullptr, modern.message);
     CHECK(modern.library->version() == "2.28.9");

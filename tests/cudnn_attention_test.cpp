@@ -34,22 +34,22 @@ namespace {
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
 // The CUDA backend's context on the fake driver, with cuDNN loaded from
-// `cudnn_path` and NVRTC from `nvrtc_path` as the plugin would (HAL_CUDNN
-// and HAL_NVRTC set mean only those paths).
+// `cudnn_path` and NVRTC from `nvrtc_path` as the plugin would with its
+// cudnn and nvrtc options set (HAL_CUDNN, HAL_NVRTC): only those paths.
 struct FakeCudaContext {
   hal::cuda::Context context;
   explicit FakeCudaContext(const std::string& cudnn_path, const std::string& nvrtc_path = HAL_FAKE_NVRTC_PATH) {
-    ScopedEnvironment environment{{"HAL_CUDNN", cudnn_path}, {"HAL_NVRTC", nvrtc_path}};
     shims::LoadResult<shims::CudaDriver> driver = shims::CudaDriver::load(HAL_FAKE_CUDA_DRIVER_PATH);
     REQUIRE_MESSAGE(driver.library, driver.message);
     context.driver = std::move(driver.library);
-    shims::LoadResult<shims::Cudnn> cudnn = shims::Cudnn::load("");
+    shims::LoadResult<shims::Cudnn> cudnn = shims::Cudnn::load({cudnn_path, "HAL_CUDNN"});
     context.cudnn = std::move(cudnn.library);
     context.cudnn_status = context.cudnn ? "loaded " + context.cudnn->path() : cudnn.message;
-    hal::cuda::load_runtime_compiler(context);
     // The cuda plugin's profile, as far as discovery needs it.
     context.profile.backend = "cuda";
+    context.profile.runtime_compiler = {nvrtc_path, "HAL_NVRTC"};
     context.profile.identify = [](const hal::cuda::Context&, hal::cuda::CudaDevice& device) { device.vendor = "NVIDIA"; };
+    hal::cuda::load_runtime_compiler(context);
     hal::cuda::create_attention(context);  // discovery declares the attention capabilities through it
     REQUIRE(hal::cuda::discover_devices(context) == HAL_OK);
   }

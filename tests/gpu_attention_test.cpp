@@ -29,12 +29,14 @@ namespace {
 #if HAL_TEST_BACKEND_CUDA
 constexpr const char* backend_name = "cuda";
 constexpr const char* vendor_variable = "HAL_CUDA_DRIVER";
+constexpr const char* vendor_option = "driver";
 constexpr const char* vendor_library = HAL_FAKE_CUDA_DRIVER_PATH;
 constexpr const char* kernels_error =
     HAL_TEST_CUDA_KERNELS_BUILT ? "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU" : "built without nvcc";
 #else
 constexpr const char* backend_name = "rocm";
 constexpr const char* vendor_variable = "HAL_HIP_RUNTIME";
+constexpr const char* vendor_option = "runtime";
 constexpr const char* vendor_library = HAL_FAKE_HIP_RUNTIME_PATH;
 constexpr const char* kernels_error = HAL_TEST_ROCM_KERNELS_BUILT ? "hipModuleLoadData failed" : "built without hipcc";
 #endif
@@ -95,9 +97,19 @@ class Plugin {
     table_ = query(HAL_BACKEND_ABI_VERSION);
     const bool served = table_ != nullptr;
     REQUIRE(served);
+    // The options libhal would deliver under fake_environment() (the rocm
+    // plugin takes only its runtime and ignores the others).
+    const hal_key_value_v1 options[] = {{vendor_option, vendor_library},
+                                        {"cublas", missing_cublas},
+                                        {"cudnn", "/nonexistent/libcudnn.so.9"},
+                                        {"nccl", "/nonexistent/libnccl.so.2"}};
+    const char* const sources[] = {vendor_variable, "HAL_CUBLAS", "HAL_CUDNN", "HAL_NCCL"};
     hal_backend_init_v1 init{};
     init.struct_size = sizeof(init);
     init.abi_version = HAL_BACKEND_ABI_VERSION;
+    init.options = options;
+    init.option_count = std::size(options);
+    init.option_sources = sources;
     REQUIRE_MESSAGE(table_->initialize(&init, &context_) == HAL_OK, last_error());
   }
   ~Plugin() {

@@ -280,3 +280,23 @@ TEST_CASE("halinfo config shows every setting with its source: default, file lin
   CHECK(bad_variable.output.find("HAL_ATTN_STRICT='maybe' is not allowed") != std::string::npos);
   std::filesystem::remove_all(directory);
 }
+
+TEST_CASE("a backend's HAL_* variable is a setting: shown with its variable, delivered to the plugin, checked there") {
+  const std::string environment = "HAL_HOST_ISA=sse9 HAL_HOST_THREADS=lots HAL_BACKENDS=host";
+  bool isa_row = false, threads_row = false;
+  for (const std::string& line : lines_of(run_halinfo("config", environment).output)) {
+    isa_row |= line.starts_with("backend.host.isa ") && line.ends_with("  HAL_HOST_ISA=sse9");
+    threads_row |= line.starts_with("backend.host.threads ") && line.ends_with("  HAL_HOST_THREADS=lots");
+  }
+  CHECK(isa_row);
+  CHECK(threads_row);
+  // The host plugin receives both with their source and warns, naming the variable, for each it cannot use.
+  const CommandResult run = hal::testing::run_command(environment + " " + std::string(HALINFO_PATH) + " 2>&1");
+  CHECK(run.exit_code == 0);
+  CHECK(run.output.find("HAL_HOST_ISA=sse9 is not an instruction set the host kernels have; use scalar, avx2 or "
+                        "avx512") != std::string::npos);
+  CHECK(run.output.find("HAL_HOST_THREADS=lots is not a whole number greater than 0") != std::string::npos);
+  const CommandResult good =
+      hal::testing::run_command("HAL_HOST_ISA=scalar HAL_BACKENDS=host " + std::string(HALINFO_PATH) + " 2>&1");
+  CHECK(good.output.find("is not an instruction set") == std::string::npos);
+}

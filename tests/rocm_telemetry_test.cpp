@@ -2,11 +2,11 @@
 // AMD SMI / rocm_smi in tests/fakes/fake_amd_smi. ctest gives the HIP
 // runtime two GPUs at 0000:c1:00.0 and 0000:c2:00.0; each test lists them
 // to the SMI library in the other order (see rocm_tests.cmake).
+#include <dlfcn.h>
 #include <doctest/doctest.h>
 
-#include <dlfcn.h>
-
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,13 +46,16 @@ struct SmiFixture {
       {"HAL_FAKE_AMD_SMI_BAD_PAGES", std::nullopt},
       {"HAL_FAKE_AMD_SMI_EVENTS", std::nullopt},
   };
-  hal::Runtime runtime = hal::Runtime::create(hal::testing::options_without_config_file());
+  // Started by the first device(): libhal reads the settings (HAL_AMD_SMI,
+  // HAL_ROCM_SMI) when a runtime starts, so a test scripts them before.
+  mutable std::optional<hal::Runtime> runtime;
 
   hal::Device device(int index) const {
-    const hal::BackendReport* report = runtime.find_backend("rocm");
+    if (!runtime) runtime = hal::Runtime::create(hal::testing::options_without_config_file());
+    const hal::BackendReport* report = runtime->find_backend("rocm");
     REQUIRE(report != nullptr);
     REQUIRE_MESSAGE(report->state == hal::BackendState::loaded, report->reason);
-    return runtime.device("rocm:" + std::to_string(index));
+    return runtime->device("rocm:" + std::to_string(index));
   }
   void script(const std::string& name, const std::string& value) { environment.set(name, value); }
   hal::TelemetrySnapshot read(int index) const { return hal::telemetry(device(index)); }

@@ -29,7 +29,7 @@ template <typename Create>
 hal_status guarded_initialize(const hal_backend_init_v1* init, hal_backend_context** out, const char* backend,
                               Create&& create) {
   if (init == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "initialize needs init and out");
-  if (init->struct_size < sizeof(hal_backend_init_v1))
+  if (init->struct_size < HAL_BACKEND_INIT_V1_MIN_SIZE)
     return fail(HAL_ERROR_INVALID_ARGUMENT, "init struct_size " + std::to_string(init->struct_size) +
                                                 " is smaller than the v1 struct; rebuild libhal");
   try {

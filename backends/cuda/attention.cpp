@@ -13,7 +13,6 @@
 #include <utility>
 #include <vector>
 
-#include "environment.hpp"
 #include "gpu_plugin.hpp"
 #include "vendor.hpp"
 
@@ -82,12 +81,11 @@ std::string CudaVendor::fused_unavailable(const Context& context) {
   return "no fused attention was set up for this context; cuDNN: " + context.cudnn_status;
 }
 
-void load_cublas(Context& context, const std::string& configured_path) {
-  shims::LoadResult<shims::Cublas> cublas = shims::Cublas::load(configured_path);
+void load_cublas(Context& context) {
+  shims::LoadResult<shims::Cublas> cublas = shims::Cublas::load(context.profile.blas);
   context.cublas = std::move(cublas.library);
   context.cublas_status = context.cublas ? "loaded " + context.cublas->path() : cublas.message;
-  const char* tf32 = abi::environment("HAL_CUBLAS_TF32");
-  context.blas_handles.allow_tf32 = tf32 != nullptr && std::string_view(tf32) == "1";
+  context.blas_handles.allow_tf32 = context.profile.blas_allows_tf32;
 }
 
 void destroy_blas_handles(const Context& context) {

@@ -38,7 +38,7 @@ void load_optional_libraries(Context& context) {
     context.nccl_status = profile.collectives_absent;
   }
   if (profile.blas_absent.empty())
-    load_cublas(context, profile.blas);
+    load_cublas(context);
   else
     context.cublas_status = profile.blas_absent;
   for (const auto& [name, status] : {std::pair{"cuDNN", &context.cudnn_status}, std::pair{"NVRTC", &context.nvrtc_status},

@@ -89,10 +89,12 @@ struct Profile {
   shims::LibraryRequest driver;  // the CUDA driver API (libcuda)
   shims::LibraryRequest dnn;     // a cuDNN-compatible library
   shims::LibraryRequest collectives;  // an NCCL-compatible library
-  std::string blas;  // a cuBLAS-compatible library's path; empty: HAL_CUBLAS, then the usual search
-  // NVRTC's path (the `nvrtc` option); empty: HAL_NVRTC, then the usual search. Looked for once the DNN
-  // library is loaded, for the CUDA release that library was built for.
-  std::string runtime_compiler;
+  shims::ConfiguredPath blas;         // a cuBLAS-compatible library's path; empty: the usual search
+  // NVRTC's path (the `nvrtc` option); empty: the usual search. Looked for once the DNN library is loaded,
+  // for the CUDA release that library was built for.
+  shims::ConfiguredPath runtime_compiler;
+  // The math path lets cuBLAS use TF32 for float32 GEMMs (the `cublas_tf32` option is "1").
+  bool blas_allows_tf32 = false;
   // When set, that library is not looked for and this is the reason.
   std::string dnn_absent, collectives_absent, blas_absent, runtime_compiler_absent;
   // The NVML-family management library telemetry reads, opened on the
@@ -182,11 +184,11 @@ hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1&
 hal_backend_v1 make_table(const char* name, backend::InitializeFunction initialize);
 // telemetry.cpp: snapshots, health events and NVLink peers through profile.telemetry.
 std::unique_ptr<backend::LazyTelemetry> make_telemetry(const Profile& profile);
-// cuBLAS (HAL_CUBLAS, then the `cublas` option, then the usual search); a
-// missing one is kept as the math path's reason.
-void load_cublas(Context& context, const std::string& configured_path);
+// cuBLAS (the profile's path, else the usual search); a missing one is kept
+// as the math path's reason.
+void load_cublas(Context& context);
 // Loads NVRTC for a loaded cuDNN, for the CUDA release cuDNN was built for (its libnvrtc.so.<major> is the soname
-// cuDNN opens), from the profile's path, HAL_NVRTC or the usual search; sets nvrtc_status either way.
+// cuDNN opens), from the profile's path or the usual search; sets nvrtc_status either way.
 void load_runtime_compiler(Context& context);
 
 }  // namespace hal::cuda

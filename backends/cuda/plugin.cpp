@@ -52,11 +52,8 @@ void identify_nvidia_device(const Context& context, CudaDevice& device) {
                                "its architecture");
 }
 
-Profile nvidia_profile(const std::map<std::string, std::string>& options) {
-  auto option = [&](const char* key) {
-    const auto found = options.find(key);
-    return found != options.end() ? found->second : std::string();
-  };
+Profile nvidia_profile(const backend::BackendOptions& options) {
+  auto option = [&](const char* key) { return shims::ConfiguredPath(options.value(key), options.source(key)); };
   Profile profile;
   profile.backend = "cuda";
   profile.driver = shims::CudaDriver::nvidia_request(option("driver"));
@@ -65,6 +62,7 @@ Profile nvidia_profile(const std::map<std::string, std::string>& options) {
   profile.blas = option("cublas");
   profile.runtime_compiler = option("nvrtc");
   profile.telemetry = shims::Nvml::nvidia_request(option("nvml"));
+  profile.blas_allows_tf32 = options.value("cublas_tf32") == "1";
   profile.identify = identify_nvidia_device;
   return profile;
 }
@@ -72,9 +70,10 @@ Profile nvidia_profile(const std::map<std::string, std::string>& options) {
 hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out) {
   return backend::guarded_initialize(init, out, "cuda", [&] {
     auto backend = std::make_unique<hal_backend_context>();
-    // Each option is a path to one vendor library.
-    const auto options = backend::read_backend_options(*init, "cuda", {"driver", "cudnn", "nvrtc", "nccl", "cublas", "nvml"},
-                                                       "driver, cudnn, nvrtc, nccl, cublas and nvml (paths to those libraries)");
+    // Each option but cublas_tf32 is a path to one vendor library.
+    const auto options = backend::read_backend_options(
+        *init, "cuda", {"driver", "cudnn", "nvrtc", "nccl", "cublas", "nvml", "cublas_tf32"},
+        "driver, cudnn, nvrtc, nccl, cublas and nvml (paths to those libraries) and cublas_tf32 (1 or 0)");
     backend->cuda.profile = nvidia_profile(options);
     if (hal_status status = open_context(*backend, *init); status != HAL_OK) return status;
     *out = backend.release();

@@ -41,13 +41,6 @@ std::vector<std::string> implementation_reasons(hal_attention_implementation imp
   return {};  // flash and math take every valid call
 }
 
-// The flash kernels' instruction set, chosen once per process (the CPU and
-// HAL_HOST_ISA do not change under a running program), not on every call.
-FlashIsa flash_isa() {
-  static const FlashIsa isa = flash_selected_isa();
-  return isa;
-}
-
 // A buffer's bytes, or a borrowed address (no buffer: the offset is the address).
 void* address(const hal_tensor_ref_v1& tensor) {
   return tensor.buffer == nullptr ? reinterpret_cast<void*>(static_cast<std::uintptr_t>(tensor.offset))
@@ -121,8 +114,8 @@ hal_status enqueue_forward(hal_stream* stream, hal_attention_implementation impl
                           float* lse_out = p.return_lse ? static_cast<float*>(address(lse)) : nullptr;
                           const auto* ranges = static_cast<const std::int32_t*>(address(key_ranges));
                           if (implementation == HAL_ATTENTION_FLASH)
-                            flash_forward(p, address(q), address(k), address(v), address(o), lse_out, pool, flash_isa(),
-                                          FlashForwardTiling::automatic, ranges);
+                            flash_forward(p, address(q), address(k), address(v), address(o), lse_out, pool,
+                                          flash_selected_isa(), FlashForwardTiling::automatic, ranges);
                           else
                             math_forward(p, address(q), address(k), address(v), address(o), lse_out, pool, ranges);
                         });
@@ -142,7 +135,7 @@ hal_status enqueue_backward(hal_stream* stream, hal_attention_implementation imp
         const auto* ranges = static_cast<const std::int32_t*>(address(key_ranges));
         if (implementation == HAL_ATTENTION_FLASH)
           flash_backward(p, address(q), address(k), address(v), address(o), address(grad_o), lse_in, address(grad_q),
-                         address(grad_k), address(grad_v), pool, flash_isa(), ranges);
+                         address(grad_k), address(grad_v), pool, flash_selected_isa(), ranges);
         else
           math_backward(p, address(q), address(k), address(v), address(o), address(grad_o), lse_in, address(grad_q),
                         address(grad_k), address(grad_v), pool, ranges);

@@ -47,7 +47,6 @@
 
 #include "collectives.hpp"
 #include "collectives_engine.hpp"
-#include "environment.hpp"
 #include "reduction.hpp"
 #include "shm_kernels.hpp"
 #include "shm_names.hpp"
@@ -137,11 +136,12 @@ std::string host_name() {
   return name;
 }
 
-// HAL_SHM_BYTES: bytes, or with a K, M or G suffix; at least 4096.
-bool parse_area_bytes(std::uint64_t& bytes, std::string& error) {
-  const char* text = abi::environment("HAL_SHM_BYTES");
+// The `shm_bytes` option (HAL_SHM_BYTES sets it): bytes, or with a K, M or G
+// suffix; at least 4096.
+bool parse_area_bytes(const backend::BackendOption& option, std::uint64_t& bytes, std::string& error) {
   bytes = kDefaultAreaBytes;
-  if (text == nullptr) return true;
+  if (option.value.empty()) return true;
+  const char* text = option.value.c_str();
   char* end = nullptr;
   errno = 0;
   const unsigned long long value = std::strtoull(text, &end, 10);
@@ -153,7 +153,7 @@ bool parse_area_bytes(std::uint64_t& bytes, std::string& error) {
   }
   if (end == text || *end != '\0' || errno != 0 || text[0] == '-' || shift < 0 ||
       value > (std::uint64_t{1} << (63 - shift)) / 64 || (value << shift) < kMinimumAreaBytes) {
-    error = "HAL_SHM_BYTES='" + std::string(text) +
+    error = (option.source == "config" ? "config shm_bytes" : option.source) + "='" + option.value +
             "' is not a size of at least 4096 bytes; give bytes, optionally with K, M, G or T (e.g. 1M)";
     return false;
   }
@@ -717,7 +717,8 @@ hal_status create_shm_engine(hal_backend_context& context, const hal_communicato
 
   std::uint64_t area_bytes = 0;
   std::string error;
-  if (!parse_area_bytes(area_bytes, error)) return fail(HAL_ERROR_INVALID_ARGUMENT, who + ": " + error);
+  if (!parse_area_bytes(context.shm_bytes, area_bytes, error))
+    return fail(HAL_ERROR_INVALID_ARGUMENT, who + ": " + error);
   area_bytes = std::max<std::uint64_t>(area_bytes, static_cast<std::uint64_t>(world) * 64);
   const std::uint64_t lines = sizeof(Header) + sizeof(RankLine) * static_cast<std::uint64_t>(world);
   const std::uint64_t bytes = lines + 2 * static_cast<std::uint64_t>(world) * area_bytes;
@@ -728,9 +729,8 @@ hal_status create_shm_engine(hal_backend_context& context, const hal_communicato
   std::string path;
   bool own_failure = true;  // error is this rank's, not what it read from rank 0
   if (rank == 0) {
-    const char* token = abi::environment("HAL_STORE_TOKEN");
     const std::string digits = random_digits();
-    const std::string name = abi::shm_job_prefix(token != nullptr ? token : "") + digits;
+    const std::string name = abi::shm_job_prefix(option_value(config, "job_token")) + digits;
     path = directory + "/" + name;
     if (digits.empty())
       error = "drawing the segment's random name failed: " + std::string(std::strerror(errno));

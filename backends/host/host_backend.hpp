@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend_options.hpp"
 #include "hal/backend_abi.h"
 #include "last_error.hpp"
 #include "task.hpp"
@@ -195,6 +196,9 @@ struct hal_backend_context {
   // Telemetry: the sensors are found on the first snapshot, so start-up
   // scans nothing; the baselines hold each device's counters for its rates.
   std::filesystem::path telemetry_root = "/";
+  // The shm engine's area per rank and buffer: the `shm_bytes` option, read
+  // when a communicator is made ("" for the default).
+  hal::backend::BackendOption shm_bytes;
   std::mutex telemetry_mutex;
   std::unique_ptr<hal::host::HostTelemetry> telemetry;
   std::vector<hal::host::TelemetryBaseline> telemetry_baselines;

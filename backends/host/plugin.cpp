@@ -1,4 +1,5 @@
 // The host backend's plugin table: the C entry points over the host types.
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -8,15 +9,19 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
 
+#include "attention/attention_kernels.hpp"
 #include "attention/thread_pool.hpp"
+#include "backend_options.hpp"
 #include "collectives.hpp"
 #include "host_backend.hpp"
-#include "memory_test.hpp"
+#include "memory_test_element.hpp"
+#include "mpi/mpi_library.hpp"
 #include "telemetry_sources.hpp"
 
 #ifndef HAL_VERSION_STRING
@@ -66,22 +71,23 @@ void get_last_error(hal_error_info_v1* out) { backend::read_last_error(out); }
 
 hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out) {
   if (init == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "initialize needs init and out");
-  if (init->struct_size < sizeof(hal_backend_init_v1))
+  if (init->struct_size < HAL_BACKEND_INIT_V1_MIN_SIZE)
     return fail(HAL_ERROR_INVALID_ARGUMENT, "init struct_size " + std::to_string(init->struct_size) +
                                                 " is smaller than the v1 struct; rebuild libhal");
   try {
     auto context = std::make_unique<hal_backend_context>();
     context->host.log = init->log;
     context->host.log_user_data = init->log_user_data;
-    std::string telemetry_root_option;
-    for (std::uint32_t i = 0; i < init->option_count; ++i) {
-      if (std::strcmp(init->options[i].key, "telemetry_root") == 0)
-        telemetry_root_option = init->options[i].value;
-      else
-        context->host.log_message(HAL_LOG_WARNING, std::string("unknown option '") + init->options[i].key +
-                                                       "' for the host backend is ignored; it takes telemetry_root");
-    }
-    context->telemetry_root = choose_telemetry_root(telemetry_root_option);
+    const backend::BackendOptions options = backend::read_backend_options(
+        *init, "host", {"isa", "threads", "telemetry_root", "shm_bytes", "mpi_library"},
+        "isa (scalar, avx2 or avx512), threads (a whole number), telemetry_root (a directory), shm_bytes (a size) "
+        "and mpi_library (a path to libmpi.so)");
+    for (const std::string& warning : configure_host_kernels({options.value("isa"), options.origin("isa")},
+                                                             {options.value("threads"), options.origin("threads")}))
+      context->host.log_message(HAL_LOG_WARNING, warning);
+    context->telemetry_root = options.value("telemetry_root").empty() ? "/" : options.value("telemetry_root");
+    context->shm_bytes = {options.value("shm_bytes"), options.source("shm_bytes")};
+    shims::mpi::use_library_file(options.value("mpi_library"));
     context->host.devices = discover_devices();
     context->host.multiple_numa_nodes = context->host.devices.size() > 1;
     *out = context.release();

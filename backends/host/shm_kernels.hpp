@@ -19,7 +19,7 @@ struct ShmKernels {
   void (*narrow)(hal_dtype half, const float* in, void* out, std::size_t n);
 };
 
-// The widest set this CPU runs, lowered by HAL_HOST_ISA as for attention.
+// The widest set this CPU runs, at most the `isa` option's limit, as for attention.
 const ShmKernels& shm_kernels();
 
 extern const ShmKernels shm_kernels_scalar;

@@ -11,17 +11,14 @@ struct Baseline {};
 const ShmKernels shm_kernels_scalar = ShmLoops<Baseline>::table("baseline");
 
 const ShmKernels& shm_kernels() {
-  // The attention kernels' choice: the same CPU checks and HAL_HOST_ISA.
-  static const ShmKernels& chosen = [&]() -> const ShmKernels& {
-    switch (flash_selected_isa()) {
+  // The attention kernels' choice: the same CPU checks and `isa` limit.
+  switch (flash_selected_isa()) {
 #if defined(HAL_HOST_ATTENTION_X86)
-      case FlashIsa::avx512: return shm_kernels_avx512;
-      case FlashIsa::avx2: return shm_kernels_avx2;
+    case FlashIsa::avx512: return shm_kernels_avx512;
+    case FlashIsa::avx2: return shm_kernels_avx2;
 #endif
-      default: return shm_kernels_scalar;
-    }
-  }();
-  return chosen;
+    default: return shm_kernels_scalar;
+  }
 }
 
 }  // namespace hal::host

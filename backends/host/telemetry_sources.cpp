@@ -1,5 +1,8 @@
 #include "telemetry_sources.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
@@ -10,11 +13,7 @@
 #include <system_error>
 #include <utility>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include "telemetry_writer.hpp"
-#include "environment.hpp"
 
 namespace hal::host {
 namespace {
@@ -109,13 +108,6 @@ int package_of(const fs::path& sys, int cpu) {
 }
 
 }  // namespace
-
-fs::path choose_telemetry_root(const std::string& option_value) {
-  if (const char* variable = abi::environment("HAL_HOST_TELEMETRY_ROOT"))
-    return variable;
-  if (!option_value.empty()) return option_value;
-  return "/";
-}
 
 hal_telemetry_availability availability_for_errno(int error) {
   switch (error) {

@@ -14,10 +14,6 @@
 
 namespace hal::host {
 
-// HAL_HOST_TELEMETRY_ROOT wins over the backend option telemetry_root
-// (option_value, may be empty), which wins over "/".
-std::filesystem::path choose_telemetry_root(const std::string& option_value);
-
 // What a failed open or read means for a reading: EACCES/EPERM need root,
 // ENOENT/ENODEV/ENXIO/EOPNOTSUPP mean the machine has no such source.
 hal_telemetry_availability availability_for_errno(int error);

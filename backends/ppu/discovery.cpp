@@ -72,16 +72,10 @@ std::optional<Version> parse_version(std::string_view text) {
   return std::nullopt;
 }
 
-Roots choose_roots(const std::map<std::string, std::string>& options) {
+Roots choose_roots(const backend::BackendOptions& options) {
   Roots roots;
-  auto pick = [&](std::string& root, const char* variable, const char* option) {
-    if (std::string value = abi::environment_value(variable).value_or(""); !value.empty())
-      root = value;
-    else if (auto found = options.find(option); found != options.end() && !found->second.empty())
-      root = found->second;
-  };
-  pick(roots.sysfs, "HAL_PPU_SYSFS_ROOT", "sysfs_root");
-  pick(roots.dev, "HAL_PPU_DEV_ROOT", "dev_root");
+  if (const std::string& sysfs = options.value("sysfs_root"); !sysfs.empty()) roots.sysfs = sysfs;
+  if (const std::string& dev = options.value("dev_root"); !dev.empty()) roots.dev = dev;
   return roots;
 }
 

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "backend_options.hpp"
+
 namespace hal::ppu {
 
 inline constexpr std::string_view pci_vendor_id = "0x1ded";
@@ -29,9 +31,9 @@ struct Roots {
   std::string sysfs = "/sys";
   std::string dev = "/dev";
 };
-// HAL_PPU_SYSFS_ROOT / HAL_PPU_DEV_ROOT win over the backend options
-// sysfs_root / dev_root, which win over /sys and /dev.
-Roots choose_roots(const std::map<std::string, std::string>& options);
+// The backend options sysfs_root / dev_root (HAL_PPU_SYSFS_ROOT /
+// HAL_PPU_DEV_ROOT set them), else /sys and /dev.
+Roots choose_roots(const backend::BackendOptions& options);
 
 struct PciDevice {
   std::string bus_id;     // the sysfs directory name, "0000:3b:00.0"

@@ -84,17 +84,17 @@ void identify_ppu(const Software& software, const cuda::Context& context, cuda::
 
 // The SDK's libraries by the paths discovery found: nothing else is
 // searched, so NVIDIA's libraries on the same machine are never picked up.
-cuda::Profile ppu_profile(const Software& software) {
+cuda::Profile ppu_profile(const Software& software, const shims::ConfiguredPath& hgml) {
   cuda::Profile profile;
   profile.backend = "ppu";
   profile.driver.display_name = "CUDA-compatible driver of the PPU SDK at " + software.sdk.root;
-  profile.driver.configured_path = software.runtime.path;
+  profile.driver.configured = {software.runtime.path, "PPU SDK"};
   profile.driver.never_unload = true;
   if (software.dnn.path.empty()) {
     profile.dnn_absent = "no libcudnn.so* in the PPU SDK: " + join(software.dnn.tried);
   } else {
     profile.dnn.display_name = "cuDNN-compatible library of the PPU SDK";
-    profile.dnn.configured_path = software.dnn.path;
+    profile.dnn.configured = {software.dnn.path, "PPU SDK"};
   }
   // The SDK's DNN library is not known to compile engines with NVRTC, and
   // NVIDIA's NVRTC on the same machine must never be picked up for it.
@@ -102,7 +102,7 @@ cuda::Profile ppu_profile(const Software& software) {
   if (software.blas.path.empty()) {
     profile.blas_absent = "no libcublas.so* in the PPU SDK: " + join(software.blas.tried);
   } else {
-    profile.blas = software.blas.path;
+    profile.blas = {software.blas.path, "PPU SDK"};
   }
   if (software.collectives.root.empty()) {
     profile.collectives_absent = "ACCL-P not found: " + join(software.collectives.tried);
@@ -111,10 +111,10 @@ cuda::Profile ppu_profile(const Software& software) {
         "no libpccl.so* under ACCL-P at " + software.collectives.root + ": " + join(software.collectives_library.tried);
   } else {
     profile.collectives.display_name = "ACCL-P (" + software.collectives.root + ")";
-    profile.collectives.configured_path = software.collectives_library.path;
+    profile.collectives.configured = {software.collectives_library.path, "ACCL-P"};
   }
   // HGML: NVML's API with an hgml prefix, from the SDK (HAL_HGML overrides).
-  profile.telemetry = shims::Nvml::hgml_request({}, software.sdk.root);
+  profile.telemetry = shims::Nvml::hgml_request(hgml, software.sdk.root);
   profile.telemetry_prefix = "hgml";
   // In CUDA-compatible mode the cuda backend sees the same PPUs; they are this backend's.
   profile.supersedes = "cuda";
@@ -126,9 +126,10 @@ cuda::Profile ppu_profile(const Software& software) {
 
 hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out) {
   return backend::guarded_initialize(init, out, "ppu", [&] {
-    auto options = backend::read_backend_options(
-        *init, "ppu", {"sdk", "sysfs_root", "dev_root", "accl"},
-        "sdk (the PPU SDK root), sysfs_root, dev_root (where to look for devices) and accl (the ACCL-P root)");
+    const auto options = backend::read_backend_options(
+        *init, "ppu", {"sdk", "sysfs_root", "dev_root", "accl", "hgml"},
+        "sdk (the PPU SDK root), sysfs_root, dev_root (where to look for devices), accl (the ACCL-P root) and hgml "
+        "(a path to libhgml.so)");
     const Roots roots = choose_roots(options);
     Software software;
     software.sysfs_root = roots.sysfs;
@@ -157,7 +158,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
                                              "); the ppu backend needs " + std::string(minimum_driver_version) +
                                              " or later: upgrade the alixpu driver");
 
-    software.sdk = find_sdk(options["sdk"]);
+    software.sdk = find_sdk(options.value("sdk"));
     const Sdk& sdk = software.sdk;
     if (sdk.root.empty())
       return fail(HAL_ERROR_NOT_PRESENT, found_ppus + " but no PPU SDK; looked at " +
@@ -171,13 +172,13 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
                                              join(software.runtime.tried));
     software.dnn = find_library(library_dirs, "libcudnn.so");
     software.blas = find_library(library_dirs, "libcublas.so");
-    software.collectives = find_collectives(options["accl"], sdk);
+    software.collectives = find_collectives(options.value("accl"), sdk);
     if (!software.collectives.root.empty())
       software.collectives_library =
           find_library({software.collectives.root + "/lib64", software.collectives.root + "/lib"}, "libpccl.so");
 
     auto backend = std::make_unique<hal_backend_context>();
-    backend->cuda.profile = ppu_profile(software);
+    backend->cuda.profile = ppu_profile(software, {options.value("hgml"), options.source("hgml")});
     if (hal_status status = cuda::open_context(*backend, *init); status != HAL_OK) return status;
     *out = backend.release();
     return succeed();

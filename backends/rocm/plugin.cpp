@@ -12,7 +12,6 @@
 
 #include "attention.hpp"
 #include "backend_options.hpp"
-#include "environment.hpp"
 #include "gpu_plugin.hpp"
 #include "vendor.hpp"
 
@@ -31,13 +30,15 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     Context& context = backend->rocm;
     context.log = init->log;
     context.log_user_data = init->log_user_data;
-    auto options = backend::read_backend_options(*init, "rocm", {"runtime", "rccl"},
-                                                 "runtime and rccl (paths to libamdhip64.so and librccl.so)");
+    const auto options = backend::read_backend_options(*init, "rocm", {"runtime", "rccl", "amd_smi", "rocm_smi"},
+                                                       "runtime, rccl, amd_smi and rocm_smi (paths to libamdhip64.so, "
+                                                       "librccl.so, libamd_smi.so and librocm_smi64.so)");
+    auto option = [&](const char* key) { return shims::ConfiguredPath(options.value(key), options.source(key)); };
 
     // Loading libamdhip64 costs about 100 ms, which every hal process would
     // pay on machines without an AMD GPU; the kernel driver's device node
     // tells cheaply. An explicit runtime path is always loaded.
-    const bool runtime_named = !options["runtime"].empty() || abi::environment("HAL_HIP_RUNTIME") != nullptr;
+    const bool runtime_named = !options.value("runtime").empty();
     if (!runtime_named && !std::filesystem::exists(kfd_device_node))
       return fail(HAL_ERROR_NOT_PRESENT,
                   std::string("no AMD GPU driver: ") + kfd_device_node +
@@ -45,7 +46,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
                       "loaded; load the amdgpu driver, or set HAL_HIP_RUNTIME (or [backend.rocm] runtime) to a "
                       "libamdhip64.so to load it anyway. It would be searched in: " +
                       shims::HipRuntime::search_description());
-    shims::LoadResult<shims::HipRuntime> runtime = shims::HipRuntime::load(options["runtime"]);
+    shims::LoadResult<shims::HipRuntime> runtime = shims::HipRuntime::load(option("runtime"));
     if (!runtime.library)
       return fail(runtime.library_missing ? HAL_ERROR_NOT_PRESENT : HAL_ERROR_UNSUPPORTED, runtime.message);
     context.runtime = std::move(runtime.library);
@@ -53,11 +54,11 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     for (const auto& missing : context.runtime->missing_optional())
       context.log_message(HAL_LOG_INFO, "the HIP runtime lacks optional " + missing);
     // RCCL is optional: without it the backend has no collectives, and says why.
-    shims::LoadResult<shims::Nccl> rccl = shims::Nccl::load(shims::Nccl::amd_request(options["rccl"]));
+    shims::LoadResult<shims::Nccl> rccl = shims::Nccl::load(shims::Nccl::amd_request(option("rccl")));
     context.rccl = std::move(rccl.library);
     context.rccl_status = context.rccl ? "loaded " + context.rccl->path() : rccl.message;
     context.log_message(HAL_LOG_INFO, "RCCL: " + context.rccl_status);
-    context.telemetry = make_telemetry();
+    context.telemetry = make_telemetry(option("amd_smi"), option("rocm_smi"));
     create_attention(context);
     context.collectives = backend::make_nccl_collectives<RocmVendor>(*backend, context.rccl.get(), context.rccl_status);
     if (hal_status status = discover_devices(context); status != HAL_OK) return status;

@@ -94,7 +94,9 @@ std::string base_architecture(std::string_view gcn_arch_name);
 // The architectures this plugin carries code objects for ("" when built without hipcc).
 std::string embedded_architectures();
 // Telemetry (telemetry.cpp): AMD SMI or rocm_smi, not opened until the first snapshot.
-std::unique_ptr<backend::LazyTelemetry> make_telemetry();
+// amd_smi, rocm_smi: the libraries' configured paths ("" when unset).
+std::unique_ptr<backend::LazyTelemetry> make_telemetry(const shims::ConfiguredPath& amd_smi,
+                                                       const shims::ConfiguredPath& rocm_smi);
 
 }  // namespace hal::rocm
 

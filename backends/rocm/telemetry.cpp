@@ -319,9 +319,10 @@ backend::TelemetryDevice RocmVendor::telemetry_device(const Context& context, st
   return {context.device_id(device), rocm_device.pci_bus_id, rocm_device.uuid};
 }
 
-std::unique_ptr<backend::LazyTelemetry> make_telemetry() {
-  return std::make_unique<backend::LazyTelemetry>([] {
-    shims::LoadResult<shims::AmdGpuManagement> opening = shims::open_amd_gpu_management();
+std::unique_ptr<backend::LazyTelemetry> make_telemetry(const shims::ConfiguredPath& amd_smi,
+                                                       const shims::ConfiguredPath& rocm_smi) {
+  return std::make_unique<backend::LazyTelemetry>([amd_smi, rocm_smi] {
+    shims::LoadResult<shims::AmdGpuManagement> opening = shims::open_amd_gpu_management(amd_smi, rocm_smi);
     backend::TelemetryOpening result;
     result.error = std::move(opening.message);
     result.library_missing = opening.library_missing;
@@ -329,6 +330,5 @@ std::unique_ptr<backend::LazyTelemetry> make_telemetry() {
     return result;
   });
 }
-
 
 }  // namespace hal::rocm

@@ -310,6 +310,9 @@ Communicator Communicator::create(const Device& device, int rank, int world_size
     backend_options.push_back({"engine", engine.c_str()});
     backend_options.push_back({"engine_source", engine_source.c_str()});
   }
+  // The job's store token names the shm engine's segments, so that another job cannot guess them.
+  const std::string job_token = abi::environment_value("HAL_STORE_TOKEN").value_or("");
+  if (!job_token.empty()) backend_options.push_back({"job_token", job_token.c_str()});
   hal_communicator_config_v1 config{};
   config.struct_size = sizeof(config);
   config.device = device.index();

@@ -440,6 +440,27 @@ KeyRule backend_options_rule() {
   return rule;
 }
 
+// A backend's own setting that a HAL_* variable sets. libhal reads the
+// variable with every other setting and hands the value to the backend at
+// initialize as [backend.<backend>] <option>, with the variable as its source;
+// the backend checks the value itself (its README says what it takes).
+KeyRule backend_option_key(std::string backend, std::string option, std::string environment_variable,
+                           std::string allowed, std::string description) {
+  KeyRule rule =
+      make_rule("backend." + backend + "." + option, "string", "\"\"", std::move(allowed), environment_variable,
+                std::move(description), {},  // the file's [backend.<backend>] table is read by backend_options_rule
+                [backend, option](const Config& config) {
+                  const auto options = config.backend_options.find(backend);
+                  if (options == config.backend_options.end()) return in_quotes("");
+                  const auto value = options->second.find(option);
+                  return in_quotes(value != options->second.end() ? value->second : "");
+                });
+  rule.apply_environment = environment_override(
+      environment_variable,
+      [backend, option](Config& config, std::string_view value) { config.backend_options[backend][option] = value; });
+  return rule;
+}
+
 // TransformerEngine's switches, each on unless "0", in the order fused,
 // flash, math: the attention order when any of them is set.
 std::optional<std::string> transformer_engine_order(Config& config) {
@@ -516,6 +537,47 @@ const std::vector<KeyRule>& key_rules() {
       boolean_key("collectives.check", &Config::collectives_check, "HAL_COLL_CHECK",
                   "Every rank checks that its peers call the same collective with the same count, type and root "
                   "before running it."),
+      backend_option_key("cuda", "driver", "HAL_CUDA_DRIVER", "a path to libcuda.so.1 or a directory holding it",
+                         "NVIDIA's driver library; nothing else is searched when set."),
+      backend_option_key("cuda", "cudnn", "HAL_CUDNN", "a path to libcudnn.so.9 or a directory holding it",
+                         "cuDNN, for fused attention; nothing else is searched when set."),
+      backend_option_key("cuda", "nvrtc", "HAL_NVRTC", "a path to libnvrtc.so.* or a directory holding it",
+                         "NVRTC, which cuDNN compiles its attention engines with."),
+      backend_option_key("cuda", "nccl", "HAL_NCCL", "a path to libnccl.so.2 or a directory holding it",
+                         "NCCL, the GPU collectives engine."),
+      backend_option_key("cuda", "cublas", "HAL_CUBLAS", "a path to libcublas.so.* or a directory holding it",
+                         "cuBLAS, for the math attention path."),
+      backend_option_key("cuda", "nvml", "HAL_NVML", "a path to libnvidia-ml.so.1 or a directory holding it",
+                         "NVML, for telemetry."),
+      backend_option_key("cuda", "cublas_tf32", "HAL_CUBLAS_TF32", "1 (TF32 tensor cores for float32 GEMMs) or 0",
+                         "Whether the math attention path lets cuBLAS use TF32 for float32; off unless 1."),
+      backend_option_key("ppu", "sysfs_root", "HAL_PPU_SYSFS_ROOT", "a directory",
+                         "Where the PPU backend looks for the PCI devices (/sys unless set)."),
+      backend_option_key("ppu", "dev_root", "HAL_PPU_DEV_ROOT", "a directory",
+                         "Where the PPU backend looks for the device nodes (/dev unless set)."),
+      backend_option_key("ppu", "hgml", "HAL_HGML", "a path to libhgml.so or a directory holding it",
+                         "The PPU SDK's management library, for telemetry."),
+      backend_option_key("rocm", "runtime", "HAL_HIP_RUNTIME", "a path to libamdhip64.so or a directory holding it",
+                         "The HIP runtime; nothing else is searched when set."),
+      backend_option_key("rocm", "rccl", "HAL_RCCL", "a path to librccl.so.1 or a directory holding it",
+                         "RCCL, the GPU collectives engine."),
+      backend_option_key("rocm", "amd_smi", "HAL_AMD_SMI", "a path to libamd_smi.so or a directory holding it",
+                         "AMD SMI, for telemetry."),
+      backend_option_key("rocm", "rocm_smi", "HAL_ROCM_SMI", "a path to librocm_smi64.so or a directory holding it",
+                         "ROCm SMI, for telemetry where AMD SMI is absent."),
+      backend_option_key("host", "isa", "HAL_HOST_ISA", "one of \"scalar\", \"avx2\", \"avx512\"",
+                         "The highest SIMD level the host kernels (attention, shared-memory reductions) use; never "
+                         "above what the CPU has."),
+      backend_option_key("host", "threads", "HAL_HOST_THREADS", "a whole number greater than 0",
+                         "Threads of the host kernels' pool; unset: OMP_NUM_THREADS, else the CPUs this process may "
+                         "use shared by the ranks on this machine."),
+      backend_option_key(
+          "host", "telemetry_root", "HAL_HOST_TELEMETRY_ROOT", "a directory",
+          "Where the host backend reads its telemetry files (/ unless set); tests point it at a fixture."),
+      backend_option_key("host", "shm_bytes", "HAL_SHM_BYTES", "bytes, optionally with K, M, G or T; at least 4096",
+                         "The shared-memory collectives engine's area per rank and buffer."),
+      backend_option_key("host", "mpi_library", "HAL_MPI_LIBRARY", "a path to libmpi.so",
+                         "The MPI library of the host MPI collectives engine; unset: libmpi.so.40, then libmpi.so."),
   };
   return rules;
 }
@@ -824,6 +886,7 @@ std::vector<Setting> settings_entries(const Config& values, const std::map<std::
       for (const auto& [backend, options] : values.backend_options)
         for (const auto& [option, value] : options) {
           const std::string key = "backend." + backend + "." + option;
+          if (find_rule(key) != nullptr) continue;  // a key of its own, shown in schema order
           entries.push_back({key, in_quotes(value), {file_source(key).value_or(SettingSource{})}, ""});
         }
       continue;

@@ -138,7 +138,7 @@ std::string backend_name_from_filename(const std::filesystem::path& path) {
   return filename.substr(plugin_prefix.size(), filename.size() - plugin_prefix.size() - plugin_suffix.size());
 }
 
-PluginLoad load_plugin(const std::filesystem::path& path, const std::map<std::string, std::string>& options) {
+PluginLoad load_plugin(const std::filesystem::path& path, const std::vector<PluginOption>& options) {
   auto library = std::make_shared<boost::dll::shared_library>();
   try {
     // RTLD_LOCAL keeps each backend's vendor symbols to itself.
@@ -174,7 +174,11 @@ PluginLoad load_plugin(const std::filesystem::path& path, const std::map<std::st
   backend->path = path.string();
 
   std::vector<hal_key_value_v1> option_pairs;
-  for (const auto& [key, value] : options) option_pairs.push_back({key.c_str(), value.c_str()});
+  std::vector<const char*> option_sources;
+  for (const PluginOption& option : options) {
+    option_pairs.push_back({option.key.c_str(), option.value.c_str()});
+    option_sources.push_back(option.source.c_str());
+  }
   hal_backend_init_v1 init{};
   init.struct_size = sizeof(init);
   init.abi_version = table->abi_version;
@@ -182,6 +186,7 @@ PluginLoad load_plugin(const std::filesystem::path& path, const std::map<std::st
   init.log_user_data = &backend->name;  // lives as long as the backend
   init.options = option_pairs.data();
   init.option_count = static_cast<std::uint32_t>(option_pairs.size());
+  init.option_sources = option_sources.data();
 
   hal_backend_context* context = nullptr;
   const hal_status code = table->initialize(&init, &context);

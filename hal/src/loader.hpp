@@ -2,12 +2,12 @@
 #pragma once
 
 #include <cstddef>
-
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hal/runtime.hpp"
 #include "loaded_backend.hpp"
@@ -26,9 +26,17 @@ struct PluginLoad {
   std::string reason;
 };
 
+// One of the backend's settings as initialize receives it: where its value
+// came from is the variable's name ("HAL_CUDA_DRIVER") or "config".
+struct PluginOption {
+  std::string key;
+  std::string value;
+  std::string source;
+};
+
 // Opens the plugin, negotiates the ABI, validates the table and initializes
 // it. Never throws: every failure becomes state + reason.
-PluginLoad load_plugin(const std::filesystem::path& path, const std::map<std::string, std::string>& options);
+PluginLoad load_plugin(const std::filesystem::path& path, const std::vector<PluginOption>& options);
 
 // "libhal_backend_cuda.so" -> "cuda"; "" when the name does not match.
 std::string backend_name_from_filename(const std::filesystem::path& path);

@@ -276,10 +276,14 @@ BackendReport load_candidate(const Candidate& candidate, const std::shared_ptr<c
   BackendReport report;
   report.name = candidate.name;
   report.paths_tried = candidate.paths_tried;
-  std::map<std::string, std::string> options;
+  std::vector<detail::PluginOption> options;
   const Config& config = settings->values();
   if (auto found = config.backend_options.find(candidate.name); found != config.backend_options.end())
-    options = found->second;
+    for (const auto& [key, value] : found->second) {
+      const Setting& setting = settings->at("backend." + candidate.name + "." + key);
+      options.push_back(
+          {key, value, setting.from(SettingSource::Kind::environment) ? setting.environment_variable : "config"});
+    }
   detail::PluginLoad load = detail::load_plugin(candidate.path, options);
   report.paths_tried.insert(report.paths_tried.begin(),
                             candidate.path.string() + ": " +

@@ -8,7 +8,6 @@
 #include <stdexcept>
 #include <utility>
 #include <vector>
-#include "environment.hpp"
 
 namespace hal::shims::mpi {
 namespace {
@@ -16,14 +15,25 @@ namespace {
 std::mutex session_mutex;
 std::weak_ptr<Session> current_session;  // process-wide, as MPI_Init is
 
+std::mutex library_file_mutex;
+std::string library_file;  // use_library_file's choice
+
 }  // namespace
+
+void use_library_file(std::string path) {
+  std::lock_guard lock(library_file_mutex);
+  library_file = std::move(path);
+}
 
 LoadResult<Library> Library::open() {
   std::vector<std::string> candidates;
-  if (const char* explicit_file = abi::environment("HAL_MPI_LIBRARY"))
-    candidates.emplace_back(explicit_file);  // the user chose: nothing else is searched
-  else
-    candidates = {"libmpi.so.40", "libmpi.so"};
+  {
+    std::lock_guard lock(library_file_mutex);
+    if (!library_file.empty())
+      candidates.push_back(library_file);  // the user chose: nothing else is searched
+    else
+      candidates = {"libmpi.so.40", "libmpi.so"};
+  }
   std::string tried;
   for (const std::string& candidate : candidates) {
     dlerror();

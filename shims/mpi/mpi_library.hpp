@@ -91,11 +91,14 @@ class Library : public VendorLibrary {
   std::string version_;
 };
 
+// The file load() opens instead of searching libmpi.so.40, then libmpi.so:
+// the host backend's `mpi_library` option (HAL_MPI_LIBRARY sets it); "" to
+// search. It counts until the first load(), which holds for the process.
+void use_library_file(std::string path);
+
 // Opens libmpi once per process: MPI is process-wide state (one MPI_Init per
 // process), so every user in the process shares one library and one answer.
-// HAL_MPI_LIBRARY names the file to use instead of searching libmpi.so.40,
-// then libmpi.so. No library: the message says why, with every path tried.
-// Never throws.
+// No library: the message says why, with every path tried. Never throws.
 const LoadResult<Library>& load();
 
 // The process's MPI session. The first acquire() calls MPI_Init_thread asking

@@ -33,6 +33,7 @@
 // attention call goes through them. abi.hpp turns AttentionParams into the
 // ABI form they take.
 #include "abi.hpp"
+#include "attention/attention_kernels.hpp"
 #include "attention/fma_peak.hpp"
 #include "attention_contract.hpp"
 #include "dtype_codes.hpp"
@@ -548,18 +549,19 @@ std::vector<Ratio> flash_math_ratios(const std::vector<Measurement>& measurement
 // otherwise keep using the best instruction set of the CPU. A variable the
 // user already set is left alone.
 struct TorchIsa {
-  std::string requested;    // HAL_HOST_ISA
+  std::string requested;    // the host backend's isa option
+  std::string origin;       // who set it: "HAL_HOST_ISA=avx2"
   std::string isa;          // the path hal's flash kernels run (lower when the CPU lacks the requested one)
   bool recognized = false;  // requested is scalar, avx2 or avx512 (hal ignores other values)
   std::vector<std::pair<std::string, std::string>> set;   // passed to torch_sdpa.py
   std::vector<std::pair<std::string, std::string>> kept;  // already set by the user
 };
 
-std::optional<TorchIsa> torch_isa() {
-  const char* requested = hal::abi::environment("HAL_HOST_ISA");
-  if (requested == nullptr) return std::nullopt;
+std::optional<TorchIsa> torch_isa(const BackendSetting& requested) {
+  if (requested.value.empty()) return std::nullopt;
   TorchIsa result;
-  result.requested = requested;
+  result.requested = requested.value;
+  result.origin = requested.origin;
   result.isa = hal::host::flash_isa_name();
   result.recognized = result.requested == "scalar" || result.requested == "avx2" || result.requested == "avx512";
   if (!result.recognized) return result;
@@ -596,13 +598,11 @@ std::string join_variables(const std::vector<std::pair<std::string, std::string>
 // One header line: which variables torch_sdpa.py gets, and why.
 void print_torch_isa(const TorchIsa& isa) {
   if (!isa.recognized) {
-    std::printf(
-        "# torch ISA: HAL_HOST_ISA=%s is not scalar, avx2 or avx512 (hal ignores it); torch's environment is left "
-        "as is\n",
-        isa.requested.c_str());
+    std::printf("# torch ISA: %s is not scalar, avx2 or avx512 (hal ignores it); torch's environment is left as is\n",
+                isa.origin.c_str());
     return;
   }
-  std::string line = "# torch ISA: HAL_HOST_ISA=" + isa.requested + " (flash runs " + isa.isa + "): ";
+  std::string line = "# torch ISA: " + isa.origin + " (flash runs " + isa.isa + "): ";
   line += isa.set.empty() ? "nothing set" : "torch_sdpa.py runs with " + join_variables(isa.set);
   if (!isa.kept.empty()) line += "; already set, kept: " + join_variables(isa.kept);
   if (isa.isa == "scalar") line += " (torch has no scalar path: its lowest)";
@@ -996,12 +996,18 @@ int run_attn(std::span<const std::string_view> arguments) {
 
   const hal::Runtime runtime = hal::Runtime::create();
   const hal::Device device = select_device(runtime, options.common.device_id);
+  // halbench runs the host kernels itself (the FMA peak and its thread pool):
+  // with the instruction set and thread count the host plugin runs (it warns
+  // about a value it ignores).
+  const BackendSetting host_isa = backend_setting(runtime, "host", "isa");
+  const BackendSetting host_threads = backend_setting(runtime, "host", "threads");
+  hal::host::configure_host_kernels({host_isa.value, host_isa.origin}, {host_threads.value, host_threads.origin});
   // Measured before any attention call, while the machine runs nothing of ours.
   PeakReport peak;
   peak.before = measure_peak();
   peak.applies = device.info().type == hal::DeviceType::cpu;
   if (peak.applies) peak.memcpy = measure_host_memcpy(memcpy_bytes, peak.threads(), memcpy_repeats);
-  const std::optional<TorchIsa> isa = options.compare_torch ? torch_isa() : std::nullopt;
+  const std::optional<TorchIsa> isa = options.compare_torch ? torch_isa(host_isa) : std::nullopt;
   if (!options.common.json) print_preamble(options, device, peak, isa);
 
   std::vector<Measurement> measurements;

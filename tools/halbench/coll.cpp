@@ -240,6 +240,8 @@ Baseline<mpi::Session> open_mpi(const CollOptions& options, const Job& job) {
   if (hal::abi::environment("OMPI_COMM_WORLD_SIZE") == nullptr && hal::abi::environment("SLURM_PROCID") == nullptr)
     return {nullptr, "only under mpirun or srun"};
   try {
+    mpi::use_library_file(
+        backend_setting(job.runtime, "host", "mpi_library").value);  // the library hal's MPI engine uses
     std::shared_ptr<mpi::Session> session = mpi::Session::acquire();
     if (session->world_size() != job.ranks() || session->world_rank() != job.rank())
       return {nullptr, "MPI's world (rank " + std::to_string(session->world_rank()) + " of " +

@@ -196,6 +196,16 @@ std::vector<std::string> split_list(std::string_view flag, std::string_view text
   }
 }
 
+BackendSetting backend_setting(const hal::Runtime& runtime, const std::string& backend, const std::string& option) {
+  const hal::Settings& settings = runtime.settings();
+  const auto& tables = settings.values().backend_options;
+  const auto table = tables.find(backend);
+  if (table == tables.end()) return {};
+  const auto found = table->second.find(option);
+  if (found == table->second.end()) return {};
+  return {found->second, settings.at("backend." + backend + "." + option).origin()};
+}
+
 hal::Device select_device(const hal::Runtime& runtime, const std::optional<std::string>& device_id) {
   const auto& devices = runtime.devices();
   if (devices.empty())

@@ -108,6 +108,15 @@ std::vector<std::string> split_list(std::string_view flag, std::string_view text
 // device. Throws UsageError listing the devices there are.
 hal::Device select_device(const hal::Runtime& runtime, const std::optional<std::string>& device_id);
 
+// A backend option as libhal resolved it (the config file or its HAL_*
+// variable), for what halbench runs itself beside hal (the host kernels'
+// FMA peak, the raw MPI baseline): the value ("" when unset) and who set it.
+struct BackendSetting {
+  std::string value;
+  std::string origin;  // "HAL_HOST_ISA=avx2", "config backend.host.isa (hal.toml:3)"
+};
+BackendSetting backend_setting(const hal::Runtime& runtime, const std::string& backend, const std::string& option);
+
 // ---- timing and statistics ------------------------------------------------
 
 double seconds_between(Clock::time_point start, Clock::time_point end);

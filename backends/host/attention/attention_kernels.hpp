@@ -21,7 +21,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attention/thread_pool.hpp"
@@ -69,10 +71,26 @@ enum class FlashIsa { scalar = 0, avx2 = 1, avx512 = 2 };
 
 const char* flash_isa_name(FlashIsa isa);
 bool flash_isa_supported(FlashIsa isa);  // by this CPU (and this build)
-// The best supported path, lowered to HAL_HOST_ISA (scalar|avx2|avx512) when
-// that names a lower one; an unknown or unsupported value is ignored.
+// "scalar", "avx2", "avx512" -> that path; nullopt for any other name.
+std::optional<FlashIsa> parse_flash_isa(std::string_view name);
+// Lowers every later flash_selected_isa() to `limit` (the host backend's
+// `isa` option, which HAL_HOST_ISA sets); nullopt: no limit. The host plugin
+// sets it at initialize; programs that run the kernels themselves may too.
+void limit_flash_isa(std::optional<FlashIsa> limit);
+// The best supported path, at most the limit.
 FlashIsa flash_selected_isa();
 const char* flash_isa_name();  // name of flash_selected_isa()
+
+// The host backend's `isa` and `threads` options applied to this process's
+// kernels (limit_flash_isa, configure_thread_count): the host plugin at
+// initialize, and halbench, which runs the kernels itself, from the same
+// settings. `origin` names the setting in warnings ("HAL_HOST_ISA=sse9").
+// Returns a warning for each value it ignored.
+struct KernelOption {
+  std::string value;  // "" when unset
+  std::string origin;
+};
+std::vector<std::string> configure_host_kernels(const KernelOption& isa, const KernelOption& threads);
 
 void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k,
                    const void* v, void* o, float* lse_or_null, ThreadPool& pool);

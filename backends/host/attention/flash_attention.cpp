@@ -24,6 +24,8 @@
 // backward packs Q, dO of one pass plus threads * (dQ partial of one pass)
 // plus per-thread tiles. All O(batch * heads * seq), nothing O(seq^2).
 #include <algorithm>
+#include <atomic>
+#include <charconv>
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
@@ -33,7 +35,6 @@
 #include "attention/attention_common.hpp"
 #include "attention/attention_internal.hpp"
 #include "attention/flash_kernels.hpp"
-#include "environment.hpp"
 
 namespace hal::host {
 namespace {
@@ -229,20 +230,52 @@ bool flash_isa_supported(FlashIsa isa) {
   }
 }
 
-FlashIsa flash_selected_isa() {
-  FlashIsa best = FlashIsa::scalar;
-  for (FlashIsa isa : {FlashIsa::avx2, FlashIsa::avx512}) {
-    if (flash_isa_supported(isa)) best = isa;
-  }
-  if (const char* forced = abi::environment("HAL_HOST_ISA")) {
-    for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512}) {
-      if (std::string(forced) == flash_isa_name(isa) && isa < best) best = isa;
-    }
-  }
-  return best;
+std::optional<FlashIsa> parse_flash_isa(std::string_view name) {
+  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512})
+    if (name == flash_isa_name(isa)) return isa;
+  return std::nullopt;
 }
 
+namespace {
+// The CPU's best path, found once; the limit is read on every call.
+FlashIsa best_supported_isa() {
+  static const FlashIsa best = [] {
+    FlashIsa found = FlashIsa::scalar;
+    for (FlashIsa isa : {FlashIsa::avx2, FlashIsa::avx512})
+      if (flash_isa_supported(isa)) found = isa;
+    return found;
+  }();
+  return best;
+}
+std::atomic<FlashIsa> isa_limit{FlashIsa::avx512};
+}  // namespace
+
+void limit_flash_isa(std::optional<FlashIsa> limit) { isa_limit.store(limit.value_or(FlashIsa::avx512)); }
+
+FlashIsa flash_selected_isa() { return std::min(best_supported_isa(), isa_limit.load(std::memory_order_relaxed)); }
+
 const char* flash_isa_name() { return flash_isa_name(flash_selected_isa()); }
+
+std::vector<std::string> configure_host_kernels(const KernelOption& isa, const KernelOption& threads) {
+  std::vector<std::string> warnings;
+  const std::optional<FlashIsa> limit = parse_flash_isa(isa.value);
+  if (!isa.value.empty() && !limit)
+    warnings.push_back(isa.origin +
+                       " is not an instruction set the host kernels have; use scalar, avx2 or avx512. "
+                       "The CPU's best is used.");
+  limit_flash_isa(limit);
+  unsigned count = 0;
+  const char* const end = threads.value.data() + threads.value.size();
+  const auto [parsed_end, error] = std::from_chars(threads.value.data(), end, count);
+  if (!threads.value.empty() && (error != std::errc{} || parsed_end != end || count == 0)) {
+    warnings.push_back(threads.origin +
+                       " is not a whole number greater than 0; the thread count is decided as if it "
+                       "were unset.");
+    count = 0;
+  }
+  configure_thread_count(count, count > 0 ? threads.origin : "");
+  return warnings;
+}
 
 std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool backward, int thread_count) {
   require_valid_params(params, backward);

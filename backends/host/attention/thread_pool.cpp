@@ -81,12 +81,23 @@ unsigned positive_integer(const char* text) {
 
 }  // namespace
 
+namespace {
+std::mutex configured_mutex;
+ThreadCount configured{0, ""};
+}  // namespace
+
+void configure_thread_count(unsigned threads, std::string origin) {
+  std::lock_guard lock(configured_mutex);
+  configured = {threads, std::move(origin)};
+}
+
 ThreadCount default_thread_count() {
-  for (const char* variable : {"HAL_HOST_THREADS", "OMP_NUM_THREADS"}) {
-    if (const unsigned threads = positive_integer(abi::environment(variable))) {
-      return {threads, std::string(variable) + "=" + std::to_string(threads)};
-    }
+  {
+    std::lock_guard lock(configured_mutex);
+    if (configured.threads > 0) return configured;
   }
+  if (const unsigned threads = positive_integer(abi::environment("OMP_NUM_THREADS")))
+    return {threads, "OMP_NUM_THREADS=" + std::to_string(threads)};
   const unsigned online = std::max(1u, std::thread::hardware_concurrency());
   unsigned allowed = online;
   cpu_set_t mask;

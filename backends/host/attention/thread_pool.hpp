@@ -14,8 +14,8 @@
 namespace hal::host {
 
 // Threads one process should use for CPU kernels, and why:
-//   HAL_HOST_THREADS, else OMP_NUM_THREADS (as PyTorch reads it), when set to
-//   a positive integer;
+//   the host backend's `threads` option (configure_thread_count; HAL_HOST_THREADS
+//   sets it), else OMP_NUM_THREADS (as PyTorch reads it) when a positive integer;
 //   else the CPUs this process may run on (its affinity mask), shared evenly
 //   by the ranks on this machine (LOCAL_WORLD_SIZE from halrun or torchrun,
 //   OMPI_COMM_WORLD_LOCAL_SIZE from mpirun, SLURM_NTASKS_PER_NODE) when
@@ -26,6 +26,10 @@ struct ThreadCount {
   std::string reason;
 };
 ThreadCount default_thread_count();
+// The host backend's `threads` option (HAL_HOST_THREADS sets it), which
+// default_thread_count() takes first; 0 clears it. `origin` names where it was
+// set, for the reason ("HAL_HOST_THREADS=5").
+void configure_thread_count(unsigned threads, std::string origin);
 
 class ThreadPool {
  public:

@@ -75,9 +75,29 @@ typedef struct hal_backend_init_v1 {
   uint32_t abi_version;                /* the version libhal negotiated */
   void (*log)(void* user_data, hal_log_level level, const char* message);
   void* log_user_data;
-  const hal_key_value_v1* options;     /* backend options from config ([backend.NAME]) */
+  /* The backend's settings: [backend.NAME] of the config file, and the HAL_*
+   * variables that set them (HAL_CUDA_DRIVER is cuda's "driver"). libhal reads
+   * the environment for every hal setting; a backend reads none itself. */
+  const hal_key_value_v1* options;
   uint32_t option_count;
+  /* Appended: where each option's value came from, parallel to options: the
+   * variable's name ("HAL_CUDA_DRIVER") or "config". Present when
+   * struct_size covers it (hal_backend_option_source). */
+  const char* const* option_sources;
 } hal_backend_init_v1;
+
+/* What a libhal built before option_sources passes: the smallest struct_size
+ * a backend accepts. */
+#define HAL_BACKEND_INIT_V1_MIN_SIZE offsetof(hal_backend_init_v1, option_sources)
+
+/* Where option `index` was set, for messages: "config" when libhal predates
+ * option_sources. */
+static inline const char* hal_backend_option_source(const hal_backend_init_v1* init, uint32_t index) {
+  return init->struct_size >= offsetof(hal_backend_init_v1, option_sources) + sizeof(init->option_sources) &&
+                 init->option_sources != NULL && init->option_sources[index] != NULL
+             ? init->option_sources[index]
+             : "config";
+}
 
 typedef enum hal_device_type {
   HAL_DEVICE_TYPE_CPU = 0,
@@ -695,7 +715,7 @@ typedef const hal_backend_v1* (*hal_backend_query_fn)(uint32_t host_max_abi_vers
 #endif
 HAL_ABI_PIN_SIZE(hal_error_info_v1, 32);
 HAL_ABI_PIN_SIZE(hal_key_value_v1, 16);
-HAL_ABI_PIN_SIZE(hal_backend_init_v1, 48);
+HAL_ABI_PIN_SIZE(hal_backend_init_v1, 56);
 HAL_ABI_PIN_SIZE(hal_capability_v1, 48);
 HAL_ABI_PIN_SIZE(hal_device_info_v1, 128);
 HAL_ABI_PIN_SIZE(hal_attention_params_v1, 368);

@@ -16,8 +16,6 @@ std::deque<std::string>& telemetry_texts() {
 
 void begin_telemetry_call() { telemetry_texts().clear(); }
 
-const char* keep_telemetry_text(std::string text) {
-  return telemetry_texts().emplace_back(std::move(text)).c_str();
-}
+const char* keep_telemetry_text(std::string text) { return telemetry_texts().emplace_back(std::move(text)).c_str(); }
 
 }  // namespace hal::backend
