@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_contract.hpp"
 #include "last_error.hpp"
 #include "math_attention_layout.h"
 
@@ -39,11 +40,6 @@ std::string join_lines(const std::string& lines, const char* separator) {
   return joined;
 }
 
-struct NamedStrides {
-  const char* name;
-  const hal_tensor_strides_v1* strides;
-};
-
 // What the kernels' argument struct cannot carry, and what no GPU path takes.
 // libhal checked the call (hal/abi/attention_contract.hpp); these are the GPU
 // kernels' own limits.
@@ -57,16 +53,9 @@ std::string parameter_reasons(const hal_attention_params_v1& params, bool backwa
     if (value > int32_max)
       add_line(reasons, std::string(name) + " " + std::to_string(value) + " exceeds the kernels' 32-bit limit (" +
                             std::to_string(int32_max) + ")");
-  std::vector<NamedStrides> tensors = {
-      {"q", &params.q_strides}, {"k", &params.k_strides}, {"v", &params.v_strides}, {"o", &params.o_strides}};
-  if (backward)
-    tensors.insert(tensors.end(), {{"grad_o", &params.grad_o_strides},
-                                   {"grad_q", &params.grad_q_strides},
-                                   {"grad_k", &params.grad_k_strides},
-                                   {"grad_v", &params.grad_v_strides}});
-  for (const auto& [name, strides] : tensors)
-    if (strides->dim != 1)
-      add_line(reasons, std::string(name) + " has dim stride " + std::to_string(strides->dim) +
+  for (const abi::AttentionTensor tensor : abi::strided_attention_tensors(backward))
+    if (const std::int64_t stride = abi::attention_strides(params, tensor).dim; stride != 1)
+      add_line(reasons, std::string(abi::attention_tensor_name(tensor)) + " has dim stride " + std::to_string(stride) +
                             "; the GPU kernels need the head dimension contiguous (stride 1)");
   return reasons;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collective_names.hpp"
+#include "communicator_failure.hpp"
 #include "dtype_codes.hpp"
 #include "last_error.hpp"
 
@@ -161,10 +162,7 @@ class NcclCommunicator {
   hal_status enqueue(hal_stream* stream, const hal_collective_op_v1* operations, std::uint32_t count);
   void abort();
   void shut_down();
-  std::pair<hal_status, std::string> first_error() {
-    std::lock_guard lock(mutex_);
-    return {error_, error_message_};
-  }
+  std::pair<hal_status, std::string> first_error() { return failure_.get(); }
   const std::string& description() const { return description_; }
 
  private:
@@ -205,9 +203,8 @@ class NcclCommunicator {
   std::shared_mutex handle_mutex_;
   shims::NcclCommunicator handle_ = nullptr;
 
+  abi::FirstFailure failure_;
   std::mutex mutex_;  // everything below
-  hal_status error_ = HAL_OK;
-  std::string error_message_;
   std::deque<InFlight> in_flight_;
   std::vector<hal_event*> spare_events_;
   bool stopping_ = false;
@@ -230,13 +227,7 @@ hal_status NcclCommunicator::call_failed(const std::string& what, const char* fu
   const hal_status status = status_of(result);
   const std::string message = what + ": " + function + " failed: " + library_text(result) +
                               "; the communicator is unusable now, create a new one";
-  {
-    std::lock_guard lock(mutex_);
-    if (error_ == HAL_OK) {
-      error_ = status;
-      error_message_ = message;
-    }
-  }
+  failure_.record(status, message);
   return fail(status, message, result);
 }
 
@@ -508,8 +499,10 @@ hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op
   hal_event* event = nullptr;
   {
     std::lock_guard lock(mutex_);
-    if (error_ != HAL_OK)
-      return fail(error_, describe_operation(rank_, first) + ": the communicator failed before: " + error_message_);
+    if (failure_.failed()) {
+      const auto [status, earlier] = failure_.get();
+      return fail(status, describe_operation(rank_, first) + ": the communicator failed before: " + earlier);
+    }
     if (!spare_events_.empty()) {
       event = spare_events_.back();
       spare_events_.pop_back();
@@ -525,8 +518,9 @@ hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op
     calls.unlock();
     std::lock_guard lock(mutex_);
     spare_events_.push_back(event);
-    return fail(error_ != HAL_OK ? error_ : HAL_ERROR_ABORTED,
-                describe_operation(rank_, first) + ": the communicator failed before: " + error_message_);
+    const auto [status, earlier] = failure_.get();
+    return fail(status != HAL_OK ? status : HAL_ERROR_ABORTED,
+                describe_operation(rank_, first) + ": the communicator failed before: " + earlier);
   }
   const hal_status status = count == 1 ? issue(stream, first, scratch) : issue_group(stream, operations, count);
   const hal_status recorded = status == HAL_OK ? port_.event_record(event, stream) : status;
@@ -542,7 +536,10 @@ hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op
   in_flight_.push_back({event, stream, std::move(what), Clock::now() + std::chrono::milliseconds(first.timeout_ms),
                         first.timeout_ms, scratch});
   // An abort that raced with this call already marked the streams it saw.
-  if (error_ != HAL_OK) stream_errors_->record(stream, error_, error_message_);
+  if (failure_.failed()) {
+    const auto [status, earlier] = failure_.get();
+    stream_errors_->record(stream, status, earlier);
+  }
   return succeed();
 }
 
@@ -551,13 +548,11 @@ hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op
 void NcclCommunicator::fail_and_abort(hal_status status, const std::string& message) {
   shims::NcclCommunicator handle;
   {
-    std::lock_guard lock(mutex_);
-    if (error_ == HAL_OK) {
-      error_ = status;
-      error_message_ = message;
-    }
+    std::lock_guard lock(mutex_);  // with enqueue's check: each stream with work in flight is marked
+    failure_.record(status, message);
+    const auto [first_status, first_message] = failure_.get();
     for (const InFlight& work : in_flight_)
-      if (work.event != nullptr) stream_errors_->record(work.stream, error_, error_message_);
+      if (work.event != nullptr) stream_errors_->record(work.stream, first_status, first_message);
   }
   {
     std::unique_lock lock(handle_mutex_);
@@ -602,7 +597,7 @@ void NcclCommunicator::poll() {
     InFlight& work = in_flight_.front();
     const bool done = work.event == nullptr ? true : port_.event_query(work.event) == HAL_OK;
     if (!done) {
-      if (error_ != HAL_OK || Clock::now() < work.deadline) return;
+      if (failure_.failed() || Clock::now() < work.deadline) return;
       const std::string message = work.what + ": did not complete within " + std::to_string(work.timeout_ms) +
                                   " ms; the " + library_.display_name() +
                                   " communicator was aborted. A peer rank did not join this operation, died, or "

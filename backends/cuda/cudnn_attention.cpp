@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_contract.hpp"
 #include "cuda_backend.hpp"
 #include "dtype_codes.hpp"
 
@@ -49,16 +50,9 @@ std::string reasons_before_cudnn(const hal_attention_params_v1& params, bool bac
     if (value % 8 != 0)
       add(std::string(name) + " (" + std::to_string(value) +
           ") is not a multiple of 8, which cuDNN's fused attention needs for aligned rows");
-  std::vector<std::pair<const char*, const hal_tensor_strides_v1*>> tensors = {
-      {"q", &params.q_strides}, {"k", &params.k_strides}, {"v", &params.v_strides}, {"o", &params.o_strides}};
-  if (backward)
-    tensors.insert(tensors.end(), {{"grad_o", &params.grad_o_strides},
-                                   {"grad_q", &params.grad_q_strides},
-                                   {"grad_k", &params.grad_k_strides},
-                                   {"grad_v", &params.grad_v_strides}});
-  for (const auto& [name, strides] : tensors)
-    if (strides->dim != 1)
-      add(std::string(name) + " has head-dimension stride " + std::to_string(strides->dim) +
+  for (const abi::AttentionTensor tensor : abi::strided_attention_tensors(backward))
+    if (const std::int64_t stride = abi::attention_strides(params, tensor).dim; stride != 1)
+      add(std::string(abi::attention_tensor_name(tensor)) + " has head-dimension stride " + std::to_string(stride) +
           "; cuDNN's fused attention needs it 1 (contiguous rows)");
   // Grouped-query attention came with cuDNN 8.9.7; the shim loads cuDNN 9, but
   // a library that reports an older version is taken at its word.

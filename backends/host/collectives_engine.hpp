@@ -3,17 +3,16 @@
 // messages, the first failure, the engine choice.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "collective_names.hpp"
+#include "communicator_failure.hpp"
 #include "dtype_codes.hpp"
 #include "hal/backend_abi.h"
 #include "host_backend.hpp"
@@ -48,51 +47,11 @@ class CommunicatorEngine {
   std::string description;
 };
 
-// A communicator's first failure, which every later operation repeats.
-class FirstFailure {
- public:
-  // Keeps the failure unless one came before; true when it was the first.
-  bool record(hal_status status, const std::string& message) {
-    std::lock_guard lock(mutex_);
-    if (status_ != HAL_OK) return false;
-    status_ = status;
-    message_ = message;
-    failed_.store(true, std::memory_order_release);
-    return true;
-  }
-  void replace_message(const std::string& message) {
-    std::lock_guard lock(mutex_);
-    message_ = message;
-  }
-  std::pair<hal_status, std::string> get() {
-    std::lock_guard lock(mutex_);
-    return {status_, message_};
-  }
-  // Before an operation: HAL_OK, or why an aborted or broken communicator
-  // refuses it, in message after what() ("rank 1: all_reduce #3 (...)").
-  template <typename What>
-  hal_status refuse(bool aborted, What&& what, std::string& message) {
-    if (aborted) {
-      message = what() + ": the communicator was aborted";
-      return HAL_ERROR_ABORTED;
-    }
-    if (!failed_.load(std::memory_order_acquire)) return HAL_OK;
-    const auto [status, earlier] = get();
-    message = what() + ": the communicator failed earlier and cannot be used: " + earlier;
-    return status;
-  }
-
- private:
-  std::mutex mutex_;
-  hal_status status_ = HAL_OK;
-  std::string message_;
-  std::atomic<bool> failed_{false};  // status_ != HAL_OK, readable without the lock
-};
-
 // Names and descriptions shared with the GPU backends' engine.
 using abi::describe_operation;
 using abi::dtype_name;
 using abi::element_size;
+using abi::FirstFailure;
 using abi::is_half;
 using abi::kind_name;
 using abi::option_value;

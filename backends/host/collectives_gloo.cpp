@@ -6,6 +6,8 @@
 // reaching it. After the first failure a communicator is broken (as in NCCL):
 // it closes its connections so that its peers fail promptly too, and every
 // later operation fails with the first error.
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -19,9 +21,6 @@
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
-
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -34,12 +33,12 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <span>
+#include <sstream>
 #include <string>
 #include <thread>
-#include <mutex>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -48,6 +47,7 @@
 #include "gloo_listen.hpp"
 #include "host_backend.hpp"
 #include "reduction.hpp"
+#include "store_values.hpp"
 
 namespace hal::host {
 namespace {
@@ -178,7 +178,7 @@ struct GlooCommunicator final : CommunicatorEngine {
   bool record_failure(hal_status status, const std::string& message) {
     if (!failure.record(status, message)) return false;
     const std::string key = prefix + "/failed/" + std::to_string(rank);
-    store->set(store->user_data, key.c_str(), message.data(), message.size());
+    store_set(*store, key, message);
     hang_up();
     return true;
   }
@@ -199,12 +199,7 @@ struct GlooCommunicator final : CommunicatorEngine {
         if (peer == rank || reports.count(peer) != 0) continue;
         const std::string key = prefix + "/failed/" + std::to_string(peer);
         std::string message;
-        const hal_status status = store->get(
-            store->user_data, key.c_str(), 0,
-            [](void* sink, const void* data, size_t size) {
-              static_cast<std::string*>(sink)->assign(static_cast<const char*>(data), size);
-            },
-            &message);
+        const hal_status status = store_get(*store, key, 0, message);
         if (status == HAL_OK) reports[peer] = message;
         else if (status != HAL_ERROR_TIMEOUT) store_lost = true;
       }

@@ -29,6 +29,7 @@
 #include "collectives_engine.hpp"
 #include "mpi_library.hpp"
 #include "reduction.hpp"
+#include "store_values.hpp"
 
 namespace hal::host {
 namespace {
@@ -110,13 +111,7 @@ class SpinLock {
 // Reads a key another rank may not have set yet; "" when absent.
 std::string peek(const hal_store_v1& store, const std::string& key) {
   std::string value;
-  const hal_status status = store.get(
-      store.user_data, key.c_str(), 0,
-      [](void* sink, const void* data, size_t size) {
-        static_cast<std::string*>(sink)->assign(static_cast<const char*>(data), size);
-      },
-      &value);
-  return status == HAL_OK ? value : std::string();
+  return store_get(store, key, 0, value) == HAL_OK ? value : std::string();
 }
 
 // ---- the communicator ------------------------------------------------------------
@@ -137,10 +132,7 @@ class MpiCommunicator final : public CommunicatorEngine {
   hal_status execute(std::span<const HostOperation> operations, std::string& message) override;
   void abort() override;
   void shut_down() override;
-  std::pair<hal_status, std::string> first_error() override {
-    std::lock_guard lock(error_mutex_);
-    return {error_, error_message_};
-  }
+  std::pair<hal_status, std::string> first_error() override { return failure_.get(); }
 
  private:
   struct InFlight {
@@ -156,7 +148,6 @@ class MpiCommunicator final : public CommunicatorEngine {
     if (operations.size() > 1) what += " and " + std::to_string(operations.size() - 1) + " more in its group";
     return what;
   }
-  bool record_failure(hal_status status, const std::string& message);
   hal_status run(const HostOperation& operation, std::string& message);
   hal_status run_point_to_point(std::span<const HostOperation> operations, std::string& message);
   int reduction(const HostOperation& operation, std::string& call);
@@ -200,10 +191,7 @@ class MpiCommunicator final : public CommunicatorEngine {
 
   std::mutex operation_mutex_;  // one operation of this communicator at a time
   std::atomic<bool> aborted_{false};
-  std::mutex error_mutex_;
-  hal_status error_ = HAL_OK;
-  std::string error_message_;
-  std::atomic<bool> failed_{false};  // error_ != HAL_OK, readable without the lock
+  FirstFailure failure_;
 
   // The operation inside MPI, for the watchdog: the running thread writes it
   // when an operation starts and ends, the watchdog copies it at most every
@@ -226,7 +214,7 @@ hal_status MpiCommunicator::connect(std::int64_t timeout_ms) {
   const std::string mine = std::to_string(session_->world_rank()) + " " + std::to_string(session_->world_size());
   const std::string member_prefix = prefix_ + "/mpi/member/";
   const std::string my_key = member_prefix + std::to_string(rank_);
-  if (const hal_status status = store_.set(store_.user_data, my_key.c_str(), mine.data(), mine.size()); status != HAL_OK)
+  if (const hal_status status = store_set(store_, my_key, mine); status != HAL_OK)
     return fail(status, who + ": publishing its MPI rank failed");
   std::vector<int> world_ranks;
   std::string listing;
@@ -234,12 +222,7 @@ hal_status MpiCommunicator::connect(std::int64_t timeout_ms) {
   for (int peer = 0; peer < world_size_; ++peer) {
     std::string text;
     const std::string key = member_prefix + std::to_string(peer);
-    const hal_status status = store_.get(
-        store_.user_data, key.c_str(), timeout_ms,
-        [](void* sink, const void* data, size_t size) {
-          static_cast<std::string*>(sink)->assign(static_cast<const char*>(data), size);
-        },
-        &text);
+    const hal_status status = store_get(store_, key, timeout_ms, text);
     if (status != HAL_OK)
       return fail(status, who + ": rank " + std::to_string(peer) + " did not publish its MPI rank within " +
                               std::to_string(timeout_ms) + " ms");
@@ -291,27 +274,13 @@ hal_status MpiCommunicator::connect(std::int64_t timeout_ms) {
   return succeed();
 }
 
-bool MpiCommunicator::record_failure(hal_status status, const std::string& message) {
-  std::lock_guard lock(error_mutex_);
-  if (error_ != HAL_OK) return false;
-  error_ = status;
-  error_message_ = message;
-  failed_.store(true, std::memory_order_release);
-  return true;
-}
-
 hal_status MpiCommunicator::execute(std::span<const HostOperation> operations, std::string& message) {
   const hal_collective_op_v1& first = operations.front().description;
   std::lock_guard lock(operation_mutex_);
-  if (aborted_.load()) {
-    message = where(operations) + ": the communicator was aborted";
-    return HAL_ERROR_ABORTED;
-  }
-  if (failed_.load(std::memory_order_acquire)) {
-    const auto [status, earlier] = first_error();
-    message = where(operations) + ": the communicator failed earlier and cannot be used: " + earlier;
-    return status;
-  }
+  if (const hal_status refused = failure_.refuse(
+          aborted_.load(), [&] { return where(operations); }, message);
+      refused != HAL_OK)
+    return refused;
   const bool point_to_point = first.kind == HAL_COLLECTIVE_SEND || first.kind == HAL_COLLECTIVE_RECV;
   {
     // No clock read per operation: the watchdog starts the timeout when it
@@ -339,7 +308,7 @@ hal_status MpiCommunicator::execute(std::span<const HostOperation> operations, s
   }
   if (status != HAL_OK) {
     message = where(operations) + ": " + message;
-    record_failure(status, message);
+    failure_.record(status, message);
   }
   return status;
 }
@@ -561,7 +530,7 @@ void MpiCommunicator::watch() {
       const std::string key = progress_key(rank_);
       const std::string value = "entered " + std::to_string(published);
       lock.unlock();
-      store_.set(store_.user_data, key.c_str(), value.data(), value.size());
+      store_set(store_, key, value);
       lock.lock();
       if (stopping_) return;
     }
@@ -571,7 +540,7 @@ void MpiCommunicator::watch() {
       std::string message = describe_operation(rank_, op);
       if (current.group_size > 1) message += " and " + std::to_string(current.group_size - 1) + " more in its group";
       message += ": timed out after " + std::to_string(op.timeout_ms) + " ms inside MPI; " + arrivals(current);
-      record_failure(HAL_ERROR_TIMEOUT, message);
+      failure_.record(HAL_ERROR_TIMEOUT, message);
       end_job(message, kTimeoutExitCode);
     }
   }
@@ -629,7 +598,7 @@ std::string MpiCommunicator::arrivals(const InFlight& in_flight) {
 // and to the store (for the other ranks), then MPI_Abort ends every rank.
 void MpiCommunicator::end_job(const std::string& message, int exit_code) {
   const std::string failed_key = prefix_ + "/failed/" + std::to_string(rank_);
-  store_.set(store_.user_data, failed_key.c_str(), message.data(), message.size());
+  store_set(store_, failed_key, message);
   const std::string text = message + "\nhal: MPI cannot cancel a blocked operation, so rank " + std::to_string(rank_) +
                            " calls MPI_Abort(MPI_COMM_WORLD, " + std::to_string(exit_code) +
                            "): the launcher ends every rank of the job";
@@ -649,7 +618,7 @@ void MpiCommunicator::end_job(const std::string& message, int exit_code) {
 
 void MpiCommunicator::abort() {
   if (aborted_.exchange(true)) return;
-  record_failure(HAL_ERROR_ABORTED, "rank " + std::to_string(rank_) + ": the communicator was aborted");
+  failure_.record(HAL_ERROR_ABORTED, "rank " + std::to_string(rank_) + ": the communicator was aborted");
   InFlight in_flight;
   {
     std::lock_guard lock(in_flight_lock_);
@@ -665,7 +634,7 @@ void MpiCommunicator::abort() {
 // timeout (when the watchdog ends the job), since MPI cannot stop it.
 void MpiCommunicator::shut_down() {
   aborted_ = true;
-  record_failure(HAL_ERROR_ABORTED, "rank " + std::to_string(rank_) + ": the communicator was destroyed");
+  failure_.record(HAL_ERROR_ABORTED, "rank " + std::to_string(rank_) + ": the communicator was destroyed");
   std::lock_guard wait_for_running(operation_mutex_);
   release();
 }
@@ -685,7 +654,7 @@ void MpiCommunicator::release() {
     // Lets the peers' watchdogs tell a rank that left from one that hangs.
     const std::string key = progress_key(rank_);
     const std::string value = "destroyed after " + std::to_string(entered);
-    store_.set(store_.user_data, key.c_str(), value.data(), value.size());
+    store_set(store_, key, value);
   }
   std::unique_lock serial(serialized_calls(), std::defer_lock);
   if (serialize_) serial.lock();

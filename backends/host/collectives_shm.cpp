@@ -51,6 +51,7 @@
 #include "shm_kernels.hpp"
 #include "shm_names.hpp"
 #include "spin_wait.hpp"
+#include "store_values.hpp"
 
 namespace hal::host {
 namespace {
@@ -612,20 +613,13 @@ void ShmCommunicator::stop(const std::string& how) {
 
 // Store helpers for the rendezvous; both fail() on error.
 hal_status publish(const hal_communicator_config_v1& config, const std::string& key, const std::string& value) {
-  const hal_store_v1& store = *config.store;
-  const hal_status status = store.set(store.user_data, key.c_str(), value.data(), value.size());
+  const hal_status status = store_set(*config.store, key, value);
   return status == HAL_OK ? HAL_OK
                           : fail(status, "rank " + std::to_string(config.rank) + ": publishing '" + key + "' failed");
 }
 
 hal_status read_key(const hal_communicator_config_v1& config, const std::string& key, int owner, std::string& value) {
-  const hal_store_v1& store = *config.store;
-  const hal_status status = store.get(
-      store.user_data, key.c_str(), config.timeout_ms,
-      [](void* sink, const void* data, size_t size) {
-        static_cast<std::string*>(sink)->assign(static_cast<const char*>(data), size);
-      },
-      &value);
+  const hal_status status = store_get(*config.store, key, config.timeout_ms, value);
   if (status == HAL_ERROR_TIMEOUT)
     return fail(status, "rank " + std::to_string(config.rank) + ": rank " + std::to_string(owner) +
                             " did not set up the shared-memory segment within " + std::to_string(config.timeout_ms) +

@@ -13,6 +13,7 @@
 #include "collectives.hpp"
 #include "collectives_engine.hpp"
 #include "environment.hpp"
+#include "store_values.hpp"
 
 namespace hal::host {
 
@@ -83,19 +84,14 @@ hal_status agree_on_engine(const hal_communicator_config_v1& config, const std::
                            const std::string& engine) {
   const hal_store_v1& store = *config.store;
   const std::string mine = prefix + "/engine/" + std::to_string(config.rank);
-  if (const hal_status status = store.set(store.user_data, mine.c_str(), engine.data(), engine.size()); status != HAL_OK)
+  if (const hal_status status = store_set(store, mine, engine); status != HAL_OK)
     return fail(status, "rank " + std::to_string(config.rank) + ": publishing the collectives engine failed");
   std::string listing;
   bool same = true;
   for (int peer = 0; peer < config.world_size; ++peer) {
     std::string theirs;
     const std::string key = prefix + "/engine/" + std::to_string(peer);
-    const hal_status status = store.get(
-        store.user_data, key.c_str(), config.timeout_ms,
-        [](void* sink, const void* data, size_t size) {
-          static_cast<std::string*>(sink)->assign(static_cast<const char*>(data), size);
-        },
-        &theirs);
+    const hal_status status = store_get(store, key, config.timeout_ms, theirs);
     if (status == HAL_ERROR_TIMEOUT)
       return fail(status, "rank " + std::to_string(config.rank) + " of " + std::to_string(config.world_size) +
                               ": rank " + std::to_string(peer) + " did not create its communicator within " +

@@ -23,7 +23,7 @@ struct ShmKernels {
 const ShmKernels& shm_kernels();
 
 extern const ShmKernels shm_kernels_scalar;
-#if defined(HAL_HOST_ATTENTION_X86)
+#if defined(HAL_HOST_X86_UNITS)
 extern const ShmKernels shm_kernels_avx2;
 extern const ShmKernels shm_kernels_avx512;
 #endif

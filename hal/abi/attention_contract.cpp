@@ -84,6 +84,13 @@ void check_strides(const hal_attention_params_v1& params, AttentionTensor tensor
 
 }  // namespace
 
+std::span<const AttentionTensor> strided_attention_tensors(bool backward) {
+  static constexpr AttentionTensor tensors[] = {
+      AttentionTensor::q,      AttentionTensor::k,      AttentionTensor::v,      AttentionTensor::o,
+      AttentionTensor::grad_o, AttentionTensor::grad_q, AttentionTensor::grad_k, AttentionTensor::grad_v};
+  return std::span(tensors).first(backward ? 8 : 4);
+}
+
 const char* attention_tensor_name(AttentionTensor tensor) {
   switch (tensor) {
     case AttentionTensor::q: return "q";
@@ -198,13 +205,10 @@ std::vector<std::string> attention_problems(const hal_attention_params_v1& param
     add("softmax_scale (", params.softmax_scale, ") must be finite and not 0");
   if (params.return_lse != 0 && params.return_lse != 1) add("return_lse (", params.return_lse, ") must be 0 or 1");
   if (!sizes_positive) return problems;  // strides are judged against the extents
-  for (auto tensor : {AttentionTensor::q, AttentionTensor::k, AttentionTensor::v})
-    check_strides(params, tensor, false, problems);
-  check_strides(params, AttentionTensor::o, true, problems);
-  if (backward) {
-    check_strides(params, AttentionTensor::grad_o, false, problems);
-    for (auto tensor : {AttentionTensor::grad_q, AttentionTensor::grad_k, AttentionTensor::grad_v})
-      check_strides(params, tensor, true, problems);
+  for (const AttentionTensor tensor : strided_attention_tensors(backward)) {
+    const bool written = tensor == AttentionTensor::o || tensor == AttentionTensor::grad_q ||
+                         tensor == AttentionTensor::grad_k || tensor == AttentionTensor::grad_v;
+    check_strides(params, tensor, written, problems);
   }
   return problems;
 }

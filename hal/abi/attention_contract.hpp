@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct AttentionExtents {
 };
 
 const char* attention_tensor_name(AttentionTensor tensor);
+// The tensors whose strides params carry, in order: q, k, v, o, then for
+// backward grad_o, grad_q, grad_k, grad_v.
+std::span<const AttentionTensor> strided_attention_tensors(bool backward);
 AttentionExtents attention_extents(const hal_attention_params_v1& params, AttentionTensor tensor);
 // lse and key_ranges are contiguous and have no strides in params: all zero.
 const hal_tensor_strides_v1& attention_strides(const hal_attention_params_v1& params, AttentionTensor tensor);

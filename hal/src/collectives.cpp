@@ -534,6 +534,18 @@ std::uint64_t times_world(const Communicator::State& state, std::uint64_t count)
   return elements;
 }
 
+// The buffer of a rooted operation that only its root passes: the send of
+// broadcast and scatter, the recv of reduce and gather.
+enum class RootOnly { send, recv };
+
+// submit_collective for a rooted operation: on the other ranks the root's
+// own buffer is not passed on (nor checked).
+void submit_rooted(Communicator::State& state, const Stream& stream, OperationRequest request, RootOnly root_only,
+                   OperationOptions options) {
+  if (request.root != state.rank) (root_only == RootOnly::send ? request.send : request.recv) = nullptr;
+  submit_collective(state, stream, request, options);
+}
+
 }  // namespace
 
 #define HAL_COLLECTIVE_STATE(name) auto& state = usable(state_, "Communicator::" name)
@@ -548,20 +560,15 @@ void Communicator::all_reduce(BufferView send, BufferView recv, std::uint64_t co
 void Communicator::broadcast(BufferView send, BufferView recv, std::uint64_t count, DType type, int root,
                              const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("broadcast");
-  const bool is_root = root == state.rank;
-  submit_collective(state, stream,
-                    {HAL_COLLECTIVE_BROADCAST, type, ReduceOp::sum, root, count, is_root ? &send : nullptr, &recv,
-                     count, count},
-                    options);
+  submit_rooted(state, stream, {HAL_COLLECTIVE_BROADCAST, type, ReduceOp::sum, root, count, &send, &recv, count, count},
+                RootOnly::send, options);
 }
 
 void Communicator::reduce(BufferView send, BufferView recv, std::uint64_t count, DType type, ReduceOp op, int root,
                           const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("reduce");
-  const bool is_root = root == state.rank;
-  submit_collective(state, stream,
-                    {HAL_COLLECTIVE_REDUCE, type, op, root, count, &send, is_root ? &recv : nullptr, count, count},
-                    options);
+  submit_rooted(state, stream, {HAL_COLLECTIVE_REDUCE, type, op, root, count, &send, &recv, count, count},
+                RootOnly::recv, options);
 }
 
 void Communicator::all_gather(BufferView send, BufferView recv, std::uint64_t count, DType type,
@@ -593,21 +600,19 @@ void Communicator::all_to_all(BufferView send, BufferView recv, std::uint64_t co
 void Communicator::gather(BufferView send, BufferView recv, std::uint64_t count, DType type, int root,
                           const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("gather");
-  const bool is_root = root == state.rank;
-  submit_collective(state, stream,
-                    {HAL_COLLECTIVE_GATHER, type, ReduceOp::sum, root, count, &send, is_root ? &recv : nullptr, count,
-                     times_world(state, count)},
-                    options);
+  submit_rooted(
+      state, stream,
+      {HAL_COLLECTIVE_GATHER, type, ReduceOp::sum, root, count, &send, &recv, count, times_world(state, count)},
+      RootOnly::recv, options);
 }
 
 void Communicator::scatter(BufferView send, BufferView recv, std::uint64_t count, DType type, int root,
                            const Stream& stream, OperationOptions options) const {
   HAL_COLLECTIVE_STATE("scatter");
-  const bool is_root = root == state.rank;
-  submit_collective(state, stream,
-                    {HAL_COLLECTIVE_SCATTER, type, ReduceOp::sum, root, count, is_root ? &send : nullptr, &recv,
-                     times_world(state, count), count},
-                    options);
+  submit_rooted(
+      state, stream,
+      {HAL_COLLECTIVE_SCATTER, type, ReduceOp::sum, root, count, &send, &recv, times_world(state, count), count},
+      RootOnly::send, options);
 }
 
 void Communicator::barrier(const Stream& stream, OperationOptions options) const {

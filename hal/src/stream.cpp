@@ -113,6 +113,24 @@ void check_host_pointer(const void* pointer, std::uint64_t size, std::string_vie
     throw Error(StatusCode::invalid_argument, std::string(operation) + ": the host pointer is null");
 }
 
+// A copy between host memory and `buffer` (`direction`: "to" or "from" it):
+// the checks of both directions, then enqueue(stream, buffer state), which
+// returns the backend's status, unless there is nothing to copy.
+template <class Enqueue>
+void copy_with_host(const std::shared_ptr<detail::StreamState>& state, std::string_view operation, const Buffer& buffer,
+                    std::uint64_t offset, const void* host, std::uint64_t size, std::string_view direction,
+                    const Enqueue& enqueue) {
+  const auto& stream = usable_stream(state, operation);
+  const auto& buffer_state = buffer_on_stream_device(stream, detail::Access::state(buffer), operation);
+  buffer_state.check_range(offset, size, operation);
+  check_host_pointer(host, size, operation);
+  if (size == 0) return;
+  buffer_state.backend->check(enqueue(stream, buffer_state), [&] {
+    return "enqueueing a copy of " + std::to_string(size) + " bytes " + std::string(direction) + " the " +
+           buffer_state.describe();
+  });
+}
+
 // Passes a std::function through the C boundary; the trampoline owns it.
 struct HostCallback {
   std::function<void(const Status&)> callback;
@@ -147,28 +165,20 @@ Device Stream::device() const { return usable_stream(state_, "Stream::device").d
 
 void Stream::copy_to_device(const Buffer& destination, std::uint64_t destination_offset, const void* source,
                             std::uint64_t size) const {
-  constexpr std::string_view operation = "Stream::copy_to_device";
-  const auto& stream = usable_stream(state_, operation);
-  const auto& buffer = buffer_on_stream_device(stream, detail::Access::state(destination), operation);
-  buffer.check_range(destination_offset, size, operation);
-  check_host_pointer(source, size, operation);
-  if (size == 0) return;
-  buffer.backend->check(
-      buffer.backend->table->copy_host_to_device(stream.handle, buffer.handle, buffer.base + destination_offset, source, size),
-      [&] { return "enqueueing a copy of " + std::to_string(size) + " bytes to the " + buffer.describe(); });
+  copy_with_host(state_, "Stream::copy_to_device", destination, destination_offset, source, size, "to",
+                 [&](const detail::StreamState& stream, const detail::BufferState& buffer) {
+                   return buffer.backend->table->copy_host_to_device(stream.handle, buffer.handle,
+                                                                     buffer.base + destination_offset, source, size);
+                 });
 }
 
 void Stream::copy_to_host(void* destination, const Buffer& source, std::uint64_t source_offset,
                           std::uint64_t size) const {
-  constexpr std::string_view operation = "Stream::copy_to_host";
-  const auto& stream = usable_stream(state_, operation);
-  const auto& buffer = buffer_on_stream_device(stream, detail::Access::state(source), operation);
-  buffer.check_range(source_offset, size, operation);
-  check_host_pointer(destination, size, operation);
-  if (size == 0) return;
-  buffer.backend->check(
-      buffer.backend->table->copy_device_to_host(stream.handle, destination, buffer.handle, buffer.base + source_offset, size),
-      [&] { return "enqueueing a copy of " + std::to_string(size) + " bytes from the " + buffer.describe(); });
+  copy_with_host(state_, "Stream::copy_to_host", source, source_offset, destination, size, "from",
+                 [&](const detail::StreamState& stream, const detail::BufferState& buffer) {
+                   return buffer.backend->table->copy_device_to_host(stream.handle, destination, buffer.handle,
+                                                                     buffer.base + source_offset, size);
+                 });
 }
 
 void Stream::copy(const Buffer& destination, std::uint64_t destination_offset, const Buffer& source,

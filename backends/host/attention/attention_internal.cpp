@@ -43,4 +43,28 @@ void require_key_ranges(const hal_attention_params_v1& params, const std::int32_
     throw std::invalid_argument("key_ranges is given but params.key_ranges is 0; set it to use them");
 }
 
+void require_forward_call(const hal_attention_params_v1& params, const std::int32_t* key_ranges, const void* q,
+                          const void* k, const void* v, const void* o) {
+  require_valid_params(params, false);
+  require_key_ranges(params, key_ranges);
+  require_pointer(q, "q");
+  require_pointer(k, "k");
+  require_pointer(v, "v");
+  require_pointer(o, "o");
+}
+
+void require_backward_call(const hal_attention_params_v1& params, const std::int32_t* key_ranges, const void* q,
+                           const void* k, const void* v, const void* grad_o, const void* grad_q, const void* grad_k,
+                           const void* grad_v) {
+  require_valid_params(params, true);
+  require_key_ranges(params, key_ranges);
+  require_pointer(q, "q");
+  require_pointer(k, "k");
+  require_pointer(v, "v");
+  require_pointer(grad_o, "grad_o");
+  require_pointer(grad_q, "grad_q");
+  require_pointer(grad_k, "grad_k");
+  require_pointer(grad_v, "grad_v");
+}
+
 }  // namespace hal::host

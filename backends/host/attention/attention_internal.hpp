@@ -19,6 +19,14 @@ void require_valid_params(const hal_attention_params_v1& params, bool backward);
 void require_pointer(const void* pointer, const char* name);
 // Key ranges are passed exactly when params.key_ranges announces them.
 void require_key_ranges(const hal_attention_params_v1& params, const std::int32_t* key_ranges);
+// What every forward, and every backward, entry checks before it reads a
+// tensor: the params, the key ranges and the pointers of the tensors all
+// implementations read.
+void require_forward_call(const hal_attention_params_v1& params, const std::int32_t* key_ranges, const void* q,
+                          const void* k, const void* v, const void* o);
+void require_backward_call(const hal_attention_params_v1& params, const std::int32_t* key_ranges, const void* q,
+                           const void* k, const void* v, const void* grad_o, const void* grad_q, const void* grad_k,
+                           const void* grad_v);
 
 // The kernels of `isa`; throws std::invalid_argument when this CPU lacks it.
 const flash::KernelTable& flash_kernel_table(FlashIsa isa);

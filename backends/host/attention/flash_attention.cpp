@@ -194,13 +194,53 @@ std::int64_t workspace_floats(const flash::Layout& layout, int thread_count) {
          dq_slots * layout.dq_partial_floats + layout.group_count * layout.kv_splits * layout.partial_floats;
 }
 
+// A forward or backward job's fields that do not depend on the direction:
+// the operands every call reads, the layout, and the workspace's packed
+// operands and per-thread scratch (what follows them is the caller's).
+template <class Job>
+Job start_job(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
+              const std::int32_t* key_ranges, const flash::Layout& layout, float* workspace) {
+  Job job{};
+  job.params = &params;
+  job.q = q;
+  job.k = k;
+  job.v = v;
+  job.key_ranges = key_ranges;
+  job.layout = layout;
+  job.packed = workspace;
+  job.scratch = job.packed + layout.packed_slots * layout.packed_group_floats;
+  return job;
+}
+
+// The job of one whole group run by `worker`, in that worker's packed slot.
+template <class Job>
+Job whole_group_job(const Job& job, int worker, std::int64_t group) {
+  Job own = job;
+  own.first_group = group;
+  own.pass_groups = 1;
+  own.packed = job.packed + worker * job.layout.packed_group_floats;
+  return own;
+}
+
+// Runs pass() once per pass of groups_per_pass groups, with the job's
+// first_group and pass_groups set to that pass's.
+template <class Job, class Pass>
+void for_each_pass(Job& job, const Pass& pass) {
+  const flash::Layout& layout = job.layout;
+  for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
+    job.first_group = first;
+    job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);
+    pass();
+  }
+}
+
 }  // namespace
 
 const flash::KernelTable& flash_kernel_table(FlashIsa isa) {
   if (!flash_isa_supported(isa)) {
     throw std::invalid_argument(std::string("flash path ") + flash_isa_name(isa) + " is not supported by this CPU");
   }
-#if defined(HAL_HOST_ATTENTION_X86)
+#if defined(HAL_HOST_X86_UNITS)
   if (isa == FlashIsa::avx512) return flash::kernels_avx512;
   if (isa == FlashIsa::avx2) return flash::kernels_avx2;
 #endif
@@ -219,7 +259,7 @@ const char* flash_isa_name(FlashIsa isa) {
 bool flash_isa_supported(FlashIsa isa) {
   switch (isa) {
     case FlashIsa::scalar: return true;
-#if defined(HAL_HOST_ATTENTION_X86)
+#if defined(HAL_HOST_X86_UNITS)
     case FlashIsa::avx2:
       return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case FlashIsa::avx512:
@@ -290,36 +330,20 @@ std::uint64_t flash_workspace_bytes(const hal_attention_params_v1& params, bool 
 void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v, void* o,
                    float* lse_or_null, ThreadPool& pool, FlashIsa isa, FlashForwardTiling tiling,
                    const std::int32_t* key_ranges) {
-  require_valid_params(params, false);
-  require_key_ranges(params, key_ranges);
-  require_pointer(q, "q");
-  require_pointer(k, "k");
-  require_pointer(v, "v");
-  require_pointer(o, "o");
+  require_forward_call(params, key_ranges, q, k, v, o);
   const flash::KernelTable& kernels = flash_kernel_table(isa);
   const int threads = pool.thread_count();
   const flash::Layout layout = make_layout(params, false, threads, tiling);
   CallScratch workspace(static_cast<std::size_t>(workspace_floats(layout, threads)));
 
-  flash::ForwardJob job{};
-  job.params = &params;
-  job.q = q;
-  job.k = k;
-  job.v = v;
+  auto job = start_job<flash::ForwardJob>(params, q, k, v, key_ranges, layout, workspace.data());
   job.o = o;
   job.lse = lse_or_null;
-  job.key_ranges = key_ranges;
-  job.layout = layout;
-  job.packed = workspace.data();
-  job.scratch = job.packed + layout.packed_slots * layout.packed_group_floats;
   job.partials = job.scratch + threads * layout.scratch_floats;
   UnitRunner units(pool, attention_flops(params, false));
   if (layout.whole_groups) {
     units.run(layout.group_count, [&](int worker, std::int64_t group) {
-      flash::ForwardJob own = job;
-      own.first_group = group;
-      own.pass_groups = 1;
-      own.packed = job.packed + worker * layout.packed_group_floats;
+      const flash::ForwardJob own = whole_group_job(job, worker, group);
       for (std::int64_t key_block = 0; key_block < layout.key_blocks; ++key_block) {
         kernels.forward_pack_keys(own, key_block);
       }
@@ -337,58 +361,38 @@ void flash_forward(const hal_attention_params_v1& params, const void* q, const v
     }
     return;
   }
-  for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
-    job.first_group = first;
-    job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);
+  for_each_pass(job, [&] {
     units.run(job.pass_groups * layout.key_blocks, [&](int, std::int64_t unit) { kernels.forward_pack_keys(job, unit); });
     units.run(job.pass_groups * layout.group_size * layout.query_blocks,
               [&](int worker, std::int64_t unit) { kernels.forward_queries(job, unit, worker); });
-  }
+  });
 }
 
 void flash_backward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
                     const void* o, const void* grad_o, const float* lse, void* grad_q, void* grad_k, void* grad_v,
                     ThreadPool& pool, FlashIsa isa, const std::int32_t* key_ranges) {
-  require_valid_params(params, true);
-  require_key_ranges(params, key_ranges);
-  require_pointer(q, "q");
-  require_pointer(k, "k");
-  require_pointer(v, "v");
+  require_backward_call(params, key_ranges, q, k, v, grad_o, grad_q, grad_k, grad_v);
+  // Unlike the math path, flash reads O (for rowsum(dO * O)) and the forward's LSE.
   require_pointer(o, "o");
-  require_pointer(grad_o, "grad_o");
   require_pointer(lse, "lse (flash backward needs the forward's LSE)");
-  require_pointer(grad_q, "grad_q");
-  require_pointer(grad_k, "grad_k");
-  require_pointer(grad_v, "grad_v");
   const flash::KernelTable& kernels = flash_kernel_table(isa);
   const int threads = pool.thread_count();
   const flash::Layout layout = make_layout(params, true, threads);
   CallScratch workspace(static_cast<std::size_t>(workspace_floats(layout, threads)));
 
-  flash::BackwardJob job{};
-  job.params = &params;
-  job.q = q;
-  job.k = k;
-  job.v = v;
+  auto job = start_job<flash::BackwardJob>(params, q, k, v, key_ranges, layout, workspace.data());
   job.o = o;
   job.grad_o = grad_o;
   job.lse = lse;
   job.grad_q = grad_q;
   job.grad_k = grad_k;
   job.grad_v = grad_v;
-  job.key_ranges = key_ranges;
-  job.layout = layout;
-  job.packed = workspace.data();
-  job.scratch = job.packed + layout.packed_slots * layout.packed_group_floats;
   job.dq_partials = job.scratch + scratch_slots(layout, threads) * layout.scratch_floats;
   UnitRunner units(pool, attention_flops(params, true));
   if (layout.whole_groups) {
     // A group's dQ is this thread's alone: no partials to sum across chunks.
     units.run(layout.group_count, [&](int worker, std::int64_t group) {
-      flash::BackwardJob own = job;
-      own.first_group = group;
-      own.pass_groups = 1;
-      own.packed = job.packed + worker * layout.packed_group_floats;
+      flash::BackwardJob own = whole_group_job(job, worker, group);
       own.dq_partials = job.dq_partials + worker * layout.dq_partial_floats;
       const std::int64_t query_units = layout.group_size * layout.query_blocks;
       for (std::int64_t unit = 0; unit < query_units; ++unit) kernels.backward_pack_queries(own, unit);
@@ -401,9 +405,7 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
     return;
   }
   const std::vector<std::int64_t> block_costs = key_block_costs(params, layout, key_ranges != nullptr);
-  for (std::int64_t first = 0; first < layout.group_count; first += layout.groups_per_pass) {
-    job.first_group = first;
-    job.pass_groups = std::min(layout.groups_per_pass, layout.group_count - first);
+  for_each_pass(job, [&] {
     const std::int64_t query_units = job.pass_groups * layout.group_size * layout.query_blocks;
     units.run(query_units, [&](int, std::int64_t unit) { kernels.backward_pack_queries(job, unit); });
     const std::int64_t partial_floats = job.pass_groups * layout.group_size * layout.seq_q_padded * layout.dim_qk_padded;
@@ -416,7 +418,7 @@ void flash_backward(const hal_attention_params_v1& params, const void* q, const 
       }
     });
     units.run(query_units, [&](int, std::int64_t unit) { kernels.backward_reduce_dq(job, unit); });
-  }
+  });
 }
 
 void flash_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v, void* o,

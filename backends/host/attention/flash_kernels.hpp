@@ -107,7 +107,7 @@ struct KernelTable {
 };
 
 extern const KernelTable kernels_scalar;
-#if defined(HAL_HOST_ATTENTION_X86)
+#if defined(HAL_HOST_X86_UNITS)
 extern const KernelTable kernels_avx2;
 extern const KernelTable kernels_avx512;
 #endif

@@ -712,15 +712,31 @@ HAL_ALWAYS_INLINE BackwardHeadBuffers backward_head_buffers(const BackwardJob& j
   return buffers;
 }
 
+// A backward query unit of a pass: unit = head_in_pass * query_blocks + query_block.
+struct BackwardQueryUnit {
+  std::int64_t head_in_pass;
+  std::int64_t query_block;
+  std::int64_t batch;
+  std::int64_t head;  // the query head
+};
+
+HAL_ALWAYS_INLINE BackwardQueryUnit backward_query_unit(const BackwardJob& job, std::int64_t unit) {
+  const hal_attention_params_v1& p = *job.params;
+  const Layout& layout = job.layout;
+  BackwardQueryUnit own;
+  own.head_in_pass = unit / layout.query_blocks;
+  own.query_block = unit % layout.query_blocks;
+  const std::int64_t group = job.first_group + own.head_in_pass / layout.group_size;
+  own.batch = group / p.heads_kv;
+  own.head = (group % p.heads_kv) * layout.group_size + own.head_in_pass % layout.group_size;
+  return own;
+}
+
 template <class V>
 void backward_pack_queries(const BackwardJob& job, std::int64_t unit) {
   const hal_attention_params_v1& p = *job.params;
   const Layout& layout = job.layout;
-  const std::int64_t head_in_pass = unit / layout.query_blocks;
-  const std::int64_t query_block = unit % layout.query_blocks;
-  const std::int64_t group = job.first_group + head_in_pass / layout.group_size;
-  const std::int64_t batch = group / p.heads_kv;
-  const std::int64_t head = (group % p.heads_kv) * layout.group_size + head_in_pass % layout.group_size;
+  const auto [head_in_pass, query_block, batch, head] = backward_query_unit(job, unit);
   const BackwardHeadBuffers buffers = backward_head_buffers(job, head_in_pass);
   const float q_scale = p.softmax_scale * kLog2e;
   for (std::int64_t row = 0; row < layout.query_block; ++row) {
@@ -857,11 +873,7 @@ template <class V>
 void backward_reduce_dq(const BackwardJob& job, std::int64_t unit) {
   const hal_attention_params_v1& p = *job.params;
   const Layout& layout = job.layout;
-  const std::int64_t head_in_pass = unit / layout.query_blocks;
-  const std::int64_t query_block = unit % layout.query_blocks;
-  const std::int64_t group = job.first_group + head_in_pass / layout.group_size;
-  const std::int64_t batch = group / p.heads_kv;
-  const std::int64_t head = (group % p.heads_kv) * layout.group_size + head_in_pass % layout.group_size;
+  const auto [head_in_pass, query_block, batch, head] = backward_query_unit(job, unit);
   const std::int64_t query0 = query_block * layout.query_block;
   const std::int64_t rows = min_i64(layout.query_block, p.seq_q - query0);
   for (std::int64_t row = 0; row < rows; ++row) {

@@ -255,12 +255,7 @@ TensorRef input(const hal_attention_params_v1& p, const void* data, const hal_te
 
 void math_forward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v, void* o,
                   float* lse_or_null, ThreadPool& pool, const std::int32_t* key_ranges) {
-  require_valid_params(params, false);
-  require_key_ranges(params, key_ranges);
-  require_pointer(q, "q");
-  require_pointer(k, "k");
-  require_pointer(v, "v");
-  require_pointer(o, "o");
+  require_forward_call(params, key_ranges, q, k, v, o);
   forward_impl<float>(params, key_ranges, input(params, q, params.q_strides), input(params, k, params.k_strides),
                       input(params, v, params.v_strides), MutableTensorRef{o, params.dtype, params.o_strides},
                       lse_or_null, HAL_DTYPE_F32, pool);
@@ -269,15 +264,7 @@ void math_forward(const hal_attention_params_v1& params, const void* q, const vo
 void math_backward(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
                    const void* /*o*/, const void* grad_o, const float* /*lse*/, void* grad_q, void* grad_k,
                    void* grad_v, ThreadPool& pool, const std::int32_t* key_ranges) {
-  require_valid_params(params, true);
-  require_key_ranges(params, key_ranges);
-  require_pointer(q, "q");
-  require_pointer(k, "k");
-  require_pointer(v, "v");
-  require_pointer(grad_o, "grad_o");
-  require_pointer(grad_q, "grad_q");
-  require_pointer(grad_k, "grad_k");
-  require_pointer(grad_v, "grad_v");
+  require_backward_call(params, key_ranges, q, k, v, grad_o, grad_q, grad_k, grad_v);
   backward_impl<float>(params, key_ranges, input(params, q, params.q_strides), input(params, k, params.k_strides),
                        input(params, v, params.v_strides), input(params, grad_o, params.grad_o_strides),
                        MutableTensorRef{grad_q, params.dtype, params.grad_q_strides},
@@ -287,12 +274,7 @@ void math_backward(const hal_attention_params_v1& params, const void* q, const v
 
 void math_forward_f64(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
                       double* o, double* lse_or_null, ThreadPool& pool, const std::int32_t* key_ranges) {
-  require_valid_params(params, false);
-  require_key_ranges(params, key_ranges);
-  require_pointer(q, "q");
-  require_pointer(k, "k");
-  require_pointer(v, "v");
-  require_pointer(o, "o");
+  require_forward_call(params, key_ranges, q, k, v, o);
   forward_impl<double>(
       params, key_ranges, input(params, q, params.q_strides), input(params, k, params.k_strides),
       input(params, v, params.v_strides),
@@ -303,15 +285,7 @@ void math_forward_f64(const hal_attention_params_v1& params, const void* q, cons
 void math_backward_f64(const hal_attention_params_v1& params, const void* q, const void* k, const void* v,
                        const void* grad_o, double* grad_q, double* grad_k, double* grad_v, ThreadPool& pool,
                        const std::int32_t* key_ranges) {
-  require_valid_params(params, true);
-  require_key_ranges(params, key_ranges);
-  require_pointer(q, "q");
-  require_pointer(k, "k");
-  require_pointer(v, "v");
-  require_pointer(grad_o, "grad_o");
-  require_pointer(grad_q, "grad_q");
-  require_pointer(grad_k, "grad_k");
-  require_pointer(grad_v, "grad_v");
+  require_backward_call(params, key_ranges, q, k, v, grad_o, grad_q, grad_k, grad_v);
   backward_impl<double>(
       params, key_ranges, input(params, q, params.q_strides), input(params, k, params.k_strides),
       input(params, v, params.v_strides), input(params, grad_o, params.grad_o_strides),
