@@ -50,8 +50,8 @@ done
 nvcc="$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")"
 if [ "$reuse_build" = 0 ]; then
   "$nvcc" -O2 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-    -gencode arch=compute_90,code=compute_90 -I"$root/backends/kernels" -I"$root/backends/host" -I"$root/tests/simt" \
-    "$root/tests/gpu/flash_attention_gpu_check.cu" "$root/backends/kernels/attention_plan.cpp" \
+    -gencode arch=compute_90,code=compute_90 -I"$root/backends/gpu/kernels" -I"$root/backends/host" -I"$root/tests/simt" \
+    "$root/tests/gpu/flash_attention_gpu_check.cu" "$root/backends/gpu/kernels/attention_plan.cpp" \
     -o "$bundle/bin/flash_attention_gpu_check"
 fi
 cp -P "$build"/lib/libhal.so* "$bundle/lib/"

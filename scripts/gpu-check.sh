@@ -198,9 +198,9 @@ step environment 15 - - bash -c '
 if [ -x "$bundle/bin/flash_attention_gpu_check" ]; then
   step flash-kernels 30 gpu - "$bundle/bin/flash_attention_gpu_check"
 else
-  step flash-kernels 150 gpu - bash -c '"$0" -O2 -std=c++17 -arch=native -I"$1/backends/kernels" \
+  step flash-kernels 150 gpu - bash -c '"$0" -O2 -std=c++17 -arch=native -I"$1/backends/gpu/kernels" \
     -I"$1/backends/host" -I"$1/tests/simt" "$1/tests/gpu/flash_attention_gpu_check.cu" \
-    "$1/backends/kernels/attention_plan.cpp" -o "$2/flash_check" || exit $?; "$2/flash_check"' "$nvcc" "$root" "$work"
+    "$1/backends/gpu/kernels/attention_plan.cpp" -o "$2/flash_check" || exit $?; "$2/flash_check"' "$nvcc" "$root" "$work"
 fi
 
 if [ ! -d "$bundle/lib/hal/backends" ]; then
@@ -234,12 +234,12 @@ elif mkdir -p "$work/cuda" && step build-cuda-backend 120 - - bash -c '
     set -e
     nvcc="$0" root="$1" cuda_home="$2" work="$3"
     "$nvcc" --fatbin -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-      -gencode arch=compute_90,code=compute_90 -I"$root/backends/kernels" -o "$work/cuda/kernels.fatbin" \
-      "$root/backends/kernels/cuda_kernels.cu"
-    sources=("$root"/backends/cuda/*.cpp "$root"/backends/common/*.cpp "$root/backends/kernels/attention_plan.cpp")
+      -gencode arch=compute_90,code=compute_90 -I"$root/backends/gpu/kernels" -o "$work/cuda/kernels.fatbin" \
+      "$root/backends/gpu/kernels/cuda_kernels.cu"
+    sources=("$root"/backends/cuda/*.cpp "$root"/backends/gpu/*.cpp "$root/backends/gpu/kernels/attention_plan.cpp")
     for shim in cuda_driver cudnn nvrtc nccl cublas library_loader; do sources+=("$root/shims/$shim.cpp"); done
     c++ -std=c++20 -O2 -shared -fPIC -fvisibility=hidden -Wall -Wextra \
-      -I"$root/hal/include" -I"$root/shims" -I"$root/backends/common" -I"$root/backends/kernels" \
+      -I"$root/hal/include" -I"$root/shims" -I"$root/backends/gpu" -I"$root/backends/gpu/kernels" \
       -isystem "$cuda_home/include" \
       -DHAL_VERSION_STRING="\"built-on-gpu-machine\"" -DHAL_CUDA_KERNEL_FATBIN="\"$work/cuda/kernels.fatbin\"" \
       "${sources[@]}" -ldl -pthread -o "$work/cuda/libhal_backend_cuda.so"

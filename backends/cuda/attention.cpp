@@ -1,6 +1,6 @@
 // Attention on CUDA devices: CudaVendor's scratch (the stream-ordered pool
 // of memory.cpp) and cuBLAS for the math path's GEMMs, under the shared
-// engine of backends/common. Fused attention comes from a vendor
+// engine of backends/gpu. Fused attention comes from a vendor
 // FusedAttention set on the context (cuDNN), when one is built in.
 #include "attention.hpp"
 

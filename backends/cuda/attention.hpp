@@ -1,4 +1,4 @@
-// Attention on the CUDA core: the shared GPU engine (backends/common) over
+// Attention on the CUDA core: the shared GPU engine (backends/gpu) over
 // CudaVendor; cuBLAS for the math path's GEMMs.
 #pragma once
 

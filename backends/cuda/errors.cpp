@@ -1,5 +1,5 @@
 // CUresult -> hal_status and the primary context made current per entry point; the last error
-// itself lives in backends/common.
+// itself lives in backends/gpu.
 #include "attention.hpp"
 #include "cuda_backend.hpp"
 #include "kernels.hpp"

@@ -1,4 +1,4 @@
-// The fatbin nvcc built from backends/kernels, embedded in the plugin so it
+// The fatbin nvcc built from backends/gpu/kernels, embedded in the plugin so it
 // never goes looking for a file at run time.
 #include "kernels.hpp"
 

@@ -1,4 +1,4 @@
-// The device kernels of backends/kernels on one CUDA device: loaded from the
+// The device kernels of backends/gpu/kernels on one CUDA device: loaded from the
 // embedded fatbin and checked once, or off with the reason.
 #pragma once
 

@@ -1,6 +1,6 @@
 // Device, pinned host and managed memory; copies and fills, synchronous
 // (stream == NULL) or ordered on a stream: CudaVendor's memory calls, under
-// backends/common/gpu_memory.hpp; and the scratch pool attention uses.
+// backends/gpu/gpu_memory.hpp; and the scratch pool attention uses.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -1,5 +1,5 @@
 // Streams, events and host callbacks on the driver API: CudaVendor's stream
-// calls, under backends/common/gpu_streams.hpp.
+// calls, under backends/gpu/gpu_streams.hpp.
 #include "gpu_streams.hpp"
 #include "vendor.hpp"
 

@@ -1,5 +1,5 @@
 // CudaVendor: the CUDA core's side of the GPU vendor seam
-// (backends/common/gpu_vendor.hpp), over the driver API. Defined where each
+// (backends/gpu/gpu_vendor.hpp), over the driver API. Defined where each
 // part lives: memory.cpp (memory, copies, fills, imports), stream.cpp
 // (streams, events, host callbacks), device.cpp (device info), kernels.cpp
 // (the embedded kernels, launches), attention.cpp (scratch, cuBLAS GEMMs,

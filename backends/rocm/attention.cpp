@@ -1,6 +1,6 @@
 // Attention on AMD GPUs: RocmVendor's scratch (hipMalloc and a
 // synchronizing free) and the kernels' own GEMM, under the shared engine of
-// backends/common. The math path's GEMMs are hal_gemm_f32_strided_batched
+// backends/gpu. The math path's GEMMs are hal_gemm_f32_strided_batched
 // (scalar tiles; no rocBLAS/hipBLAS needed). No fused attention library is
 // wired in.
 #include "attention.hpp"

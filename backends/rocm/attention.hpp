@@ -1,4 +1,4 @@
-// Attention on the ROCm backend: the shared GPU engine (backends/common)
+// Attention on the ROCm backend: the shared GPU engine (backends/gpu)
 // over RocmVendor, with the kernels' own tiled GEMM for math.
 #pragma once
 

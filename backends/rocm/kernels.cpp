@@ -1,4 +1,4 @@
-// The device code embedded in the plugin (backends/kernels, built with
+// The device code embedded in the plugin (backends/gpu/kernels, built with
 // hipcc), loaded per device with the module API. A device without a
 // matching code object gets no kernels, and the reason is kept for every
 // capability that needs them.

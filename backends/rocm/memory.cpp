@@ -1,6 +1,6 @@
 // Device, pinned host and managed memory; copies and fills, synchronous
 // (stream == NULL) or ordered on a stream: RocmVendor's memory calls, under
-// backends/common/gpu_memory.hpp.
+// backends/gpu/gpu_memory.hpp.
 #include "vendor.hpp"
 
 #include <cstddef>

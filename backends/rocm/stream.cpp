@@ -1,5 +1,5 @@
 // Streams, events and host callbacks on the HIP runtime: RocmVendor's
-// stream calls, under backends/common/gpu_streams.hpp.
+// stream calls, under backends/gpu/gpu_streams.hpp.
 #include "gpu_streams.hpp"
 #include "vendor.hpp"
 

@@ -1,5 +1,5 @@
 // RocmVendor: the ROCm backend's side of the GPU vendor seam
-// (backends/common/gpu_vendor.hpp), over the HIP runtime. Defined where each
+// (backends/gpu/gpu_vendor.hpp), over the HIP runtime. Defined where each
 // part lives: memory.cpp (memory, copies, fills, imports), stream.cpp
 // (streams, events, host callbacks), device.cpp (device info), kernels.cpp
 // (the embedded code object, launches), attention.cpp (scratch, the kernels'

@@ -1,4 +1,4 @@
-// The GPU backends' NCCL engine (backends/common/nccl_collectives) across
+// The GPU backends' NCCL engine (backends/gpu/nccl_collectives) across
 // processes: the cuda backend on the fake CUDA driver and the fake NCCL, the
 // rocm backend on the fake HIP runtime and the fake library under RCCL's name.
 // Each rank is a collectives_worker (see worker.cpp), checking its results

@@ -2,8 +2,8 @@
 // reference the CPU emulator test uses (tests/simt/flash_attention_cases.hpp):
 // the one place the inline PTX (mma.sync, cvt.rn.*x2) is exercised. Built and
 // run by scripts/gpu-check.sh with nvcc alone:
-//   nvcc -O2 -std=c++17 -arch=native -Ibackends/kernels -Ibackends/host -Itests/simt \
-//        tests/gpu/flash_attention_gpu_check.cu backends/kernels/attention_plan.cpp -o flash_check
+//   nvcc -O2 -std=c++17 -arch=native -Ibackends/gpu/kernels -Ibackends/host -Itests/simt \
+//        tests/gpu/flash_attention_gpu_check.cu backends/gpu/kernels/attention_plan.cpp -o flash_check
 // Prints one line per case; exits 1 when any case fails.
 #include <cuda_runtime.h>
 

@@ -44,7 +44,7 @@ BoundLaunch binder(void* const* parameters, const KernelShape& shape) {
 
 #define HAL_EMULATED_KERNEL(name) {#name, &binder<&name>}
 
-// Every extern "C" entry point of backends/kernels.
+// Every extern "C" entry point of backends/gpu/kernels.
 const std::map<std::string, Binder, std::less<>>& kernels() {
   static const std::map<std::string, Binder, std::less<>> table = {
       HAL_EMULATED_KERNEL(hal_softmax_rows_f32),

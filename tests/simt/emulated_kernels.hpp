@@ -1,4 +1,4 @@
-// hal's device kernels (every file of backends/kernels that cuda_kernels.cu
+// hal's device kernels (every file of backends/gpu/kernels that cuda_kernels.cu
 // includes) compiled for the SIMT emulator and found by their extern "C"
 // names: what the fake CUDA driver runs for cuLaunchKernel, the fake HIP
 // runtime for hipModuleLaunchKernel, and the emulator tests launch. This

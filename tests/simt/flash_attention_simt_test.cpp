@@ -1,4 +1,4 @@
-// The flash attention kernels of backends/kernels/flash_attention.cu, run on
+// The flash attention kernels of backends/gpu/kernels/flash_attention.cu, run on
 // the CPU by the SIMT emulator (simt.hpp) through the launches their host
 // plan returns, against the f64 reference of flash_attention_cases.hpp. The
 // tensor-core forward runs through the emulator's mma.sync (same fragment

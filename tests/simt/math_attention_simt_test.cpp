@@ -1,4 +1,4 @@
-// The GPU attention engine's math path (backends/common/gpu_attention.cpp)
+// The GPU attention engine's math path (backends/gpu/gpu_attention.cpp)
 // end to end on the CPU: its launches of the math_attention.cu kernels and
 // its strided-batched GEMMs (the ROCm backend's hal_gemm_f32_strided_batched
 // kernel in one case, a host GEMM in the others) run in the SIMT emulator, on the cases and f64 reference of

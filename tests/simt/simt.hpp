@@ -1,5 +1,5 @@
 // A CPU emulator of the CUDA/HIP execution model, enough to run the device
-// code of backends/kernels as plain C++: include this header, then the .cu
+// code of backends/gpu/kernels as plain C++: include this header, then the .cu
 // file. Blocks of a launch run one after another on the calling thread; the
 // threads of a block run as fibers (ucontext) that switch at __syncthreads,
 // so shared memory is ordinary storage: `__shared__` variables become

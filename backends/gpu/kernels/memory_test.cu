@@ -35,6 +35,7 @@ extern "C" __global__ void hal_memory_test_element(hal_memory_test_kernel_args a
         }
       }
     }
-    if (args.write != HAL_KERNEL_MEMORY_TEST_NONE) words[index] = hal_memory_test_word(args.write, args.write_word, offset);
+    if (args.write != HAL_KERNEL_MEMORY_TEST_NONE)
+      words[index] = hal_memory_test_word(args.write, args.write_word, offset);
   }
 }

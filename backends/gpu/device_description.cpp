@@ -25,8 +25,8 @@ void DeviceDescription::add_string(std::string key, std::string value, std::stri
   add(std::move(key), HAL_CAPABILITY_STRING, 0, std::move(value), std::move(note));
 }
 
-void DeviceDescription::add(std::string key, hal_capability_type type, std::int64_t int_value,
-                            std::string string_value, std::string note) {
+void DeviceDescription::add(std::string key, hal_capability_type type, std::int64_t int_value, std::string string_value,
+                            std::string note) {
   capability_strings_.push_back({std::move(key), std::move(string_value), std::move(note)});
   hal_capability_v1 capability{};
   capability.type = type;

@@ -1,5 +1,5 @@
 /* The contract between the attention kernels in this folder (compiled by
- * nvcc and hipcc) and the host code that launches them (backends/common).
+ * nvcc and hipcc) and the host code that launches them (backends/gpu).
  * Plain C: the same bytes are the kernel's by-value argument and the host's
  * launch argument, so every field has a fixed size and the layout is pinned.
  *
@@ -23,8 +23,8 @@ extern "C" {
 enum { HAL_KERNEL_F32 = 0, HAL_KERNEL_F16 = 1, HAL_KERNEL_BF16 = 2 };
 
 typedef struct hal_kernel_tensor {
-  uint64_t address;      /* device address of element [0, 0, 0, 0]; 0 when unused */
-  int64_t batch_stride;  /* in elements */
+  uint64_t address;     /* device address of element [0, 0, 0, 0]; 0 when unused */
+  int64_t batch_stride; /* in elements */
   int64_t head_stride;
   int64_t seq_stride;
 } hal_kernel_tensor;
@@ -32,21 +32,21 @@ typedef struct hal_kernel_tensor {
 typedef struct hal_attention_kernel_args {
   hal_kernel_tensor q, k, v, o;
   hal_kernel_tensor grad_o, grad_q, grad_k, grad_v; /* backward only */
-  uint64_t lse;        /* f32 [batch, heads_q, seq_q] contiguous; forward writes it when non-zero, backward reads it */
-  uint64_t workspace;  /* device scratch of the size the plan asks for; 0 when it asks for none */
-  int32_t dtype;       /* HAL_KERNEL_F32, _F16 or _BF16: Q, K, V, O and the gradients */
+  uint64_t lse;       /* f32 [batch, heads_q, seq_q] contiguous; forward writes it when non-zero, backward reads it */
+  uint64_t workspace; /* device scratch of the size the plan asks for; 0 when it asks for none */
+  int32_t dtype;      /* HAL_KERNEL_F32, _F16 or _BF16: Q, K, V, O and the gradients */
   int32_t batch, heads_q, heads_kv, seq_q, seq_kv, head_dim_qk, head_dim_v;
   int32_t causal, window_left, window_right; /* windows: -1 unbounded */
-  int32_t mask_offset; /* 0 top-left; seq_kv - seq_q bottom-right */
-  float scale;         /* softmax scale */
-  int32_t reserved;    /* zero; keeps the size a multiple of 8 */
-  uint64_t key_ranges; /* int32 [batch][seq_q][begin, end) per query, every head alike; 0: none */
+  int32_t mask_offset;                       /* 0 top-left; seq_kv - seq_q bottom-right */
+  float scale;                               /* softmax scale */
+  int32_t reserved;                          /* zero; keeps the size a multiple of 8 */
+  uint64_t key_ranges;                       /* int32 [batch][seq_q][begin, end) per query, every head alike; 0: none */
 } hal_attention_kernel_args;
 
 /* One kernel launch of a plan: run in order on one stream, each with the
  * same hal_attention_kernel_args as its only argument. */
 typedef struct hal_kernel_launch {
-  const char* kernel;  /* extern "C" name in the embedded image */
+  const char* kernel; /* extern "C" name in the embedded image */
   uint32_t grid[3];
   uint32_t block[3];
   uint32_t shared_bytes; /* dynamic shared memory */
@@ -55,9 +55,9 @@ typedef struct hal_kernel_launch {
 enum { HAL_KERNEL_PLAN_MAX_LAUNCHES = 4 };
 
 typedef struct hal_kernel_plan {
-  uint32_t launch_count;   /* 0: the kernels cannot run these arguments; why_not says why */
+  uint32_t launch_count; /* 0: the kernels cannot run these arguments; why_not says why */
   hal_kernel_launch launches[HAL_KERNEL_PLAN_MAX_LAUNCHES];
-  uint64_t workspace_bytes;  /* device scratch the caller allocates and passes as args.workspace */
+  uint64_t workspace_bytes; /* device scratch the caller allocates and passes as args.workspace */
   char why_not[256];
 } hal_kernel_plan;
 

@@ -39,7 +39,7 @@ struct HostCallback {
 // Stream and Event are the plugin's hal_stream and hal_event, as parameters
 // so that they need to be complete only where the template is instantiated.
 template <typename V, typename Stream = hal_stream, typename Event = hal_event>
-  requires GpuVendorStreams<V>
+requires GpuVendorStreams<V>
 struct GpuStreams {
   // The stream and event fields of the plugin's table.
   static constexpr void fill(hal_backend_v1& table) {
@@ -121,7 +121,8 @@ struct GpuStreams {
   // hal_interop_v1: a native stream as a hal_stream, and the native handles.
   static hal_status stream_wrap(hal_backend_context* backend, std::uint32_t device, void* native, std::int32_t owned,
                                 Stream** out) {
-    if (backend == nullptr || out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "stream_wrap needs a context and out");
+    if (backend == nullptr || out == nullptr)
+      return fail(HAL_ERROR_INVALID_ARGUMENT, "stream_wrap needs a context and out");
     const Context& context = V::context(*backend);
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
     auto stream = std::make_unique<Stream>();
@@ -147,8 +148,8 @@ struct GpuStreams {
     const Context& context = *stream->context;
     const CurrentDevice scope = context.current_device(stream->device);
     if (!scope) return scope.status();
-    if (hal_status status = V::finish(context, V::synchronize_stream(context, stream->handle),
-                                        "synchronizing " + stream_name(stream));
+    if (hal_status status =
+            V::finish(context, V::synchronize_stream(context, stream->handle), "synchronizing " + stream_name(stream));
         status != HAL_OK)
       return status;
     return collectives_status_of(stream);
@@ -171,7 +172,7 @@ struct GpuStreams {
     if (!scope) return scope.status();
     // An event never recorded is complete for the vendor too: nothing to wait for.
     return V::finish(context, V::wait_event(context, stream->handle, event->handle),
-                       "making " + stream_name(stream) + " wait for " + event_name(event));
+                     "making " + stream_name(stream) + " wait for " + event_name(event));
   }
 
   static hal_status stream_host_callback(Stream* stream, hal_host_callback callback, void* user_data) {

@@ -25,11 +25,11 @@
 /* Dynamic shared memory in bytes (all f32). Forward: Q tile, one K-or-V
  * tile, the score tile and three per-row statistics. Backward: Q, dO, K, V
  * tiles, P and dS tiles and two per-row values (LSE, delta). */
-#define HAL_FLASH_FORWARD_SHARED_BYTES(bound)                                             \
-  (4u * (2u * HAL_FLASH_FORWARD_ROWS(bound) * HAL_FLASH_TILE_STRIDE(bound) +              \
+#define HAL_FLASH_FORWARD_SHARED_BYTES(bound)                                \
+  (4u * (2u * HAL_FLASH_FORWARD_ROWS(bound) * HAL_FLASH_TILE_STRIDE(bound) + \
          HAL_FLASH_FORWARD_ROWS(bound) * HAL_FLASH_FORWARD_ROWS(bound) + 3u * HAL_FLASH_FORWARD_ROWS(bound)))
-#define HAL_FLASH_BACKWARD_SHARED_BYTES(bound)                                            \
-  (4u * (4u * HAL_FLASH_BACKWARD_ROWS(bound) * HAL_FLASH_TILE_STRIDE(bound) +             \
+#define HAL_FLASH_BACKWARD_SHARED_BYTES(bound)                                \
+  (4u * (4u * HAL_FLASH_BACKWARD_ROWS(bound) * HAL_FLASH_TILE_STRIDE(bound) + \
          2u * HAL_FLASH_BACKWARD_ROWS(bound) * HAL_FLASH_BACKWARD_ROWS(bound) + 2u * HAL_FLASH_BACKWARD_ROWS(bound)))
 
 /* Tensor-core forward (f16/bf16, sm_80+): 4 warps of 16 query rows each,

@@ -77,7 +77,8 @@ class LazyTelemetry {
   // *out is null (with HAL_OK) where the device has no event stream.
   hal_status watch_create(const TelemetryDevice& device, hal_health_watch** out);
   // The topology sub-table's device_links.
-  hal_status links(const TelemetryDevice& device, hal_device_link_v1* out, std::uint32_t capacity, std::uint32_t* count);
+  hal_status links(const TelemetryDevice& device, hal_device_link_v1* out, std::uint32_t capacity,
+                   std::uint32_t* count);
 
  private:
   TelemetrySource* source();

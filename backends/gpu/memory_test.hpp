@@ -1,5 +1,5 @@
 // The device memory test's sub-table (hal_memory_test_v1) on the GPU
-// backends: the launch of backends/kernels/memory_test.cu through their
+// backends: the launch of backends/gpu/kernels/memory_test.cu through their
 // GpuPlatform (gpu_plugin.hpp fills the sub-table). The checks of a call and
 // the host's march are hal/abi/memory_test_element.hpp.
 #pragma once

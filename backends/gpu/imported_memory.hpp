@@ -22,8 +22,8 @@ struct PointerFacts {
 
 // What an imported buffer must undo and tell its owner when it is freed.
 struct ImportedMemory {
-  bool active = false;                // the buffer wraps memory it did not allocate
-  void* registered = nullptr;         // host memory this import page-locked, to unregister
+  bool active = false;         // the buffer wraps memory it did not allocate
+  void* registered = nullptr;  // host memory this import page-locked, to unregister
   void (*release)(void* user_data) = nullptr;
   void* release_user_data = nullptr;
 };

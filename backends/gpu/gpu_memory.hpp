@@ -54,7 +54,7 @@ inline const char* memory_kind_name(hal_memory_kind kind) {
 // parameters so that they need to be complete only where the template is
 // instantiated.
 template <typename V, typename Buffer = hal_buffer, typename Stream = hal_stream>
-  requires GpuVendorMemory<V, Buffer>
+requires GpuVendorMemory<V, Buffer>
 struct GpuMemory {
   using Context = typename V::Context;
   using Result = typename V::Result;
@@ -93,8 +93,8 @@ struct GpuMemory {
     const std::optional<AlignedAllocation> plan =
         plan_aligned_allocation(size, alignment, kind == HAL_MEMORY_HOST_PINNED ? 4096 : 256);
     if (!plan)
-      return fail(HAL_ERROR_OUT_OF_MEMORY, "cannot allocate " + std::to_string(size) + " bytes aligned to " +
-                                               std::to_string(alignment));
+      return fail(HAL_ERROR_OUT_OF_MEMORY,
+                  "cannot allocate " + std::to_string(size) + " bytes aligned to " + std::to_string(alignment));
     const CurrentDevice scope = context.current_device(device);
     if (!scope) return scope.status();
 
@@ -119,10 +119,9 @@ struct GpuMemory {
     if (!scope) return scope.status();
     if (buffer->imported.active) return release_imported(context, *buffer);
     // The vendors' free calls wait for work on the device that may still use the memory.
-    if (hal_status status = context.check(V::release(context, *buffer), "freeing a " +
-                                                                              std::string(memory_kind_name(buffer->kind)) +
-                                                                              " buffer of " +
-                                                                              context.device_id(buffer->device));
+    if (hal_status status =
+            context.check(V::release(context, *buffer), "freeing a " + std::string(memory_kind_name(buffer->kind)) +
+                                                            " buffer of " + context.device_id(buffer->device));
         status != HAL_OK)
       return status;
     return succeed();
@@ -159,8 +158,8 @@ struct GpuMemory {
                   "memory kind " + std::to_string(static_cast<int>(kind)) + " is not device, host_pinned or managed");
     const auto address = reinterpret_cast<std::uintptr_t>(memory->address);
     if (address == 0 && memory->size != 0)
-      return fail(HAL_ERROR_INVALID_ARGUMENT, "imported memory of " + std::to_string(memory->size) +
-                                                  " bytes has a NULL address");
+      return fail(HAL_ERROR_INVALID_ARGUMENT,
+                  "imported memory of " + std::to_string(memory->size) + " bytes has a NULL address");
     const bool register_host = (memory->flags & HAL_EXTERNAL_MEMORY_REGISTER_HOST) != 0;
     if (register_host && kind != HAL_MEMORY_HOST_PINNED)
       return fail(HAL_ERROR_INVALID_ARGUMENT, "only host_pinned memory can be registered for the device");
@@ -176,9 +175,10 @@ struct GpuMemory {
         if (!V::can_register_host(context))
           return fail(HAL_ERROR_UNSUPPORTED, std::string("the driver lacks ") + V::register_function +
                                                  ", so host memory cannot be registered; import pinned memory instead");
-        if (hal_status status = context.check(V::register_host(context, memory->address, memory->size),
-                                              "registering " + std::to_string(memory->size) + " bytes of host memory at " +
-                                                  describe_pointer(address) + " with " + context.device_id(device));
+        if (hal_status status =
+                context.check(V::register_host(context, memory->address, memory->size),
+                              "registering " + std::to_string(memory->size) + " bytes of host memory at " +
+                                  describe_pointer(address) + " with " + context.device_id(device));
             status != HAL_OK)
           return status;
         buffer->imported.registered = memory->address;
@@ -192,8 +192,9 @@ struct GpuMemory {
         return refuse(status);
       if (kind == HAL_MEMORY_HOST_PINNED) {
         std::uintptr_t device_address = 0;
-        if (hal_status status = context.check(V::host_device_pointer(context, memory->address, device_address),
-                                              "finding the device address of host memory at " + describe_pointer(address));
+        if (hal_status status =
+                context.check(V::host_device_pointer(context, memory->address, device_address),
+                              "finding the device address of host memory at " + describe_pointer(address));
             status != HAL_OK)
           return refuse(status);
         buffer->address = address_from<decltype(buffer->address)>(device_address);
@@ -217,32 +218,31 @@ struct GpuMemory {
     const Context& context = *destination->context;
     return on_device(stream, *destination, size, "host to " + context.device_id(destination->device),
                      [&](const auto native_stream) {
-                       return V::copy_host_to_device(context, device_address(*destination, destination_offset),
-                                                       source, static_cast<std::size_t>(size), native_stream);
+                       return V::copy_host_to_device(context, device_address(*destination, destination_offset), source,
+                                                     static_cast<std::size_t>(size), native_stream);
                      });
   }
 
-  static hal_status copy_device_to_host(Stream* stream, void* destination, Buffer* source,
-                                        std::uint64_t source_offset, std::uint64_t size) {
+  static hal_status copy_device_to_host(Stream* stream, void* destination, Buffer* source, std::uint64_t source_offset,
+                                        std::uint64_t size) {
     const Context& context = *source->context;
     return on_device(stream, *source, size, context.device_id(source->device) + " to host",
                      [&](const auto native_stream) {
                        return V::copy_device_to_host(context, destination, device_address(*source, source_offset),
-                                                       static_cast<std::size_t>(size), native_stream);
+                                                     static_cast<std::size_t>(size), native_stream);
                      });
   }
 
-  static hal_status copy_device_to_device(Stream* stream, Buffer* destination,
-                                          std::uint64_t destination_offset, Buffer* source,
-                                          std::uint64_t source_offset, std::uint64_t size) {
+  static hal_status copy_device_to_device(Stream* stream, Buffer* destination, std::uint64_t destination_offset,
+                                          Buffer* source, std::uint64_t source_offset, std::uint64_t size) {
     const Context& context = *destination->context;
     // With unified addressing the vendor finds both devices from the addresses.
     return on_device(stream, *destination, size,
                      context.device_id(source->device) + " to " + context.device_id(destination->device),
                      [&](const auto native_stream) {
                        return V::copy_device_to_device(context, device_address(*destination, destination_offset),
-                                                         device_address(*source, source_offset),
-                                                         static_cast<std::size_t>(size), native_stream);
+                                                       device_address(*source, source_offset),
+                                                       static_cast<std::size_t>(size), native_stream);
                      });
   }
 
@@ -261,15 +261,15 @@ struct GpuMemory {
     std::memcpy(bytes, pattern, pattern_size);
     const auto native_stream = stream != nullptr ? stream->handle : nullptr;
     for (const MemsetPiece& piece : plan_fill(device_address(*destination, offset), size, bytes, pattern_size)) {
-      if (hal_status status = context.check(memset(context, piece, native_stream),
-                                            "filling " + std::to_string(size) + " bytes on " +
-                                                context.device_id(destination->device));
+      if (hal_status status =
+              context.check(memset(context, piece, native_stream),
+                            "filling " + std::to_string(size) + " bytes on " + context.device_id(destination->device));
           status != HAL_OK)
         return status;
     }
     if (native_stream == nullptr)
-      return wait_for_synchronous_work(context, "filling " + std::to_string(size) + " bytes on " +
-                                                    context.device_id(destination->device));
+      return wait_for_synchronous_work(
+          context, "filling " + std::to_string(size) + " bytes on " + context.device_id(destination->device));
     return succeed();
   }
 
@@ -312,9 +312,9 @@ struct GpuMemory {
       status = context.check(V::unregister_host(context, buffer.imported.registered),
                              "unregistering imported host memory of " + context.device_id(buffer.device));
     if (buffer.imported.release != nullptr) {
-      const hal_status synchronized = context.check(V::synchronize_device(context),
-                                                    "waiting for " + context.device_id(buffer.device) +
-                                                        " before releasing imported memory");
+      const hal_status synchronized =
+          context.check(V::synchronize_device(context),
+                        "waiting for " + context.device_id(buffer.device) + " before releasing imported memory");
       if (status == HAL_OK) status = synchronized;
       buffer.imported.release(buffer.imported.release_user_data);  // exactly once, even after an error
     }
@@ -339,8 +339,8 @@ struct GpuMemory {
   // One copy, synchronous or on the stream, with the stream's device (or
   // the buffer's) current: the vendors order work by it.
   template <typename Copy>
-  static hal_status on_device(const Stream* stream, const Buffer& buffer, std::uint64_t size,
-                              const std::string& route, Copy&& copy) {
+  static hal_status on_device(const Stream* stream, const Buffer& buffer, std::uint64_t size, const std::string& route,
+                              Copy&& copy) {
     const Context& context = *buffer.context;
     const CurrentDevice scope = context.current_device(stream != nullptr ? stream->device : buffer.device);
     if (!scope) return scope.status();
@@ -348,15 +348,15 @@ struct GpuMemory {
     if (hal_status status = context.check(result, "copying " + std::to_string(size) + " bytes " + route);
         status != HAL_OK)
       return status;
-    if (stream == nullptr) return wait_for_synchronous_work(context, "copying " + std::to_string(size) + " bytes " + route);
+    if (stream == nullptr)
+      return wait_for_synchronous_work(context, "copying " + std::to_string(size) + " bytes " + route);
     return succeed();
   }
 
   // The ABI promises a call without a stream returns when the bytes are in
   // place; the vendors' synchronous memsets and device copies do not wait.
   static hal_status wait_for_synchronous_work(const Context& context, const std::string& what) {
-    if (hal_status status = context.check(V::synchronize_null_stream(context), "waiting for " + what);
-        status != HAL_OK)
+    if (hal_status status = context.check(V::synchronize_null_stream(context), "waiting for " + what); status != HAL_OK)
       return status;
     return succeed();
   }

@@ -1,6 +1,6 @@
 // The translation unit hipcc compiles into the ROCm plugin's code object:
 // one source per code object, so the kernel files are included here.
-#include "gemm.cu"
 #include "flash_attention.cu"
+#include "gemm.cu"
 #include "math_attention.cu"
 #include "memory_test.cu"

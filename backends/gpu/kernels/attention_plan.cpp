@@ -1,7 +1,7 @@
 // hal_flash_attention_plan: which kernels of flash_attention.cu run a problem,
 // with what grid, block and shared memory, and how much workspace backward
 // needs; or, when they cannot, why not. Host code only: the launcher
-// (backends/common) links it whether or not a kernel compiler was found.
+// (backends/gpu) links it whether or not a kernel compiler was found.
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
@@ -142,8 +142,8 @@ extern "C" void hal_flash_attention_plan(const hal_attention_kernel_args* args, 
       break;
     }
   }
-  const bool tensor_cores = !backward && (paths & HAL_FLASH_PATH_TENSOR_CORES) != 0 && warp_size == 32 &&
-                            args->dtype != HAL_KERNEL_F32;
+  const bool tensor_cores =
+      !backward && (paths & HAL_FLASH_PATH_TENSOR_CORES) != 0 && warp_size == 32 && args->dtype != HAL_KERNEL_F32;
   const unsigned shared_bytes = backward       ? HAL_FLASH_BACKWARD_SHARED_BYTES(bound)
                                 : tensor_cores ? HAL_FLASH_MMA_SHARED_BYTES(bound)
                                                : HAL_FLASH_FORWARD_SHARED_BYTES(bound);

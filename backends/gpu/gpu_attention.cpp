@@ -88,9 +88,8 @@ hal_attention_kernel_args kernel_args(const hal_attention_params_v1& params, con
   args.causal = params.causal != 0 ? 1 : 0;
   args.window_left = static_cast<std::int32_t>(params.window_left);
   args.window_right = static_cast<std::int32_t>(params.window_right);
-  args.mask_offset = params.alignment == HAL_MASK_BOTTOM_RIGHT
-                         ? static_cast<std::int32_t>(params.seq_kv - params.seq_q)
-                         : 0;
+  args.mask_offset =
+      params.alignment == HAL_MASK_BOTTOM_RIGHT ? static_cast<std::int32_t>(params.seq_kv - params.seq_q) : 0;
   args.scale = params.softmax_scale;
   return args;
 }
@@ -127,7 +126,8 @@ std::uint64_t math_workspace_bytes(const hal_attention_params_v1& params, bool b
 }
 
 hal_kernel_launch copy_launch(const char* kernel, std::int64_t elements) {
-  const std::int64_t blocks = std::clamp<std::int64_t>((elements + copy_threads - 1) / copy_threads, 1, max_copy_blocks);
+  const std::int64_t blocks =
+      std::clamp<std::int64_t>((elements + copy_threads - 1) / copy_threads, 1, max_copy_blocks);
   return {kernel, {static_cast<std::uint32_t>(blocks), 1, 1}, {copy_threads, 1, 1}, 0};
 }
 
@@ -195,9 +195,11 @@ std::string GpuAttention::math_reasons(std::uint32_t device, const hal_attention
     return reasons;
   }
   const MathShape shape = math_shape(params);
-  if (shape.group_rows > int32_max || shape.matrices > int32_max || params.batch * params.heads_q * params.seq_q > int32_max)
-    add_line(reasons, "heads_q / heads_kv * seq_q = " + std::to_string(shape.group_rows) + " and batch * heads_kv = " +
-                          std::to_string(shape.matrices) + " must fit the GEMMs' 32-bit sizes, and batch * heads_q * "
+  if (shape.group_rows > int32_max || shape.matrices > int32_max ||
+      params.batch * params.heads_q * params.seq_q > int32_max)
+    add_line(reasons, "heads_q / heads_kv * seq_q = " + std::to_string(shape.group_rows) +
+                          " and batch * heads_kv = " + std::to_string(shape.matrices) +
+                          " must fit the GEMMs' 32-bit sizes, and batch * heads_q * "
                           "seq_q the softmax grid; use flash for this shape");
   return reasons;
 }
@@ -226,7 +228,8 @@ hal_status GpuAttention::workspace_size(std::uint32_t device, hal_attention_impl
                                         std::uint64_t* bytes) const {
   *bytes = 0;
   if (const std::string reasons = supports(device, implementation, params, backward); !reasons.empty())
-    return fail(HAL_ERROR_UNSUPPORTED, std::string(platform_->backend_name()) + " " + implementation_name(implementation) +
+    return fail(HAL_ERROR_UNSUPPORTED, std::string(platform_->backend_name()) + " " +
+                                           implementation_name(implementation) +
                                            " attention cannot run these params: " + join_lines(reasons, "; "));
   switch (implementation) {
     case HAL_ATTENTION_FLASH: *bytes = flash_plan(*platform_, device, params, backward).workspace_bytes; break;
@@ -302,15 +305,15 @@ hal_status GpuAttention::run_math_steps(hal_stream* stream, const hal_attention_
   if (hal_status s = launch(row_launch("hal_math_attention_softmax_forward", query_rows)); s != HAL_OK) return s;
   if (!backward) {
     // O = P V
-    if (hal_status s = gemm(false, false, rows, dv, keys, layout.scores, rows, keys, layout.v, keys, dv,
-                            layout.o_or_grad_o, 1.0f);
+    if (hal_status s =
+            gemm(false, false, rows, dv, keys, layout.scores, rows, keys, layout.v, keys, dv, layout.o_or_grad_o, 1.0f);
         s != HAL_OK)
       return s;
     return launch(copy_launch("hal_math_attention_store_outputs", query_rows * dv));
   }
   // dP = dO V^T, then dS = P * (dP - rowsum(dP * P)) in place.
-  if (hal_status s = gemm(false, true, rows, keys, dv, layout.o_or_grad_o, rows, dv, layout.v, keys, dv,
-                          layout.grad_scores, 1.0f);
+  if (hal_status s =
+          gemm(false, true, rows, keys, dv, layout.o_or_grad_o, rows, dv, layout.v, keys, dv, layout.grad_scores, 1.0f);
       s != HAL_OK)
     return s;
   if (hal_status s = launch(row_launch("hal_math_attention_softmax_backward", query_rows)); s != HAL_OK) return s;
@@ -360,7 +363,7 @@ void GpuAttention::describe(std::uint32_t device, DeviceDescription& description
     description.add_bool("attention.flash", false, no_kernels);
   else
     description.add_bool("attention.flash", true,
-                         "the flash kernels of backends/kernels; supports() gives the limits of each shape");
+                         "the flash kernels of backends/gpu/kernels; supports() gives the limits of each shape");
   description.add_bool("attention.borrowed_addresses", true,
                        "attention takes device addresses it did not allocate (a framework's tensors)");
   description.add_bool("attention.key_ranges", true,
@@ -373,7 +376,7 @@ void GpuAttention::describe(std::uint32_t device, DeviceDescription& description
     description.add_bool("attention.math", false, why);
   } else {
     description.add_bool("attention.math", true,
-                         "batched f32 GEMMs with the softmax kernels of backends/kernels (scores materialized)");
+                         "batched f32 GEMMs with the softmax kernels of backends/gpu/kernels (scores materialized)");
   }
 
   FusedAttention* fused = const_cast<GpuPlatform&>(*platform_).fused_attention();
@@ -435,7 +438,8 @@ hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implement
                const hal_attention_params_v1* params, bool backward, const hal_tensor_ref_v1* tensors,
                std::size_t tensor_count, const hal_tensor_ref_v1& workspace, std::uint64_t workspace_bytes) {
   const char* what = backward ? "attention backward" : "attention forward";
-  if (stream == nullptr || engine == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + " needs a stream");
+  if (stream == nullptr || engine == nullptr)
+    return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + " needs a stream");
   GpuPlatform& platform = engine->platform();
   const std::uint32_t device = platform.stream_device(stream);
   if (hal_status status = check_call(engine, device, params, what); status != HAL_OK) return status;
@@ -457,15 +461,16 @@ hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implement
     const char* const* names = backward ? backward_names : forward_names;
     AttentionAddresses addresses;
     std::uint64_t* slots_forward[] = {&addresses.q, &addresses.k, &addresses.v, &addresses.o, &addresses.lse};
-    std::uint64_t* slots_backward[] = {&addresses.q,      &addresses.k,   &addresses.v,
+    std::uint64_t* slots_backward[] = {&addresses.q,      &addresses.k,      &addresses.v,
                                        &addresses.o,      &addresses.grad_o, &addresses.lse,
                                        &addresses.grad_q, &addresses.grad_k, &addresses.grad_v};
     std::uint64_t* const* slots = backward ? slots_backward : slots_forward;
     if (ranges) {
       const hal_tensor_ref_v1& key_ranges = tensors[expected - 1];
       if (key_ranges.buffer == nullptr && key_ranges.offset == 0)
-        return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + ": the params announce key ranges, but their "
-                                                                    "tensor is empty");
+        return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) +
+                                                    ": the params announce key ranges, but their "
+                                                    "tensor is empty");
       if (hal_status status = platform.device_address(stream, key_ranges, &addresses.key_ranges); status != HAL_OK)
         return status;
     }
@@ -475,8 +480,7 @@ hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implement
       const bool optional = is_lse && (!backward ? params->return_lse == 0 : implementation == HAL_ATTENTION_MATH);
       if (tensors[i].buffer == nullptr && tensors[i].offset == 0) {  // no tensor (else a borrowed address)
         if (optional) continue;
-        return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + ": tensor " + names[i] +
-                                                    " has no buffer" +
+        return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + ": tensor " + names[i] + " has no buffer" +
                                                     (is_lse ? " (forward with return_lse needs one; flash and fused "
                                                               "backward read it)"
                                                             : ""));

@@ -12,9 +12,10 @@ namespace hal::backend {
 namespace {
 
 static_assert(HAL_KERNEL_MEMORY_TEST_NONE == static_cast<std::uint32_t>(HAL_MEMORY_TEST_NONE) &&
-              HAL_KERNEL_MEMORY_TEST_CONSTANT == static_cast<std::uint32_t>(HAL_MEMORY_TEST_CONSTANT) &&
-              HAL_KERNEL_MEMORY_TEST_ADDRESS == static_cast<std::uint32_t>(HAL_MEMORY_TEST_ADDRESS) &&
-              HAL_KERNEL_MEMORY_TEST_ADDRESS_COMPLEMENT == static_cast<std::uint32_t>(HAL_MEMORY_TEST_ADDRESS_COMPLEMENT),
+                  HAL_KERNEL_MEMORY_TEST_CONSTANT == static_cast<std::uint32_t>(HAL_MEMORY_TEST_CONSTANT) &&
+                  HAL_KERNEL_MEMORY_TEST_ADDRESS == static_cast<std::uint32_t>(HAL_MEMORY_TEST_ADDRESS) &&
+                  HAL_KERNEL_MEMORY_TEST_ADDRESS_COMPLEMENT ==
+                      static_cast<std::uint32_t>(HAL_MEMORY_TEST_ADDRESS_COMPLEMENT),
               "the kernel's word kinds are the ABI's");
 static_assert(sizeof(hal_memory_test_kernel_report) == sizeof(hal_memory_test_report_v1) &&
                   offsetof(hal_memory_test_kernel_report, failing_words) ==
@@ -22,7 +23,8 @@ static_assert(sizeof(hal_memory_test_kernel_report) == sizeof(hal_memory_test_re
               "the kernel's report header is the ABI's");
 static_assert(sizeof(hal_memory_test_kernel_failure) == sizeof(hal_memory_test_failure_v1) &&
                   offsetof(hal_memory_test_kernel_failure, offset) == offsetof(hal_memory_test_failure_v1, offset) &&
-                  offsetof(hal_memory_test_kernel_failure, expected) == offsetof(hal_memory_test_failure_v1, expected) &&
+                  offsetof(hal_memory_test_kernel_failure, expected) ==
+                      offsetof(hal_memory_test_failure_v1, expected) &&
                   offsetof(hal_memory_test_kernel_failure, found) == offsetof(hal_memory_test_failure_v1, found),
               "the kernel's failure record is the ABI's");
 static_assert(sizeof(hal_memory_test_kernel_args) == 64, "the kernel's by-value argument changed size");

@@ -58,7 +58,7 @@ __device__ __forceinline__ uint16_t float_to_f16_bits(float value) {
   const uint32_t bits = static_cast<uint32_t>(__float_as_int(value));
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (magnitude > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504: inf
   if (magnitude < 0x38800000u) {  // below 2^-14: f16 subnormal; value * 2^24 rounded to nearest even
     const float scaled = fabsf(value) * 16777216.0f;
@@ -68,7 +68,9 @@ __device__ __forceinline__ uint16_t float_to_f16_bits(float value) {
   return static_cast<uint16_t>(sign | ((rounded >> 13) - (112u << 10)));
 }
 
-__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits) { return __int_as_float(static_cast<int>(bits << 16)); }
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits) {
+  return __int_as_float(static_cast<int>(bits << 16));
+}
 
 __device__ __forceinline__ uint16_t float_to_bf16_bits(float value) {
   const uint32_t bits = static_cast<uint32_t>(__float_as_int(value));
@@ -120,7 +122,8 @@ __device__ __forceinline__ bool visible(const hal_attention_kernel_args& a, int 
   const int64_t distance = key - (query + a.mask_offset);
   if (distance < -reach_left(a) || distance > reach_right(a)) return false;
   if (a.key_ranges == 0) return true;
-  const int32_t* range = reinterpret_cast<const int32_t*>(a.key_ranges) + (static_cast<int64_t>(batch) * a.seq_q + query) * 2;
+  const int32_t* range =
+      reinterpret_cast<const int32_t*>(a.key_ranges) + (static_cast<int64_t>(batch) * a.seq_q + query) * 2;
   return key >= range[0] && key < range[1];
 }
 
@@ -134,8 +137,8 @@ __device__ __forceinline__ float* delta_rows(const hal_attention_kernel_args& a)
 
 __device__ __forceinline__ float* dq_accumulator(const hal_attention_kernel_args& a) {
   const uint64_t rows = static_cast<uint64_t>(a.batch) * a.heads_q * a.seq_q;
-  const uint64_t delta_bytes = (rows * 4u + HAL_FLASH_WORKSPACE_ALIGNMENT - 1) / HAL_FLASH_WORKSPACE_ALIGNMENT *
-                               HAL_FLASH_WORKSPACE_ALIGNMENT;
+  const uint64_t delta_bytes =
+      (rows * 4u + HAL_FLASH_WORKSPACE_ALIGNMENT - 1) / HAL_FLASH_WORKSPACE_ALIGNMENT * HAL_FLASH_WORKSPACE_ALIGNMENT;
   return reinterpret_cast<float*>(a.workspace + delta_bytes);
 }
 
@@ -173,7 +176,7 @@ __device__ void forward(const hal_attention_kernel_args& a) {
   constexpr int kThreadsPerRow = HAL_FLASH_THREADS / kRows;
   constexpr int kColumnsPerThread = kBound / kThreadsPerRow;
   HAL_DYNAMIC_SHARED(float, shared);
-  float* q_tile = shared;                    // [kRows][kStride], scaled by scale * log2(e)
+  float* q_tile = shared;                     // [kRows][kStride], scaled by scale * log2(e)
   float* kv_tile = q_tile + kRows * kStride;  // [kRows][kStride]: K, then V of the same block
   float* scores = kv_tile + kRows * kStride;  // [kRows][kRows]: S, then P
   float* row_max = scores + kRows * kRows;    // running max of S (log2 units)
@@ -425,7 +428,6 @@ __device__ void backward_convert_dq(const hal_attention_kernel_args& a) {
   }
 }
 
-
 // ---- forward on tensor cores (f16/bf16, NVIDIA sm_80+) -----------------------
 // One warp per 16 query rows. S = Q K^T and O += P V are mma.sync.m16n8k16
 // (16-bit inputs, f32 accumulate); the online softmax runs on the
@@ -517,7 +519,7 @@ __device__ void forward_tensor_cores(const hal_attention_kernel_args& a) {
   constexpr int kKeyTiles = kKeyRows / 8;  // 8-key column tiles of S
   constexpr int kDimTiles = kBound / 8;    // 8-wide column tiles of O
   HAL_DYNAMIC_SHARED(uint16_t, shared_halves);
-  uint16_t* q_tile = shared_halves;                 // [kQueryRows][kStride]
+  uint16_t* q_tile = shared_halves;                   // [kQueryRows][kStride]
   uint16_t* kv_tile = q_tile + kQueryRows * kStride;  // [kKeyRows][kStride]: K, then V of the same block
 
   const int batch = blockIdx.z;
@@ -537,7 +539,7 @@ __device__ void forward_tensor_cores(const hal_attention_kernel_args& a) {
   HAL_UNROLL
   for (int t = 0; t < kDimTiles; ++t) out[t][0] = out[t][1] = out[t][2] = out[t][3] = 0.0f;
   float row_max[2] = {negative_infinity(), negative_infinity()};  // rows group, group + 8
-  float row_sum[2] = {0.0f, 0.0f};  // this lane's share; the quad's sum at the end
+  float row_sum[2] = {0.0f, 0.0f};                                // this lane's share; the quad's sum at the end
 
   load_tile_bits(q_tile, kStride, a.q, batch, head, first_query, kQueryRows, a.seq_q, a.head_dim_qk, qk_steps * 16);
 
@@ -664,6 +666,8 @@ HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_f16_d64, (hal_flash::forward_ten
 HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_f16_d128, (hal_flash::forward_tensor_cores<128, HAL_KERNEL_F16>(args)))
 HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_f16_d256, (hal_flash::forward_tensor_cores<256, HAL_KERNEL_F16>(args)))
 HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_bf16_d64, (hal_flash::forward_tensor_cores<64, HAL_KERNEL_BF16>(args)))
-HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_bf16_d128, (hal_flash::forward_tensor_cores<128, HAL_KERNEL_BF16>(args)))
-HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_bf16_d256, (hal_flash::forward_tensor_cores<256, HAL_KERNEL_BF16>(args)))
+HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_bf16_d128,
+                (hal_flash::forward_tensor_cores<128, HAL_KERNEL_BF16>(args)))
+HAL_FLASH_ENTRY(hal_flash_attention_forward_mma_bf16_d256,
+                (hal_flash::forward_tensor_cores<256, HAL_KERNEL_BF16>(args)))
 #endif

@@ -16,7 +16,8 @@ namespace {
 
 // The readings are the snapshot's members from core_temperature to the end.
 constexpr std::size_t first_reading = offsetof(hal_telemetry_snapshot_v1, core_temperature);
-constexpr std::size_t reading_count = (sizeof(hal_telemetry_snapshot_v1) - first_reading) / sizeof(hal_telemetry_reading_v1);
+constexpr std::size_t reading_count =
+    (sizeof(hal_telemetry_snapshot_v1) - first_reading) / sizeof(hal_telemetry_reading_v1);
 static_assert(first_reading + reading_count * sizeof(hal_telemetry_reading_v1) == sizeof(hal_telemetry_snapshot_v1),
               "hal_telemetry_snapshot_v1 must end with its readings");
 
@@ -83,7 +84,8 @@ hal_status LazyTelemetry::watch_create(const TelemetryDevice& device, hal_health
 
 hal_status LazyTelemetry::links(const TelemetryDevice& device, hal_device_link_v1* out, std::uint32_t capacity,
                                 std::uint32_t* count) {
-  if (capacity > 0 && out == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "device_links needs out for its capacity");
+  if (capacity > 0 && out == nullptr)
+    return fail(HAL_ERROR_INVALID_ARGUMENT, "device_links needs out for its capacity");
   for (std::uint32_t i = 0; i < capacity; ++i)
     if (out[i].struct_size < sizeof(hal_device_link_v1))
       return fail(HAL_ERROR_INVALID_ARGUMENT, "device_links: entry " + std::to_string(i) + "'s struct_size " +
@@ -92,7 +94,8 @@ hal_status LazyTelemetry::links(const TelemetryDevice& device, hal_device_link_v
   try {
     std::lock_guard lock(mutex_);
     TelemetrySource* opened = source();
-    if (opened == nullptr) return fail(HAL_ERROR_UNSUPPORTED, "the links of " + device.id + " are unknown: " + opening_.error);
+    if (opened == nullptr)
+      return fail(HAL_ERROR_UNSUPPORTED, "the links of " + device.id + " are unknown: " + opening_.error);
     std::vector<DeviceLinkInfo> links;
     if (hal_status status = opened->links(device, links); status != HAL_OK) return status;
     *count = static_cast<std::uint32_t>(links.size());

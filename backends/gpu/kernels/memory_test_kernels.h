@@ -1,5 +1,5 @@
 /* The contract between the memory test kernel (memory_test.cu) and its
- * launcher (backends/common/memory_test.cpp). Plain C with fixed-size
+ * launcher (backends/gpu/memory_test.cpp). Plain C with fixed-size
  * fields: the same bytes are the kernel's by-value argument and the host's
  * launch argument. The word kinds and the report layout are the plugin
  * ABI's (hal_memory_test_word, hal_memory_test_report_v1 followed by
@@ -28,15 +28,15 @@ typedef struct hal_memory_test_kernel_report {
 } hal_memory_test_kernel_report;
 
 typedef struct hal_memory_test_kernel_args {
-  uint64_t words;          /* device address of the first tested word, 8-byte aligned */
+  uint64_t words; /* device address of the first tested word, 8-byte aligned */
   uint64_t word_count;
-  uint64_t region_offset;  /* the first word's region offset: what ADDRESS words hold */
-  uint64_t check_word;     /* CONSTANT values */
+  uint64_t region_offset; /* the first word's region offset: what ADDRESS words hold */
+  uint64_t check_word;    /* CONSTANT values */
   uint64_t write_word;
-  uint64_t report;         /* device address of a hal_memory_test_kernel_report */
-  uint32_t check, write;   /* HAL_KERNEL_MEMORY_TEST_* */
+  uint64_t report;       /* device address of a hal_memory_test_kernel_report */
+  uint32_t check, write; /* HAL_KERNEL_MEMORY_TEST_* */
   uint32_t descending;
-  uint32_t capacity;       /* records the report holds */
+  uint32_t capacity; /* records the report holds */
 } hal_memory_test_kernel_args;
 
 /* Threads per block of hal_memory_test_element, the words each thread

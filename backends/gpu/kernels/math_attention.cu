@@ -16,7 +16,7 @@
 #include "attention_kernels.h"
 #include "math_attention_layout.h"
 
-#define HAL_MATH_ROW_THREADS 128  /* a power of two; row_threads in gpu_attention.cpp */
+#define HAL_MATH_ROW_THREADS 128 /* a power of two; row_threads in gpu_attention.cpp */
 
 namespace {
 
@@ -41,7 +41,8 @@ __device__ unsigned short float_to_half(float value) {
   FloatBits in;
   in.value = value;
   const unsigned int sign = (in.bits >> 16) & 0x8000u, magnitude = in.bits & 0x7fffffffu;
-  if (magnitude >= 0x7f800000u) return static_cast<unsigned short>(sign | (magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (magnitude >= 0x7f800000u)
+    return static_cast<unsigned short>(sign | (magnitude > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (magnitude >= 0x477ff000u) return static_cast<unsigned short>(sign | 0x7c00u);  // rounds past 65504
   if (magnitude < 0x38800000u) {  // below 2^-14: a subnormal half, in units of 2^-24
     FloatBits absolute;
@@ -76,7 +77,8 @@ __device__ void store_element(unsigned long long base, int dtype, long long inde
     reinterpret_cast<float*>(base)[index] = value;
     return;
   }
-  reinterpret_cast<unsigned short*>(base)[index] = dtype == HAL_KERNEL_F16 ? float_to_half(value) : float_to_bfloat(value);
+  reinterpret_cast<unsigned short*>(base)[index] =
+      dtype == HAL_KERNEL_F16 ? float_to_half(value) : float_to_bfloat(value);
 }
 
 // A packed [batch, heads, seq, dim] array and the strided tensor it mirrors.
@@ -130,7 +132,8 @@ __device__ bool key_visible(const hal_attention_kernel_args& args, int batch, in
   if (args.window_left >= 0 && distance < -args.window_left) return false;
   if (args.window_right >= 0 && distance > args.window_right) return false;
   if (args.key_ranges == 0) return true;
-  const int32_t* range = reinterpret_cast<const int32_t*>(args.key_ranges) + (static_cast<long long>(batch) * args.seq_q + query) * 2;
+  const int32_t* range =
+      reinterpret_cast<const int32_t*>(args.key_ranges) + (static_cast<long long>(batch) * args.seq_q + query) * 2;
   return key >= range[0] && key < range[1];
 }
 
@@ -229,12 +232,11 @@ extern "C" __global__ void hal_math_attention_store_outputs(hal_attention_kernel
     copy_views(views, args.dtype, false);
     return;
   }
-  const PackedView views[3] = {
-      {&args.grad_q, workspace(args, layout.grad_q), query_rows * args.head_dim_qk, args.heads_q, args.seq_q,
-       args.head_dim_qk},
-      {&args.grad_k, workspace(args, layout.grad_k), key_rows * args.head_dim_qk, args.heads_kv, args.seq_kv,
-       args.head_dim_qk},
-      {&args.grad_v, workspace(args, layout.grad_v), key_rows * args.head_dim_v, args.heads_kv, args.seq_kv,
-       args.head_dim_v}};
+  const PackedView views[3] = {{&args.grad_q, workspace(args, layout.grad_q), query_rows * args.head_dim_qk,
+                                args.heads_q, args.seq_q, args.head_dim_qk},
+                               {&args.grad_k, workspace(args, layout.grad_k), key_rows * args.head_dim_qk,
+                                args.heads_kv, args.seq_kv, args.head_dim_qk},
+                               {&args.grad_v, workspace(args, layout.grad_v), key_rows * args.head_dim_v, args.heads_kv,
+                                args.seq_kv, args.head_dim_v}};
   copy_views(views, args.dtype, false);
 }

@@ -1,6 +1,6 @@
 // Attention on a GPU backend (CUDA, ROCm), written once: flash through the
-// launch plan of backends/kernels, math as batched f32 GEMMs around the
-// small kernels of backends/kernels/math_attention.cu, fused through a
+// launch plan of backends/gpu/kernels, math as batched f32 GEMMs around the
+// small kernels of backends/gpu/kernels/math_attention.cu, fused through a
 // vendor library's FusedAttention. It reaches the vendor API through a
 // GpuPlatform (how to launch a kernel, allocate scratch, multiply matrices),
 // which VendorPlatform<V> implements once over a backend's Vendor.
@@ -175,9 +175,8 @@ template <GpuAttention* (*C)(hal_backend_context*), GpuAttention* (*S)(hal_strea
 hal_status GpuAttentionTable<C, S>::backward(hal_stream* stream, hal_attention_implementation implementation,
                                              const hal_attention_params_v1* params, hal_tensor_ref_v1 q,
                                              hal_tensor_ref_v1 k, hal_tensor_ref_v1 v, hal_tensor_ref_v1 o,
-                                             hal_tensor_ref_v1 grad_o, hal_tensor_ref_v1 lse,
-                                             hal_tensor_ref_v1 grad_q, hal_tensor_ref_v1 grad_k,
-                                             hal_tensor_ref_v1 grad_v) {
+                                             hal_tensor_ref_v1 grad_o, hal_tensor_ref_v1 lse, hal_tensor_ref_v1 grad_q,
+                                             hal_tensor_ref_v1 grad_k, hal_tensor_ref_v1 grad_v) {
   const hal_tensor_ref_v1 tensors[] = {q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v};
   return gpu_attention_entry::run(stream == nullptr ? nullptr : S(stream), stream, implementation, params, true,
                                   tensors, 9);

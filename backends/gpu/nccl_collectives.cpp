@@ -77,7 +77,8 @@ using shims::NcclResult;
 hal_status status_of(NcclResult result) {
   switch (result) {
     case nccl_success: return HAL_OK;
-    case shims::nccl_invalid_argument: case shims::nccl_invalid_usage: return HAL_ERROR_INVALID_ARGUMENT;
+    case shims::nccl_invalid_argument:
+    case shims::nccl_invalid_usage: return HAL_ERROR_INVALID_ARGUMENT;
     case shims::nccl_remote_error: return HAL_ERROR_DEVICE_LOST;
     default: return HAL_ERROR_INTERNAL;
   }
@@ -275,7 +276,8 @@ hal_status NcclCommunicator::connect(const hal_communicator_config_v1& config, c
   // hanging inside the library's bootstrap.
   const std::string arrived = prefix + "arrived/";
   const std::string mine = std::to_string(rank_);
-  if (hal_status status = store.set(store.user_data, (arrived + mine).c_str(), mine.data(), mine.size()); status != HAL_OK)
+  if (hal_status status = store.set(store.user_data, (arrived + mine).c_str(), mine.data(), mine.size());
+      status != HAL_OK)
     return fail(status, who + ": marking its arrival in the store failed");
   std::string missing;
   for (int peer = 0; peer < world_; ++peer) {
@@ -348,7 +350,8 @@ hal_status NcclCommunicator::unsupported_in(const hal_collective_op_v1& op) cons
   const std::string library = library_.display_name() + " " + shims::Nccl::format_version(version_);
   if (nccl_type(op.dtype, version_) < 0)
     return fail(HAL_ERROR_UNSUPPORTED, describe_operation(rank_, op) + ": " + library + " has no " +
-                                           dtype_name(op.dtype) + " (ncclBfloat16 came in NCCL 2.10); use f32 or f16, "
+                                           dtype_name(op.dtype) +
+                                           " (ncclBfloat16 came in NCCL 2.10); use f32 or f16, "
                                            "or a newer library");
   if (uses_reduction(op.kind) && nccl_reduction(op.reduce_op, version_) < 0)
     return fail(HAL_ERROR_UNSUPPORTED, describe_operation(rank_, op) + ": " + library + " has no " +
@@ -378,7 +381,8 @@ hal_status NcclCommunicator::issue(hal_stream* stream, const hal_collective_op_v
   };
   // gather, scatter and all_to_all as grouped send/recv where the library lacks them.
   const auto grouped = [&](const char* name, auto&& post) {
-    if (NcclResult result = api_.GroupStart(); result != nccl_success) return call_failed(what, "ncclGroupStart", result);
+    if (NcclResult result = api_.GroupStart(); result != nccl_success)
+      return call_failed(what, "ncclGroupStart", result);
     NcclResult posted = nccl_success;
     const char* failed = name;
     post([&](const char* function, NcclResult result) {
@@ -408,10 +412,8 @@ hal_status NcclCommunicator::issue(hal_stream* stream, const hal_collective_op_v
       return checked("ncclAllReduce (barrier)",
                      api_.AllReduce(flag, flag, 1, shims::nccl_int32, shims::nccl_sum, handle, native));
     }
-    case HAL_COLLECTIVE_SEND:
-      return checked("ncclSend", api_.Send(send, count, type, op.root, handle, native));
-    case HAL_COLLECTIVE_RECV:
-      return checked("ncclRecv", api_.Recv(recv, count, type, op.root, handle, native));
+    case HAL_COLLECTIVE_SEND: return checked("ncclSend", api_.Send(send, count, type, op.root, handle, native));
+    case HAL_COLLECTIVE_RECV: return checked("ncclRecv", api_.Recv(recv, count, type, op.root, handle, native));
     case HAL_COLLECTIVE_ALL_TO_ALL: {
       // Blocks may move in any order, so in place reads from a copy.
       if (send == recv && count > 0 && world_ > 1) {
@@ -469,10 +471,10 @@ hal_status NcclCommunicator::issue_group(hal_stream* stream, const hal_collectiv
                                  return a.timeout_ms < b.timeout_ms;
                                })->timeout_ms;
   const NcclResult result = wait_while_in_progress(handle_, ended, Clock::now() + std::chrono::milliseconds(longest));
-  return result == nccl_success ? HAL_OK
-                                : call_failed(describe_operation(rank_, operations[0]) + " (a group of " +
-                                                  std::to_string(count) + ")",
-                                              "ncclGroupEnd", result);
+  return result == nccl_success
+             ? HAL_OK
+             : call_failed(describe_operation(rank_, operations[0]) + " (a group of " + std::to_string(count) + ")",
+                           "ncclGroupEnd", result);
 }
 
 hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op_v1* operations, std::uint32_t count) {
@@ -482,12 +484,12 @@ hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op
     if (op.struct_size < sizeof(hal_collective_op_v1))
       return fail(HAL_ERROR_INVALID_ARGUMENT, "operation struct_size is smaller than v1; rebuild libhal");
     if (element_size(op.dtype) == 0)
-      return fail(HAL_ERROR_INVALID_ARGUMENT, describe_operation(rank_, op) + ": dtype " + std::to_string(op.dtype) +
-                                                  " is not known");
+      return fail(HAL_ERROR_INVALID_ARGUMENT,
+                  describe_operation(rank_, op) + ": dtype " + std::to_string(op.dtype) + " is not known");
     const bool point_to_point = op.kind == HAL_COLLECTIVE_SEND || op.kind == HAL_COLLECTIVE_RECV;
     if (count > 1 && !point_to_point)
-      return fail(HAL_ERROR_INVALID_ARGUMENT, "only send and recv can be grouped; " + kind_name(op.kind) +
-                                                  " was in a group");
+      return fail(HAL_ERROR_INVALID_ARGUMENT,
+                  "only send and recv can be grouped; " + kind_name(op.kind) + " was in a group");
     if (hal_status status = unsupported_in(op); status != HAL_OK) return status;
   }
   if (stream == nullptr)
@@ -576,8 +578,7 @@ void NcclCommunicator::poll() {
   NcclResult async_error = nccl_success;
   {
     std::shared_lock calls(handle_mutex_);
-    if (handle_ == nullptr || api_.CommGetAsyncError(handle_, &async_error) != nccl_success)
-      async_error = nccl_success;
+    if (handle_ == nullptr || api_.CommGetAsyncError(handle_, &async_error) != nccl_success) async_error = nccl_success;
   }
   if (async_error != nccl_success && async_error != nccl_in_progress) {
     std::string pending;
@@ -702,8 +703,8 @@ hal_status NcclCollectives::choose_engine(const char* requested, const char* req
       reason = by + " is " + asked + "; " + library_->display_name() + " " + library_->version() + " from " +
                library_->path();
     } else {
-      reason = by + " asks for " + asked + ", which this backend does not have; its only engine is " + engine_ +
-               " (" + library_->path() + "); gloo and mpi run on the host backend";
+      reason = by + " asks for " + asked + ", which this backend does not have; its only engine is " + engine_ + " (" +
+               library_->path() + "); gloo and mpi run on the host backend";
     }
   }
   out->engine = engine.c_str();
@@ -717,8 +718,10 @@ hal_status NcclCollectives::create(const hal_communicator_config_v1& config, hal
     return fail(HAL_ERROR_INVALID_ARGUMENT, "communicator_create needs a v1 config with a store; rebuild libhal");
   const std::string who = rank_of(config.rank, config.world_size);
   if (library_ == nullptr)
-    return fail(HAL_ERROR_NOT_PRESENT, who + ": no collectives on this backend without an NCCL-compatible "
-                                             "library: " + load_status_);
+    return fail(HAL_ERROR_NOT_PRESENT, who +
+                                           ": no collectives on this backend without an NCCL-compatible "
+                                           "library: " +
+                                           load_status_);
   if (config.device >= port_->device_count())
     return fail(HAL_ERROR_INVALID_ARGUMENT, "device index " + std::to_string(config.device) + " is out of range");
   if (config.world_size < 1 || config.rank < 0 || config.rank >= config.world_size || config.timeout_ms <= 0)

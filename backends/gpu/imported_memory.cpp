@@ -49,9 +49,8 @@ std::string imported_memory_mismatch(const PointerFacts& facts, hal_memory_kind 
   if (facts.ordinal != ordinal)
     return where + " is device memory of " + device_name(facts.ordinal) + ", not of " + mine +
            "; import it into the device it belongs to";
-  if (facts.range_size != 0 &&
-      (address < facts.range_start || address - facts.range_start > facts.range_size ||
-       size > facts.range_size - (address - facts.range_start)))
+  if (facts.range_size != 0 && (address < facts.range_start || address - facts.range_start > facts.range_size ||
+                                size > facts.range_size - (address - facts.range_start)))
     return where + " lies in an allocation of " + std::to_string(facts.range_size) + " bytes at " +
            describe_pointer(facts.range_start) + ", which ends before the " + std::to_string(size) +
            " bytes imported; import at most " +
@@ -59,6 +58,5 @@ std::string imported_memory_mismatch(const PointerFacts& facts, hal_memory_kind 
            " bytes from there";
   return {};
 }
-
 
 }  // namespace hal::backend

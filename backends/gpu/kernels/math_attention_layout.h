@@ -1,6 +1,6 @@
 /* Where the math attention path keeps its f32 arrays inside the workspace:
  * shared by the kernels (math_attention.cu) and the host code that sizes
- * the workspace and runs the GEMMs between them (backends/common), so both
+ * the workspace and runs the GEMMs between them (backends/gpu), so both
  * compute the same offsets from the same hal_attention_kernel_args.
  *
  * Every array is packed and contiguous. Query-side arrays are
@@ -37,8 +37,8 @@ static inline HAL_HOST_DEVICE int hal_math_attention_is_backward(const hal_atten
   return args->grad_o.address != 0;
 }
 
-static inline HAL_HOST_DEVICE hal_math_attention_layout hal_math_attention_layout_of(
-    const hal_attention_kernel_args* args, int backward) {
+static inline HAL_HOST_DEVICE hal_math_attention_layout
+hal_math_attention_layout_of(const hal_attention_kernel_args* args, int backward) {
   const int64_t query_rows = (int64_t)args->batch * args->heads_q * args->seq_q;
   const int64_t key_rows = (int64_t)args->batch * args->heads_kv * args->seq_kv;
   const int64_t q_elements = query_rows * args->head_dim_qk;
