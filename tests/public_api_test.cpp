@@ -58,3 +58,14 @@ TEST_CASE("resolved attention parameters make every default explicit") {
   CHECK(resolved.resolved().describe() == resolved.describe());
   CHECK(*resolved.resolved().v_strides == *resolved.v_strides);
 }
+
+TEST_CASE("attention FLOPs count the (query, key) pairs the mask lets through") {
+  hal::AttentionParams params{.batch = 1, .heads_q = 2, .seq_q = 4, .seq_kv = 4, .head_dim_qk = 8};
+  // 2 heads x 16 pairs; 2 (8 + 8) per pair forward, 2 (3 x 8 + 2 x 8) backward.
+  CHECK(params.flops() == 2 * 16 * 32);
+  CHECK(params.flops(true) == 2 * 16 * 80);
+  params.causal = true;  // top-left: 1 + 2 + 3 + 4 keys per head
+  CHECK(params.flops() == 2 * 10 * 32);
+  params.window_left = 0;  // each query sees itself only
+  CHECK(params.flops() == 2 * 4 * 32);
+}

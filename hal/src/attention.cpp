@@ -109,6 +109,8 @@ AttentionParams AttentionParams::resolved() const {
   return result;
 }
 
+double AttentionParams::flops(bool backward) const { return abi::attention_flops(detail::to_abi(*this), backward); }
+
 std::string AttentionParams::describe() const {
   std::ostringstream text;
   text << "b=" << batch << " hq=" << heads_q << " hkv=" << (heads_kv == 0 ? heads_q : heads_kv) << " sq=" << seq_q

@@ -25,17 +25,13 @@
 #include "hal/attention.hpp"
 #include "torch_compare.hpp"
 
-// The one place halbench reaches below the public API: the FMA-peak kernel
-// and the FLOP count live beside the host attention kernels, because the peak
+// The one place halbench reaches below the public API and hal/abi: the
+// FMA-peak kernel lives beside the host attention kernels, because the peak
 // must be measured with the same instruction-set path and thread pool size
-// the flash kernels use, and the FLOP count must be the one the host
-// benchmarks and tests use. Both are plain computations on the CPU; no
-// attention call goes through them. abi.hpp turns AttentionParams into the
-// ABI form they take.
-#include "abi.hpp"
+// the flash kernels use. It is a plain computation on the CPU; no attention
+// call goes through it.
 #include "attention/attention_kernels.hpp"
 #include "attention/fma_peak.hpp"
-#include "attention_contract.hpp"
 #include "dtype_codes.hpp"
 
 namespace halbench {
@@ -308,7 +304,7 @@ class Runner {
       skips.push_back({implementation, shape, direction, reason});
       return;
     }
-    const double flops = hal::abi::attention_flops(hal::detail::to_abi(params), backward);
+    const double flops = params.flops(backward);
     if (const std::optional<std::string> reason =
             too_big(implementation, direction, shape, flops, candidate->workspace_bytes)) {
       skips.push_back({implementation, shape, direction, *reason});
@@ -406,7 +402,7 @@ class Runner {
     const bool backward = direction == Direction::backward;
     Tensors tensors = make_tensors(device_, params, backward);
     const CallTime time = time_calls(params, backward, {{implementation}}, tensors, 1).front();
-    const double flops = hal::abi::attention_flops(hal::detail::to_abi(params), backward);
+    const double flops = params.flops(backward);
     rates_.push_back({implementation, direction, calibration, flops / (time.event_ms * 1e-3) * 1e-9});
     return rates_.back();
   }

@@ -65,6 +65,10 @@ struct AttentionParams {
   AttentionParams resolved() const;
   // "b=1 hq=32 hkv=8 sq=2048 skv=2048 d=128/128 f32 bshd causal(top_left)"
   std::string describe() const;
+  // Floating-point operations of one call, the count every hal benchmark
+  // divides by: 2 (head_dim_qk + head_dim_v) per (query, key) pair the mask
+  // lets through forward, 2 (3 head_dim_qk + 2 head_dim_v) backward.
+  double flops(bool backward = false) const;
 };
 
 struct TensorRef {
