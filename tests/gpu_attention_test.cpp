@@ -120,7 +120,7 @@ class Plugin {
   Plugin& operator=(const Plugin&) = delete;
 
   const hal_backend_v1& table() const { return *table_; }
-  const hal_attention_v1& attention() const {
+  const hal_attention_v3& attention() const {
     REQUIRE(table_->attention != nullptr);
     return *table_->attention;
   }
@@ -236,10 +236,7 @@ TEST_SUITE("gpu attention") {
   TEST_CASE("supports() gives each implementation's reasons in the plugin's words") {
     ScopedEnvironment environment = fake_environment();
     Plugin plugin;
-    // hal_attention_v2: the caller-workspace entry follows v1.
-    CHECK(plugin.attention().struct_size == sizeof(hal_attention_v2));
-    const bool has_run = reinterpret_cast<const hal_attention_v2&>(plugin.attention()).run != nullptr;
-    CHECK(has_run);
+    CHECK(plugin.attention().struct_size == sizeof(hal_attention_v3));
     const hal_attention_params_v1 params = abi_params();
     const std::string flash = plugin.supports(HAL_ATTENTION_FLASH, params);
     CHECK(contains(flash, kernels_error));
@@ -275,7 +272,7 @@ TEST_SUITE("gpu attention") {
   TEST_CASE("bad calls to the attention table are errors, never crashes") {
     ScopedEnvironment environment = fake_environment();
     Plugin plugin;
-    const hal_attention_v1& attention = plugin.attention();
+    const hal_attention_v3& attention = plugin.attention();
     const hal_attention_params_v1 params = abi_params();
     std::array<char, 256> reasons{};
     CHECK(attention.supports(plugin.context(), 0, HAL_ATTENTION_MATH, nullptr, 0, reasons.data(), reasons.size()) ==
@@ -288,10 +285,10 @@ TEST_SUITE("gpu attention") {
           HAL_ERROR_UNSUPPORTED);
     CHECK(bytes == 0);
     CHECK(contains(plugin.last_error(), kernels_error));
-    CHECK(attention.forward(nullptr, HAL_ATTENTION_MATH, &params, {}, {}, {}, {}, {}) == HAL_ERROR_INVALID_ARGUMENT);
-    const auto& v2 = reinterpret_cast<const hal_attention_v2&>(attention);
     const hal_tensor_ref_v1 none[9] = {};
-    CHECK(v2.run(nullptr, HAL_ATTENTION_MATH, &params, 0, none, 5, {}, 0) == HAL_ERROR_INVALID_ARGUMENT);
+    hal_attention_call_v1 call{sizeof(hal_attention_call_v1), HAL_ATTENTION_MATH, &params, none, 5, {}, 0};
+    CHECK(attention.forward(nullptr, &call) == HAL_ERROR_INVALID_ARGUMENT);
+    CHECK(attention.backward(nullptr, nullptr) == HAL_ERROR_INVALID_ARGUMENT);
 
     // A real stream and buffers: the ineligible implementation refuses before touching them.
     const hal_backend_v1& table = plugin.table();
@@ -300,21 +297,25 @@ TEST_SUITE("gpu attention") {
     hal_buffer* buffer = nullptr;
     REQUIRE(table.buffer_allocate(plugin.context(), 0, HAL_MEMORY_DEVICE, 1 << 20, 256, &buffer) == HAL_OK);
     const hal_tensor_ref_v1 tensor{buffer, 0};
+    const hal_tensor_ref_v1 forward_tensors[] = {tensor, tensor, tensor, tensor, {}};
+    const hal_tensor_ref_v1 backward_tensors[] = {tensor, tensor, tensor, tensor, tensor,
+                                                  tensor, tensor, tensor, tensor};
     for (hal_attention_implementation implementation : {HAL_ATTENTION_FLASH, HAL_ATTENTION_MATH, HAL_ATTENTION_FUSED}) {
       CAPTURE(implementation);
-      CHECK(attention.forward(stream, implementation, &params, tensor, tensor, tensor, tensor, {}) ==
-            HAL_ERROR_UNSUPPORTED);
+      call = {sizeof(hal_attention_call_v1), implementation, &params, forward_tensors, 5, {}, 0};
+      CHECK(attention.forward(stream, &call) == HAL_ERROR_UNSUPPORTED);
       CHECK(contains(plugin.last_error(), "attention forward cannot run these params"));
-      CHECK(attention.backward(stream, implementation, &params, tensor, tensor, tensor, tensor, tensor, tensor, tensor,
-                               tensor, tensor) == HAL_ERROR_UNSUPPORTED);
+      call = {sizeof(hal_attention_call_v1), implementation, &params, backward_tensors, 9, {}, 0};
+      CHECK(attention.backward(stream, &call) == HAL_ERROR_UNSUPPORTED);
       CHECK(contains(plugin.last_error(), "attention backward cannot run these params"));
     }
     CHECK(contains(plugin.last_error(), "not available ("));
-    // The caller-workspace entry checks the same, and the tensor count.
-    const hal_tensor_ref_v1 five[] = {tensor, tensor, tensor, tensor, {}};
-    CHECK(v2.run(stream, HAL_ATTENTION_MATH, &params, 0, five, 3, tensor, 1 << 20) == HAL_ERROR_INVALID_ARGUMENT);
+    // In a caller's workspace the same checks hold, and the tensor count is the params'.
+    call = {sizeof(hal_attention_call_v1), HAL_ATTENTION_MATH, &params, forward_tensors, 3, tensor, 1 << 20};
+    CHECK(attention.forward(stream, &call) == HAL_ERROR_INVALID_ARGUMENT);
     CHECK(contains(plugin.last_error(), "attention forward takes 5 tensors, not 3"));
-    CHECK(v2.run(stream, HAL_ATTENTION_MATH, &params, 0, five, 5, tensor, 1 << 20) == HAL_ERROR_UNSUPPORTED);
+    call.tensor_count = 5;
+    CHECK(attention.forward(stream, &call) == HAL_ERROR_UNSUPPORTED);
     CHECK(contains(plugin.last_error(), "attention forward cannot run these params"));
     CHECK(table.stream_synchronize(stream) == HAL_OK);
     CHECK(table.buffer_free(buffer) == HAL_OK);

@@ -55,7 +55,7 @@ TEST_CASE("halinfo --json describes the host backend and device field by field")
                                  [](const nlohmann::json& backend) { return backend["name"] == "host"; });
   REQUIRE(host != document["backends"].end());
   CHECK((*host)["state"] == "loaded");
-  CHECK((*host)["abi_version"] == 1);
+  CHECK((*host)["abi_version"] == 2);
   CHECK((*host)["device_count"] >= 1);
   CHECK((*host)["path"].get<std::string>().ends_with("libhal_backend_host.so"));
   for (const auto& name : {"cuda", "ppu", "rocm"}) {

@@ -57,6 +57,9 @@ TEST_CASE("each broken plugin is reported with its fault while host keeps workin
   };
   const Expected expectations[] = {
       {"broken_wrong_abi", BackendState::error, "ABI version 99"},
+      {"broken_old_abi", BackendState::error,
+       "plugin offers ABI version 1 but libhal loads versions 2 to 2 (version 2 changed the attention table's "
+       "entries); rebuild the plugin against this libhal's hal/backend_abi.h"},
       {"broken_no_entry", BackendState::error, "does not export the entry symbol 'hal_backend_query'"},
       {"broken_null_table", BackendState::error, "returned no table"},
       {"broken_small_struct", BackendState::error, "struct_size is 16 bytes"},

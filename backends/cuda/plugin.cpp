@@ -86,5 +86,5 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
 
 extern "C" HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(std::uint32_t host_max_abi_version) {
   static const hal_backend_v1 cuda_table = hal::cuda::make_table("cuda", hal::cuda::initialize);
-  return host_max_abi_version >= 1 ? &cuda_table : nullptr;
+  return hal_backend_offer(&cuda_table, host_max_abi_version);
 }

@@ -17,7 +17,7 @@ struct AttentionAddresses {
   std::uint64_t q = 0, k = 0, v = 0, o = 0, lse = 0;
   std::uint64_t grad_o = 0, grad_q = 0, grad_k = 0, grad_v = 0;
   std::uint64_t key_ranges = 0;  // int32 [batch][seq_q][2] when the params announce them
-  // The caller's scratch (hal_attention_v2); 0: the call allocates its own.
+  // The caller's scratch (hal_attention_call_v1.workspace); 0: the call allocates its own.
   std::uint64_t workspace = 0, workspace_bytes = 0;
 };
 

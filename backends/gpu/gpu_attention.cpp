@@ -334,22 +334,14 @@ hal_status GpuAttention::run_math_steps(hal_stream* stream, const hal_attention_
   return launch(copy_launch("hal_math_attention_store_outputs", query_rows * dqk + key_rows * (dqk + dv)));
 }
 
-hal_status GpuAttention::forward(hal_stream* stream, hal_attention_implementation implementation,
-                                 const hal_attention_params_v1& params, const AttentionAddresses& tensors) {
+hal_status GpuAttention::run(hal_stream* stream, hal_attention_implementation implementation,
+                             const hal_attention_params_v1& params, const AttentionAddresses& tensors, bool backward) {
   switch (implementation) {
-    case HAL_ATTENTION_FLASH: return run_flash(stream, params, tensors, false);
-    case HAL_ATTENTION_MATH: return run_math(stream, params, tensors, false);
-    case HAL_ATTENTION_FUSED: return platform_->fused_attention()->forward(stream, params, tensors);
-  }
-  return fail(HAL_ERROR_INVALID_ARGUMENT, "unknown attention implementation");
-}
-
-hal_status GpuAttention::backward(hal_stream* stream, hal_attention_implementation implementation,
-                                  const hal_attention_params_v1& params, const AttentionAddresses& tensors) {
-  switch (implementation) {
-    case HAL_ATTENTION_FLASH: return run_flash(stream, params, tensors, true);
-    case HAL_ATTENTION_MATH: return run_math(stream, params, tensors, true);
-    case HAL_ATTENTION_FUSED: return platform_->fused_attention()->backward(stream, params, tensors);
+    case HAL_ATTENTION_FLASH: return run_flash(stream, params, tensors, backward);
+    case HAL_ATTENTION_MATH: return run_math(stream, params, tensors, backward);
+    case HAL_ATTENTION_FUSED:
+      return backward ? platform_->fused_attention()->backward(stream, params, tensors)
+                      : platform_->fused_attention()->forward(stream, params, tensors);
   }
   return fail(HAL_ERROR_INVALID_ARGUMENT, "unknown attention implementation");
 }
@@ -434,22 +426,22 @@ hal_status workspace_size(GpuAttention* engine, std::uint32_t device, hal_attent
   }
 }
 
-hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implementation implementation,
-               const hal_attention_params_v1* params, bool backward, const hal_tensor_ref_v1* tensors,
-               std::size_t tensor_count, const hal_tensor_ref_v1& workspace, std::uint64_t workspace_bytes) {
+hal_status run(GpuAttention* engine, hal_stream* stream, const hal_attention_call_v1* call, bool backward) {
   const char* what = backward ? "attention backward" : "attention forward";
-  if (stream == nullptr || engine == nullptr)
-    return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + " needs a stream");
+  if (stream == nullptr || engine == nullptr || call == nullptr)
+    return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + " needs a stream and a call");
   GpuPlatform& platform = engine->platform();
   const std::uint32_t device = platform.stream_device(stream);
+  const hal_attention_params_v1* params = call->params;
   if (hal_status status = check_call(engine, device, params, what); status != HAL_OK) return status;
+  const hal_attention_implementation implementation = call->implementation;
+  const hal_tensor_ref_v1* tensors = call->tensors;
   const bool ranges = hal_attention_key_ranges(params) != 0;
   const std::size_t expected = hal_attention_tensor_count(params, backward ? 1 : 0);
-  if (tensors == nullptr || tensor_count != expected)
+  if (tensors == nullptr || call->tensor_count != expected)
     return fail(HAL_ERROR_INVALID_ARGUMENT, std::string(what) + (ranges ? " with key ranges" : "") + " takes " +
                                                 std::to_string(expected) + " tensors, not " +
-                                                std::to_string(tensor_count) +
-                                                (ranges ? " (key ranges travel through hal_attention_v2.run)" : ""));
+                                                std::to_string(call->tensor_count));
   try {
     if (const std::string reasons = engine->supports(device, implementation, *params, backward); !reasons.empty())
       return fail(HAL_ERROR_UNSUPPORTED, std::string(platform.backend_name()) + " " +
@@ -488,13 +480,12 @@ hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implement
       if (is_lse && !backward && params->return_lse == 0) continue;
       if (hal_status status = platform.device_address(stream, tensors[i], slots[i]); status != HAL_OK) return status;
     }
-    if (workspace.buffer != nullptr || workspace.offset != 0) {
-      if (hal_status status = platform.device_address(stream, workspace, &addresses.workspace); status != HAL_OK)
+    if (call->workspace.buffer != nullptr || call->workspace.offset != 0) {
+      if (hal_status status = platform.device_address(stream, call->workspace, &addresses.workspace); status != HAL_OK)
         return status;
-      addresses.workspace_bytes = workspace_bytes;
+      addresses.workspace_bytes = call->workspace_bytes;
     }
-    return backward ? engine->backward(stream, implementation, *params, addresses)
-                    : engine->forward(stream, implementation, *params, addresses);
+    return engine->run(stream, implementation, *params, addresses, backward);
   } catch (const std::bad_alloc&) {
     return fail(HAL_ERROR_OUT_OF_MEMORY, std::string("out of host memory in ") + what);
   }

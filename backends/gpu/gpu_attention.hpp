@@ -85,10 +85,8 @@ class GpuAttention {
                        const hal_attention_params_v1& params, bool backward) const;
   hal_status workspace_size(std::uint32_t device, hal_attention_implementation implementation,
                             const hal_attention_params_v1& params, bool backward, std::uint64_t* bytes) const;
-  hal_status forward(hal_stream* stream, hal_attention_implementation implementation,
-                     const hal_attention_params_v1& params, const AttentionAddresses& tensors);
-  hal_status backward(hal_stream* stream, hal_attention_implementation implementation,
-                      const hal_attention_params_v1& params, const AttentionAddresses& tensors);
+  hal_status run(hal_stream* stream, hal_attention_implementation implementation, const hal_attention_params_v1& params,
+                 const AttentionAddresses& tensors, bool backward);
   // attention.flash / .math / .fused for the device, with what decided them.
   void describe(std::uint32_t device, DeviceDescription& description) const;
 
@@ -118,17 +116,9 @@ struct GpuAttentionTable {
   static hal_status workspace_size(hal_backend_context* context, std::uint32_t device,
                                    hal_attention_implementation implementation, const hal_attention_params_v1* params,
                                    std::int32_t backward, std::uint64_t* bytes);
-  static hal_status forward(hal_stream* stream, hal_attention_implementation implementation,
-                            const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
-                            hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 lse);
-  static hal_status backward(hal_stream* stream, hal_attention_implementation implementation,
-                             const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
-                             hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 grad_o, hal_tensor_ref_v1 lse,
-                             hal_tensor_ref_v1 grad_q, hal_tensor_ref_v1 grad_k, hal_tensor_ref_v1 grad_v);
-  static hal_status run(hal_stream* stream, hal_attention_implementation implementation,
-                        const hal_attention_params_v1* params, std::int32_t backward, const hal_tensor_ref_v1* tensors,
-                        std::uint32_t tensor_count, hal_tensor_ref_v1 workspace, std::uint64_t workspace_bytes);
-  static constexpr hal_attention_v2 table{{sizeof(hal_attention_v2), supports, workspace_size, forward, backward}, run};
+  static hal_status forward(hal_stream* stream, const hal_attention_call_v1* call);
+  static hal_status backward(hal_stream* stream, const hal_attention_call_v1* call);
+  static constexpr hal_attention_v3 table{sizeof(hal_attention_v3), supports, workspace_size, forward, backward};
 };
 
 // The non-template parts of the table entries.
@@ -137,10 +127,7 @@ hal_status supports(GpuAttention* engine, std::uint32_t device, hal_attention_im
                     const hal_attention_params_v1* params, bool backward, char* reasons, std::size_t capacity);
 hal_status workspace_size(GpuAttention* engine, std::uint32_t device, hal_attention_implementation implementation,
                           const hal_attention_params_v1* params, bool backward, std::uint64_t* bytes);
-// tensors in ABI order: q, k, v, o, lse (forward) or q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v.
-hal_status run(GpuAttention* engine, hal_stream* stream, hal_attention_implementation implementation,
-               const hal_attention_params_v1* params, bool backward, const hal_tensor_ref_v1* tensors,
-               std::size_t tensor_count, const hal_tensor_ref_v1& workspace = {}, std::uint64_t workspace_bytes = 0);
+hal_status run(GpuAttention* engine, hal_stream* stream, const hal_attention_call_v1* call, bool backward);
 }  // namespace gpu_attention_entry
 
 template <GpuAttention* (*C)(hal_backend_context*), GpuAttention* (*S)(hal_stream*)>
@@ -162,33 +149,13 @@ hal_status GpuAttentionTable<C, S>::workspace_size(hal_backend_context* context,
 }
 
 template <GpuAttention* (*C)(hal_backend_context*), GpuAttention* (*S)(hal_stream*)>
-hal_status GpuAttentionTable<C, S>::forward(hal_stream* stream, hal_attention_implementation implementation,
-                                            const hal_attention_params_v1* params, hal_tensor_ref_v1 q,
-                                            hal_tensor_ref_v1 k, hal_tensor_ref_v1 v, hal_tensor_ref_v1 o,
-                                            hal_tensor_ref_v1 lse) {
-  const hal_tensor_ref_v1 tensors[] = {q, k, v, o, lse};
-  return gpu_attention_entry::run(stream == nullptr ? nullptr : S(stream), stream, implementation, params, false,
-                                  tensors, 5);
+hal_status GpuAttentionTable<C, S>::forward(hal_stream* stream, const hal_attention_call_v1* call) {
+  return gpu_attention_entry::run(stream == nullptr ? nullptr : S(stream), stream, call, false);
 }
 
 template <GpuAttention* (*C)(hal_backend_context*), GpuAttention* (*S)(hal_stream*)>
-hal_status GpuAttentionTable<C, S>::backward(hal_stream* stream, hal_attention_implementation implementation,
-                                             const hal_attention_params_v1* params, hal_tensor_ref_v1 q,
-                                             hal_tensor_ref_v1 k, hal_tensor_ref_v1 v, hal_tensor_ref_v1 o,
-                                             hal_tensor_ref_v1 grad_o, hal_tensor_ref_v1 lse, hal_tensor_ref_v1 grad_q,
-                                             hal_tensor_ref_v1 grad_k, hal_tensor_ref_v1 grad_v) {
-  const hal_tensor_ref_v1 tensors[] = {q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v};
-  return gpu_attention_entry::run(stream == nullptr ? nullptr : S(stream), stream, implementation, params, true,
-                                  tensors, 9);
-}
-
-template <GpuAttention* (*C)(hal_backend_context*), GpuAttention* (*S)(hal_stream*)>
-hal_status GpuAttentionTable<C, S>::run(hal_stream* stream, hal_attention_implementation implementation,
-                                        const hal_attention_params_v1* params, std::int32_t backward,
-                                        const hal_tensor_ref_v1* tensors, std::uint32_t tensor_count,
-                                        hal_tensor_ref_v1 workspace, std::uint64_t workspace_bytes) {
-  return gpu_attention_entry::run(stream == nullptr ? nullptr : S(stream), stream, implementation, params,
-                                  backward != 0, tensors, tensor_count, workspace, workspace_bytes);
+hal_status GpuAttentionTable<C, S>::backward(hal_stream* stream, const hal_attention_call_v1* call) {
+  return gpu_attention_entry::run(stream == nullptr ? nullptr : S(stream), stream, call, true);
 }
 
 }  // namespace hal::backend

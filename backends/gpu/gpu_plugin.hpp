@@ -202,7 +202,7 @@ template <GpuVendor V>
 hal_backend_v1 gpu_plugin_table(const char* name, const char* version, InitializeFunction initialize) {
   hal_backend_v1 table{};
   table.struct_size = sizeof(hal_backend_v1);
-  table.abi_version = 1;
+  table.abi_version = HAL_BACKEND_ABI_VERSION;
   table.name = name;
   table.version = version;
   table.get_last_error = read_last_error;
@@ -220,7 +220,7 @@ hal_backend_v1 gpu_plugin_table(const char* name, const char* version, Initializ
     return entries;
   }();
   table.interop = &interop;
-  table.attention = &GpuAttentionTable<attention_of_backend<V>, attention_of_stream<V>>::table.v1;
+  table.attention = &GpuAttentionTable<attention_of_backend<V>, attention_of_stream<V>>::table;
   static const hal_collectives_v2 collectives = nccl_collectives_table<collectives_of_backend<V>>();
   table.collectives = &collectives.v1;
   table.telemetry = &GpuTelemetryTable<V>::table;

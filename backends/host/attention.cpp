@@ -104,10 +104,9 @@ hal_status workspace_size(hal_backend_context* context, std::uint32_t, hal_atten
 
 // key_ranges: the call's int32 key-range tensor, or an empty reference.
 hal_status enqueue_forward(hal_stream* stream, hal_attention_implementation implementation,
-                           const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
-                           hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 lse,
+                           const hal_attention_params_v1* params, const hal_tensor_ref_v1* t,
                            hal_tensor_ref_v1 key_ranges) {
-  if (stream == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention forward needs a stream");
+  const hal_tensor_ref_v1 q = t[0], k = t[1], v = t[2], o = t[3], lse = t[4];
   return enqueue_kernel(stream, stream->context, implementation, params, false,
                         keep_alive({q, k, v, o, lse, key_ranges}),
                         [=](const hal_attention_params_v1& p, ThreadPool& pool) {
@@ -124,7 +123,6 @@ hal_status enqueue_forward(hal_stream* stream, hal_attention_implementation impl
 hal_status enqueue_backward(hal_stream* stream, hal_attention_implementation implementation,
                             const hal_attention_params_v1* params, const hal_tensor_ref_v1* t,
                             hal_tensor_ref_v1 key_ranges) {
-  if (stream == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention backward needs a stream");
   const hal_tensor_ref_v1 q = t[0], k = t[1], v = t[2], o = t[3], grad_o = t[4], lse = t[5], grad_q = t[6],
                           grad_k = t[7], grad_v = t[8];
   return enqueue_kernel(
@@ -142,57 +140,28 @@ hal_status enqueue_backward(hal_stream* stream, hal_attention_implementation imp
       });
 }
 
-// The fixed-argument entries have no slot for the key-range tensor.
-hal_status key_ranges_need_run() {
-  return fail(HAL_ERROR_INVALID_ARGUMENT, "attention with key ranges goes through hal_attention_v2.run, which "
-                                          "carries their tensor; forward and backward have no place for it");
-}
-
-hal_status forward(hal_stream* stream, hal_attention_implementation implementation,
-                   const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
-                   hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 lse) {
-  if (params != nullptr && hal_attention_key_ranges(params) != 0) return key_ranges_need_run();
-  return enqueue_forward(stream, implementation, params, q, k, v, o, lse, hal_tensor_ref_v1{nullptr, 0});
-}
-
-hal_status backward(hal_stream* stream, hal_attention_implementation implementation,
-                    const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
-                    hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 grad_o, hal_tensor_ref_v1 lse,
-                    hal_tensor_ref_v1 grad_q, hal_tensor_ref_v1 grad_k, hal_tensor_ref_v1 grad_v) {
-  if (params != nullptr && hal_attention_key_ranges(params) != 0) return key_ranges_need_run();
-  const hal_tensor_ref_v1 tensors[] = {q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v};
-  return enqueue_backward(stream, implementation, params, tensors, hal_tensor_ref_v1{nullptr, 0});
-}
-
-// The tensor-list entry: how key ranges reach the kernels. The host's
-// scratch is host memory of its own, so a caller's workspace is refused.
-hal_status run(hal_stream* stream, hal_attention_implementation implementation, const hal_attention_params_v1* params,
-               std::int32_t backward, const hal_tensor_ref_v1* tensors, std::uint32_t tensor_count,
-               hal_tensor_ref_v1 workspace, std::uint64_t) {
-  if (params == nullptr || tensors == nullptr) return fail(HAL_ERROR_INVALID_ARGUMENT, "attention run needs params and tensors");
-  if (workspace.buffer != nullptr)
+// libhal checked the call; what stays is the host's own limit: its scratch
+// is host memory of its own, so a caller's workspace is refused.
+hal_status enqueue(hal_stream* stream, const hal_attention_call_v1* call, bool backward) {
+  if (stream == nullptr || call == nullptr || call->params == nullptr || call->tensors == nullptr ||
+      call->tensor_count != hal_attention_tensor_count(call->params, backward ? 1 : 0))
+    return fail(HAL_ERROR_INVALID_ARGUMENT, std::string("attention ") + (backward ? "backward" : "forward") +
+                                                " needs a stream and a call with its params and tensors");
+  if (call->workspace.buffer != nullptr || call->workspace.offset != 0)
     return fail(HAL_ERROR_UNSUPPORTED,
                 "the host backend's attention takes no caller workspace (its scratch is host memory of its own); "
                 "leave AttentionOptions::workspace empty");
-  const bool ranges = hal_attention_key_ranges(params) != 0;
-  const std::uint32_t expected = hal_attention_tensor_count(params, backward);
-  if (tensor_count != expected)
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "attention run got " + std::to_string(tensor_count) + " tensors; " +
-                                                (backward ? "backward" : "forward") + (ranges ? " with key ranges" : "") +
-                                                " takes " + std::to_string(expected));
-  const hal_tensor_ref_v1 key_ranges = ranges ? tensors[expected - 1] : hal_tensor_ref_v1{nullptr, 0};
-  if (ranges && key_ranges.buffer == nullptr && key_ranges.offset == 0)
-    return fail(HAL_ERROR_INVALID_ARGUMENT, "attention key ranges are announced but the tensor is empty");
-  if (backward) return enqueue_backward(stream, implementation, params, tensors, key_ranges);
-  return enqueue_forward(stream, implementation, params, tensors[0], tensors[1], tensors[2], tensors[3], tensors[4],
-                         key_ranges);
+  const hal_tensor_ref_v1 key_ranges =
+      hal_attention_key_ranges(call->params) != 0 ? call->tensors[call->tensor_count - 1] : hal_tensor_ref_v1{};
+  return backward ? enqueue_backward(stream, call->implementation, call->params, call->tensors, key_ranges)
+                  : enqueue_forward(stream, call->implementation, call->params, call->tensors, key_ranges);
 }
+
+hal_status forward(hal_stream* stream, const hal_attention_call_v1* call) { return enqueue(stream, call, false); }
+hal_status backward(hal_stream* stream, const hal_attention_call_v1* call) { return enqueue(stream, call, true); }
 
 }  // namespace
 
-const hal_attention_v2 attention_table = {
-    {sizeof(hal_attention_v2), supports, workspace_size, forward, backward},
-    run,
-};
+const hal_attention_v3 attention_table = {sizeof(hal_attention_v3), supports, workspace_size, forward, backward};
 
 }  // namespace hal::host

@@ -177,7 +177,7 @@ namespace hal::host {
 class ThreadPool;
 class HostTelemetry;
 struct TelemetryBaseline;
-extern const hal_attention_v2 attention_table;
+extern const hal_attention_v3 attention_table;
 // telemetry.cpp: sysfs and procfs under telemetry_root (telemetry_sources.hpp).
 extern const hal_telemetry_v1 telemetry_table;
 }  // namespace hal::host

@@ -1,5 +1,4 @@
 // The host backend's plugin table: the C entry points over the host types.
-#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -9,7 +8,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <optional>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -296,7 +294,7 @@ hal_status event_elapsed_milliseconds(hal_event* start, hal_event* end, double* 
 hal_backend_v1 make_table() {
   hal_backend_v1 table{};
   table.struct_size = sizeof(hal_backend_v1);
-  table.abi_version = 1;
+  table.abi_version = HAL_BACKEND_ABI_VERSION;
   table.name = "host";
   table.version = HAL_VERSION_STRING;
   table.get_last_error = get_last_error;
@@ -324,7 +322,7 @@ hal_backend_v1 make_table() {
   table.event_query = event_query;
   table.event_synchronize = event_synchronize;
   table.event_elapsed_milliseconds = event_elapsed_milliseconds;
-  table.attention = &attention_table.v1;
+  table.attention = &attention_table;
   table.collectives = collectives();
   table.interop = &interop_table;
   table.telemetry = &telemetry_table;
@@ -343,5 +341,5 @@ hal_backend_context::hal_backend_context() = default;
 hal_backend_context::~hal_backend_context() = default;
 
 extern "C" HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(std::uint32_t host_max_abi_version) {
-  return host_max_abi_version >= 1 ? &hal::host::host_table : nullptr;
+  return hal_backend_offer(&hal::host::host_table, host_max_abi_version);
 }

@@ -190,5 +190,5 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
 
 extern "C" HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(std::uint32_t host_max_abi_version) {
   static const hal_backend_v1 ppu_table = hal::cuda::make_table("ppu", hal::ppu::initialize);
-  return host_max_abi_version >= 1 ? &ppu_table : nullptr;
+  return hal_backend_offer(&ppu_table, host_max_abi_version);
 }

@@ -73,5 +73,5 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
 extern "C" HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(std::uint32_t host_max_abi_version) {
   static const hal_backend_v1 rocm_table =
       hal::backend::gpu_plugin_table<hal::rocm::RocmVendor>("rocm", HAL_VERSION_STRING, hal::rocm::initialize);
-  return host_max_abi_version >= 1 ? &rocm_table : nullptr;
+  return hal_backend_offer(&rocm_table, host_max_abi_version);
 }

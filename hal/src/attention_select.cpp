@@ -388,38 +388,23 @@ void enqueue(const detail::StreamState& stream, const AttentionDecision& decisio
     return "enqueueing " + std::string(to_string(decision.chosen)) + " attention " +
            (backward ? "backward" : "forward") + " on " + device.id();
   };
-  const auto& workspace_state = detail::Access::state(options.workspace.buffer);
-  const std::uint32_t tensor_count = hal_attention_tensor_count(&resolved, backward ? 1 : 0);
-  if (!workspace_state && !resolved.key_ranges) {
-    const hal_attention_v1& table = *backend.attention();
-    const auto t = tensors;
-    backend.check(backward ? table.backward(stream.handle, detail::to_abi(decision.chosen), &resolved, t[0], t[1], t[2],
-                                            t[3], t[4], t[5], t[6], t[7], t[8])
-                           : table.forward(stream.handle, detail::to_abi(decision.chosen), &resolved, t[0], t[1], t[2],
-                                           t[3], t[4]),
-                  what);
-    return;
+  hal_attention_call_v1 call{};
+  call.struct_size = sizeof(call);
+  call.implementation = detail::to_abi(decision.chosen);
+  call.params = &resolved;
+  call.tensors = tensors;
+  call.tensor_count = hal_attention_tensor_count(&resolved, backward ? 1 : 0);
+  if (const auto& workspace_state = detail::Access::state(options.workspace.buffer)) {
+    const auto& workspace = detail::usable_state(workspace_state, "attention workspace");
+    if (!(workspace.device == device))
+      throw Error(StatusCode::invalid_argument,
+                  "the attention workspace is a " + workspace.describe() + ", but the stream runs on " + device.id());
+    workspace.check_range(options.workspace.offset, 0, "attention workspace");
+    call.workspace = workspace.ref(options.workspace.offset);
+    call.workspace_bytes = workspace.size - options.workspace.offset;
   }
-  const hal_attention_v2* table = backend.attention_v2();
-  if (table == nullptr)  // key ranges come only from backends that declare them, which have run()
-    throw Error(StatusCode::unsupported, "the " + device.backend_name() +
-                                             " backend's attention takes no caller workspace (its plugin has no "
-                                             "hal_attention_v2); leave AttentionOptions::workspace empty");
-  if (!workspace_state) {
-    backend.check(table->run(stream.handle, detail::to_abi(decision.chosen), &resolved, backward ? 1 : 0, tensors,
-                             tensor_count, hal_tensor_ref_v1{nullptr, 0}, 0),
-                  what);
-    return;
-  }
-  const auto& workspace = detail::usable_state(workspace_state, "attention workspace");
-  if (!(workspace.device == device))
-    throw Error(StatusCode::invalid_argument, "the attention workspace is a " + workspace.describe() +
-                                                  ", but the stream runs on " + device.id());
-  workspace.check_range(options.workspace.offset, 0, "attention workspace");
-  backend.check(table->run(stream.handle, detail::to_abi(decision.chosen), &resolved, backward ? 1 : 0, tensors,
-                           tensor_count, workspace.ref(options.workspace.offset),
-                           workspace.size - options.workspace.offset),
-                what);
+  const hal_attention_v3& table = *backend.attention();
+  backend.check(backward ? table.backward(stream.handle, &call) : table.forward(stream.handle, &call), what);
 }
 
 // The call's key ranges: present exactly when params.key_ranges says so, and

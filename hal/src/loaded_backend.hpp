@@ -65,8 +65,7 @@ struct LoadedBackend {
     if (code != HAL_OK) throw Error(error(code, describe()));
   }
   // The optional sub-tables, each nullptr when absent or beyond struct_size.
-  const hal_attention_v1* attention() const;
-  const hal_attention_v2* attention_v2() const;  // the caller-workspace entry, when the plugin has it
+  const hal_attention_v3* attention() const;
   const hal_collectives_v1* collectives() const;
   const hal_interop_v1* interop() const;
   const hal_telemetry_v1* telemetry() const;

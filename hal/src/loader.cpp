@@ -47,15 +47,12 @@ const SubTable* sub_table(const hal_backend_v1* table, std::size_t offset, const
 
 }  // namespace
 
-const hal_attention_v1* LoadedBackend::attention() const {
-  if (!table_has(table, offsetof(hal_backend_v1, attention), sizeof(table->attention))) return nullptr;
-  return table->attention;
-}
-
-const hal_attention_v2* LoadedBackend::attention_v2() const {
-  const hal_attention_v1* v1 = attention();
-  if (v1 == nullptr || v1->struct_size < sizeof(hal_attention_v2)) return nullptr;
-  return reinterpret_cast<const hal_attention_v2*>(v1);
+const hal_attention_v3* LoadedBackend::attention() const {
+  const auto* attention = sub_table(table, offsetof(hal_backend_v1, attention), &hal_backend_v1::attention);
+  return attention != nullptr && attention->supports != nullptr && attention->workspace_size != nullptr &&
+                 attention->forward != nullptr && attention->backward != nullptr
+             ? attention
+             : nullptr;
 }
 
 const hal_interop_v1* LoadedBackend::interop() const {
@@ -155,10 +152,14 @@ PluginLoad load_plugin(const std::filesystem::path& path, const std::vector<Plug
     return failure(BackendState::error, "plugin returned no table for ABI version " +
                                             std::to_string(host_max_abi_version) +
                                             " or below; rebuild the plugin against this libhal");
-  if (table->abi_version == 0 || table->abi_version > host_max_abi_version)
-    return failure(BackendState::error, "plugin offers ABI version " + std::to_string(table->abi_version) +
-                                            " but libhal speaks versions 1 to " +
-                                            std::to_string(host_max_abi_version) + "; rebuild one to match");
+  if (table->abi_version < HAL_BACKEND_ABI_MIN_VERSION || table->abi_version > host_max_abi_version)
+    return failure(BackendState::error,
+                   "plugin offers ABI version " + std::to_string(table->abi_version) + " but libhal loads versions " +
+                       std::to_string(HAL_BACKEND_ABI_MIN_VERSION) + " to " + std::to_string(host_max_abi_version) +
+                       (table->abi_version != 0 && table->abi_version < HAL_BACKEND_ABI_MIN_VERSION
+                            ? " (version 2 changed the attention table's entries); rebuild the "
+                              "plugin against this libhal's hal/backend_abi.h"
+                            : "; rebuild one to match"));
   if (table->struct_size < minimum_backend_table_size_v1)
     return failure(BackendState::error, "plugin table struct_size is " + std::to_string(table->struct_size) +
                                             " bytes, smaller than the " +

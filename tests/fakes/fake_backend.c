@@ -86,26 +86,17 @@ static hal_status event_elapsed_milliseconds(hal_event* start, hal_event* end, d
 #endif
 
 #if defined(FAKE_LAZY)
-static hal_attention_v2 attention;
+static hal_attention_v3 attention;
 /* Room for the host's collectives table, whatever version it is. */
 static union {
   hal_collectives_v1 table;
   unsigned char bytes[512];
 } collectives;
 
-static hal_status attention_forward(hal_stream* stream, hal_attention_implementation implementation,
-                                    const hal_attention_params_v1* params, hal_tensor_ref_v1 q, hal_tensor_ref_v1 k,
-                                    hal_tensor_ref_v1 v, hal_tensor_ref_v1 o, hal_tensor_ref_v1 lse) {
-  (void)stream, (void)implementation, (void)params, (void)q, (void)k, (void)v, (void)o, (void)lse;
+/* Forward "succeeds" without computing anything; backward runs. */
+static hal_status attention_forward(hal_stream* stream, const hal_attention_call_v1* call) {
+  (void)stream, (void)call;
   return HAL_OK;
-}
-
-static hal_status attention_run(hal_stream* stream, hal_attention_implementation implementation,
-                                const hal_attention_params_v1* params, int32_t backward, const hal_tensor_ref_v1* tensors,
-                                uint32_t tensor_count, hal_tensor_ref_v1 workspace, uint64_t workspace_bytes) {
-  if (!backward) return HAL_OK;
-  return ((const hal_attention_v2*)host->attention)
-      ->run(stream, implementation, params, backward, tensors, tensor_count, workspace, workspace_bytes);
 }
 
 /* Every all_reduce "succeeds" without touching recv; other operations run. */
@@ -234,9 +225,8 @@ HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(uint32_t host_max_abi
   if (host->attention != NULL) {
     const size_t size = host->attention->struct_size < sizeof(attention) ? host->attention->struct_size : sizeof(attention);
     memcpy(&attention, host->attention, size);
-    attention.v1.forward = attention_forward;
-    if (size >= sizeof(hal_attention_v2)) attention.run = attention_run;
-    table.attention = &attention.v1;
+    attention.forward = attention_forward;
+    table.attention = &attention;
   }
   if (host->collectives != NULL && host->collectives->struct_size <= sizeof(collectives.bytes)) {
     memcpy(collectives.bytes, host->collectives, host->collectives->struct_size);

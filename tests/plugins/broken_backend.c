@@ -63,6 +63,8 @@ HAL_BACKEND_EXPORT const hal_backend_v1* hal_backend_query(uint32_t host_max_abi
   table.collectives = NULL;
 #if defined(BROKEN_WRONG_ABI)
   table.abi_version = 99;
+#elif defined(BROKEN_OLD_ABI)
+  table.abi_version = 1; /* built before attention took one call struct */
 #elif defined(BROKEN_SMALL_STRUCT)
   table.struct_size = 16;
 #elif defined(BROKEN_MISSING_FUNCTION)

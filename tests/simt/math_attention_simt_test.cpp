@@ -156,7 +156,7 @@ bool covered(const std::string& name) {
 }  // namespace
 
 // Every covered shape through the engine's math path; with caller_workspace
-// the engine gets the scratch from the call (hal_attention_v2) and must
+// the engine gets the scratch from the call (hal_attention_call_v1.workspace) and must
 // allocate none of its own.
 void check_math_path(bool caller_workspace) {
   int cases = 0;
@@ -189,14 +189,12 @@ void check_math_path(bool caller_workspace) {
         scratch.assign(expected_workspace / sizeof(float) + 1, std::numeric_limits<float>::quiet_NaN());
         tensors.workspace = reinterpret_cast<std::uint64_t>(scratch.data());
         tensors.workspace_bytes = expected_workspace - 4;  // one float short: refused by name
-        if (expected_workspace >= 4 && (backward ? engine.backward(stream, HAL_ATTENTION_MATH, params, tensors)
-                                                 : engine.forward(stream, HAL_ATTENTION_MATH, params, tensors)) !=
-                                           HAL_ERROR_INVALID_ARGUMENT)
+        if (expected_workspace >= 4 &&
+            engine.run(stream, HAL_ATTENTION_MATH, params, tensors, backward) != HAL_ERROR_INVALID_ARGUMENT)
           return "a workspace one float short was not refused";
         tensors.workspace_bytes = expected_workspace;
       }
-      const hal_status status = backward ? engine.backward(stream, HAL_ATTENTION_MATH, params, tensors)
-                                         : engine.forward(stream, HAL_ATTENTION_MATH, params, tensors);
+      const hal_status status = engine.run(stream, HAL_ATTENTION_MATH, params, tensors, backward);
       if (status != HAL_OK) {
         hal_error_info_v1 error{};
         error.struct_size = sizeof(error);

@@ -13,6 +13,16 @@
  * A backend is a shared library exporting HAL_BACKEND_ENTRY_SYMBOL. libhal
  * passes the highest ABI version it understands; the backend returns a table
  * of a version it can serve at or below that, or NULL when it cannot.
+ *
+ * New entries take one argument struct that starts with its size, so a
+ * later field is added without a new entry. The version changes only when
+ * an entry's meaning or a table's layout does; libhal loads plugins of
+ * HAL_BACKEND_ABI_MIN_VERSION up to HAL_BACKEND_ABI_VERSION and refuses
+ * older ones with a message naming both versions.
+ *   1 -> 2: attention has one forward and one backward entry, each taking a
+ *           hal_attention_call_v1 (the implementation, params, tensor list
+ *           and workspace); version 1's fixed-argument forward/backward and
+ *           its appended list entry `run` are gone (hal_attention_v3).
  */
 #ifndef HAL_BACKEND_ABI_H
 #define HAL_BACKEND_ABI_H
@@ -24,7 +34,9 @@
 extern "C" {
 #endif
 
-#define HAL_BACKEND_ABI_VERSION 1u
+#define HAL_BACKEND_ABI_VERSION 2u
+/* The oldest plugin ABI libhal loads: version 1's attention table has another layout. */
+#define HAL_BACKEND_ABI_MIN_VERSION 2u
 #define HAL_BACKEND_ENTRY_SYMBOL "hal_backend_query"
 
 #if defined(_WIN32)
@@ -229,7 +241,7 @@ typedef struct hal_attention_params_v1 {
    * band above (values outside [0, seq_kv] are clamped; begin >= end: no
    * key). It says key padding on either side, packed sequences (several
    * documents in one row) and any mask whose visible keys form one interval
-   * per query. The tensor travels last in hal_attention_v2.run's list (6 or
+   * per query. The tensor travels last in the call's tensor list (6 or
    * 10 tensors); only backends that declare "attention.key_ranges" get it. */
   int32_t key_ranges;
 } hal_attention_params_v1;
@@ -249,7 +261,7 @@ static inline int32_t hal_attention_key_ranges(const hal_attention_params_v1* pa
                                                                                                  : 0;
 }
 
-/* The tensors of one call in hal_attention_v2.run's list: forward's 5 or
+/* The tensors of one call in hal_attention_call_v1's list: forward's 5 or
  * backward's 9, then the key ranges when the params announce them. */
 static inline uint32_t hal_attention_tensor_count(const hal_attention_params_v1* params, int32_t backward) {
   return (backward ? 9u : 5u) + (hal_attention_key_ranges(params) != 0 ? 1u : 0u);
@@ -266,46 +278,46 @@ typedef struct hal_tensor_ref_v1 {
   uint64_t offset;
 } hal_tensor_ref_v1;
 
-typedef struct hal_attention_v1 {
+/* One attention call. tensors are forward's (q, k, v, o, lse) or
+ * backward's (q, k, v, o, grad_o, lse, grad_q, grad_k, grad_v), then the
+ * key ranges when hal_attention_key_ranges(params): 5, 9, 6 or 10, as
+ * hal_attention_tensor_count says. libhal has checked the params and every
+ * tensor against them and the device; the backend keeps only its own limits
+ * (those supports() reports). workspace with a NULL buffer and offset 0: the
+ * backend allocates its own scratch; otherwise it runs in the
+ * workspace_bytes from there (a caller's scratch: framework allocators, CUDA
+ * graph capture), and fewer than workspace_size() said is
+ * HAL_ERROR_INVALID_ARGUMENT. */
+typedef struct hal_attention_call_v1 {
+  size_t struct_size;
+  hal_attention_implementation implementation;
+  const hal_attention_params_v1* params;
+  const hal_tensor_ref_v1* tensors;
+  uint32_t tensor_count;
+  hal_tensor_ref_v1 workspace;
+  uint64_t workspace_bytes;
+} hal_attention_call_v1;
+
+/* The attention table of ABI 2 (version 1's tables hal_attention_v1/v2 had
+ * fixed-argument entries and a separate list entry). */
+typedef struct hal_attention_v3 {
   size_t struct_size;
   /* Writes the reasons `implementation` cannot run `params` on `device`, one
    * per line, into reasons (NUL-terminated, truncated to capacity). An empty
-   * string means eligible. */
+   * string means eligible. libhal asks once per shape class and keeps the
+   * answer. */
   hal_status (*supports)(hal_backend_context* context, uint32_t device,
                          hal_attention_implementation implementation,
                          const hal_attention_params_v1* params, int32_t backward,
                          char* reasons, size_t reasons_capacity);
-  /* Extra device memory the implementation allocates for one call. */
+  /* Extra device memory the implementation needs for one call. */
   hal_status (*workspace_size)(hal_backend_context* context, uint32_t device,
                                hal_attention_implementation implementation,
                                const hal_attention_params_v1* params, int32_t backward,
                                uint64_t* bytes);
-  hal_status (*forward)(hal_stream* stream, hal_attention_implementation implementation,
-                        const hal_attention_params_v1* params, hal_tensor_ref_v1 q,
-                        hal_tensor_ref_v1 k, hal_tensor_ref_v1 v, hal_tensor_ref_v1 o,
-                        hal_tensor_ref_v1 lse);
-  hal_status (*backward)(hal_stream* stream, hal_attention_implementation implementation,
-                         const hal_attention_params_v1* params, hal_tensor_ref_v1 q,
-                         hal_tensor_ref_v1 k, hal_tensor_ref_v1 v, hal_tensor_ref_v1 o,
-                         hal_tensor_ref_v1 grad_o, hal_tensor_ref_v1 lse,
-                         hal_tensor_ref_v1 grad_q, hal_tensor_ref_v1 grad_k,
-                         hal_tensor_ref_v1 grad_v);
-} hal_attention_v1;
-
-/* Appended to hal_attention_v1: a backend whose attention table has
- * v1.struct_size >= sizeof(hal_attention_v2) takes the caller's scratch, so
- * a call allocates nothing (framework allocators, CUDA graph capture).
- * tensors are forward's or backward's, in their order (5 or 9), then the
- * key ranges when hal_attention_key_ranges(params) (6 or 10). workspace
- * with a NULL buffer: the backend allocates its own, as forward/backward do;
- * otherwise workspace_bytes from workspace.offset must be at least what
- * workspace_size() said, or HAL_ERROR_INVALID_ARGUMENT. */
-typedef struct hal_attention_v2 {
-  hal_attention_v1 v1;
-  hal_status (*run)(hal_stream* stream, hal_attention_implementation implementation,
-                    const hal_attention_params_v1* params, int32_t backward, const hal_tensor_ref_v1* tensors,
-                    uint32_t tensor_count, hal_tensor_ref_v1 workspace, uint64_t workspace_bytes);
-} hal_attention_v2;
+  hal_status (*forward)(hal_stream* stream, const hal_attention_call_v1* call);
+  hal_status (*backward)(hal_stream* stream, const hal_attention_call_v1* call);
+} hal_attention_v3;
 
 /* ---- collectives ---------------------------------------------------------
  * A communicator joins `world_size` processes (one device each) that met
@@ -691,7 +703,7 @@ typedef struct hal_backend_v1 {
   hal_status (*event_elapsed_milliseconds)(hal_event* start, hal_event* end, double* milliseconds);
 
   /* Optional groups: NULL means the backend does not offer them. */
-  const struct hal_attention_v1* attention;
+  const struct hal_attention_v3* attention;
   const struct hal_collectives_v1* collectives;
   /* Appended: a plugin whose struct_size ends before it offers no interop. */
   const struct hal_interop_v1* interop;
@@ -704,6 +716,13 @@ typedef struct hal_backend_v1 {
 } hal_backend_v1;
 
 typedef const hal_backend_v1* (*hal_backend_query_fn)(uint32_t host_max_abi_version);
+
+/* What a plugin's hal_backend_query returns: its table where libhal speaks
+ * the table's ABI version, else NULL (libhal then says the plugin offers
+ * nothing it can load). */
+static inline const hal_backend_v1* hal_backend_offer(const hal_backend_v1* table, uint32_t host_max_abi_version) {
+  return host_max_abi_version >= table->abi_version ? table : NULL;
+}
 
 /* Pinned sizes on LP64: a change here breaks every built plugin. Append new
  * fields in a new version instead of editing these structs. */
@@ -720,8 +739,8 @@ HAL_ABI_PIN_SIZE(hal_capability_v1, 48);
 HAL_ABI_PIN_SIZE(hal_device_info_v1, 128);
 HAL_ABI_PIN_SIZE(hal_attention_params_v1, 368);
 HAL_ABI_PIN_SIZE(hal_tensor_ref_v1, 16);
-HAL_ABI_PIN_SIZE(hal_attention_v1, 40);
-HAL_ABI_PIN_SIZE(hal_attention_v2, 48);
+HAL_ABI_PIN_SIZE(hal_attention_call_v1, 64);
+HAL_ABI_PIN_SIZE(hal_attention_v3, 40);
 HAL_ABI_PIN_SIZE(hal_backend_v1, 280);
 HAL_ABI_PIN_SIZE(hal_store_v1, 32);
 HAL_ABI_PIN_SIZE(hal_communicator_config_v1, 64);
