@@ -248,6 +248,16 @@ class CpuInterval {
   double cpu_start_;
 };
 
+// torch's calls of one row, each made right after one of hal's (ABAB...).
+struct TorchPairs {
+  double ms;                    // median wall time per call
+  double cpu_share;             // its process's CPU time / (wall x threads)
+  double cpu_seconds_per_call;  // mean
+  // torch ms / hal ms of each pair: the median and the range.
+  double ratio_median, ratio_min, ratio_max;
+  std::string note;  // how torch runs the case
+};
+
 struct Measurement {
   AttentionImplementation implementation;
   Shape shape;
@@ -262,6 +272,7 @@ struct Measurement {
   // Host device only (the work runs in this process): see CpuInterval.
   double cpu_share;
   double cpu_seconds_per_call;  // mean
+  std::optional<TorchPairs> torch;  // with --compare-torch, where torch runs the case
   double gflops() const { return flops / (event_ms * 1e-3) * 1e-9; }
   double kv_gbps() const { return static_cast<double>(kv_bytes) / (event_ms * 1e-3) * 1e-9; }
   double gflops_per_cpu_second() const { return cpu_seconds_per_call <= 0 ? 0.0 : flops / cpu_seconds_per_call * 1e-9; }
@@ -276,11 +287,13 @@ struct Skip {
 
 class Runner {
  public:
-  // threads: how many the host backend's attention pool runs (for the CPU share).
-  Runner(const AttnOptions& options, const hal::Device& device, int threads)
+  // threads: how many the host backend's attention pool runs (for the CPU
+  // share). torch: the peer each timed call alternates with, or none.
+  Runner(const AttnOptions& options, const hal::Device& device, int threads, TorchPeer* torch)
       : options_(options),
         device_(device),
         threads_(threads),
+        torch_(torch),
         stream_(device.create_stream()),
         start_(device.create_event()),
         end_(device.create_event()) {}
@@ -318,25 +331,49 @@ class Runner {
     const std::uint64_t iterations = options_.common.iterations.value_or(std::clamp<std::uint64_t>(
         static_cast<std::uint64_t>(std::ceil(auto_target_seconds / std::max(warm_up.event_ms * 1e-3, 1e-6))),
         auto_min_iterations, auto_max_iterations));
-    std::vector<double> event_ms, wall_ms;
-    const CpuInterval cpu;
-    for (const CallTime& time : time_calls(params, backward, per_call, *tensors, iterations, false)) {
+    const std::optional<std::size_t> found =
+        torch_ != nullptr ? torch_->find_case(shape.seq_q, shape.seq_kv, to_string(direction)) : std::nullopt;
+    const bool with_torch = found.has_value();
+    const std::size_t torch_case = found.value_or(0);
+    if (with_torch) torch_->call(torch_case);  // torch's warm-up
+    std::vector<double> event_ms, wall_ms, torch_ms, ratios;
+    double cpu_seconds = 0, wall_seconds = 0, torch_cpu_seconds = 0, torch_wall_seconds = 0;
+    for (std::uint64_t i = 0; i < iterations; ++i) {
+      const CpuInterval cpu;
+      const CallTime time = time_calls(params, backward, per_call, *tensors, 1, false).front();
+      const CpuInterval::Elapsed elapsed = cpu.finish();
       event_ms.push_back(time.event_ms);
       wall_ms.push_back(time.wall_ms);
+      cpu_seconds += elapsed.cpu_seconds;
+      wall_seconds += elapsed.wall_seconds;
+      if (!with_torch) continue;
+      const TorchCall call = torch_->call(torch_case);
+      torch_ms.push_back(call.wall_seconds * 1e3);
+      ratios.push_back(call.wall_seconds * 1e3 / time.event_ms);
+      torch_cpu_seconds += call.cpu_seconds;
+      torch_wall_seconds += call.wall_seconds;
     }
-    const CpuInterval::Elapsed elapsed = cpu.finish();
-    const Measurement m{implementation,
-                        shape,
-                        direction,
-                        iterations,
-                        median(event_ms),
-                        median(wall_ms),
-                        *std::min_element(event_ms.begin(), event_ms.end()),
-                        flops,
-                        kv_bytes(options_, shape),
-                        candidate->workspace_bytes,
-                        elapsed.share(threads_),
-                        elapsed.cpu_seconds / static_cast<double>(iterations)};
+    const double count = static_cast<double>(iterations);
+    const Measurement m{
+        implementation,
+        shape,
+        direction,
+        iterations,
+        median(event_ms),
+        median(wall_ms),
+        *std::min_element(event_ms.begin(), event_ms.end()),
+        flops,
+        kv_bytes(options_, shape),
+        candidate->workspace_bytes,
+        CpuInterval::Elapsed{wall_seconds, cpu_seconds}.share(threads_),
+        cpu_seconds / count,
+        with_torch
+            ? std::optional<TorchPairs>(TorchPairs{
+                  median(torch_ms),
+                  CpuInterval::Elapsed{torch_wall_seconds, torch_cpu_seconds}.share(std::max(torch_->threads(), 1)),
+                  torch_cpu_seconds / count, median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+                  *std::max_element(ratios.begin(), ratios.end()), torch_->note(torch_case)})
+            : std::nullopt};
     rates_.push_back({implementation, direction, shape, m.gflops()});
     measurements.push_back(m);
   }
@@ -433,6 +470,7 @@ class Runner {
   const AttnOptions& options_;
   hal::Device device_;
   int threads_;
+  TorchPeer* torch_;
   hal::Stream stream_;
   hal::Event start_, end_;
   std::vector<Rate> rates_;
@@ -630,13 +668,6 @@ std::string shape_text(const AttnOptions& o) {
 
 std::string format_mib(std::uint64_t bytes) { return format_fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1); }
 
-// torch's row of the same query length, key length and direction.
-const TorchRow* find_torch(const TorchResults& torch, const Shape& shape, Direction direction) {
-  for (const TorchRow& row : torch.rows)
-    if (row.seq_q == shape.seq_q && row.seq == shape.seq_kv && row.direction == to_string(direction)) return &row;
-  return nullptr;
-}
-
 // The lines printed before measuring starts: what runs, and the FMA peak.
 void print_preamble(const AttnOptions& options, const hal::Device& device, const PeakReport& peak,
                     const std::optional<TorchIsa>& isa) {
@@ -665,9 +696,9 @@ void print_preamble(const AttnOptions& options, const hal::Device& device, const
 
 // CPU seconds per call of torch / of hal: the speed ratio with other work's
 // time slices taken out (host device only, where hal's work is in-process).
-std::optional<double> torch_over_hal_cpu_seconds(const TorchRow& torch, const Measurement& m) {
-  if (torch.cpu_seconds_per_call <= 0 || m.cpu_seconds_per_call <= 0) return std::nullopt;
-  return torch.cpu_seconds_per_call / m.cpu_seconds_per_call;
+std::optional<double> torch_over_hal_cpu_seconds(const Measurement& m) {
+  if (!m.torch || m.torch->cpu_seconds_per_call <= 0 || m.cpu_seconds_per_call <= 0) return std::nullopt;
+  return m.torch->cpu_seconds_per_call / m.cpu_seconds_per_call;
 }
 
 // The shape's columns: "seq", or with --seq-q "seq_q" and "seq_kv".
@@ -682,8 +713,7 @@ std::vector<std::string> shape_cells(const AttnOptions& options, const Shape& sh
 }
 
 void print_table(const AttnOptions& options, const hal::Device& device, const PeakReport& peak,
-                 const std::vector<Measurement>& measurements, const std::vector<Skip>& skips,
-                 const std::optional<TorchResults>& torch) {
+                 const std::vector<Measurement>& measurements, const std::vector<Skip>& skips, const TorchPeer* torch) {
   std::printf(
       "# f32 FMA peak again after the runs: %.1f GFLOP/s all threads, %.1f GFLOP per CPU-second;\n"
       "# efficiency is against the higher of each pair%s\n",
@@ -694,7 +724,7 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
       "# cpu = CPU time this process got / (wall time x %d threads); cpu eff = GFLOP per CPU-second /\n"
       "# FMA GFLOP per CPU-second (other work's time slices taken out); extra = workspace of one call\n",
       peak.threads());
-  const bool with_torch = torch && !torch->rows.empty();
+  const bool with_torch = torch != nullptr && torch->reason().empty();
   std::vector<Table::Column> columns{{"impl", true}, {"dir", true}};
   for (Table::Column& column : shape_columns(options)) columns.push_back(std::move(column));
   for (const char* name :
@@ -704,6 +734,7 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
     columns.push_back({"torch ms"});
     columns.push_back({"torch cpu %"});
     columns.push_back({"torch/hal"});
+    columns.push_back({"range"});
     columns.push_back({"torch/hal cpu-s"});
   }
   Table table(columns);
@@ -720,11 +751,12 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
              cpu_eff ? format_fixed(*cpu_eff * 100, 1) : "-", format_mib(m.workspace_bytes)})
       row.push_back(std::move(cell));
     if (with_torch) {
-      const TorchRow* t = find_torch(*torch, m.shape, m.direction);
+      const std::optional<TorchPairs>& t = m.torch;
       row.push_back(t ? format_fixed(t->ms, 2) : "-");
       row.push_back(t ? format_fixed(t->cpu_share * 100, 0) : "-");
-      row.push_back(t ? format_fixed(t->ms / m.event_ms, 2) : "-");
-      const std::optional<double> cpu_ratio = t && peak.applies ? torch_over_hal_cpu_seconds(*t, m) : std::nullopt;
+      row.push_back(t ? format_fixed(t->ratio_median, 2) : "-");
+      row.push_back(t ? format_fixed(t->ratio_min, 2) + ".." + format_fixed(t->ratio_max, 2) : "-");
+      const std::optional<double> cpu_ratio = peak.applies ? torch_over_hal_cpu_seconds(m) : std::nullopt;
       row.push_back(cpu_ratio ? format_fixed(*cpu_ratio, 2) : "-");
     }
     table.add_row(std::move(row));
@@ -759,28 +791,30 @@ void print_table(const AttnOptions& options, const hal::Device& device, const Pe
     }
     ratio_table.print(stdout);
   }
-  if (torch) {
-    if (torch->rows.empty()) {
-      std::printf("# torch: not measured: %s\n", torch->reason.c_str());
+  if (torch != nullptr) {
+    if (!torch->reason().empty()) {
+      std::printf("# torch: not measured: %s\n", torch->reason().c_str());
     } else {
+      const std::string capability = torch->cpu_capability();
       std::printf(
-          "# torch %s%s, %d threads: torch ms = median of torch.nn.functional.scaled_dot_product_attention "
-          "(wall clock);\n# torch/hal > 1: hal is faster; torch/hal cpu-s: the same by CPU seconds per call\n",
-          torch->version.c_str(),
-          torch->cpu_capability.empty() ? "" : (" (CPU capability " + torch->cpu_capability + ")").c_str(),
-          torch->threads);
+          "# torch %s%s, %d threads: torch.nn.functional.scaled_dot_product_attention in a child process, its\n"
+          "# calls alternating with hal's (ABAB...); torch ms = median wall time; torch/hal = median of each\n"
+          "# pair's torch ms / hal ms, range = their lowest..highest; > 1: hal is faster; torch/hal cpu-s:\n"
+          "# the same by CPU seconds per call\n",
+          torch->version().c_str(), capability.empty() ? "" : (" (CPU capability " + capability + ")").c_str(),
+          torch->threads());
       std::vector<std::string> notes;
-      for (const TorchRow& row : torch->rows)
-        if (!row.note.empty() && std::find(notes.begin(), notes.end(), row.note) == notes.end())
-          notes.push_back(row.note);
+      for (const Measurement& m : measurements)
+        if (m.torch && !m.torch->note.empty() && std::find(notes.begin(), notes.end(), m.torch->note) == notes.end())
+          notes.push_back(m.torch->note);
       for (const std::string& note : notes) std::printf("# torch: %s\n", note.c_str());
     }
   }
 }
 
 Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal::Device& device, const PeakReport& peak,
-             const std::vector<Measurement>& measurements, const std::vector<Skip>& skips,
-             const std::optional<TorchResults>& torch, const std::optional<TorchIsa>& isa) {
+             const std::vector<Measurement>& measurements, const std::vector<Skip>& skips, const TorchPeer* torch,
+             const std::optional<TorchIsa>& isa) {
   Json directions = Json::array();
   for (const Direction d : options.directions()) directions.push_back(to_string(d));
   Json implementations = Json::array();
@@ -829,12 +863,15 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                 {"efficiency_per_cpu_second",
                  efficiency_per_cpu_second(m, peak) ? Json(*efficiency_per_cpu_second(m, peak)) : Json(nullptr)},
                 {"peak_extra_bytes", m.workspace_bytes}};
-    if (torch) {
-      const TorchRow* t = find_torch(*torch, m.shape, m.direction);
+    if (torch != nullptr) {
+      const std::optional<TorchPairs>& t = m.torch;
       row["torch_ms_per_call"] = t ? Json(t->ms) : Json(nullptr);
-      row["torch_over_hal"] = t ? Json(t->ms / m.event_ms) : Json(nullptr);
-      const std::optional<double> cpu_ratio = t ? torch_over_hal_cpu_seconds(*t, m) : std::nullopt;
+      row["torch_cpu_share"] = t ? Json(t->cpu_share) : Json(nullptr);
+      row["torch_over_hal"] = t ? Json(t->ratio_median) : Json(nullptr);
+      row["torch_over_hal_range"] = t ? Json::array({t->ratio_min, t->ratio_max}) : Json(nullptr);
+      const std::optional<double> cpu_ratio = torch_over_hal_cpu_seconds(m);
       row["torch_over_hal_cpu_seconds"] = cpu_ratio && peak.applies ? Json(*cpu_ratio) : Json(nullptr);
+      row["torch_note"] = t ? Json(t->note) : Json(nullptr);
     }
     results.push_back(std::move(row));
   }
@@ -875,8 +912,9 @@ Json to_json(const AttnOptions& options, const hal::Runtime& runtime, const hal:
                        {"seq_q", s.shape.seq_q},
                        {"reason", s.reason}});
   document["skipped"] = std::move(skipped);
-  if (torch) {
-    document["torch"] = torch->document;
+  if (torch != nullptr) {
+    document["torch"] = torch->document();
+    document["torch_pairing"] = "alternating: each timed hal call is followed by one torch call (ABAB...)";
     document["torch_isa_environment"] = isa && isa->recognized ? torch_isa_json(*isa) : Json(nullptr);
   }
   return document;
@@ -956,8 +994,9 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
   parser.add_value("--max-workspace", "BYTES", "skip a shape whose workspace is larger (default 4G)",
                    [&](std::string_view text) { options.max_workspace = parse_byte_size("--max-workspace", text); });
   parser.add_switch("--compare-torch",
-                    "also run torch_sdpa.py (PyTorch scaled_dot_product_attention, same shapes\n"
-                    "and threads) and add torch ms and torch/hal columns",
+                    "also run PyTorch's scaled_dot_product_attention (torch_sdpa.py, same shapes\n"
+                    "and threads) call by call alternating with hal's, and add torch ms and\n"
+                    "torch/hal (median of the paired ratios, with their range) columns",
                     options.compare_torch);
   parser.add_value("--python", "PATH", "Python interpreter for --compare-torch (default python3)",
                    [&](std::string_view text) { options.python = std::string(text); });
@@ -1006,9 +1045,26 @@ int run_attn(std::span<const std::string_view> arguments) {
   const std::optional<TorchIsa> isa = options.compare_torch ? torch_isa(host_isa) : std::nullopt;
   if (!options.common.json) print_preamble(options, device, peak, isa);
 
+  // Started before hal's calls: each timed hal call is followed by one of torch's.
+  std::unique_ptr<TorchPeer> torch;
+  if (options.compare_torch)
+    torch = std::make_unique<TorchPeer>(
+        TorchRequest{.seqs = options.seqs,
+                     .seq_qs = options.seq_qs,
+                     .batch = options.batch,
+                     .heads_q = options.heads_q,
+                     .heads_kv = options.heads_kv,
+                     .head_dim = options.head_dim,
+                     .dtype = std::string(hal::to_string(options.dtype)),
+                     .causal = options.causal,
+                     .backward = options.backward,
+                     .threads = peak.threads(),
+                     .environment = isa ? isa->set : std::vector<std::pair<std::string, std::string>>{}},
+        options.python, options.torch_script);
+
   std::vector<Measurement> measurements;
   std::vector<Skip> skips;
-  Runner runner(options, device, peak.threads());
+  Runner runner(options, device, peak.threads(), torch && torch->reason().empty() ? torch.get() : nullptr);
   for (const Shape& shape : options.shapes()) {
     std::optional<Tensors> tensors;
     for (const Direction direction : options.directions())
@@ -1018,27 +1074,10 @@ int run_attn(std::span<const std::string_view> arguments) {
 
   peak.after = measure_peak();
 
-  std::optional<TorchResults> torch;
-  if (options.compare_torch) {
-    const TorchRequest request{.seqs = options.seqs,
-                               .seq_qs = options.seq_qs,
-                               .batch = options.batch,
-                               .heads_q = options.heads_q,
-                               .heads_kv = options.heads_kv,
-                               .head_dim = options.head_dim,
-                               .dtype = std::string(hal::to_string(options.dtype)),
-                               .causal = options.causal,
-                               .backward = options.backward,
-                               .threads = peak.threads(),
-                               .iterations = options.common.iterations,
-                               .environment = isa ? isa->set : std::vector<std::pair<std::string, std::string>>{}};
-    torch = run_torch_sdpa(request, options.python, options.torch_script);
-  }
-
   if (options.common.json)
-    print_json(to_json(options, runtime, device, peak, measurements, skips, torch, isa));
+    print_json(to_json(options, runtime, device, peak, measurements, skips, torch.get(), isa));
   else
-    print_table(options, device, peak, measurements, skips, torch);
+    print_table(options, device, peak, measurements, skips, torch.get());
   return exit_success;
 }
 

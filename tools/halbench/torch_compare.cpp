@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -59,18 +61,47 @@ std::vector<std::string> environment_with(const std::vector<std::pair<std::strin
   return result;
 }
 
-// Runs argv with stdout captured and `environment` set on top of ours;
-// stderr goes to ours so torch's own messages stay visible. Returns the
-// exit status and the output.
-std::pair<int, std::string> run_capturing_stdout(const std::vector<std::string>& argv,
-                                                 const std::vector<std::pair<std::string, std::string>>& environment) {
-  int pipe_ends[2];
-  if (pipe(pipe_ends) != 0) throw std::runtime_error(std::string("cannot create a pipe: ") + std::strerror(errno));
+std::vector<std::string> script_arguments(const TorchRequest& request, const std::string& python,
+                                          const std::string& script) {
+  std::vector<std::string> argv{python,       script,
+                                "--seq",      join(request.seqs),
+                                "--batch",    std::to_string(request.batch),
+                                "--heads-q",  std::to_string(request.heads_q),
+                                "--heads-kv", std::to_string(request.heads_kv),
+                                "--head-dim", std::to_string(request.head_dim),
+                                "--dtype",    request.dtype,
+                                "--threads",  std::to_string(request.threads),
+                                "--serve"};
+  if (!request.seq_qs.empty()) {
+    argv.push_back("--seq-q");
+    argv.push_back(join(request.seq_qs));
+  }
+  if (request.causal) argv.push_back("--causal");
+  if (request.backward) argv.push_back("--backward");
+  return argv;
+}
+
+}  // namespace
+
+TorchPeer::TorchPeer(const TorchRequest& request, const std::string& python, const std::optional<std::string>& script)
+    : script_(find_script(script)) {
+  std::vector<std::pair<std::string, std::string>> environment = request.environment;
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) environment.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
+  const std::vector<std::string> argv = script_arguments(request, python, script_);
+  int to_child[2], from_child[2];
+  if (pipe(to_child) != 0) throw std::runtime_error(std::string("cannot create a pipe: ") + std::strerror(errno));
+  if (pipe(from_child) != 0) {
+    close(to_child[0]);
+    close(to_child[1]);
+    throw std::runtime_error(std::string("cannot create a pipe: ") + std::strerror(errno));
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_ends[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, pipe_ends[0]);
-  posix_spawn_file_actions_addclose(&actions, pipe_ends[1]);
+  // stderr stays ours, so torch's own messages stay visible.
+  posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
+  for (const int end : {to_child[0], to_child[1], from_child[0], from_child[1]})
+    posix_spawn_file_actions_addclose(&actions, end);
   std::vector<char*> raw;
   for (const std::string& argument : argv) raw.push_back(const_cast<char*>(argument.c_str()));
   raw.push_back(nullptr);
@@ -79,85 +110,113 @@ std::pair<int, std::string> run_capturing_stdout(const std::vector<std::string>&
   for (std::string& variable : variables) raw_variables.push_back(variable.data());
   raw_variables.push_back(nullptr);
   std::fflush(stdout);
-  pid_t child = 0;
-  const int spawn_error = posix_spawnp(&child, raw[0], &actions, nullptr, raw.data(), raw_variables.data());
+  // A script that dies makes writes to its pipe fail (EPIPE, reported by
+  // call()) instead of killing halbench.
+  std::signal(SIGPIPE, SIG_IGN);
+  const int spawn_error = posix_spawnp(&child_, raw[0], &actions, nullptr, raw.data(), raw_variables.data());
   posix_spawn_file_actions_destroy(&actions);
-  close(pipe_ends[1]);
+  close(to_child[0]);
+  close(from_child[1]);
   if (spawn_error != 0) {
-    close(pipe_ends[0]);
+    close(to_child[1]);
+    close(from_child[0]);
+    child_ = -1;
     throw std::runtime_error("cannot run '" + argv[0] + "': " + std::strerror(spawn_error) +
                              " (choose the interpreter with --python)");
   }
-  std::string output;
-  char chunk[4096];
-  for (;;) {
-    const ssize_t got = read(pipe_ends[0], chunk, sizeof(chunk));
-    if (got > 0) {
-      output.append(chunk, static_cast<std::size_t>(got));
-    } else if (got == 0 || errno != EINTR) {
-      break;
-    }
-  }
-  close(pipe_ends[0]);
-  int status = 0;
-  while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  const int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-  return {exit_code, std::move(output)};
-}
-
-}  // namespace
-
-TorchResults run_torch_sdpa(const TorchRequest& request, const std::string& python,
-                            const std::optional<std::string>& script) {
-  std::vector<std::string> argv{python,       find_script(script),
-                                "--seq",      join(request.seqs),
-                                "--batch",    std::to_string(request.batch),
-                                "--heads-q",  std::to_string(request.heads_q),
-                                "--heads-kv", std::to_string(request.heads_kv),
-                                "--head-dim", std::to_string(request.head_dim),
-                                "--dtype",    request.dtype,
-                                "--threads",  std::to_string(request.threads),
-                                "--json"};
-  if (!request.seq_qs.empty()) {
-    argv.push_back("--seq-q");
-    argv.push_back(join(request.seq_qs));
-  }
-  if (request.causal) argv.push_back("--causal");
-  if (request.backward) argv.push_back("--backward");
-  if (request.iterations) {
-    argv.push_back("--iters");
-    argv.push_back(std::to_string(*request.iterations));
-  }
-  const auto [exit_code, output] = run_capturing_stdout(argv, request.environment);
-  if (exit_code != 0)
-    throw std::runtime_error("torch_sdpa.py (" + argv[1] + ") failed with exit status " + std::to_string(exit_code));
-
-  TorchResults results;
+  to_child_ = fdopen(to_child[1], "w");
+  from_child_ = fdopen(from_child[0], "r");
   try {
-    results.document = Json::parse(output);
-    // Without torch, its version is null.
-    const Json& environment = results.document.at("environment");
-    if (environment.contains("torch_version") && environment["torch_version"].is_string())
-      results.version = environment["torch_version"].get<std::string>();
-    results.threads = environment.value("threads", 0);
-    if (environment.contains("cpu_capability") && environment["cpu_capability"].is_string())
-      results.cpu_capability = environment["cpu_capability"].get<std::string>();
-    for (const Json& row : results.document.at("results")) {
-      const auto seq = row.at("seq").get<std::int64_t>();
-      results.rows.push_back({seq, row.value("seq_q", seq), row.at("direction").get<std::string>(),
-                              row.at("ms_per_call").get<double>(), row.value("cpu_share", 0.0),
-                              row.value("cpu_seconds_per_call", 0.0), row.value("note", "")});
-    }
-    if (results.rows.empty()) {
-      const Json& skipped = results.document.at("skipped");
-      results.reason = skipped.empty() ? "it measured nothing" : skipped.front().value("reason", "no reason given");
+    const std::string header = read_line();
+    document_ = Json::parse(header);
+    if (!document_.contains("cases")) {
+      const Json& skipped = document_.at("skipped");
+      reason_ = skipped.empty() ? "it measured nothing" : skipped.front().value("reason", "no reason given");
     }
   } catch (const Json::exception& error) {
-    throw std::runtime_error("torch_sdpa.py printed output that is not its JSON document: " +
-                             std::string(error.what()));
+    stop();
+    throw std::runtime_error("torch_sdpa.py (" + script_ +
+                             ") printed a first line that is not its JSON document: " + std::string(error.what()));
+  } catch (...) {
+    stop();
+    throw;
   }
-  return results;
+}
+
+TorchPeer::~TorchPeer() { stop(); }
+
+void TorchPeer::stop() {
+  if (to_child_ != nullptr) {
+    std::fputs("quit\n", to_child_);
+    std::fclose(to_child_);
+    to_child_ = nullptr;
+  }
+  if (from_child_ != nullptr) {
+    std::fclose(from_child_);
+    from_child_ = nullptr;
+  }
+  int status = 0;
+  if (child_ > 0)
+    while (waitpid(child_, &status, 0) < 0 && errno == EINTR) {
+    }
+  child_ = -1;
+}
+
+std::string TorchPeer::read_line() {
+  std::string line;
+  char chunk[4096];
+  while (from_child_ != nullptr && std::fgets(chunk, sizeof(chunk), from_child_) != nullptr) {
+    line += chunk;
+    if (!line.empty() && line.back() == '\n') {
+      line.pop_back();
+      return line;
+    }
+  }
+  throw std::runtime_error("torch_sdpa.py (" + script_ + ") stopped answering (it exited; its messages are above)");
+}
+
+std::string TorchPeer::version() const {
+  const Json& environment = document_.at("environment");
+  return environment.contains("torch_version") && environment["torch_version"].is_string()
+             ? environment["torch_version"].get<std::string>()
+             : "";
+}
+
+std::string TorchPeer::cpu_capability() const {
+  const Json& environment = document_.at("environment");
+  return environment.contains("cpu_capability") && environment["cpu_capability"].is_string()
+             ? environment["cpu_capability"].get<std::string>()
+             : "";
+}
+
+int TorchPeer::threads() const { return document_.at("environment").value("threads", 0); }
+
+std::optional<std::size_t> TorchPeer::find_case(std::int64_t seq_q, std::int64_t seq_kv,
+                                                std::string_view direction) const {
+  if (!document_.contains("cases")) return std::nullopt;
+  const Json& cases = document_["cases"];
+  for (std::size_t i = 0; i < cases.size(); ++i)
+    if (cases[i].at("seq_q").get<std::int64_t>() == seq_q && cases[i].at("seq").get<std::int64_t>() == seq_kv &&
+        cases[i].at("direction").get<std::string>() == direction)
+      return i;
+  return std::nullopt;
+}
+
+std::string TorchPeer::note(std::size_t case_index) const {
+  return document_.at("cases").at(case_index).value("note", "");
+}
+
+TorchCall TorchPeer::call(std::size_t case_index) {
+  if (to_child_ == nullptr || std::fprintf(to_child_, "%zu\n", case_index) < 0 || std::fflush(to_child_) != 0)
+    throw std::runtime_error("torch_sdpa.py (" + script_ +
+                             ") stopped reading requests (it exited; its messages are above)");
+  const std::string answer = read_line();
+  TorchCall call{};
+  char rest = 0;
+  if (std::sscanf(answer.c_str(), "%lf %lf %c", &call.wall_seconds, &call.cpu_seconds, &rest) != 2)
+    throw std::runtime_error("torch_sdpa.py answered '" + answer + "' to case " + std::to_string(case_index) +
+                             "; expected '<wall seconds> <CPU seconds>'");
+  return call;
 }
 
 }  // namespace halbench

@@ -11,6 +11,13 @@ a causal mask is then aligned bottom-right (the queries are the last seq_q
 positions, as in decode), which torch's is_causal is not, so an explicit
 boolean mask built before timing is passed instead. Where torch cannot be imported
 it says so and exits 0: the comparison is optional and must not fail a build.
+
+With --serve it times nothing itself: it prints its document (no results;
+"cases" lists each shape and direction, in order) on one line, then runs
+one call of case N for each line "N" read from stdin and answers
+"<wall seconds> <CPU seconds>", until "quit" or the end of input. That is how
+`halbench attn --compare-torch` alternates hal's calls and torch's, one by
+one, so the machine's noise falls on both.
 """
 
 import argparse
@@ -75,6 +82,9 @@ def parse_arguments(argv):
     parser.add_argument("--iters", type=positive_int, default=None,
                         help="timed calls per shape after one warm-up (default: about 1 s, 2..50)")
     parser.add_argument("--json", action="store_true", help="print one hal.bench/1 JSON document")
+    parser.add_argument("--serve", action="store_true",
+                        help="time single calls on request (stdin 'N' -> stdout '<wall s> <cpu s>'), for "
+                             "halbench attn --compare-torch; see the module's description")
     arguments = parser.parse_args(argv)
     if arguments.heads_q % arguments.heads_kv != 0:
         parser.error(f"--heads-kv {arguments.heads_kv} does not divide --heads-q {arguments.heads_q}; "
@@ -187,7 +197,8 @@ def time_calls(call, iterations, threads):
     return samples, cpu_share, cpu_seconds / iterations
 
 
-def measure(torch, arguments):
+def cases(torch, arguments):
+    """Each (shape, direction) of the run, in halbench attn's order, with its call ready to time."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
     dtype = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[arguments.dtype]
     group = arguments.heads_q // arguments.heads_kv
@@ -207,7 +218,7 @@ def measure(torch, arguments):
         shape = (arguments.batch, heads, seq, arguments.head_dim)
         return (torch.rand(shape, generator=generator) * 2 - 1).to(dtype)
 
-    results = []
+    result = []
     directions = ["forward", "backward"] if arguments.backward else ["forward"]
     for seq_q, seq_kv in shapes(arguments):
         q = uniform(arguments.heads_q, seq_q)
@@ -226,10 +237,9 @@ def measure(torch, arguments):
             notes.append(mask_note)
         else:
             extra["is_causal"] = arguments.causal
-        note = "; ".join(notes)
         for direction in directions:
             if direction == "forward":
-                def call():
+                def call(q=q, k=k, v=v, extra=extra):
                     with torch.no_grad():
                         sdpa(q, k, v, **extra)
             else:
@@ -237,21 +247,50 @@ def measure(torch, arguments):
                 out = sdpa(q_leaf, k_leaf, v_leaf, **extra)
                 grad_out = uniform(arguments.heads_q, seq_q)
 
-                def call():
-                    torch.autograd.grad(out, (q_leaf, k_leaf, v_leaf), grad_out, retain_graph=True)
-            samples, cpu_share, cpu_seconds_per_call = time_calls(call, arguments.iters, torch.get_num_threads())
-            ms = statistics.median(samples)
-            flops = attention_flops(seq_q, seq_kv, arguments, direction == "backward")
-            results.append({
-                "implementation": "torch_sdpa", "direction": direction, "seq": seq_kv, "seq_q": seq_q,
-                "iterations": len(samples),
-                "ms_per_call": ms, "wall_ms_per_call": ms, "min_ms_per_call": min(samples), "flops": flops,
-                "tflops": flops / (ms * 1e-3) * 1e-12, "efficiency": None, "cpu_share": cpu_share,
-                "cpu_seconds_per_call": cpu_seconds_per_call,
-                "gflops_per_cpu_second": flops / cpu_seconds_per_call * 1e-9 if cpu_seconds_per_call > 0 else None,
-                "peak_extra_bytes": None,
-                "note": note})
+                def call(out=out, leaves=(q_leaf, k_leaf, v_leaf), grad_out=grad_out):
+                    torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
+            result.append({"seq": seq_kv, "seq_q": seq_q, "direction": direction, "note": "; ".join(notes),
+                           "flops": attention_flops(seq_q, seq_kv, arguments, direction == "backward"),
+                           "call": call})
+    return result
+
+
+def measure(torch, arguments):
+    results = []
+    for case in cases(torch, arguments):
+        samples, cpu_share, cpu_seconds_per_call = time_calls(case["call"], arguments.iters, torch.get_num_threads())
+        ms = statistics.median(samples)
+        flops = case["flops"]
+        results.append({
+            "implementation": "torch_sdpa", "direction": case["direction"], "seq": case["seq"],
+            "seq_q": case["seq_q"], "iterations": len(samples),
+            "ms_per_call": ms, "wall_ms_per_call": ms, "min_ms_per_call": min(samples), "flops": flops,
+            "tflops": flops / (ms * 1e-3) * 1e-12, "efficiency": None, "cpu_share": cpu_share,
+            "cpu_seconds_per_call": cpu_seconds_per_call,
+            "gflops_per_cpu_second": flops / cpu_seconds_per_call * 1e-9 if cpu_seconds_per_call > 0 else None,
+            "peak_extra_bytes": None,
+            "note": case["note"]})
     return results
+
+
+def serve(torch, arguments, doc):
+    """The --serve loop: the document with its cases on one line, then one call per request."""
+    prepared = cases(torch, arguments)
+    doc["cases"] = [{key: case[key] for key in ("seq", "seq_q", "direction", "note", "flops")} for case in prepared]
+    print(json.dumps(doc), flush=True)
+    for line in sys.stdin:
+        request = line.strip()
+        if request == "quit":
+            break
+        try:
+            call = prepared[int(request)]["call"]
+        except (ValueError, IndexError):
+            print(f"error: '{request}' is not a case number 0..{len(prepared) - 1} or 'quit'", flush=True)
+            continue
+        cpu_start, wall_start = time.process_time(), time.perf_counter()
+        call()
+        wall, cpu = time.perf_counter() - wall_start, time.process_time() - cpu_start
+        print(f"{wall:.9f} {cpu:.9f}", flush=True)
 
 
 def cpu_capability(torch):
@@ -290,12 +329,18 @@ def main(argv):
     except Exception as error:  # ImportError, or OSError from a missing shared library
         reason = f"torch is not importable ({type(error).__name__}: {error})"
         doc = document(arguments, [], [{"reason": reason}], None, 0)
-        if arguments.json:
+        if arguments.serve:
+            print(json.dumps(doc), flush=True)
+        elif arguments.json:
             print(json.dumps(doc, indent=2))
         else:
             print(f"torch_sdpa.py: {reason}; nothing measured", file=sys.stderr)
         return 0
     torch.set_num_threads(arguments.threads)
+    if arguments.serve:
+        serve(torch, arguments,
+              document(arguments, [], [], torch.__version__, torch.get_num_threads(), cpu_capability(torch)))
+        return 0
     doc = document(arguments, measure(torch, arguments), [], torch.__version__, torch.get_num_threads(),
                    cpu_capability(torch))
     if arguments.json:

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Checks `halbench attn --compare-torch` (halbench's path is the first
+argument, torch_sdpa.py's the second, the fake peer's the third): with a peer
+whose calls take 4 ms, every row's torch ms is 4, its torch/hal is the median
+of 4 / hal ms over the pairs (inside the reported range, which holds 4 /
+hal's fastest call), the peer got exactly one call per timed hal call plus
+one warm-up per row, in hal's order (ABAB...), and its threads were told
+to sleep between calls. Exits 0 when every check passes, 1 otherwise."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def main(argv):
+    halbench, torch_sdpa, fake = argv[1:4]
+    failures = []
+
+    def check(condition, what):
+        if not condition:
+            failures.append(what)
+
+    with tempfile.TemporaryDirectory() as directory:
+        log = os.path.join(directory, "calls")
+        env = dict(os.environ, TORCH_SDPA_SCRIPT=torch_sdpa, FAKE_TORCH_LOG=log, FAKE_TORCH_MS="4",
+                   HAL_BACKENDS="host", HAL_CONFIG="")
+        env.pop("OMP_WAIT_POLICY", None)
+        iterations = 3
+        command = [halbench, "attn", "--impl", "flash,math", "--seq", "16,32", "--heads-q", "2", "--heads-kv", "1",
+                   "--head-dim", "16", "--backward", "--iters", str(iterations), "--json", "--compare-torch",
+                   "--python", sys.executable, "--torch-script", fake]
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        check(result.returncode == 0, f"halbench exits 0 (got {result.returncode}): {result.stderr}")
+        document = json.loads(result.stdout)
+        rows = document["results"]
+        check(len(rows) == 8, f"2 shapes x 2 directions x 2 implementations: {len(rows)} rows")
+        for row in rows:
+            what = f"{row['implementation']} {row['direction']} seq {row['seq']}"
+            check(abs(row["torch_ms_per_call"] - 4.0) < 1e-6, f"{what}: torch ms {row['torch_ms_per_call']} is 4")
+            low, high = row["torch_over_hal_range"]
+            check(low <= row["torch_over_hal"] <= high, f"{what}: the median ratio lies in its range")
+            check(abs(high - 4.0 / row["min_ms_per_call"]) < 1e-6 * high,
+                  f"{what}: the highest ratio {high} is 4 ms / hal's fastest call {row['min_ms_per_call']}")
+            check(row["torch_note"] == "fake torch", f"{what}: the peer's note")
+        check(document["torch"]["environment"]["omp_wait_policy"] == "PASSIVE",
+              "torch's OpenMP threads sleep between calls")
+        with open(log) as calls:
+            requested = [int(line) for line in calls]
+        # Cases: (16, forward) 0, (16, backward) 1, (32, forward) 2, (32, backward) 3; per row one warm-up
+        # and one call per timed hal call; flash then math for each.
+        expected = [case for case in (0, 0, 1, 1, 2, 2, 3, 3) for _ in range(1 + iterations)]
+        check(requested == expected, f"the peer's calls in hal's order: {requested}")
+
+        # A peer that dies is an error that says so, not a hang or a crash.
+        env["FAKE_TORCH_MS"] = "not-a-number"
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        check(result.returncode != 0 and "torch_sdpa.py" in result.stderr and "stopped" in result.stderr,
+              f"a dying peer is reported: {result.returncode} {result.stderr[-400:]!r}")
+
+    for failure in failures:
+        print(f"FAIL: {failure}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
