@@ -16,7 +16,10 @@ trap 'rm -rf "$work"' EXIT
 echo "== python: build the wheel (build-python/)"
 start=$(date +%s)
 # No build isolation: the venv has the pinned nanobind and scikit-build-core,
-# and the build directory is reused between runs.
+# and the build directory is reused between runs. The host backend only (the
+# tests run on the CPU; the GPU plugins are built and tested by the main
+# build), unless the caller says otherwise.
+export HAL_WITH_CUDA="${HAL_WITH_CUDA:-OFF}" HAL_WITH_ROCM="${HAL_WITH_ROCM:-OFF}"
 "$py" -m pip wheel --no-build-isolation --no-deps -q -w "$work/wheel" "$root/python"
 wheel="$(ls "$work"/wheel/hal-*.whl)"
 echo "python: $(basename "$wheel") built in $(( $(date +%s) - start )) s ($(du -h "$wheel" | cut -f1))"
