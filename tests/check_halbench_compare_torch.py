@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Checks `halbench attn --compare-torch` (halbench's path is the first
+"""Checks `halbench attn --compare-torch` and `--sweep` (halbench's path is the first
 argument, torch_sdpa.py's the second, the fake peer's the third): with a peer
 whose calls take 4 ms, every row's torch ms is 4, its torch/hal is the median
 of 4 / hal ms over the pairs (inside the reported range, which holds 4 /
 hal's fastest call), the peer got exactly one call per timed hal call plus
 one warm-up per row, in hal's order (ABAB...), and its threads were told
-to sleep between calls. Exits 0 when every check passes, 1 otherwise."""
+to sleep between calls; the sweep covers every shape class and computes its
+goals from its cells. Exits 0 when every check passes, 1 otherwise."""
 
 import json
 import os
@@ -52,6 +53,31 @@ def main(argv):
         # and one call per timed hal call; flash then math for each.
         expected = [case for case in (0, 0, 1, 1, 2, 2, 3, 3) for _ in range(1 + iterations)]
         check(requested == expected, f"the peer's calls in hal's order: {requested}")
+
+        # --sweep: every (dtype, head dim, mask), prefill forward and backward and decode/chunk forward, against
+        # the same peer; its goals computed from its cells.
+        sweep = [halbench, "attn", "--sweep", "--seq", "16,32", "--heads-q", "2", "--heads-kv", "1", "--iters", "2",
+                 "--json", "--python", sys.executable, "--torch-script", fake]
+        result = subprocess.run(sweep, env=env, capture_output=True, text=True, timeout=300)
+        check(result.returncode == 0, f"the sweep exits 0 (got {result.returncode}): {result.stderr}")
+        document = json.loads(result.stdout)
+        cells = document["results"]
+        configs = {(c["dtype"], c["head_dim"], c["causal"]) for c in cells}
+        check(configs == {(d, h, m) for d in ("f32", "bf16") for h in (64, 128) for m in (True, False)},
+              f"every dtype, head dim and mask: {sorted(configs)}")
+        shapes = sorted({(c["direction"], c["seq_q"], c["seq"]) for c in cells})
+        check(shapes == sorted([("forward", 16, 16), ("forward", 32, 32), ("backward", 16, 16), ("backward", 32, 32),
+                                ("forward", 1, 16), ("forward", 1, 32), ("forward", 16, 32)]),
+              f"prefill both ways, decode and chunk forward (a chunk as long as its keys is prefill): {shapes}")
+        check(len(cells) == 8 * 7, f"8 configurations x 7 cells: {len(cells)}")
+        check(all(abs(c["torch_ms_per_call"] - 4.0) < 1e-6 for c in cells), "every cell paired with the peer")
+        ratios = sorted(c["torch_over_hal"] for c in cells)
+        goals = document["goals"]
+        check(goals["every_cell"]["value"] == ratios[0], f"the every-cell goal reads the worst cell: {goals}")
+        middle = (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+        check(abs(goals["median_cell"]["value"] - middle) < 1e-9 * middle, f"the median goal: {goals}")
+        short = min(c["torch_over_hal"] for c in cells if c["seq_q"] == c["seq"])
+        check(goals["short_prefill"]["value"] == short, f"the short-prefill goal reads the prefill cells: {goals}")
 
         # A peer that dies is an error that says so, not a hang or a crash.
         env["FAKE_TORCH_MS"] = "not-a-number"

@@ -58,6 +58,16 @@ constexpr double contended_cpu_share = 0.9;
 // of this size, the best of this many copies.
 constexpr std::uint64_t memcpy_bytes = 256ull * 1024 * 1024;
 constexpr int memcpy_repeats = 5;
+// halbench attn --sweep: its prefill lengths, query lengths of decode and a
+// chunk, and timed calls per cell unless --iters says.
+const std::vector<std::int64_t> sweep_seqs{32, 64, 128, 256, 512, 1024, 2048, 4096};
+const std::vector<std::int64_t> sweep_query_lengths{1, 16};
+constexpr std::uint64_t sweep_iterations = 5;
+// Its goals: every cell and the short prefill cells at least even with
+// torch, the median cell 1.3x.
+constexpr double sweep_goal_every_cell = 1.0;
+constexpr double sweep_goal_median = 1.3;
+constexpr std::int64_t sweep_short_seq = 128;
 
 enum class Direction { forward, backward };
 std::string_view to_string(Direction direction) { return direction == Direction::forward ? "forward" : "backward"; }
@@ -88,6 +98,8 @@ struct AttnOptions {
   double max_call_seconds = default_max_call_seconds;
   std::uint64_t max_workspace = default_max_workspace;
   bool compare_torch = false;
+  bool sweep = false;       // every shape class against torch (run_sweep)
+  bool seqs_given = false;  // --seq was given (the sweep has its own default)
   std::string python = "python3";
   std::optional<std::string> torch_script;
 
@@ -950,7 +962,10 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
   parser.add_value("--seq", "LIST",
                    "sequence lengths (query = key/value), e.g. 512,1024,2048,4096,8192\n"
                    "(default 512,2048,4096); with --seq-q the key/value lengths",
-                   [&](std::string_view text) { options.seqs = parse_lengths("--seq", text); });
+                   [&](std::string_view text) {
+                     options.seqs = parse_lengths("--seq", text);
+                     options.seqs_given = true;
+                   });
   parser.add_value("--seq-q", "LIST",
                    "query lengths, e.g. 1,16 (decode, chunked prefill): every pair of a --seq-q\n"
                    "and a --seq value is measured; with --causal the queries are the last\n"
@@ -998,6 +1013,13 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
                     "and threads) call by call alternating with hal's, and add torch ms and\n"
                     "torch/hal (median of the paired ratios, with their range) columns",
                     options.compare_torch);
+  parser.add_switch("--sweep",
+                    "every shape class against torch, call by call: f32 and bf16 x head dim 64\n"
+                    "and 128 x causal and full; prefill (--seq, default 32..4096) forward and\n"
+                    "backward, decode and a 16-query chunk against each length forward; prints\n"
+                    "the grid of torch/hal ratios and the goals (the first --impl runs; default\n"
+                    "5 timed calls a cell)",
+                    options.sweep);
   parser.add_value("--python", "PATH", "Python interpreter for --compare-torch (default python3)",
                    [&](std::string_view text) { options.python = std::string(text); });
   parser.add_value(
@@ -1005,6 +1027,15 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
       "torch_sdpa.py for --compare-torch (default: the one beside halbench's sources\nor installed in share/hal)",
       [&](std::string_view text) { options.torch_script = std::string(text); });
   help_shown = !parser.parse(arguments);
+  if (options.sweep) {
+    if (!options.seq_qs.empty() || options.backward || options.forward_only)
+      throw UsageError(
+          "--sweep chooses the query lengths and directions itself; leave out --seq-q, --backward and "
+          "--forward-only");
+    if (!options.seqs_given) options.seqs = sweep_seqs;
+    if (!options.common.iterations) options.common.iterations = sweep_iterations;
+    options.compare_torch = true;
+  }
   if (options.backward && options.forward_only)
     throw UsageError("--backward and --forward-only contradict each other; give one");
   // Keeps every element count and byte offset far from overflowing.
@@ -1020,6 +1051,198 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
     throw UsageError("--heads-kv " + std::to_string(options.heads_kv) + " does not divide --heads-q " +
                      std::to_string(options.heads_q) + "; expected a divisor (GQA groups are equal)");
   return options;
+}
+
+// ---- --sweep --------------------------------------------------------------------------------
+
+struct SweepRow {
+  std::string name;  // "f32 d64 causal fwd"
+  hal::DType dtype;
+  std::int64_t head_dim;
+  bool causal;
+  Direction direction;
+  std::vector<std::size_t> cells;  // indices into the sweep's measurements
+};
+
+// "32" for prefill, "q1/32" for a query length against a key length.
+std::string sweep_column(const Shape& shape) {
+  return shape.seq_q == shape.seq_kv ? std::to_string(shape.seq_kv)
+                                     : "q" + std::to_string(shape.seq_q) + "/" + std::to_string(shape.seq_kv);
+}
+
+// Runs every (dtype, head dim, mask): prefill forward and backward, then the
+// decode and chunk shapes forward, each cell hal's call and torch's taking
+// turns; prints the grid of torch/hal (median of the paired ratios) and the
+// goals, or the JSON document.
+int run_sweep(const AttnOptions& options, const hal::Runtime& runtime, const hal::Device& device, PeakReport& peak,
+              const std::optional<TorchIsa>& isa) {
+  std::vector<Measurement> measurements;
+  std::vector<Skip> skips;
+  std::vector<SweepRow> rows;
+  std::string torch_version, torch_capability;
+  for (const hal::DType dtype : {hal::DType::f32, hal::DType::bf16})
+    for (const std::int64_t head_dim : {std::int64_t{64}, std::int64_t{128}})
+      for (const bool causal : {true, false}) {
+        const std::string name =
+            std::string(hal::to_string(dtype)) + " d" + std::to_string(head_dim) + (causal ? " causal" : " full");
+        SweepRow forward{name + " fwd", dtype, head_dim, causal, Direction::forward, {}};
+        SweepRow backward{name + " bwd", dtype, head_dim, causal, Direction::backward, {}};
+        for (const bool decode : {false, true}) {
+          AttnOptions cell_options = options;
+          cell_options.dtype = dtype;
+          cell_options.head_dim = head_dim;
+          cell_options.causal = causal;
+          cell_options.backward = !decode;
+          cell_options.seq_qs = decode ? sweep_query_lengths : std::vector<std::int64_t>{};
+          TorchPeer torch(
+              TorchRequest{.seqs = cell_options.seqs,
+                           .seq_qs = cell_options.seq_qs,
+                           .batch = cell_options.batch,
+                           .heads_q = cell_options.heads_q,
+                           .heads_kv = cell_options.heads_kv,
+                           .head_dim = head_dim,
+                           .dtype = std::string(hal::to_string(dtype)),
+                           .causal = causal,
+                           .backward = !decode,
+                           .threads = peak.threads(),
+                           .environment = isa ? isa->set : std::vector<std::pair<std::string, std::string>>{}},
+              options.python, options.torch_script);
+          if (!torch.reason().empty()) {
+            std::fprintf(stderr, "halbench attn --sweep: torch cannot run: %s\n", torch.reason().c_str());
+            return exit_failure;
+          }
+          torch_version = torch.version();
+          torch_capability = torch.cpu_capability();
+          Runner runner(cell_options, device, peak.threads(), &torch);
+          const std::size_t first = measurements.size();
+          for (const Shape& shape : cell_options.shapes()) {
+            if (decode && shape.seq_q >= shape.seq_kv) continue;  // a prefill cell already
+            std::optional<Tensors> tensors;
+            for (const Direction direction : cell_options.directions())
+              runner.run(options.implementations.front(), shape, direction, tensors, measurements, skips);
+          }
+          for (std::size_t i = first; i < measurements.size(); ++i)
+            (measurements[i].direction == Direction::forward ? forward : backward).cells.push_back(i);
+        }
+        rows.push_back(std::move(forward));
+        rows.push_back(std::move(backward));
+      }
+  peak.after = measure_peak();
+
+  // The goals, over every cell torch and hal both ran.
+  std::vector<double> ratios;
+  const Measurement* worst = nullptr;
+  const Measurement* worst_short = nullptr;
+  const SweepRow* worst_row = nullptr;
+  for (const SweepRow& row : rows)
+    for (const std::size_t index : row.cells) {
+      const Measurement* m = &measurements[index];
+      if (!m->torch) continue;
+      ratios.push_back(m->torch->ratio_median);
+      if (worst == nullptr || m->torch->ratio_median < worst->torch->ratio_median) {
+        worst = m;
+        worst_row = &row;
+      }
+      if (m->shape.seq_q == m->shape.seq_kv && m->shape.seq_kv <= sweep_short_seq &&
+          (worst_short == nullptr || m->torch->ratio_median < worst_short->torch->ratio_median))
+        worst_short = m;
+    }
+  const double median_ratio = ratios.empty() ? 0.0 : median(ratios);
+  auto verdict = [](bool met) { return met ? "met" : "missed"; };
+
+  if (options.common.json) {
+    Json cells = Json::array();
+    for (const SweepRow& row : rows)
+      for (const std::size_t index : row.cells) {
+        const Measurement* m = &measurements[index];
+        cells.push_back({{"dtype", hal::to_string(row.dtype)},
+                         {"head_dim", row.head_dim},
+                         {"causal", row.causal},
+                         {"direction", to_string(row.direction)},
+                         {"seq_q", m->shape.seq_q},
+                         {"seq", m->shape.seq_kv},
+                         {"implementation", hal::to_string(m->implementation)},
+                         {"iterations", m->iterations},
+                         {"ms_per_call", m->event_ms},
+                         {"torch_ms_per_call", m->torch ? Json(m->torch->ms) : Json(nullptr)},
+                         {"torch_over_hal", m->torch ? Json(m->torch->ratio_median) : Json(nullptr)},
+                         {"torch_over_hal_range",
+                          m->torch ? Json::array({m->torch->ratio_min, m->torch->ratio_max}) : Json(nullptr)}});
+      }
+    Json skipped = Json::array();
+    for (const Skip& skip : skips)
+      skipped.push_back({{"direction", to_string(skip.direction)},
+                         {"seq", skip.shape.seq_kv},
+                         {"seq_q", skip.shape.seq_q},
+                         {"reason", skip.reason}});
+    Json parameters = {{"seq", options.seqs},
+                       {"seq_q", sweep_query_lengths},
+                       {"batch", options.batch},
+                       {"heads_q", options.heads_q},
+                       {"heads_kv", options.heads_kv},
+                       {"layout", layout_name(options.layout, false)},
+                       {"implementation", hal::to_string(options.implementations.front())},
+                       {"iterations", *options.common.iterations},
+                       {"pairing", "alternating: each timed hal call is followed by one torch call (ABAB...)"},
+                       {"statistic", "median of the per-pair ratios torch ms / hal ms"}};
+    Json document = make_document("attn_sweep", runtime, device, std::move(parameters), std::move(cells));
+    document["skipped"] = std::move(skipped);
+    document["torch"] = {{"version", torch_version}, {"cpu_capability", torch_capability}};
+    document["torch_isa_environment"] = isa && isa->recognized ? torch_isa_json(*isa) : Json(nullptr);
+    document["goals"] = {
+        {"every_cell",
+         {{"goal", sweep_goal_every_cell}, {"value", worst ? Json(worst->torch->ratio_median) : Json(nullptr)}}},
+        {"median_cell", {{"goal", sweep_goal_median}, {"value", median_ratio}, {"cells", ratios.size()}}},
+        {"short_prefill",
+         {{"goal", sweep_goal_every_cell},
+          {"value", worst_short ? Json(worst_short->torch->ratio_median) : Json(nullptr)}}}};
+    print_json(document);
+    return exit_success;
+  }
+
+  std::printf(
+      "# sweep: %s; batch %lld, %lld query heads, %lld kv heads, %s; %llu calls a cell, each hal call followed by\n"
+      "# one torch call (torch %s%s); a cell = the median of the per-pair ratios torch ms / hal ms (> 1: hal is\n"
+      "# faster); columns: prefill length, or q<n>/<keys> (n queries against that many keys, causal bottom-right)\n",
+      std::string(hal::to_string(options.implementations.front())).c_str(), static_cast<long long>(options.batch),
+      static_cast<long long>(options.heads_q), static_cast<long long>(options.heads_kv),
+      layout_name(options.layout, true).c_str(), static_cast<unsigned long long>(*options.common.iterations),
+      torch_version.c_str(), torch_capability.empty() ? "" : (", CPU capability " + torch_capability).c_str());
+  std::vector<std::string> column_names;
+  for (const SweepRow& row : rows)
+    for (const std::size_t index : row.cells)
+      if (const std::string column = sweep_column(measurements[index].shape);
+          std::find(column_names.begin(), column_names.end(), column) == column_names.end())
+        column_names.push_back(column);
+  std::vector<Table::Column> columns{{"cell", true}};
+  for (const std::string& column : column_names) columns.push_back({column});
+  Table table(std::move(columns));
+  for (const SweepRow& row : rows) {
+    std::vector<std::string> cells(column_names.size() + 1, "");
+    cells[0] = row.name;
+    for (const std::size_t index : row.cells) {
+      const Measurement* m = &measurements[index];
+      const auto at = std::find(column_names.begin(), column_names.end(), sweep_column(m->shape));
+      cells[static_cast<std::size_t>(at - column_names.begin()) + 1] =
+          m->torch ? format_fixed(m->torch->ratio_median, 2) : "-";
+    }
+    table.add_row(std::move(cells));
+  }
+  table.print(stdout);
+  for (const Skip& skip : skips)
+    std::printf("# skipped %s %s: %s\n", std::string(to_string(skip.direction)).c_str(), shape_name(skip.shape).c_str(),
+                skip.reason.c_str());
+  if (worst != nullptr)
+    std::printf("goal every cell >= %.1fx: %.2f (worst: %s at %s): %s\n", sweep_goal_every_cell,
+                worst->torch->ratio_median, worst_row->name.c_str(), sweep_column(worst->shape).c_str(),
+                verdict(worst->torch->ratio_median >= sweep_goal_every_cell));
+  std::printf("goal median cell >= %.1fx: %.2f (%zu cells): %s\n", sweep_goal_median, median_ratio, ratios.size(),
+              verdict(median_ratio >= sweep_goal_median));
+  if (worst_short != nullptr)
+    std::printf("goal forward and backward at seq <= %lld >= %.1fx: %.2f: %s\n",
+                static_cast<long long>(sweep_short_seq), sweep_goal_every_cell, worst_short->torch->ratio_median,
+                verdict(worst_short->torch->ratio_median >= sweep_goal_every_cell));
+  return exit_success;
 }
 
 }  // namespace
@@ -1043,6 +1266,14 @@ int run_attn(std::span<const std::string_view> arguments) {
   peak.applies = device.info().type == hal::DeviceType::cpu;
   if (peak.applies) peak.memcpy = measure_host_memcpy(memcpy_bytes, peak.threads(), memcpy_repeats);
   const std::optional<TorchIsa> isa = options.compare_torch ? torch_isa(host_isa) : std::nullopt;
+  if (options.sweep) {
+    if (!options.common.json) {
+      print_heading("attn --sweep", device);
+      if (isa) print_torch_isa(*isa);
+      std::fflush(stdout);
+    }
+    return run_sweep(options, runtime, device, peak, isa);
+  }
   if (!options.common.json) print_preamble(options, device, peak, isa);
 
   // Started before hal's calls: each timed hal call is followed by one of torch's.
