@@ -1079,6 +1079,7 @@ int run_sweep(const AttnOptions& options, const hal::Runtime& runtime, const hal
   std::vector<Measurement> measurements;
   std::vector<Skip> skips;
   std::vector<SweepRow> rows;
+  std::vector<std::string> skip_rows;  // the configuration of each skip, e.g. "f32 d64 causal"
   std::string torch_version, torch_capability;
   for (const hal::DType dtype : {hal::DType::f32, hal::DType::bf16})
     for (const std::int64_t head_dim : {std::int64_t{64}, std::int64_t{128}})
@@ -1121,6 +1122,7 @@ int run_sweep(const AttnOptions& options, const hal::Runtime& runtime, const hal
             for (const Direction direction : cell_options.directions())
               runner.run(options.implementations.front(), shape, direction, tensors, measurements, skips);
           }
+          skip_rows.resize(skips.size(), name);
           for (std::size_t i = first; i < measurements.size(); ++i)
             (measurements[i].direction == Direction::forward ? forward : backward).cells.push_back(i);
         }
@@ -1170,11 +1172,14 @@ int run_sweep(const AttnOptions& options, const hal::Runtime& runtime, const hal
                           m->torch ? Json::array({m->torch->ratio_min, m->torch->ratio_max}) : Json(nullptr)}});
       }
     Json skipped = Json::array();
-    for (const Skip& skip : skips)
-      skipped.push_back({{"direction", to_string(skip.direction)},
+    for (std::size_t i = 0; i < skips.size(); ++i) {
+      const Skip& skip = skips[i];
+      skipped.push_back({{"configuration", skip_rows[i]},
+                         {"direction", to_string(skip.direction)},
                          {"seq", skip.shape.seq_kv},
                          {"seq_q", skip.shape.seq_q},
                          {"reason", skip.reason}});
+    }
     Json parameters = {{"seq", options.seqs},
                        {"seq_q", sweep_query_lengths},
                        {"batch", options.batch},
@@ -1229,9 +1234,9 @@ int run_sweep(const AttnOptions& options, const hal::Runtime& runtime, const hal
     table.add_row(std::move(cells));
   }
   table.print(stdout);
-  for (const Skip& skip : skips)
-    std::printf("# skipped %s %s: %s\n", std::string(to_string(skip.direction)).c_str(), shape_name(skip.shape).c_str(),
-                skip.reason.c_str());
+  for (std::size_t i = 0; i < skips.size(); ++i)
+    std::printf("# skipped %s %s %s: %s\n", skip_rows[i].c_str(), std::string(to_string(skips[i].direction)).c_str(),
+                shape_name(skips[i].shape).c_str(), skips[i].reason.c_str());
   if (worst != nullptr)
     std::printf("goal every cell >= %.1fx: %.2f (worst: %s at %s): %s\n", sweep_goal_every_cell,
                 worst->torch->ratio_median, worst_row->name.c_str(), sweep_column(worst->shape).c_str(),
