@@ -262,6 +262,8 @@ unit_test_driver=system
 # the numerics' own shapes (--small on the fakes).
 attn_batch=2 attn_heads=16 attn_seq=2048 attn_head_dim=128
 numerics_arguments=()
+# halconform's time per case and for the whole step, in seconds.
+conform_case_timeout=15 conform_step_limit=30
 if [ -n "$fake_driver" ]; then
   # The real cuDNN, cuBLAS or NCCL would call into the fake driver: the fakes
   # stand in for cuBLAS and NCCL, and cuDNN is left out (fused: not eligible).
@@ -271,6 +273,10 @@ if [ -n "$fake_driver" ]; then
   unit_test_driver=fake
   attn_batch=1 attn_heads=2 attn_seq=64 attn_head_dim=64
   numerics_arguments=(--small --require flash,math)
+  # The fake driver runs every kernel in the CPU emulator and the fake cuBLAS
+  # its GEMMs on the CPU: the math backward cases take 15-25 s each, four at a
+  # time on 2 cores (an AVX2-only EPYC), where a GPU takes milliseconds.
+  conform_case_timeout=60 conform_step_limit=90
 fi
 
 # 3. What hal sees, and the unit tests on the GPU ("no driver" checks that
@@ -304,7 +310,8 @@ done
 
 # 5. Conformance on the GPU (each case in its own process, four at a time),
 #    then halbench.
-step halconform 30 hal-gpu - "$bundle/bin/halconform" --device cuda:0 --jobs 4 --timeout 15 \
+step halconform "$conform_step_limit" hal-gpu - "$bundle/bin/halconform" --device cuda:0 --jobs 4 \
+  --timeout "$conform_case_timeout" \
   --report-dir "$out/conformance"
 [ -f "$out/conformance/conformance.json" ] && note "halconform report: conformance/conformance.json (and .html, .junit.xml)"
 step halbench-mem 20 hal-gpu "$out/halbench-mem.json" "$bundle/bin/halbench" mem --device cuda:0 --json
