@@ -6,6 +6,14 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jobs="$(nproc)"
 
+# The Python test environment downloads torch and its kin (network and disk,
+# little CPU): fetched while the C++ builds run, waited for before the Python step.
+python_deps_log="$(mktemp)"
+"$root/scripts/install-python-deps.sh" >"$python_deps_log" 2>&1 &
+python_deps_pid=$!
+install_dir="$(mktemp -d)"
+trap 'kill "$python_deps_pid" 2>/dev/null || true; rm -rf "$install_dir" "$python_deps_log"' EXIT
+
 echo "== build and test (build/)"
 BUILD_DIR="$root/build" "$root/scripts/build.sh"
 ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
@@ -24,8 +32,6 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   ctest --test-dir "$root/build-sanitize" --output-on-failure -j "$jobs" -L unit
 
 echo "== install and build the example consumer against the installed tree"
-install_dir="$(mktemp -d)"
-trap 'rm -rf "$install_dir"' EXIT
 cmake --install "$root/build" --prefix "$install_dir/hal" >/dev/null
 mv "$install_dir/hal" "$install_dir/moved"  # the tree must be relocatable
 cmake -S "$root/examples/consumer" -B "$install_dir/consumer" -DCMAKE_PREFIX_PATH="$install_dir/moved" >/dev/null
@@ -34,5 +40,12 @@ cmake --build "$install_dir/consumer" >/dev/null
 "$install_dir/moved/bin/halinfo" --require 0 >/dev/null
 
 echo "== Python package: wheel, a fresh venv, pytest (scripts/test-python.sh)"
+python_deps_status=0
+wait "$python_deps_pid" || python_deps_status=$?
+cat "$python_deps_log"
+if [ "$python_deps_status" -ne 0 ]; then
+  echo "scripts/install-python-deps.sh failed (exit status $python_deps_status); its output is above" >&2
+  exit 1
+fi
 "$root/scripts/test-python.sh"
 echo "all tests passed"

@@ -1,5 +1,6 @@
 // Attention parameters: defaults resolved, the one check (hal/abi), the ABI form.
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -80,11 +81,16 @@ hal_attention_params_v1 to_abi(const AttentionParams& request) {
   params.grad_v_strides = strides_for(grad_v_strides, AttentionTensor::grad_v, &params.v_strides);
   // The one check of a call, before any plugin sees it (gradient strides too:
   // they default to the forward tensors' and a backward call reuses them).
+  // The verdict depends on these bytes alone, and a thread's calls mostly
+  // repeat one shape: the last set found valid is not judged again.
+  thread_local hal_attention_params_v1 last_valid{};
+  if (std::memcmp(&params, &last_valid, sizeof(params)) == 0) return params;
   if (const std::vector<std::string> problems = abi::attention_problems(params, /*backward=*/true); !problems.empty()) {
     std::string message = "attention parameters are not valid: ";
     for (std::size_t i = 0; i < problems.size(); ++i) message += (i == 0 ? "" : "; ") + problems[i];
     throw Error(StatusCode::invalid_argument, message);
   }
+  std::memcpy(&last_valid, &params, sizeof(params));
   return params;
 }
 

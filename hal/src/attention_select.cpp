@@ -69,6 +69,8 @@ bool declares(const Device& device, const char* key) {
 }
 
 const detail::AttentionDeviceFacts& device_facts(const Device& device, detail::LoadedBackend& backend) {
+  std::atomic<const detail::AttentionDeviceFacts*>& slot = backend.attention_device_slots[device.index()];
+  if (const detail::AttentionDeviceFacts* published = slot.load(std::memory_order_acquire)) return *published;
   std::lock_guard lock(backend.attention_mutex);
   auto found = backend.attention_devices.find(device.index());
   if (found == backend.attention_devices.end()) {
@@ -79,6 +81,7 @@ const detail::AttentionDeviceFacts& device_facts(const Device& device, detail::L
                                                       declares(device, "attention.key_ranges")})
                 .first;
   }
+  slot.store(&found->second, std::memory_order_release);
   return found->second;  // map nodes stay put: the reference outlives the lock
 }
 

@@ -46,6 +46,9 @@ struct LoadedBackend {
   std::unordered_map<AttentionDecisionKey, AttentionDecision, AttentionDecisionKeyHash> attention_decisions;
   std::unordered_set<AttentionDecisionKey, AttentionDecisionKeyHash> attention_warned;
   std::map<std::uint32_t, AttentionDeviceFacts> attention_devices;
+  // Each device's entry above, published once found (one slot per device,
+  // sized when the devices are enumerated): calls read it without the lock.
+  std::unique_ptr<std::atomic<const AttentionDeviceFacts*>[]> attention_device_slots;
 
   LoadedBackend() = default;
   LoadedBackend(const LoadedBackend&) = delete;

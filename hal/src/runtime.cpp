@@ -229,6 +229,7 @@ bool enumerate_devices(const std::shared_ptr<detail::LoadedBackend>& backend, Ba
     found.push_back(detail::Access::device(backend, index, convert_device_info(report.name, index, raw)));
   }
   report.device_count = count;
+  backend->attention_device_slots = std::make_unique<std::atomic<const detail::AttentionDeviceFacts*>[]>(count);
   devices.insert(devices.end(), found.begin(), found.end());
   return true;
 }
