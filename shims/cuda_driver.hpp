@@ -87,8 +87,7 @@ namespace hal::shims {
   /* Interop: checking and registering memory other code allocated. */                                                 \
   X(cuPointerGetAttributes, decltype(&::cuPointerGetAttributes), optional, {"cuPointerGetAttributes", 7000})           \
   X(cuMemHostRegister, decltype(&::cuMemHostRegister), optional, {"cuMemHostRegister_v2", 6050})                       \
-  X(cuMemHostUnregister, decltype(&::cuMemHostUnregister), optional, {"cuMemHostUnregister", 4000})                    \
-  X(cuCtxSynchronize, decltype(&::cuCtxSynchronize), optional, {"cuCtxSynchronize", 2000})
+  X(cuMemHostUnregister, decltype(&::cuMemHostUnregister), optional, {"cuMemHostUnregister", 4000})
 
 struct CudaDriverApi {
   // Found by plain dlsym, with cuGetProcAddress: they are how the rest is found.

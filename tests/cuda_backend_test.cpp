@@ -215,6 +215,7 @@ struct CudaFramework {
   }
   int host_registrations() const { return driver.function<int()>("hal_fake_cuda_host_registrations")(); }
   int host_unregistrations() const { return driver.function<int()>("hal_fake_cuda_host_unregistrations")(); }
+  int device_synchronizations() const { return driver.function<int()>("hal_fake_cuda_context_synchronizes")(); }
 };
 
 struct CudaInteropFixture : FakeDriverFixture {
@@ -385,6 +386,46 @@ TEST_SUITE("fake driver") {
       REQUIRE(fake.function<decltype(cuStreamSynchronize)>("cuStreamSynchronize")(native) == CUDA_SUCCESS);
     }
     CHECK(synchronizes() == before);
+    REQUIRE(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(native) == CUDA_SUCCESS);
+    fake.release_primary(0);
+  }
+
+  // The same call with the framework's tensors imported as Buffers: their release follows the forward on the
+  // stream; neither the device nor the host is waited for until the caller synchronizes.
+  TEST_CASE_FIXTURE(FakeDriverFixture, "imported tensors of an attention call are released after it, with no wait") {
+    if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
+    const FakeDriver fake;
+    (void)fake.make_primary_current(0);
+    CUstream native = nullptr;
+    REQUIRE(fake.function<decltype(cuStreamCreate)>("cuStreamCreate")(&native, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+    const hal::AttentionParams params{.heads_q = 2, .seq_q = 16, .head_dim_qk = 64, .return_lse = true};
+    const std::uint64_t tensor_bytes = 16 * 2 * 64 * sizeof(float), lse_bytes = 2 * 16 * sizeof(float);
+    std::vector<hal::Buffer> framework_memory;  // q k v o lse
+    for (int index = 0; index < 4; ++index) framework_memory.push_back(device(0).allocate(tensor_bytes));
+    framework_memory.push_back(device(0).allocate(lse_bytes));
+    for (const hal::Buffer& buffer : framework_memory) buffer.fill(0, buffer.size(), 0);
+    const auto device_waits = fake.function<int()>("hal_fake_cuda_context_synchronizes");
+    const auto host_waits = fake.function<int()>("hal_fake_cuda_host_waits");
+    const int device_waits_before = device_waits(), host_waits_before = host_waits();
+    std::atomic<int> releases{0};
+    {
+      const hal::Stream stream = device(0).wrap_native_stream({native, false});
+      std::vector<hal::Buffer> imported;
+      for (const hal::Buffer& buffer : framework_memory) {
+        hal::ExternalMemory external;
+        external.address = buffer.device_address();
+        external.size = buffer.size();
+        external.release = [&releases] { ++releases; };
+        imported.push_back(device(0).import_memory(external));
+      }
+      hal::attention_forward(stream, params, {imported[0]}, {imported[1]}, {imported[2]}, {imported[3]}, {imported[4]});
+      imported.clear();
+      CHECK(device_waits() == device_waits_before);
+      CHECK(host_waits() == host_waits_before);
+      stream.synchronize();  // the caller's own wait; hal then tells the owners of what passed
+      CHECK(releases.load() == 5);
+    }
+    CHECK(device_waits() == device_waits_before);
     REQUIRE(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(native) == CUDA_SUCCESS);
     fake.release_primary(0);
   }

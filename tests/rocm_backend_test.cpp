@@ -107,6 +107,7 @@ class HipFramework {
   }
   int host_registrations() const { return call<int()>("hal_fake_hip_host_registrations"); }
   int host_unregistrations() const { return call<int()>("hal_fake_hip_host_unregistrations"); }
+  int device_synchronizations() const { return call<int()>("hal_fake_hip_device_synchronizes"); }
 
  private:
   void* library_;

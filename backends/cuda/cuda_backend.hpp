@@ -130,6 +130,8 @@ struct Context {
   int driver_version = 0;
   std::vector<std::unique_ptr<CudaDevice>> devices;
   std::unique_ptr<backend::LazyTelemetry> telemetry;  // profile.telemetry, opened when first read
+  // Imported memory freed while work on it may still run (gpu_memory.hpp).
+  mutable backend::PendingReleases pending_releases;
   // Collectives on `nccl`; last, so it goes before what it uses.
   std::unique_ptr<backend::NcclCollectives> collectives;
 

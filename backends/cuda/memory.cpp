@@ -126,10 +126,6 @@ CUresult CudaVendor::host_device_pointer(const Context& context, void* host, std
   return result;
 }
 
-CUresult CudaVendor::synchronize_device(const Context& context) {
-  return context.api().cuCtxSynchronize != nullptr ? context.api().cuCtxSynchronize() : CUDA_ERROR_NOT_SUPPORTED;
-}
-
 int CudaVendor::ordinal(const Context& context, std::uint32_t device) { return context.devices[device]->handle; }
 
 namespace {

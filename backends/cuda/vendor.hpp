@@ -55,7 +55,6 @@ struct CudaVendor {
   static CUresult register_host(const Context& context, void* address, std::size_t size);
   static CUresult unregister_host(const Context& context, void* address);
   static CUresult host_device_pointer(const Context& context, void* host, std::uintptr_t& device_address);
-  static CUresult synchronize_device(const Context& context);
   static int ordinal(const Context& context, std::uint32_t device);
 
   // Streams and events (stream.cpp).

@@ -485,7 +485,11 @@ hal_status run(GpuAttention* engine, hal_stream* stream, const hal_attention_cal
         return status;
       addresses.workspace_bytes = call->workspace_bytes;
     }
-    return engine->run(stream, implementation, *params, addresses, backward);
+    if (hal_status status = engine->run(stream, implementation, *params, addresses, backward); status != HAL_OK)
+      return status;
+    for (std::size_t i = 0; i < expected; ++i)
+      if (hal_status status = platform.note_use(stream, tensors[i]); status != HAL_OK) return status;
+    return platform.note_use(stream, call->workspace);
   } catch (const std::bad_alloc&) {
     return fail(HAL_ERROR_OUT_OF_MEMORY, std::string("out of host memory in ") + what);
   }

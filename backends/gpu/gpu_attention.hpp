@@ -68,6 +68,8 @@ class GpuPlatform {
   // The device address of a tensor (buffer address + offset); fails for a
   // null buffer or one of another device.
   virtual hal_status device_address(hal_stream* stream, const hal_tensor_ref_v1& tensor, std::uint64_t* address) = 0;
+  // After work on the stream used the tensor: imported memory is released only once that work has passed.
+  virtual hal_status note_use(hal_stream* stream, const hal_tensor_ref_v1& tensor) = 0;
   // Empty when strided_batched_gemm can run on the device; otherwise why not.
   virtual std::string gemm_unavailable(std::uint32_t device) const = 0;
   virtual hal_status strided_batched_gemm(hal_stream* stream, const StridedBatchedGemm& gemm) = 0;

@@ -9,12 +9,14 @@
 // is followed by V::synchronize_null_stream.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "current_device.hpp"
 #include "gpu_vendor.hpp"
@@ -54,7 +56,7 @@ inline const char* memory_kind_name(hal_memory_kind kind) {
 // parameters so that they need to be complete only where the template is
 // instantiated.
 template <typename V, typename Buffer = hal_buffer, typename Stream = hal_stream>
-requires GpuVendorMemory<V, Buffer>
+requires GpuVendorMemory<V, Buffer> && GpuVendorStreams<V>
 struct GpuMemory {
   using Context = typename V::Context;
   using Result = typename V::Result;
@@ -115,6 +117,7 @@ struct GpuMemory {
     if (buffer == nullptr) return succeed();
     std::unique_ptr<Buffer> owned(buffer);
     const Context& context = *buffer->context;
+    release_passed(context);
     const CurrentDevice scope = context.current_device(buffer->device);
     if (!scope) return scope.status();
     if (buffer->imported.active) return release_imported(context, *buffer);
@@ -125,6 +128,49 @@ struct GpuMemory {
         status != HAL_OK)
       return status;
     return succeed();
+  }
+
+  // Work queued on native_stream uses the buffer. Imported memory with
+  // something to undo or an owner to tell gets an event after that work (one
+  // per stream, recorded again on each use), which its release waits for;
+  // hal's own allocations need none (the vendors' frees wait for the device).
+  template <typename NativeStream>
+  static hal_status note_use(const Buffer& buffer, NativeStream native_stream) {
+    const ImportedMemory& imported = buffer.imported;
+    if ((imported.release == nullptr && imported.registered == nullptr) || native_stream == nullptr) return HAL_OK;
+    const Context& context = *buffer.context;
+    std::lock_guard lock(imported.uses_mutex);
+    auto use = std::find_if(imported.uses.begin(), imported.uses.end(),
+                            [&](const ImportedMemory::StreamUse& each) { return each.stream == native_stream; });
+    if (use == imported.uses.end()) {
+      typename V::NativeEvent event = nullptr;
+      if (hal_status status = context.check(
+              V::create_event(context, &event),
+              "creating the event that orders the release of imported memory of " + context.device_id(buffer.device));
+          status != HAL_OK)
+        return status;
+      use = imported.uses.insert(imported.uses.end(), {native_stream, event});
+    }
+    return context.check(
+        V::record_event(context, native_event(use->event), native_stream),
+        "recording the event that orders the release of imported memory of " + context.device_id(buffer.device));
+  }
+
+  // Releases the imported memory freed earlier whose work has passed; with
+  // `wait` (at shutdown), all of it once its work is done.
+  static void release_passed(const Context& context, bool wait = false) {
+    std::vector<PendingRelease> done = context.pending_releases.take([&](const PendingRelease& pending) {
+      const CurrentDevice scope = context.current_device(pending.device);
+      if (wait)
+        for (void* event : pending.events) (void)V::synchronize_event(context, native_event(event));
+      return wait || passed(context, pending);
+    });
+    for (PendingRelease& pending : done) {
+      const CurrentDevice scope = context.current_device(pending.device);
+      if (finish_release(context, pending) != HAL_OK)
+        context.log_message(HAL_LOG_WARNING, "imported memory of " + context.device_id(pending.device) +
+                                                 " was released, but " + last_error_message());
+    }
   }
 
   // The interop sub-table's memory entries.
@@ -152,6 +198,7 @@ struct GpuMemory {
       return fail(HAL_ERROR_INVALID_ARGUMENT, "buffer_import needs a context, the memory and out");
     const Context& context = V::context(*backend);
     if (hal_status status = context.check_device(device); status != HAL_OK) return status;
+    release_passed(context);
     const hal_memory_kind kind = memory->kind;
     if (kind != HAL_MEMORY_DEVICE && kind != HAL_MEMORY_HOST_PINNED && kind != HAL_MEMORY_MANAGED)
       return fail(HAL_ERROR_INVALID_ARGUMENT,
@@ -237,13 +284,14 @@ struct GpuMemory {
                                           Buffer* source, std::uint64_t source_offset, std::uint64_t size) {
     const Context& context = *destination->context;
     // With unified addressing the vendor finds both devices from the addresses.
-    return on_device(stream, *destination, size,
-                     context.device_id(source->device) + " to " + context.device_id(destination->device),
-                     [&](const auto native_stream) {
-                       return V::copy_device_to_device(context, device_address(*destination, destination_offset),
-                                                       device_address(*source, source_offset),
-                                                       static_cast<std::size_t>(size), native_stream);
-                     });
+    return on_device(
+        stream, *destination, size, context.device_id(source->device) + " to " + context.device_id(destination->device),
+        [&](const auto native_stream) {
+          return V::copy_device_to_device(context, device_address(*destination, destination_offset),
+                                          device_address(*source, source_offset), static_cast<std::size_t>(size),
+                                          native_stream);
+        },
+        source);
   }
 
   static hal_status fill(Stream* stream, Buffer* destination, std::uint64_t offset, std::uint64_t size,
@@ -270,6 +318,7 @@ struct GpuMemory {
     if (native_stream == nullptr)
       return wait_for_synchronous_work(
           context, "filling " + std::to_string(size) + " bytes on " + context.device_id(destination->device));
+    if (hal_status status = note_use(*destination, native_stream); status != HAL_OK) return status;
     return succeed();
   }
 
@@ -304,22 +353,46 @@ struct GpuMemory {
     return HAL_OK;
   }
 
-  // Undoes a registration, then tells the owner once the device no longer
-  // uses the memory (the vendors' own frees wait for the device too).
+  // Undoes a registration and tells the owner once the work hal queued on
+  // the memory has passed: now when it has (or never ran), else later
+  // (release_passed); never by waiting for the device.
   static hal_status release_imported(const Context& context, Buffer& buffer) {
-    hal_status status = HAL_OK;
-    if (buffer.imported.registered != nullptr)
-      status = context.check(V::unregister_host(context, buffer.imported.registered),
-                             "unregistering imported host memory of " + context.device_id(buffer.device));
-    if (buffer.imported.release != nullptr) {
-      const hal_status synchronized =
-          context.check(V::synchronize_device(context),
-                        "waiting for " + context.device_id(buffer.device) + " before releasing imported memory");
-      if (status == HAL_OK) status = synchronized;
-      buffer.imported.release(buffer.imported.release_user_data);  // exactly once, even after an error
+    const ImportedMemory& imported = buffer.imported;
+    PendingRelease pending{buffer.device, {}, imported.registered, imported.release, imported.release_user_data};
+    {
+      std::lock_guard lock(imported.uses_mutex);
+      for (const ImportedMemory::StreamUse& use : imported.uses) pending.events.push_back(use.event);
+      imported.uses.clear();
     }
+    if (!passed(context, pending)) {
+      context.pending_releases.add(std::move(pending));
+      return succeed();
+    }
+    const hal_status status = finish_release(context, pending);
     return status == HAL_OK ? succeed() : status;
   }
+
+  // Whether the work each event follows is done; an error ends the wait as
+  // well (that work will not run on).
+  static bool passed(const Context& context, const PendingRelease& pending) {
+    for (void* event : pending.events)
+      if (V::not_ready(V::query_event(context, native_event(event)))) return false;
+    return true;
+  }
+
+  // Destroys the events, unregisters host memory and tells the owner
+  // (exactly once, even after an error).
+  static hal_status finish_release(const Context& context, PendingRelease& pending) {
+    for (void* event : pending.events) (void)V::destroy_event(context, native_event(event));
+    hal_status status = HAL_OK;
+    if (pending.registered != nullptr)
+      status = context.check(V::unregister_host(context, pending.registered),
+                             "unregistering imported host memory of " + context.device_id(pending.device));
+    if (pending.release != nullptr) pending.release(pending.release_user_data);
+    return status;
+  }
+
+  static typename V::NativeEvent native_event(void* event) { return static_cast<typename V::NativeEvent>(event); }
 
   template <typename NativeStream>
   static Result memset(const Context& context, const MemsetPiece& piece, NativeStream native_stream) {
@@ -340,7 +413,7 @@ struct GpuMemory {
   // the buffer's) current: the vendors order work by it.
   template <typename Copy>
   static hal_status on_device(const Stream* stream, const Buffer& buffer, std::uint64_t size, const std::string& route,
-                              Copy&& copy) {
+                              Copy&& copy, const Buffer* also_used = nullptr) {
     const Context& context = *buffer.context;
     const CurrentDevice scope = context.current_device(stream != nullptr ? stream->device : buffer.device);
     if (!scope) return scope.status();
@@ -350,6 +423,9 @@ struct GpuMemory {
       return status;
     if (stream == nullptr)
       return wait_for_synchronous_work(context, "copying " + std::to_string(size) + " bytes " + route);
+    for (const Buffer* used : {&buffer, also_used})
+      if (used != nullptr)
+        if (hal_status status = note_use(*used, stream->handle); status != HAL_OK) return status;
     return succeed();
   }
 

@@ -42,6 +42,15 @@ hal_status guarded_initialize(const hal_backend_init_v1* init, hal_backend_conte
   }
 }
 
+// Work queued on the stream used the tensor (GpuMemory::note_use); a
+// borrowed address is the caller's to keep alive.
+template <GpuVendor V>
+hal_status used_on(hal_stream* stream, const hal_tensor_ref_v1& tensor) {
+  if (tensor.buffer == nullptr) return HAL_OK;
+  return GpuMemory<V>::note_use(*static_cast<const typename V::Buffer*>(tensor.buffer),
+                                static_cast<typename V::Stream*>(stream)->handle);
+}
+
 // The attention engine's and the memory test's view of the vendor.
 template <GpuVendor V>
 class VendorPlatform final : public GpuPlatform {
@@ -78,6 +87,9 @@ class VendorPlatform final : public GpuPlatform {
     *address = static_cast<std::uint64_t>(address_value(buffer->address)) + tensor.offset;
     return HAL_OK;
   }
+  hal_status note_use(hal_stream* stream, const hal_tensor_ref_v1& tensor) override {
+    return used_on<V>(stream, tensor);
+  }
   std::string gemm_unavailable(std::uint32_t device) const override { return V::gemm_unavailable(context_, device); }
   hal_status strided_batched_gemm(hal_stream* stream, const StridedBatchedGemm& gemm) override {
     return V::strided_batched_gemm(context_, of(stream), gemm);
@@ -112,6 +124,9 @@ class VendorCollectivesPort final : public GpuCollectivesPort {
   void* native_stream(const hal_stream* stream) const override { return of(stream).handle; }
   std::uint32_t stream_device(const hal_stream* stream) const override { return of(stream).device; }
   void relax_capture_mode() const override { context_.relax_capture_mode(); }
+  hal_status note_use(hal_stream* stream, const hal_tensor_ref_v1& tensor) const override {
+    return used_on<V>(stream, tensor);
+  }
 
  private:
   static hal_backend_v1 entry_points() {
@@ -194,6 +209,8 @@ hal_status gpu_device_info(hal_backend_context* backend, std::uint32_t index, ha
 // Frees the context a GPU plugin's initialize made.
 template <GpuVendor V>
 void shutdown_backend(hal_backend_context* context) {
+  if (context == nullptr) return;
+  GpuMemory<V>::release_passed(V::context(*context), /*wait=*/true);  // imported memory freed with work pending
   delete static_cast<typename V::Backend*>(context);
 }
 

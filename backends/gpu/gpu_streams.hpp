@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "current_device.hpp"
+#include "gpu_memory.hpp"
 #include "gpu_vendor.hpp"
 #include "hal/backend_abi.h"
 #include "last_error.hpp"
@@ -152,6 +153,7 @@ struct GpuStreams {
             V::finish(context, V::synchronize_stream(context, stream->handle), "synchronizing " + stream_name(stream));
         status != HAL_OK)
       return status;
+    GpuMemory<V>::release_passed(context);  // imported memory freed while this stream still used it
     return collectives_status_of(stream);
   }
 

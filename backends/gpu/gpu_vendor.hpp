@@ -112,6 +112,8 @@ concept GpuVendorContext = requires(const Context& context, Result result, std::
   { context.attention.get() } -> std::convertible_to<GpuAttention*>;
   { context.collectives.get() } -> std::convertible_to<NcclCollectives*>;
   { context.telemetry.get() } -> std::convertible_to<LazyTelemetry*>;
+  { context.pending_releases } -> std::convertible_to<PendingReleases&>;
+  context.log_message(hal_log_level{}, std::string());
 };
 
 // Memory: allocation and release, synchronous (native stream null) and
@@ -142,7 +144,6 @@ concept GpuVendorMemory = requires(const typename V::Context& context, Buffer& b
   { V::register_host(context, target, bytes) } -> std::same_as<typename V::Result>;
   { V::unregister_host(context, target) } -> std::same_as<typename V::Result>;
   { V::host_device_pointer(context, target, address) } -> std::same_as<typename V::Result>;
-  { V::synchronize_device(context) } -> std::same_as<typename V::Result>;
   { V::ordinal(context, device) } -> std::same_as<int>;  // the vendor's ordinal of hal's device
 };
 

@@ -525,7 +525,10 @@ hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op
                 describe_operation(rank_, first) + ": the communicator failed before: " + earlier);
   }
   const hal_status status = count == 1 ? issue(stream, first, scratch) : issue_group(stream, operations, count);
-  const hal_status recorded = status == HAL_OK ? port_.event_record(event, stream) : status;
+  hal_status recorded = status == HAL_OK ? port_.event_record(event, stream) : status;
+  for (std::uint32_t i = 0; i < count && recorded == HAL_OK; ++i)
+    for (const hal_tensor_ref_v1* tensor : {&operations[i].send, &operations[i].recv})
+      if (recorded == HAL_OK) recorded = port_.note_use(stream, *tensor);
   calls.unlock();
   std::lock_guard lock(mutex_);
   if (recorded != HAL_OK) {

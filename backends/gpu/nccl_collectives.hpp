@@ -48,6 +48,8 @@ class GpuCollectivesPort {
   // On the watchdog's thread: its event queries must not invalidate a graph
   // capture that another thread runs in global mode.
   virtual void relax_capture_mode() const = 0;
+  // After work on the stream used the tensor: imported memory is released only once that work has passed.
+  virtual hal_status note_use(hal_stream* stream, const hal_tensor_ref_v1& tensor) const = 0;
 
   // nullptr for an unused tensor (buffer NULL).
   void* device_address(const hal_tensor_ref_v1& tensor) const;

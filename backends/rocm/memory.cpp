@@ -70,10 +70,6 @@ hipError_t RocmVendor::host_device_pointer(const Context& context, void* host, s
   return error;
 }
 
-hipError_t RocmVendor::synchronize_device(const Context& context) {
-  return context.api().hipDeviceSynchronize != nullptr ? context.api().hipDeviceSynchronize() : hipErrorNotSupported;
-}
-
 // The null stream: the device's default stream, which the synchronous calls use.
 hipError_t RocmVendor::synchronize_null_stream(const Context& context) {
   return context.api().hipStreamSynchronize(nullptr);

@@ -52,6 +52,8 @@ struct Context {
   std::string rccl_status;            // where it was found, or why not
   // AMD SMI or rocm_smi, opened on the first snapshot (telemetry.cpp).
   std::unique_ptr<backend::LazyTelemetry> telemetry;
+  // Imported memory freed while work on it may still run (gpu_memory.hpp).
+  mutable backend::PendingReleases pending_releases;
   // Collectives on `rccl`; last, so it goes before what it uses.
   std::unique_ptr<backend::NcclCollectives> collectives;
 

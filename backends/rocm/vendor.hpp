@@ -54,7 +54,6 @@ struct RocmVendor {
   static hipError_t register_host(const Context& context, void* address, std::size_t size);
   static hipError_t unregister_host(const Context& context, void* address);
   static hipError_t host_device_pointer(const Context& context, void* host, std::uintptr_t& device_address);
-  static hipError_t synchronize_device(const Context& context);
   static int ordinal(const Context& context, std::uint32_t device) { return context.devices[device]->ordinal; }
 
   // Streams and events (stream.cpp).

@@ -65,6 +65,9 @@ class EmulatedPlatform final : public backend::GpuPlatform {
   hal_status device_address(hal_stream*, const hal_tensor_ref_v1&, std::uint64_t*) override {
     return backend::fail(HAL_ERROR_INTERNAL, "not used: the test passes addresses");
   }
+  hal_status note_use(hal_stream*, const hal_tensor_ref_v1&) override {
+    return backend::fail(HAL_ERROR_INTERNAL, "not used: the test passes addresses");
+  }
   std::string gemm_unavailable(std::uint32_t) const override { return {}; }
   backend::FusedAttention* fused_attention() override { return nullptr; }
   std::string fused_unavailable() const override { return "the emulated platform has no fused attention"; }

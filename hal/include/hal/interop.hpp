@@ -28,8 +28,11 @@ struct ExternalMemory {
   MemoryKind kind = MemoryKind::device;
   // Runs exactly once when hal lets go of the memory: on Buffer::free() or
   // when the last copy and view of the Buffer go away (also after the Runtime
-  // is gone), and only once hal's work on the memory is done (GPU backends
-  // synchronize the device first, as their own frees do). Empty: the Buffer
+  // is gone), and only once hal's work on the memory is done. GPU backends
+  // record an event after the work each stream queued on it and never wait
+  // for the whole device: the release runs at the free when that work has
+  // passed, else at the backend's next free, import or stream synchronize
+  // that finds it passed, or when the Runtime is destroyed. Empty: the Buffer
   // is a view that hal never frees; keep the memory alive while hal uses it.
   // Not called when import_memory throws: the memory stays the caller's.
   std::function<void()> release;

@@ -158,6 +158,7 @@ struct Driver {
   // Host memory page-locked with cuMemHostRegister: start -> {size, device}.
   std::map<std::uintptr_t, std::pair<std::size_t, int>> registered;
   int registrations = 0, unregistrations = 0, context_synchronizes = 0;  // for the test hooks
+  int host_waits = 0;  // cuStreamSynchronize and cuEventSynchronize calls: the host blocked on the device
 };
 
 Driver& driver() {
@@ -829,6 +830,10 @@ FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   stream = resolve_stream(stream);
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard lock(driver().mutex);
+    ++driver().host_waits;
+  }
   stream->wait_idle();
   trim_pools();
   return sticky_error(stream->context);
@@ -1009,6 +1014,10 @@ FAKE_EXPORT CUresult cuEventQuery(CUevent event) {
 FAKE_EXPORT CUresult cuEventSynchronize(CUevent event) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard lock(driver().mutex);
+    ++driver().host_waits;
+  }
   std::unique_lock lock(event->mutex);
   const std::uint64_t target = event->records;
   event->completed.wait(lock, [&] { return event->completions >= target; });
@@ -1447,6 +1456,7 @@ FAKE_EXPORT CUresult cuCtxSynchronize() {
 FAKE_EXPORT int hal_fake_cuda_host_registrations() { return counter(&Driver::registrations); }
 FAKE_EXPORT int hal_fake_cuda_host_unregistrations() { return counter(&Driver::unregistrations); }
 FAKE_EXPORT int hal_fake_cuda_context_synchronizes() { return counter(&Driver::context_synchronizes); }
+FAKE_EXPORT int hal_fake_cuda_host_waits() { return counter(&Driver::host_waits); }
 
 // ---- cuGetProcAddress ------------------------------------------------------
 
