@@ -360,23 +360,40 @@ TEST_SUITE("fake driver") {
     CHECK(fake.primary_context_retains(1) == 0);  // device 1 was never used
   }
 
+  // hal.torch's call shape on the fake: a framework's non-blocking stream (made with device 0's primary context
+  // current, as torch keeps it), a small attention's params and the framework's tensors q k v o grad_o grad_q grad_k
+  // grad_v lse (zeroed), and the fake's counts of device-wide and host waits.
+  struct FrameworkCallFixture : FakeDriverFixture {
+    const FakeDriver fake;
+    CUstream native = nullptr;
+    const hal::AttentionParams params{.heads_q = 2, .seq_q = 16, .head_dim_qk = 64, .return_lse = true};
+    std::vector<hal::Buffer> memory;
+    int (*const device_waits)() = fake.function<int()>("hal_fake_cuda_context_synchronizes");
+    int (*const host_waits)() = fake.function<int()>("hal_fake_cuda_host_waits");
+
+    FrameworkCallFixture() {
+      (void)fake.make_primary_current(0);
+      REQUIRE(fake.function<decltype(cuStreamCreate)>("cuStreamCreate")(&native, CU_STREAM_NON_BLOCKING) ==
+              CUDA_SUCCESS);
+      const std::uint64_t tensor_bytes = 16 * 2 * 64 * sizeof(float), lse_bytes = 2 * 16 * sizeof(float);
+      for (int index = 0; index < 8; ++index) memory.push_back(device(0).allocate(tensor_bytes));
+      memory.push_back(device(0).allocate(lse_bytes));
+      for (const hal::Buffer& buffer : memory) buffer.fill(0, buffer.size(), 0);
+    }
+    ~FrameworkCallFixture() {
+      memory.clear();
+      CHECK(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(native) == CUDA_SUCCESS);
+      fake.release_primary(0);
+    }
+  };
+
   // What hal.torch does per call on a GPU: torch's current stream wrapped, its tensors passed by address. A
   // device-wide wait there would stall every stream of the framework (and hold Python's lock) on every call.
-  TEST_CASE_FIXTURE(FakeDriverFixture, "hal.torch's call shape, a wrapped stream and borrowed addresses, waits for no whole device") {
+  TEST_CASE_FIXTURE(FrameworkCallFixture,
+                    "hal.torch's call shape, a wrapped stream and borrowed addresses, waits for no whole device") {
     if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
-    const FakeDriver fake;
-    (void)fake.make_primary_current(0);
-    CUstream native = nullptr;
-    REQUIRE(fake.function<decltype(cuStreamCreate)>("cuStreamCreate")(&native, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
-    const hal::AttentionParams params{.heads_q = 2, .seq_q = 16, .head_dim_qk = 64, .return_lse = true};
-    const std::uint64_t tensor_bytes = 16 * 2 * 64 * sizeof(float), lse_bytes = 2 * 16 * sizeof(float);
-    std::vector<hal::Buffer> memory;  // the framework's tensors: q k v o grad_o grad_q grad_k grad_v, then lse
-    for (int index = 0; index < 8; ++index) memory.push_back(device(0).allocate(tensor_bytes));
-    memory.push_back(device(0).allocate(lse_bytes));
-    for (const hal::Buffer& buffer : memory) buffer.fill(0, buffer.size(), 0);
     auto at = [&](int index) { return hal::TensorRef::borrowed(memory[index].device_address()); };
-    const auto synchronizes = fake.function<int()>("hal_fake_cuda_context_synchronizes");
-    const int before = synchronizes();
+    const int before = device_waits();
     {
       const hal::Stream stream = device(0).wrap_native_stream({native, false});
       for (int call = 0; call < 3; ++call) {
@@ -385,36 +402,22 @@ TEST_SUITE("fake driver") {
       }
       REQUIRE(fake.function<decltype(cuStreamSynchronize)>("cuStreamSynchronize")(native) == CUDA_SUCCESS);
     }
-    CHECK(synchronizes() == before);
-    REQUIRE(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(native) == CUDA_SUCCESS);
-    fake.release_primary(0);
+    CHECK(device_waits() == before);
   }
 
   // The same call with the framework's tensors imported as Buffers: their release follows the forward on the
   // stream; neither the device nor the host is waited for until the caller synchronizes.
-  TEST_CASE_FIXTURE(FakeDriverFixture, "imported tensors of an attention call are released after it, with no wait") {
+  TEST_CASE_FIXTURE(FrameworkCallFixture, "imported tensors of an attention call are released after it, with no wait") {
     if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
-    const FakeDriver fake;
-    (void)fake.make_primary_current(0);
-    CUstream native = nullptr;
-    REQUIRE(fake.function<decltype(cuStreamCreate)>("cuStreamCreate")(&native, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
-    const hal::AttentionParams params{.heads_q = 2, .seq_q = 16, .head_dim_qk = 64, .return_lse = true};
-    const std::uint64_t tensor_bytes = 16 * 2 * 64 * sizeof(float), lse_bytes = 2 * 16 * sizeof(float);
-    std::vector<hal::Buffer> framework_memory;  // q k v o lse
-    for (int index = 0; index < 4; ++index) framework_memory.push_back(device(0).allocate(tensor_bytes));
-    framework_memory.push_back(device(0).allocate(lse_bytes));
-    for (const hal::Buffer& buffer : framework_memory) buffer.fill(0, buffer.size(), 0);
-    const auto device_waits = fake.function<int()>("hal_fake_cuda_context_synchronizes");
-    const auto host_waits = fake.function<int()>("hal_fake_cuda_host_waits");
     const int device_waits_before = device_waits(), host_waits_before = host_waits();
     std::atomic<int> releases{0};
     {
       const hal::Stream stream = device(0).wrap_native_stream({native, false});
       std::vector<hal::Buffer> imported;
-      for (const hal::Buffer& buffer : framework_memory) {
+      for (const int index : {0, 1, 2, 3, 8}) {  // q k v o lse
         hal::ExternalMemory external;
-        external.address = buffer.device_address();
-        external.size = buffer.size();
+        external.address = memory[index].device_address();
+        external.size = memory[index].size();
         external.release = [&releases] { ++releases; };
         imported.push_back(device(0).import_memory(external));
       }
@@ -426,8 +429,6 @@ TEST_SUITE("fake driver") {
       CHECK(releases.load() == 5);
     }
     CHECK(device_waits() == device_waits_before);
-    REQUIRE(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(native) == CUDA_SUCCESS);
-    fake.release_primary(0);
   }
 
   TEST_CASE_FIXTURE(FakeDriverFixture, "a caller's current context is the same after hal worked on another device") {
