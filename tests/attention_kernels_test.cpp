@@ -290,7 +290,7 @@ struct Implementation {
 
 std::vector<Implementation> implementations() {
   std::vector<Implementation> list{{"math", false, FlashIsa::scalar}};
-  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512}) {
+  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512, FlashIsa::amx}) {
     if (flash_isa_supported(isa)) {
       // automatic takes the decode tiling where a group's rows fit one tile
       list.push_back({std::string("flash/") + flash_isa_name(isa), true, isa});
@@ -747,10 +747,13 @@ TEST_CASE("the isa limit lowers the flash path, never above what the CPU has") {
   CHECK(parse_flash_isa("scalar") == FlashIsa::scalar);
   CHECK(parse_flash_isa("avx2") == FlashIsa::avx2);
   CHECK(parse_flash_isa("avx512") == FlashIsa::avx512);
+  CHECK(parse_flash_isa("amx") == FlashIsa::amx);
   CHECK_FALSE(parse_flash_isa("sse9").has_value());
   limit_flash_isa(FlashIsa::scalar);
   CHECK(std::string(flash_isa_name()) == "scalar");
   limit_flash_isa(FlashIsa::avx512);
+  CHECK(flash_selected_isa() == std::min(best, FlashIsa::avx512));
+  limit_flash_isa(FlashIsa::amx);
   CHECK(flash_selected_isa() == best);
   limit_flash_isa(std::nullopt);
   CHECK(flash_selected_isa() == best);

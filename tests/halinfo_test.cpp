@@ -293,8 +293,8 @@ TEST_CASE("a backend's HAL_* variable is a setting: shown with its variable, del
   // The host plugin receives both with their source and warns, naming the variable, for each it cannot use.
   const CommandResult run = hal::testing::run_command(environment + " " + std::string(HALINFO_PATH) + " 2>&1");
   CHECK(run.exit_code == 0);
-  CHECK(run.output.find("HAL_HOST_ISA=sse9 is not an instruction set the host kernels have; use scalar, avx2 or "
-                        "avx512") != std::string::npos);
+  CHECK(run.output.find("HAL_HOST_ISA=sse9 is not an instruction set the host kernels have; use scalar, avx2, "
+                        "avx512 or amx") != std::string::npos);
   CHECK(run.output.find("HAL_HOST_THREADS=lots is not a whole number greater than 0") != std::string::npos);
   const CommandResult good =
       hal::testing::run_command("HAL_HOST_ISA=scalar HAL_BACKENDS=host " + std::string(HALINFO_PATH) + " 2>&1");

@@ -598,7 +598,7 @@ struct TorchIsa {
   std::string requested;    // the host backend's isa option
   std::string origin;       // who set it: "HAL_HOST_ISA=avx2"
   std::string isa;          // the path hal's flash kernels run (lower when the CPU lacks the requested one)
-  bool recognized = false;  // requested is scalar, avx2 or avx512 (hal ignores other values)
+  bool recognized = false;  // a path the host kernels have (hal ignores other values)
   std::vector<std::pair<std::string, std::string>> set;   // passed to torch_sdpa.py
   std::vector<std::pair<std::string, std::string>> kept;  // already set by the user
 };
@@ -609,8 +609,9 @@ std::optional<TorchIsa> torch_isa(const BackendSetting& requested) {
   result.requested = requested.value;
   result.origin = requested.origin;
   result.isa = hal::host::flash_isa_name();
-  result.recognized = result.requested == "scalar" || result.requested == "avx2" || result.requested == "avx512";
-  if (!result.recognized) return result;
+  result.recognized = hal::host::parse_flash_isa(result.requested).has_value();
+  // amx, the top path, lowers nothing: torch keeps the CPU's best as hal does.
+  if (!result.recognized || result.isa == "amx") return result;
   // torch has no scalar path: for scalar its lowest (ATen's default kernels;
   // SSE4.2 in MKL, SSE4.1 in oneDNN).
   struct Variable {
@@ -644,8 +645,9 @@ std::string join_variables(const std::vector<std::pair<std::string, std::string>
 // One header line: which variables torch_sdpa.py gets, and why.
 void print_torch_isa(const TorchIsa& isa) {
   if (!isa.recognized) {
-    std::printf("# torch ISA: %s is not scalar, avx2 or avx512 (hal ignores it); torch's environment is left as is\n",
-                isa.origin.c_str());
+    std::printf(
+        "# torch ISA: %s names no path of the host kernels (hal ignores it); torch's environment is left as is\n",
+        isa.origin.c_str());
     return;
   }
   std::string line = "# torch ISA: " + isa.origin + " (flash runs " + isa.isa + "): ";

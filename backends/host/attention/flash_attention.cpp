@@ -32,6 +32,11 @@
 #include <string>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "attention/attention_common.hpp"
 #include "attention/attention_internal.hpp"
 #include "attention/flash_kernels.hpp"
@@ -50,6 +55,8 @@ constexpr std::int64_t kUnitsPerThread = 4;
 // thread: there the parallel regions and the dQ reduction of the tiled
 // passes cost as much as the arithmetic.
 constexpr std::int64_t kWholeGroupKeys = 256;
+// Key blocks one softmax step of the AMX unit spans (Layout::tile_key_blocks).
+constexpr std::int64_t kTileKeyBlocks = 8;
 
 flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int thread_count,
                           FlashForwardTiling tiling = FlashForwardTiling::automatic) {
@@ -88,6 +95,10 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
     units_per_group = layout.group_size * layout.query_blocks;
     layout.packed_group_floats = layout.key_blocks * bc * (p.head_dim_qk + layout.dim_v_padded);
     layout.scratch_floats = br * layout.dim_qk_padded + br * bc + br * layout.dim_v_padded + 2 * br;
+    if (p.dtype == HAL_DTYPE_BF16) {
+      layout.tile_key_blocks = std::min(kTileKeyBlocks, layout.key_blocks);
+      layout.scratch_floats += br * layout.tile_key_blocks * (bc + round_up(bc, flash::kTileDepthBf16) / 2);
+    }
     layout.chunks = 0;
   } else {
     units_per_group = layout.key_blocks;
@@ -234,12 +245,32 @@ void for_each_pass(Job& job, const Pass& pass) {
   }
 }
 
+#if defined(HAL_HOST_AMX_UNIT)
+// Linux hands out the AMX tile state (XTILEDATA) only to a process that asks
+// for it; a tile instruction before that faults. Asked once, for the process.
+bool tile_state_granted() {
+  static const bool granted = [] {
+#if defined(__linux__)
+    constexpr int kRequestPermission = 0x1023;  // ARCH_REQ_XCOMP_PERM
+    constexpr int kTileData = 18;               // XFEATURE_XTILEDATA
+    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return granted;
+}
+#endif
+
 }  // namespace
 
 const flash::KernelTable& flash_kernel_table(FlashIsa isa) {
   if (!flash_isa_supported(isa)) {
     throw std::invalid_argument(std::string("flash path ") + flash_isa_name(isa) + " is not supported by this CPU");
   }
+#if defined(HAL_HOST_AMX_UNIT)
+  if (isa == FlashIsa::amx) return flash::kernels_amx;
+#endif
 #if defined(HAL_HOST_X86_UNITS)
   if (isa == FlashIsa::avx512) return flash::kernels_avx512;
   if (isa == FlashIsa::avx2) return flash::kernels_avx2;
@@ -249,6 +280,7 @@ const flash::KernelTable& flash_kernel_table(FlashIsa isa) {
 
 const char* flash_isa_name(FlashIsa isa) {
   switch (isa) {
+    case FlashIsa::amx: return "amx";
     case FlashIsa::avx512: return "avx512";
     case FlashIsa::avx2: return "avx2";
     case FlashIsa::scalar: break;
@@ -266,12 +298,17 @@ bool flash_isa_supported(FlashIsa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif
+#if defined(HAL_HOST_AMX_UNIT)
+    case FlashIsa::amx:
+      return flash_isa_supported(FlashIsa::avx512) && __builtin_cpu_supports("avx512bf16") &&
+             __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") && tile_state_granted();
+#endif
     default: return false;
   }
 }
 
 std::optional<FlashIsa> parse_flash_isa(std::string_view name) {
-  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512})
+  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512, FlashIsa::amx})
     if (name == flash_isa_name(isa)) return isa;
   return std::nullopt;
 }
@@ -281,16 +318,16 @@ namespace {
 FlashIsa best_supported_isa() {
   static const FlashIsa best = [] {
     FlashIsa found = FlashIsa::scalar;
-    for (FlashIsa isa : {FlashIsa::avx2, FlashIsa::avx512})
+    for (FlashIsa isa : {FlashIsa::avx2, FlashIsa::avx512, FlashIsa::amx})
       if (flash_isa_supported(isa)) found = isa;
     return found;
   }();
   return best;
 }
-std::atomic<FlashIsa> isa_limit{FlashIsa::avx512};
+std::atomic<FlashIsa> isa_limit{FlashIsa::amx};
 }  // namespace
 
-void limit_flash_isa(std::optional<FlashIsa> limit) { isa_limit.store(limit.value_or(FlashIsa::avx512)); }
+void limit_flash_isa(std::optional<FlashIsa> limit) { isa_limit.store(limit.value_or(FlashIsa::amx)); }
 
 FlashIsa flash_selected_isa() { return std::min(best_supported_isa(), isa_limit.load(std::memory_order_relaxed)); }
 
@@ -301,7 +338,7 @@ std::vector<std::string> configure_host_kernels(const KernelOption& isa, const K
   const std::optional<FlashIsa> limit = parse_flash_isa(isa.value);
   if (!isa.value.empty() && !limit)
     warnings.push_back(isa.origin +
-                       " is not an instruction set the host kernels have; use scalar, avx2 or avx512. "
+                       " is not an instruction set the host kernels have; use scalar, avx2, avx512 or amx. "
                        "The CPU's best is used.");
   limit_flash_isa(limit);
   unsigned count = 0;

@@ -15,6 +15,10 @@
 
 namespace hal::host::flash {
 
+// bf16 elements in one row of an AMX tile (64 bytes): the AMX unit pads the
+// depth of its products (head_dim_qk for Q K^T, the keys for P V) to it.
+constexpr std::int64_t kTileDepthBf16 = 32;
+
 // Tile sizes and buffer sizes (in floats) of one call; every kernel unit uses
 // the same so the workspace does not depend on the instruction set.
 struct Layout {
@@ -36,6 +40,12 @@ struct Layout {
   std::int64_t packed_slots;         // groups_per_pass, or a slot per thread with whole_groups
   std::int64_t packed_group_floats;  // per group of a pass
   std::int64_t scratch_floats;       // per thread (forward) or per chunk (backward)
+  // bf16 prefill forward, for the AMX unit: the key blocks one softmax step
+  // spans (the per-row work of a step and the reloads of O then serve more
+  // keys); each query tile's scratch ends with room for their scores
+  // (query_block rows of tile_key_blocks * key_block floats) and their P in
+  // bf16 (rows of key_block rounded up to kTileDepthBf16, per block). 0 otherwise.
+  std::int64_t tile_key_blocks;
   std::int64_t dq_partial_floats;    // backward, per chunk (per thread with whole_groups)
   std::int64_t chunks;               // backward: fixed work split, one dQ partial each
   // Decode (forward with every query row of a kv group in one tile): the
@@ -110,6 +120,9 @@ extern const KernelTable kernels_scalar;
 #if defined(HAL_HOST_X86_UNITS)
 extern const KernelTable kernels_avx2;
 extern const KernelTable kernels_avx512;
+#endif
+#if defined(HAL_HOST_AMX_UNIT)
+extern const KernelTable kernels_amx;
 #endif
 
 }  // namespace hal::host::flash

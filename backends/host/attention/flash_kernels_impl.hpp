@@ -391,6 +391,13 @@ HAL_ALWAYS_INLINE KeyRange tile_keys(const hal_attention_params_v1& p, const std
   return block_keys(p, key_ranges, rows.batch, rows.query0, min_i64(rows.period, rows.count));
 }
 
+// An empty running state: O = 0, max = -inf, sum = 0 for the tile's rows.
+HAL_ALWAYS_INLINE void reset_tile_state(const Layout& layout, const TileRows& rows, const QueryTile& tile) {
+  fill(tile.out, rows.count * layout.dim_v_padded, 0.0f);
+  fill(tile.running_max, rows.count, -kInfinity);
+  fill(tile.running_sum, rows.count, 0.0f);
+}
+
 template <class V>
 void start_tile(const hal_attention_params_v1& p, const void* q, const Layout& layout, const TileRows& rows,
                 const QueryTile& tile) {
@@ -401,32 +408,53 @@ void start_tile(const hal_attention_params_v1& p, const void* q, const Layout& l
     load_row<V>(p.dtype, q, element_offset(p.q_strides, rows.batch, rows.head(row), rows.query(row), 0),
                 p.q_strides.dim, p.head_dim_qk, q_scale, tile.queries + row * layout.dim_qk_padded);
   }
-  fill(tile.out, rows.count * layout.dim_v_padded, 0.0f);
-  fill(tile.running_max, rows.count, -kInfinity);
-  fill(tile.running_sum, rows.count, 0.0f);
+  reset_tile_state(layout, rows, tile);
 }
 
-// One step of the online softmax, once the tile's scores against keys
-// [key0, key0 + key_block) are in tile.scores: mask, rescale, O += P V.
+// The scores of one online-softmax step: rows `stride` floats apart, columns
+// [0, columns) for keys [key0, key0 + columns). The probabilities replace
+// them, or with `bf16` go there in bf16 instead (rows bf16_stride apart).
+struct ScoreBlock {
+  float* scores;
+  std::int64_t stride;
+  std::int64_t key0;
+  std::int64_t columns;  // whole vectors
+  std::uint16_t* bf16 = nullptr;
+  std::int64_t bf16_stride = 0;
+};
+
+// The softmax half of one online-softmax step: mask, replace each score s
+// by exp2(s * score_scale - new max), rescale O and the sums. score_scale
+// (> 0) takes the scores to the log2 domain: 1 when Q came scaled
+// (start_tile), scale * log2(e) for raw Q . K products.
 template <class V>
-void softmax_key_block(const hal_attention_params_v1& p, const std::int32_t* key_ranges, const Layout& layout,
-                       const TileRows& rows, const QueryTile& tile, std::int64_t key0, GemmB values) {
+void softmax_rows(const hal_attention_params_v1& p, const std::int32_t* key_ranges, const TileRows& rows,
+                  const QueryTile& tile, std::int64_t dv_padded, const ScoreBlock& block, float score_scale) {
   using Reg = typename V::Reg;
-  const std::int64_t bc = layout.key_block;
-  const std::int64_t dv_padded = layout.dim_v_padded;
+  const std::int64_t columns = block.columns;
+  const Reg scale_reg = V::broadcast(score_scale);
   for (std::int64_t row = 0; row < rows.count; ++row) {
-    float* score_row = tile.scores + row * bc;
-    mask_scores<V>(score_row, key0, bc, visible_keys(p, key_ranges, rows.batch, rows.query(row)));
-    const float new_max = __builtin_fmaxf(tile.running_max[row], row_max<V>(score_row, bc));
+    float* score_row = block.scores + row * block.stride;
+    std::uint16_t* bf16_row = block.bf16 + row * block.bf16_stride;
+    mask_scores<V>(score_row, block.key0, columns, visible_keys(p, key_ranges, rows.batch, rows.query(row)));
+    const float new_max = __builtin_fmaxf(tile.running_max[row], row_max<V>(score_row, columns) * score_scale);
     if (new_max == -kInfinity) {  // nothing visible yet: contributes nothing
-      fill(score_row, bc, 0.0f);
+      if (block.bf16 != nullptr) {
+        for (std::int64_t column = 0; column < columns; ++column) bf16_row[column] = 0;
+      } else {
+        fill(score_row, columns, 0.0f);
+      }
       continue;
     }
-    const Reg max_reg = V::broadcast(new_max);
+    const Reg negated_max = V::broadcast(-new_max);
     Reg sum = V::zero();
-    for (std::int64_t column = 0; column < bc; column += V::width) {
-      const Reg probability = exp2<V>(V::sub(V::load(score_row + column), max_reg));
-      V::store(score_row + column, probability);
+    for (std::int64_t column = 0; column < columns; column += V::width) {
+      const Reg probability = exp2<V>(V::fmadd(V::load(score_row + column), scale_reg, negated_max));
+      if (block.bf16 != nullptr) {
+        V::store_bf16(bf16_row + column, probability);
+      } else {
+        V::store(score_row + column, probability);
+      }
       sum = V::add(sum, probability);
     }
     const float correction = __builtin_exp2f(tile.running_max[row] - new_max);  // 0 on the first block
@@ -434,8 +462,18 @@ void softmax_key_block(const hal_attention_params_v1& p, const std::int32_t* key
     if (correction != 1.0f) scale_row<V>(tile.out + row * dv_padded, dv_padded, correction);
     tile.running_max[row] = new_max;
   }
-  const std::int64_t key_count = min_i64(bc, p.seq_kv - key0);
-  Gemm<V, true>::run(rows.count, dv_padded / V::width, key_count, tile.scores, bc, values, tile.out, dv_padded);
+}
+
+// One step of the online softmax on f32 operands, Q scaled by start_tile:
+// the softmax, then O += P V.
+template <class V>
+void softmax_key_block(const hal_attention_params_v1& p, const std::int32_t* key_ranges, const Layout& layout,
+                       const TileRows& rows, const QueryTile& tile, std::int64_t key0, GemmB values) {
+  const std::int64_t bc = layout.key_block;
+  softmax_rows<V>(p, key_ranges, rows, tile, layout.dim_v_padded, ScoreBlock{tile.scores, bc, key0, bc}, 1.0f);
+  const std::int64_t key_count = min_i64(layout.key_block, p.seq_kv - key0);
+  Gemm<V, true>::run(rows.count, layout.dim_v_padded / V::width, key_count, tile.scores, layout.key_block, values,
+                     tile.out, layout.dim_v_padded);
 }
 
 // O = out / sum and LSE = (max + log2 sum) * ln 2 of every row; rows that saw
@@ -457,6 +495,19 @@ void finish_tile(const hal_attention_params_v1& p, const Layout& layout, const T
   }
 }
 
+// Where key block `key_block` of the pass's group `group_in_pass` lies packed:
+// its K^T, and its V (the packed pass holds every K^T block, then every V block).
+HAL_ALWAYS_INLINE float* packed_keys(const ForwardJob& job, std::int64_t group_in_pass, std::int64_t key_block) {
+  const Layout& layout = job.layout;
+  return job.packed + group_in_pass * layout.packed_group_floats +
+         key_block * job.params->head_dim_qk * layout.key_block;
+}
+HAL_ALWAYS_INLINE float* packed_values(const ForwardJob& job, std::int64_t group_in_pass, std::int64_t key_block) {
+  const Layout& layout = job.layout;
+  return job.packed + group_in_pass * layout.packed_group_floats +
+         (layout.key_blocks * job.params->head_dim_qk + key_block * layout.dim_v_padded) * layout.key_block;
+}
+
 template <class V>
 void forward_pack_keys(const ForwardJob& job, std::int64_t unit) {
   const hal_attention_params_v1& p = *job.params;
@@ -464,43 +515,48 @@ void forward_pack_keys(const ForwardJob& job, std::int64_t unit) {
   const std::int64_t group_in_pass = unit / layout.key_blocks;
   const std::int64_t key_block = unit % layout.key_blocks;
   const std::int64_t group = job.first_group + group_in_pass;
-  const std::int64_t bc = layout.key_block;
-  float* group_base = job.packed + group_in_pass * layout.packed_group_floats;
-  float* keys_t = group_base + key_block * p.head_dim_qk * bc;
-  float* values = group_base + layout.key_blocks * p.head_dim_qk * bc + key_block * bc * layout.dim_v_padded;
-  pack_key_block<V>(p, job.k, job.v, group / p.heads_kv, group % p.heads_kv, key_block * bc, bc, layout.dim_v_padded,
-                    keys_t, values);
+  pack_key_block<V>(p, job.k, job.v, group / p.heads_kv, group % p.heads_kv, key_block * layout.key_block,
+                    layout.key_block, layout.dim_v_padded, packed_keys(job, group_in_pass, key_block),
+                    packed_values(job, group_in_pass, key_block));
 }
 
-template <class V>
-void forward_queries(const ForwardJob& job, std::int64_t unit, int worker) {
+// The rows of prefill unit `unit` (one query block of one query head; see
+// KernelTable::forward_queries) and the pass's group it belongs to.
+HAL_ALWAYS_INLINE TileRows prefill_rows(const ForwardJob& job, std::int64_t unit, std::int64_t& group_in_pass) {
   const hal_attention_params_v1& p = *job.params;
   const Layout& layout = job.layout;
   const std::int64_t heads_in_pass = job.pass_groups * layout.group_size;
   const std::int64_t query_block = layout.query_blocks - 1 - unit / heads_in_pass;
   const std::int64_t head_in_pass = unit % heads_in_pass;
-  const std::int64_t group_in_pass = head_in_pass / layout.group_size;
+  group_in_pass = head_in_pass / layout.group_size;
   const std::int64_t group = job.first_group + group_in_pass;
-  const std::int64_t bc = layout.key_block;
-  const std::int64_t dqk = p.head_dim_qk;
   TileRows rows;
   rows.batch = group / p.heads_kv;
   rows.head0 = (group % p.heads_kv) * layout.group_size + head_in_pass % layout.group_size;
   rows.query0 = query_block * layout.query_block;
   rows.count = min_i64(layout.query_block, p.seq_q - rows.query0);
   rows.period = rows.count;
+  return rows;
+}
+
+template <class V>
+void forward_queries(const ForwardJob& job, std::int64_t unit, int worker) {
+  const hal_attention_params_v1& p = *job.params;
+  const Layout& layout = job.layout;
+  const std::int64_t bc = layout.key_block;
+  const std::int64_t dqk = p.head_dim_qk;
+  std::int64_t group_in_pass = 0;
+  const TileRows rows = prefill_rows(job, unit, group_in_pass);
   const QueryTile tile = query_tile(layout, job.scratch + worker * layout.scratch_floats);
   start_tile<V>(p, job.q, layout, rows, tile);
 
-  const float* group_base = job.packed + group_in_pass * layout.packed_group_floats;
-  const float* values = group_base + layout.key_blocks * dqk * bc;
   const KeyRange keys = tile_keys(p, job.key_ranges, rows);
   if (keys.first <= keys.last) {
     for (std::int64_t key_block = keys.first / bc; key_block <= keys.last / bc; ++key_block) {
       Gemm<V, false>::run(rows.count, bc / V::width, dqk, tile.queries, layout.dim_qk_padded,
-                          Gemm<V, false>::packed(group_base + key_block * dqk * bc, dqk), tile.scores, bc);
+                          Gemm<V, false>::packed(packed_keys(job, group_in_pass, key_block), dqk), tile.scores, bc);
       softmax_key_block<V>(p, job.key_ranges, layout, rows, tile, key_block * bc,
-                           Gemm<V, true>::packed(values + key_block * bc * layout.dim_v_padded, bc));
+                           Gemm<V, true>::packed(packed_values(job, group_in_pass, key_block), bc));
     }
   }
   finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
