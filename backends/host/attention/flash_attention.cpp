@@ -106,6 +106,10 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
         layout.group_size * layout.seq_q_padded * (layout.dim_qk_padded + layout.dim_v_padded + 2);
     // K, K^T, V^T, dK, dV of the key block, then P and dS of a query block
     layout.scratch_floats = 3 * bc * layout.dim_qk_padded + 2 * bc * layout.dim_v_padded + 2 * br * bc;
+    if (p.dtype == HAL_DTYPE_BF16) {
+      layout.scratch_floats = std::max(layout.scratch_floats, flash::tile_backward_scratch_floats(
+                                                                  br, bc, layout.dim_qk_padded, layout.dim_v_padded));
+    }
     layout.chunks = threads;
   }
   layout.groups_per_pass =

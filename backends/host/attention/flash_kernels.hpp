@@ -19,6 +19,16 @@ namespace hal::host::flash {
 // depth of its products (head_dim_qk for Q K^T, the keys for P V) to it.
 constexpr std::int64_t kTileDepthBf16 = 32;
 
+// The bf16 backward's buffers in the AMX unit, in floats per chunk: K^T and
+// V^T in pairs of dims, K in pairs of keys, dK^T and dV^T, S then P and dP
+// then dS in f32, P and dS in pairs of rows, dS in bf16 rows.
+constexpr std::int64_t tile_backward_scratch_floats(std::int64_t br, std::int64_t bc, std::int64_t dim_qk,
+                                                    std::int64_t dim_v) {
+  const std::int64_t key_depth = (bc + kTileDepthBf16 - 1) / kTileDepthBf16 * kTileDepthBf16;
+  return bc * (dim_qk + dim_v) / 2 + key_depth * dim_qk / 2 + bc * (dim_qk + dim_v) + 2 * br * bc + br * bc +
+         br * key_depth / 2;
+}
+
 // Tile sizes and buffer sizes (in floats) of one call; every kernel unit uses
 // the same so the workspace does not depend on the instruction set.
 struct Layout {

@@ -788,6 +788,32 @@ HAL_ALWAYS_INLINE BackwardQueryUnit backward_query_unit(const BackwardJob& job, 
   return own;
 }
 
+// D = rowsum(dO * O) and LSE * log2(e) of one query row (+inf past seq_q or
+// where the row saw no key, so that its P is 0), dO and O read from the
+// tensors a chunk at a time.
+template <class V>
+void pack_row_statistics(const BackwardJob& job, const BackwardHeadBuffers& buffers, std::int64_t batch,
+                         std::int64_t head, std::int64_t query) {
+  const hal_attention_params_v1& p = *job.params;
+  const bool present = query < p.seq_q;
+  const std::int64_t value_dims = present ? p.head_dim_v : 0;
+  constexpr std::int64_t kChunk = 64;
+  float output_chunk[kChunk];
+  float grad_chunk[kChunk];
+  float output_dot_grad = 0.0f;
+  for (std::int64_t dim0 = 0; dim0 < value_dims; dim0 += kChunk) {
+    const std::int64_t count = min_i64(kChunk, value_dims - dim0);
+    load_row<V>(p.dtype, job.o, element_offset(p.o_strides, batch, head, query, dim0), p.o_strides.dim, count, 1.0f,
+                output_chunk);
+    load_row<V>(p.dtype, job.grad_o, element_offset(p.grad_o_strides, batch, head, query, dim0), p.grad_o_strides.dim,
+                count, 1.0f, grad_chunk);
+    output_dot_grad += dot<V>(grad_chunk, output_chunk, count);
+  }
+  buffers.output_dot_grads[query] = output_dot_grad;
+  const float lse = present ? job.lse[(batch * p.heads_q + head) * p.seq_q + query] : -kInfinity;
+  buffers.lse_log2[query] = lse == -kInfinity ? kInfinity : lse * kLog2e;
+}
+
 template <class V>
 void backward_pack_queries(const BackwardJob& job, std::int64_t unit) {
   const hal_attention_params_v1& p = *job.params;
@@ -806,19 +832,48 @@ void backward_pack_queries(const BackwardJob& job, std::int64_t unit) {
                        query_dims, layout.dim_qk_padded, q_scale, query_row);
     load_padded_row<V>(p.dtype, job.grad_o, element_offset(p.grad_o_strides, batch, head, query, 0),
                        p.grad_o_strides.dim, value_dims, layout.dim_v_padded, 1.0f, grad_row);
-    // rowsum(dO * O), O read a chunk of floats at a time.
-    constexpr std::int64_t kChunk = 64;
-    float output_chunk[kChunk];
-    float output_dot_grad = 0.0f;
-    for (std::int64_t dim0 = 0; dim0 < value_dims; dim0 += kChunk) {
-      const std::int64_t count = min_i64(kChunk, value_dims - dim0);
-      load_row<V>(p.dtype, job.o, element_offset(p.o_strides, batch, head, query, dim0), p.o_strides.dim, count, 1.0f,
-                  output_chunk);
-      output_dot_grad += dot<V>(grad_row + dim0, output_chunk, count);
+    pack_row_statistics<V>(job, buffers, batch, head, query);
+  }
+}
+
+// A backward key unit of a pass: unit = group_in_pass * key_blocks + key_block.
+struct BackwardKeyUnit {
+  std::int64_t group_in_pass;
+  std::int64_t batch;
+  std::int64_t kv_head;
+  std::int64_t key0;
+  std::int64_t key_count;  // keys of the block before seq_kv
+};
+
+HAL_ALWAYS_INLINE BackwardKeyUnit backward_key_unit(const BackwardJob& job, std::int64_t unit) {
+  const hal_attention_params_v1& p = *job.params;
+  const Layout& layout = job.layout;
+  BackwardKeyUnit own;
+  own.group_in_pass = unit / layout.key_blocks;
+  const std::int64_t group = job.first_group + own.group_in_pass;
+  own.batch = group / p.heads_kv;
+  own.kv_head = group % p.heads_kv;
+  own.key0 = (unit % layout.key_blocks) * layout.key_block;
+  own.key_count = min_i64(layout.key_block, p.seq_kv - own.key0);
+  return own;
+}
+
+// Runs step(head_in_pass, query0, rows) for each query block of each query
+// head of the unit's group whose rows see some of the unit's keys.
+template <class Step>
+HAL_ALWAYS_INLINE void for_each_query_block_seeing(const BackwardJob& job, const BackwardKeyUnit& keys,
+                                                   const Step& step) {
+  const hal_attention_params_v1& p = *job.params;
+  const Layout& layout = job.layout;
+  for (std::int64_t head_in_group = 0; head_in_group < layout.group_size; ++head_in_group) {
+    const std::int64_t head_in_pass = keys.group_in_pass * layout.group_size + head_in_group;
+    for (std::int64_t query_block = 0; query_block < layout.query_blocks; ++query_block) {
+      const std::int64_t query0 = query_block * layout.query_block;
+      const std::int64_t rows = min_i64(layout.query_block, p.seq_q - query0);
+      const KeyRange seen = block_keys(p, job.key_ranges, keys.batch, query0, rows);
+      if (seen.first > seen.last || seen.last < keys.key0 || seen.first >= keys.key0 + keys.key_count) continue;
+      step(head_in_pass, query0, rows);
     }
-    buffers.output_dot_grads[query] = output_dot_grad;
-    const float lse = present ? job.lse[(batch * p.heads_q + head) * p.seq_q + query] : -kInfinity;
-    buffers.lse_log2[query] = lse == -kInfinity ? kInfinity : lse * kLog2e;
   }
 }
 
@@ -827,19 +882,17 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
   using Reg = typename V::Reg;
   const hal_attention_params_v1& p = *job.params;
   const Layout& layout = job.layout;
-  const std::int64_t group_in_pass = unit / layout.key_blocks;
-  const std::int64_t key_block = unit % layout.key_blocks;
-  const std::int64_t group = job.first_group + group_in_pass;
-  const std::int64_t batch = group / p.heads_kv;
-  const std::int64_t kv_head = group % p.heads_kv;
+  const BackwardKeyUnit own = backward_key_unit(job, unit);
+  const std::int64_t batch = own.batch;
+  const std::int64_t kv_head = own.kv_head;
   const std::int64_t br = layout.query_block;
   const std::int64_t bc = layout.key_block;
   const std::int64_t dqk = p.head_dim_qk;
   const std::int64_t dv = p.head_dim_v;
   const std::int64_t dqk_padded = layout.dim_qk_padded;
   const std::int64_t dv_padded = layout.dim_v_padded;
-  const std::int64_t key0 = key_block * bc;
-  const std::int64_t key_count = min_i64(bc, p.seq_kv - key0);
+  const std::int64_t key0 = own.key0;
+  const std::int64_t key_count = own.key_count;
 
   float* keys = scratch;                               // [bc][dqk_padded]
   float* keys_t = keys + bc * dqk_padded;              // [dqk_padded][bc]
@@ -871,49 +924,44 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
   }
   fill(key_grads, bc * (dqk_padded + dv_padded), 0.0f);
 
-  for (std::int64_t head_in_group = 0; head_in_group < layout.group_size; ++head_in_group) {
-    const std::int64_t head_in_pass = group_in_pass * layout.group_size + head_in_group;
+  for_each_query_block_seeing(job, own, [&](std::int64_t head_in_pass, std::int64_t query0, std::int64_t rows) {
     const BackwardHeadBuffers buffers = backward_head_buffers(job, head_in_pass);
     float* head_dq = dq_partial + head_in_pass * layout.seq_q_padded * dqk_padded;
-    for (std::int64_t query_block = 0; query_block < layout.query_blocks; ++query_block) {
-      const std::int64_t query0 = query_block * br;
-      const std::int64_t rows = min_i64(br, p.seq_q - query0);
-      const KeyRange keys_seen = block_keys(p, job.key_ranges, batch, query0, rows);
-      if (keys_seen.first > keys_seen.last || keys_seen.last < key0 || keys_seen.first >= key0 + key_count) continue;
-      const float* q_tile = buffers.queries + query0 * dqk_padded;
-      const float* grad_o_tile = buffers.output_grads + query0 * dv_padded;
+    const float* q_tile = buffers.queries + query0 * dqk_padded;
+    const float* grad_o_tile = buffers.output_grads + query0 * dv_padded;
 
-      // P = exp2(S - LSE) with S = Q K^T in the log2 domain.
-      Gemm<V, false>::run(rows, bc / V::width, dqk, q_tile, dqk_padded, Gemm<V, false>::row_major(keys_t, bc), probabilities, bc);
-      for (std::int64_t row = 0; row < rows; ++row) {
-        float* row_values = probabilities + row * bc;
-        mask_scores<V>(row_values, key0, bc, visible_keys(p, job.key_ranges, batch, query0 + row));
-        const Reg lse_reg = V::broadcast(buffers.lse_log2[query0 + row]);
-        for (std::int64_t column = 0; column < bc; column += V::width) {
-          V::store(row_values + column, exp2<V>(V::sub(V::load(row_values + column), lse_reg)));
-        }
+    // P = exp2(S - LSE) with S = Q K^T in the log2 domain.
+    Gemm<V, false>::run(rows, bc / V::width, dqk, q_tile, dqk_padded, Gemm<V, false>::row_major(keys_t, bc),
+                        probabilities, bc);
+    for (std::int64_t row = 0; row < rows; ++row) {
+      float* row_values = probabilities + row * bc;
+      mask_scores<V>(row_values, key0, bc, visible_keys(p, job.key_ranges, batch, query0 + row));
+      const Reg lse_reg = V::broadcast(buffers.lse_log2[query0 + row]);
+      for (std::int64_t column = 0; column < bc; column += V::width) {
+        V::store(row_values + column, exp2<V>(V::sub(V::load(row_values + column), lse_reg)));
       }
-      // dS = P * (dO V^T - rowsum(dO * O)), the gradient of the natural-log scores.
-      Gemm<V, false>::run(rows, bc / V::width, dv, grad_o_tile, dv_padded, Gemm<V, false>::row_major(values_t, bc), score_grads, bc);
-      for (std::int64_t row = 0; row < rows; ++row) {
-        const Reg dot_reg = V::broadcast(buffers.output_dot_grads[query0 + row]);
-        float* grad_row = score_grads + row * bc;
-        const float* probability_row = probabilities + row * bc;
-        for (std::int64_t column = 0; column < bc; column += V::width) {
-          V::store(grad_row + column,
-                   V::mul(V::load(probability_row + column), V::sub(V::load(grad_row + column), dot_reg)));
-        }
-      }
-      // dV += P^T dO;  dK += dS^T Q' (Q' = Q * scale * log2 e, corrected when written);  dQ += dS K.
-      using GemmTransposedA = Gemm<V, true, true>;
-      GemmTransposedA::run(key_count, dv_padded / V::width, rows, probabilities, bc,
-                           GemmTransposedA::row_major(grad_o_tile, dv_padded), value_grads, dv_padded);
-      GemmTransposedA::run(key_count, dqk_padded / V::width, rows, score_grads, bc,
-                           GemmTransposedA::row_major(q_tile, dqk_padded), key_grads, dqk_padded);
-      Gemm<V, true>::run(rows, dqk_padded / V::width, key_count, score_grads, bc, Gemm<V, true>::row_major(keys, dqk_padded),
-                         head_dq + query0 * dqk_padded, dqk_padded);
     }
-  }
+    // dS = P * (dO V^T - rowsum(dO * O)), the gradient of the natural-log scores.
+    Gemm<V, false>::run(rows, bc / V::width, dv, grad_o_tile, dv_padded, Gemm<V, false>::row_major(values_t, bc),
+                        score_grads, bc);
+    for (std::int64_t row = 0; row < rows; ++row) {
+      const Reg dot_reg = V::broadcast(buffers.output_dot_grads[query0 + row]);
+      float* grad_row = score_grads + row * bc;
+      const float* probability_row = probabilities + row * bc;
+      for (std::int64_t column = 0; column < bc; column += V::width) {
+        V::store(grad_row + column,
+                 V::mul(V::load(probability_row + column), V::sub(V::load(grad_row + column), dot_reg)));
+      }
+    }
+    // dV += P^T dO;  dK += dS^T Q' (Q' = Q * scale * log2 e, corrected when written);  dQ += dS K.
+    using GemmTransposedA = Gemm<V, true, true>;
+    GemmTransposedA::run(key_count, dv_padded / V::width, rows, probabilities, bc,
+                         GemmTransposedA::row_major(grad_o_tile, dv_padded), value_grads, dv_padded);
+    GemmTransposedA::run(key_count, dqk_padded / V::width, rows, score_grads, bc,
+                         GemmTransposedA::row_major(q_tile, dqk_padded), key_grads, dqk_padded);
+    Gemm<V, true>::run(rows, dqk_padded / V::width, key_count, score_grads, bc,
+                       Gemm<V, true>::row_major(keys, dqk_padded), head_dq + query0 * dqk_padded, dqk_padded);
+  });
 
   // dK = scale * dS^T Q = ln 2 * dS^T Q'.
   for (std::int64_t column = 0; column < key_count; ++column) {
