@@ -3,4 +3,5 @@
 set(HAL_PYTHON_EXTENSION_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/src/module.cpp
   ${CMAKE_CURRENT_LIST_DIR}/src/collectives.cpp
-  ${CMAKE_CURRENT_LIST_DIR}/src/masks.cpp)
+  ${CMAKE_CURRENT_LIST_DIR}/src/masks.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/src/pending_work.cpp)

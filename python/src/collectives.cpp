@@ -3,8 +3,6 @@
 // see hal/_collectives.py). Element counts come from the tensors and are
 // checked here against each operation's rule, so a mismatch is an error that
 // names both shapes rather than a short read.
-#include "bindings.hpp"
-
 #include <nanobind/stl/chrono.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
@@ -16,13 +14,14 @@
 
 #include <chrono>
 #include <cstdint>
+#include <hal/collectives.hpp>
+#include <hal/dlpack.hpp>
+#include <hal/hal.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <hal/collectives.hpp>
-#include <hal/dlpack.hpp>
-#include <hal/hal.hpp>
+#include "bindings.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -135,7 +134,7 @@ void run_collective(const Communicator& communicator, const std::string& operati
   const BufferView send_view = dense_view(send, operation, "send");
   const BufferView recv_view = dense_view(recv, operation, "recv");
   const DType type = send.dtype;
-  nb::gil_scoped_release release;
+  std::optional<nb::gil_scoped_release> released(std::in_place);  // taken back to note queued work
   if (operation == "all_reduce") {
     operands.check_counts(send, recv, 1, 1, "all_reduce needs as many elements in recv as in send");
     communicator.all_reduce(send_view, recv_view, send.element_count(), type, parse_reduce_op(op), stream, options);
@@ -169,7 +168,12 @@ void run_collective(const Communicator& communicator, const std::string& operati
                 "collective '" + operation +
                     "' is not one of all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter");
   }
-  if (synchronize) stream.synchronize();
+  if (synchronize) {
+    stream.synchronize();
+    return;
+  }
+  released.reset();
+  note_pending_work(stream, {&send, &recv});
 }
 
 void run_point_to_point(const Communicator& communicator, const std::string& operation, const Tensor& tensor,
@@ -179,14 +183,19 @@ void run_point_to_point(const Communicator& communicator, const std::string& ope
   OperationOptions options;
   if (timeout_seconds) options.timeout = milliseconds_of(*timeout_seconds, "timeout");
   const BufferView view = dense_view(tensor, operation, "tensor");
-  nb::gil_scoped_release release;
+  std::optional<nb::gil_scoped_release> released(std::in_place);  // taken back to note queued work
   if (operation == "send")
     communicator.send(view, tensor.element_count(), tensor.dtype, peer, stream, options);
   else if (operation == "recv")
     communicator.recv(view, tensor.element_count(), tensor.dtype, peer, stream, options);
   else
     throw Error(StatusCode::invalid_argument, "point-to-point operation '" + operation + "' is not send or recv");
-  if (synchronize) stream.synchronize();
+  if (synchronize) {
+    stream.synchronize();
+    return;
+  }
+  released.reset();
+  note_pending_work(stream, {&tensor});
 }
 
 // A hal::Store over three Python callables, so that a communicator can meet

@@ -141,10 +141,7 @@ void versioned_capsule_destructor(PyObject* capsule) {
 }
 void legacy_capsule_destructor(PyObject* capsule) { delete_unconsumed<hal::dlpack::DLManagedTensor>(capsule, kLegacy); }
 
-[[noreturn]] void buffer_error(const std::string& message) {
-  PyErr_SetString(PyExc_BufferError, message.c_str());
-  throw nb::python_error();
-}
+using hal::python::buffer_error;
 
 std::tuple<int, int> dlpack_device_of(const hal::Tensor& tensor) {
   const hal::NativeDevice native = hal::native_device(tensor.buffer.device());
@@ -169,7 +166,6 @@ hal::Tensor copy_of(const hal::Tensor& tensor) {
 
 nb::object tensor_dlpack(const hal::Tensor& self, nb::object stream, nb::object max_version, nb::object dl_device,
                          nb::object copy) {
-  (void)stream;  // hal.Tensor carries no pending work: hal's calls synchronize or the caller does
   if (!dl_device.is_none()) {
     const auto wanted = nb::cast<std::tuple<int, int>>(dl_device);
     if (wanted != dlpack_device_of(self))
@@ -177,7 +173,10 @@ nb::object tensor_dlpack(const hal::Tensor& self, nb::object stream, nb::object 
                    ", " + std::to_string(std::get<1>(dlpack_device_of(self))) + "), not the dl_device asked for; hal does not copy across devices");
   }
   const bool make_copy = !copy.is_none() && nb::cast<bool>(copy);
+  // The copy is made after hal's queued work on the tensor; it has none of its own.
+  if (make_copy) hal::python::wait_for_pending_work(self);
   const hal::Tensor source = make_copy ? copy_of(self) : self;
+  hal::python::order_consumer_after_pending_work(source, std::get<0>(dlpack_device_of(source)), stream);
   bool versioned = false;
   if (!max_version.is_none()) {
     const auto version = nb::cast<std::tuple<int, int>>(max_version);
@@ -255,11 +254,17 @@ const hal::AttentionDecision& run_forward(const hal::Stream& stream, const hal::
                                           const std::optional<hal::Tensor>& key_ranges, bool synchronize) {
   hal::AttentionOptions options = options_from(implementations);
   options.key_ranges = tensor_ref(key_ranges);
-  nb::gil_scoped_release release;
-  const hal::AttentionDecision& decision = hal::attention_forward(
-      stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o), tensor_ref(lse), options);
-  if (synchronize) stream.synchronize();
-  return decision;
+  const hal::AttentionDecision* decision = nullptr;
+  {
+    nb::gil_scoped_release release;
+    decision = &hal::attention_forward(stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o),
+                                       tensor_ref(lse), options);
+    if (synchronize) stream.synchronize();
+  }
+  if (!synchronize)
+    hal::python::note_pending_work(stream,
+                                   {&q, &k, &v, &o, lse ? &*lse : nullptr, key_ranges ? &*key_ranges : nullptr});
+  return *decision;
 }
 
 const hal::AttentionDecision& run_backward(const hal::Stream& stream, const hal::AttentionParams& params,
@@ -271,12 +276,18 @@ const hal::AttentionDecision& run_backward(const hal::Stream& stream, const hal:
                                            const std::optional<hal::Tensor>& key_ranges, bool synchronize) {
   hal::AttentionOptions options = options_from(implementations);
   options.key_ranges = tensor_ref(key_ranges);
-  nb::gil_scoped_release release;
-  const hal::AttentionDecision& decision = hal::attention_backward(
-      stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o), tensor_ref(grad_o), tensor_ref(lse),
-      tensor_ref(grad_q), tensor_ref(grad_k), tensor_ref(grad_v), options);
-  if (synchronize) stream.synchronize();
-  return decision;
+  const hal::AttentionDecision* decision = nullptr;
+  {
+    nb::gil_scoped_release release;
+    decision = &hal::attention_backward(stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o),
+                                        tensor_ref(grad_o), tensor_ref(lse), tensor_ref(grad_q), tensor_ref(grad_k),
+                                        tensor_ref(grad_v), options);
+    if (synchronize) stream.synchronize();
+  }
+  if (!synchronize)
+    hal::python::note_pending_work(
+        stream, {&q, &k, &v, &o, &grad_o, &lse, &grad_q, &grad_k, &grad_v, key_ranges ? &*key_ranges : nullptr});
+  return *decision;
 }
 
 }  // namespace
@@ -409,14 +420,23 @@ NB_MODULE(_hal, m) {
   // -------------------------------------------------------------- streams, events, buffers
   nb::class_<hal::Stream>(m, "Stream", "An in-order queue of work on one device (Device.create_stream()).")
       .def_prop_ro("device", &hal::Stream::device)
-      .def("synchronize", [](const hal::Stream& s) { nb::gil_scoped_release release; s.synchronize(); },
-           "Blocks until all work is done; raises the first error of failed work.")
+      .def(
+          "synchronize",
+          [](const hal::Stream& s) {
+            {
+              nb::gil_scoped_release release;
+              s.synchronize();
+            }
+            hal::python::release_finished_work();
+          },
+          "Blocks until all work is done; raises the first error of failed work.")
       .def_prop_ro("is_idle", &hal::Stream::is_idle, "True when all enqueued work is done.")
       .def("record", &hal::Stream::record, "event"_a, "Records the event at this point of the stream.")
       .def("wait", &hal::Stream::wait, "event"_a, "Later work on this stream waits for the event's latest record.")
-      .def_prop_ro("native_handle", [](const hal::Stream& s) { return reinterpret_cast<std::uintptr_t>(s.native_handle()); },
-                   "The vendor's stream (CUstream, hipStream_t) as an int; raises hal.UnsupportedError on the host "
-                   "backend, whose streams are hal's own threads.")
+      .def_prop_ro(
+          "native_handle", [](const hal::Stream& s) { return reinterpret_cast<std::uintptr_t>(s.native_handle()); },
+          "The vendor's stream (CUstream, hipStream_t) as an int; raises hal.UnsupportedError on the host "
+          "backend, whose streams are hal's own threads.")
       .def("__repr__", [](const hal::Stream& s) { return "<hal.Stream on " + s.device().id() + ">"; });
 
   nb::class_<hal::Event>(m, "Event", "A point in a stream (Device.create_event(), Stream.record()).")

@@ -1,6 +1,8 @@
 """numpy in and out of hal through DLPack, without copies."""
 import ctypes
 import gc
+import threading
+import time
 import weakref
 
 import hal
@@ -165,3 +167,88 @@ def test_bad_inputs_raise_hal_errors_with_hals_message():
         hal._hal._from_capsule(hal.runtime(), 42)
     with pytest.raises(hal.InvalidArgumentError, match="'float128'|float128"):
         hal.empty((2,), "float128")
+
+
+def _occupy(stream):
+    """Starts a long attention call on `stream` from another thread and returns that thread once the call runs.
+    hal runs a call on an idle host stream on the calling thread; one enqueued while it runs is queued behind it,
+    so a call the test makes next returns before its work is done."""
+    rng = np.random.default_rng(11)
+    big = tuple(rng.standard_normal((1, 8, 8192, 64), dtype=np.float32) for _ in range(3))  # about a second
+    thread = threading.Thread(target=lambda: hal.attention_forward(*big, stream=stream))
+    thread.start()
+    while stream.is_idle and thread.is_alive():
+        time.sleep(0.0005)
+    return thread
+
+
+def _queued_attention(device, stream):
+    """An attention call into a new hal.Tensor, queued on `stream` behind a long one; returns the output (its work
+    not done yet) and what it must hold once done."""
+    rng = np.random.default_rng(7)
+    shape = (1, 8, 256, 64)
+    q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+    expected = np.from_dlpack(hal.attention_forward(q, k, v))
+    thread = _occupy(stream)
+    out = hal.empty(shape, "f32", device)
+    hal.attention_forward(q, k, v, out=out, stream=stream)
+    assert not stream.is_idle, "the test needs the work still queued when __dlpack__ runs"
+    return out, expected, thread
+
+
+def test_dlpack_hands_out_memory_only_after_hals_queued_work_on_it():
+    # A call given a stream returns before its work runs; the consumer (numpy reads on the host) must not see the
+    # memory before that work is done: __dlpack__ waits for it.
+    device = hal.runtime().device("host:0")
+    stream = device.create_stream()
+    out, expected, thread = _queued_attention(device, stream)
+    got = np.from_dlpack(out)
+    np.testing.assert_array_equal(got, expected)
+    thread.join()
+
+
+def test_dlpack_stream_minus_one_means_the_consumer_orders_itself():
+    device = hal.runtime().device("host:0")
+    stream = device.create_stream()
+    out, expected, thread = _queued_attention(device, stream)
+    out.__dlpack__(stream=-1, max_version=(1, 0))  # no wait
+    assert not stream.is_idle
+    stream.synchronize()
+    thread.join()
+    np.testing.assert_array_equal(np.from_dlpack(out), expected)
+    # A copy is made of the finished data, also when the work is still queued.
+    out2, expected2, thread2 = _queued_attention(device, stream)
+    copied = np.from_dlpack(out2, copy=True)
+    np.testing.assert_array_equal(copied, expected2)
+    thread2.join()
+
+
+def test_dlpack_stream_argument_is_checked():
+    t = hal.from_dlpack(np.zeros(4, dtype=np.float32))
+    with pytest.raises(BufferError, match="stream=5 for a tensor the host reads"):
+        t.__dlpack__(stream=5)
+    with pytest.raises(BufferError, match="stream must be an int or None, not <class 'str'>"):
+        t.__dlpack__(stream="default")
+    assert capsule_name(t.__dlpack__(stream=None)) == "dltensor"
+
+
+def test_queued_work_keeps_its_operands_alive():
+    # numpy arguments are imported for the call alone; hal holds them until the queued work has run, then lets go.
+    device = hal.runtime().device("host:0")
+    stream = device.create_stream()
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 8, 256, 64), dtype=np.float32) for _ in range(3))
+    expected = np.from_dlpack(hal.attention_forward(q, k, v))
+    out = hal.empty(q.shape, "f32", device)
+    thread = _occupy(stream)
+    hal.attention_forward(q, k, v, out=out, stream=stream)
+    assert not stream.is_idle, "the test needs the work still queued"
+    held = [weakref.ref(a) for a in (q, k, v)]
+    del q, k, v
+    gc.collect()
+    assert all(ref() is not None for ref in held)  # released at hal's next call after the work, not before
+    stream.synchronize()
+    thread.join()
+    gc.collect()
+    assert all(ref() is None for ref in held)
+    np.testing.assert_array_equal(np.from_dlpack(out), expected)
