@@ -135,6 +135,47 @@ class FakeDriver {
   void* library_;
 };
 
+// The fake driver's stream capture and graph entry points, as a framework
+// (torch.cuda.graph) calls them on its thread.
+struct GraphCalls {
+  explicit GraphCalls(const FakeDriver& driver)
+      : begin(driver.function<decltype(cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2")),
+        end(driver.function<decltype(cuStreamEndCapture)>("cuStreamEndCapture")),
+        instantiate(driver.function<decltype(cuGraphInstantiateWithFlags)>("cuGraphInstantiateWithFlags")),
+        launch(driver.function<decltype(cuGraphLaunch)>("cuGraphLaunch")),
+        destroy_executable(driver.function<decltype(cuGraphExecDestroy)>("cuGraphExecDestroy")),
+        destroy_graph(driver.function<decltype(cuGraphDestroy)>("cuGraphDestroy")) {}
+  // Captures in global mode what call() enqueues on the stream: the capture's end and its graph. The capture
+  // ends however call() leaves, so a failed check cannot leave it refusing the next tests' calls.
+  template <typename Call>
+  std::pair<CUresult, CUgraph> capture(CUstream stream, Call&& call) const {
+    REQUIRE(begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    try {
+      call();
+    } catch (...) {
+      if (end(stream, &graph) == CUDA_SUCCESS) destroy_graph(graph);
+      throw;
+    }
+    const CUresult ended = end(stream, &graph);
+    return {ended, graph};
+  }
+  // Instantiates the graph, launches it `times` on the stream, and destroys both (launches still run).
+  void replay(CUgraph graph, CUstream stream, int times) const {
+    CUgraphExec executable = nullptr;
+    REQUIRE(instantiate(&executable, graph, 0) == CUDA_SUCCESS);
+    for (int launch_index = 0; launch_index < times; ++launch_index) CHECK(launch(executable, stream) == CUDA_SUCCESS);
+    CHECK(destroy_executable(executable) == CUDA_SUCCESS);
+    CHECK(destroy_graph(graph) == CUDA_SUCCESS);
+  }
+  decltype(cuStreamBeginCapture_v2)* begin;
+  decltype(cuStreamEndCapture)* end;
+  decltype(cuGraphInstantiateWithFlags)* instantiate;
+  decltype(cuGraphLaunch)* launch;
+  decltype(cuGraphExecDestroy)* destroy_executable;
+  decltype(cuGraphDestroy)* destroy_graph;
+};
+
 // Allocation, copies, fills, a stream and an event on `gpu`: the entry points
 // that need its context.
 void work_on(const hal::Device& gpu) {
@@ -1367,6 +1408,119 @@ TEST_SUITE("faithful fake driver") {
     CHECK(end(captured, &graph) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
     CHECK(calls.destroy_stream(captured) == CUDA_SUCCESS);
     CHECK(calls.destroy_stream(other) == CUDA_SUCCESS);
+  }
+
+  TEST_CASE("stream capture records work instead of running it; each launch of the graph runs it") {
+    DriverCalls calls;
+    const GraphCalls graphs(calls.driver);
+    auto memset_async = calls.driver.function<decltype(cuMemsetD8Async)>("cuMemsetD8Async");
+    const CUstream stream = calls.stream(CU_STREAM_NON_BLOCKING);
+    CUdeviceptr device = 0;
+    REQUIRE(calls.allocate(&device, 64) == CUDA_SUCCESS);
+    void* pinned = nullptr;
+    REQUIRE(calls.allocate_pinned(&pinned, 64, 0) == CUDA_SUCCESS);
+    static std::atomic<int> host_calls;
+    host_calls = 0;
+    REQUIRE(graphs.begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    REQUIRE(memset_async(device, 0x5A, 64, stream) == CUDA_SUCCESS);
+    REQUIRE(calls.host_function(
+                stream, [](void*) { ++host_calls; }, nullptr) == CUDA_SUCCESS);
+    REQUIRE(calls.to_host_async(pinned, device, 64, stream) == CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    REQUIRE(graphs.end(stream, &graph) == CUDA_SUCCESS);
+    REQUIRE(graph != nullptr);
+    REQUIRE(calls.synchronize(stream) == CUDA_SUCCESS);
+    CHECK(host_calls == 0);
+    CHECK(static_cast<std::uint8_t*>(pinned)[0] != 0x5A);
+    graphs.replay(graph, stream, 2);
+    REQUIRE(calls.synchronize(stream) == CUDA_SUCCESS);
+    CHECK(host_calls == 2);
+    CHECK(static_cast<std::uint8_t*>(pinned)[63] == 0x5A);
+    CHECK(calls.destroy_stream(stream) == CUDA_SUCCESS);
+    CHECK(calls.free_pinned(pinned) == CUDA_SUCCESS);
+    CHECK(calls.free(device) == CUDA_SUCCESS);
+  }
+
+  // Each call breaks the rules of stream capture: it fails with the driver's error, the capture is invalidated
+  // and ends without a graph.
+  TEST_CASE("what a capture cannot hold fails and invalidates it") {
+    DriverCalls calls;
+    const GraphCalls graphs(calls.driver);
+    const FakeDriver& driver = calls.driver;
+    auto add_callback = driver.function<decltype(cuStreamAddCallback)>("cuStreamAddCallback");
+    auto memset_async = driver.function<decltype(cuMemsetD8Async)>("cuMemsetD8Async");
+    auto alloc_async = driver.function<decltype(cuMemAllocAsync)>("cuMemAllocAsync");
+    auto free_async = driver.function<decltype(cuMemFreeAsync)>("cuMemFreeAsync");
+    auto create_event = driver.function<decltype(cuEventCreate)>("cuEventCreate");
+    auto destroy_event = driver.function<decltype(cuEventDestroy_v2)>("cuEventDestroy_v2");
+    auto record = driver.function<decltype(cuEventRecord)>("cuEventRecord");
+    auto event_synchronize = driver.function<decltype(cuEventSynchronize)>("cuEventSynchronize");
+    auto wait = driver.function<decltype(cuStreamWaitEvent)>("cuStreamWaitEvent");
+    auto context_synchronize = driver.function<decltype(cuCtxSynchronize)>("cuCtxSynchronize");
+    auto is_capturing = driver.function<decltype(cuStreamIsCapturing)>("cuStreamIsCapturing");
+    const CUstream stream = calls.stream(CU_STREAM_NON_BLOCKING), other = calls.stream(CU_STREAM_NON_BLOCKING);
+    const CUstream blocking = calls.stream(CU_STREAM_DEFAULT);
+    CUdeviceptr device = 0;
+    REQUIRE(calls.allocate(&device, 64) == CUDA_SUCCESS);
+    CUevent event = nullptr;
+    REQUIRE(create_event(&event, CU_EVENT_DEFAULT) == CUDA_SUCCESS);
+    std::uint8_t pageable[64];
+    auto broken_by = [&](CUstream captured, CUresult expected, auto&& call) {
+      REQUIRE(graphs.begin(captured, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+      CHECK(call() == expected);
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      CHECK(is_capturing(captured, &status) == CUDA_SUCCESS);
+      CHECK(status == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+      CUgraph graph = nullptr;
+      CHECK(graphs.end(captured, &graph) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+      CHECK(graph == nullptr);
+    };
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] { return calls.synchronize(stream); });
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] { return context_synchronize(); });
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] {  // a copy that would block the host
+      return calls.to_host_async(pageable, device, 64, stream);
+    });
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] {  // not stream-ordered
+      CUdeviceptr more = 0;
+      return calls.allocate(&more, 64);
+    });
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] { return calls.free(device); });
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] {
+      return add_callback(
+          stream, [](CUstream, CUresult, void*) {}, nullptr, 0);
+    });
+    broken_by(stream, CUDA_ERROR_CAPTURED_EVENT, [&] {
+      REQUIRE(record(event, stream) == CUDA_SUCCESS);
+      return event_synchronize(event);
+    });
+    broken_by(blocking, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, [&] { return calls.memset(device, 1, 64); });
+    REQUIRE(record(event, other) == CUDA_SUCCESS);
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_ISOLATION, [&] { return wait(stream, event, 0); });
+
+    // A non-blocking stream's capture leaves the legacy stream usable; a stream forked from the capture by an
+    // event must be joined back before it ends.
+    REQUIRE(graphs.begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    CHECK(calls.memset(device, 1, 64) == CUDA_SUCCESS);
+    REQUIRE(record(event, stream) == CUDA_SUCCESS);
+    REQUIRE(wait(other, event, 0) == CUDA_SUCCESS);
+    REQUIRE(memset_async(device, 2, 64, other) == CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    CHECK(graphs.end(stream, &graph) == CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+    REQUIRE(graphs.begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    REQUIRE(record(event, stream) == CUDA_SUCCESS);
+    REQUIRE(wait(other, event, 0) == CUDA_SUCCESS);
+    CUdeviceptr scratch = 0;  // the graph's own memory, at one address for every launch
+    REQUIRE(alloc_async(&scratch, 64, other) == CUDA_SUCCESS);
+    REQUIRE(memset_async(scratch, 3, 64, other) == CUDA_SUCCESS);
+    REQUIRE(free_async(scratch, other) == CUDA_SUCCESS);
+    REQUIRE(record(event, other) == CUDA_SUCCESS);
+    REQUIRE(wait(stream, event, 0) == CUDA_SUCCESS);
+    REQUIRE(graphs.end(stream, &graph) == CUDA_SUCCESS);
+    graphs.replay(graph, stream, 2);
+    CHECK(calls.synchronize(stream) == CUDA_SUCCESS);
+    CHECK(destroy_event(event) == CUDA_SUCCESS);
+    for (const CUstream created : {stream, other, blocking}) CHECK(calls.destroy_stream(created) == CUDA_SUCCESS);
+    CHECK(calls.free(device) == CUDA_SUCCESS);
   }
 
   TEST_CASE("the NCCL watchdog's event queries leave a framework's global-mode graph capture valid") {
