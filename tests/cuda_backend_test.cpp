@@ -403,7 +403,8 @@ TEST_SUITE("fake driver") {
 
   // hal.torch's call shape on the fake: a framework's non-blocking stream (made with device 0's primary context
   // current, as torch keeps it), a small attention's params and the framework's tensors q k v o grad_o grad_q grad_k
-  // grad_v lse (zeroed), and the fake's counts of device-wide and host waits.
+  // grad_v lse (zeroed), a second set of outputs o grad_q grad_k grad_v lse (9 to 13), and the fake's counts of
+  // device-wide and host waits.
   struct FrameworkCallFixture : FakeDriverFixture {
     const FakeDriver fake;
     CUstream native = nullptr;
@@ -419,12 +420,30 @@ TEST_SUITE("fake driver") {
       const std::uint64_t tensor_bytes = 16 * 2 * 64 * sizeof(float), lse_bytes = 2 * 16 * sizeof(float);
       for (int index = 0; index < 8; ++index) memory.push_back(device(0).allocate(tensor_bytes));
       memory.push_back(device(0).allocate(lse_bytes));
+      for (int index = 0; index < 4; ++index) memory.push_back(device(0).allocate(tensor_bytes));
+      memory.push_back(device(0).allocate(lse_bytes));
       for (const hal::Buffer& buffer : memory) buffer.fill(0, buffer.size(), 0);
     }
     ~FrameworkCallFixture() {
       memory.clear();
       CHECK(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(native) == CUDA_SUCCESS);
       fake.release_primary(0);
+    }
+    hal::TensorRef at(int index) const { return hal::TensorRef::borrowed(memory[index].device_address()); }
+    // q k v and grad_o: values in [-1, 1) that differ along every dimension.
+    void write_inputs() const {
+      for (const int index : {0, 1, 2, 4}) {
+        std::vector<float> values(memory[index].size() / sizeof(float));
+        for (std::size_t i = 0; i < values.size(); ++i)
+          values[i] = static_cast<float>((i * 7919 + static_cast<std::size_t>(index) * 104729) % 2048) / 1024.0f - 1.0f;
+        memory[index].write(0, values.data(), memory[index].size());
+      }
+    }
+    // Forward, then backward, as hal.torch runs them: outputs o, lse, grad_q, grad_k, grad_v at those indices.
+    void forward_and_backward(const hal::Stream& stream, int o, int lse, int grad_q, int grad_k, int grad_v) const {
+      hal::attention_forward(stream, params, at(0), at(1), at(2), at(o), at(lse));
+      hal::attention_backward(stream, params, at(0), at(1), at(2), at(o), at(4), at(lse), at(grad_q), at(grad_k),
+                              at(grad_v));
     }
   };
 
@@ -433,14 +452,10 @@ TEST_SUITE("fake driver") {
   TEST_CASE_FIXTURE(FrameworkCallFixture,
                     "hal.torch's call shape, a wrapped stream and borrowed addresses, waits for no whole device") {
     if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
-    auto at = [&](int index) { return hal::TensorRef::borrowed(memory[index].device_address()); };
     const int before = device_waits();
     {
       const hal::Stream stream = device(0).wrap_native_stream({native, false});
-      for (int call = 0; call < 3; ++call) {
-        hal::attention_forward(stream, params, at(0), at(1), at(2), at(3), at(8));
-        hal::attention_backward(stream, params, at(0), at(1), at(2), at(3), at(4), at(8), at(5), at(6), at(7));
-      }
+      for (int call = 0; call < 3; ++call) forward_and_backward(stream, 3, 8, 5, 6, 7);
       REQUIRE(fake.function<decltype(cuStreamSynchronize)>("cuStreamSynchronize")(native) == CUDA_SUCCESS);
     }
     CHECK(device_waits() == before);
@@ -470,6 +485,70 @@ TEST_SUITE("fake driver") {
       CHECK(releases.load() == 5);
     }
     CHECK(device_waits() == device_waits_before);
+  }
+
+  // torch.cuda.graph around hal.torch's forward and backward: the framework captures its own stream, hal works
+  // on it wrapped. This is the first attention call of the runtime, so hal loads and checks its kernels in the
+  // middle of the capture. Nothing may wait for the device or the host, touch the legacy stream (off limits while
+  // a blocking stream captures) or allocate outside stream order; the graph then replays what an uncaptured call
+  // computes, launch after launch.
+  TEST_CASE_FIXTURE(FrameworkCallFixture,
+                    "hal's attention forward and backward captured on a wrapped stream replay "
+                    "as the uncaptured call computes") {
+    if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
+    CUstream captured = native;
+    SUBCASE("a non-blocking stream, as torch's") {}
+    SUBCASE("a blocking stream") {
+      REQUIRE(fake.function<decltype(cuStreamCreate)>("cuStreamCreate")(&captured, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+    }
+    write_inputs();
+    const GraphCalls graphs(fake);
+    auto synchronize = fake.function<decltype(cuStreamSynchronize)>("cuStreamSynchronize");
+    const int device_waits_before = device_waits(), host_waits_before = host_waits();
+    {
+      const hal::Stream stream = device(0).wrap_native_stream({captured, false});
+      const auto [ended, graph] = graphs.capture(captured, [&] { forward_and_backward(stream, 3, 8, 5, 6, 7); });
+      REQUIRE(ended == CUDA_SUCCESS);
+      CHECK(device_waits() == device_waits_before);
+      CHECK(host_waits() == host_waits_before);
+      for (const int output : {3, 5, 6, 7, 8})  // recorded, not run
+        CHECK(read_all(memory[output]) == std::vector<std::uint8_t>(memory[output].size(), 0));
+      graphs.replay(graph, captured, 2);
+      REQUIRE(synchronize(captured) == CUDA_SUCCESS);
+      forward_and_backward(stream, 9, 13, 10, 11, 12);
+      REQUIRE(synchronize(captured) == CUDA_SUCCESS);
+    }
+    CHECK(read_all(memory[3]) != std::vector<std::uint8_t>(memory[3].size(), 0));
+    for (const auto& [replayed, reference] : {std::pair{3, 9}, {8, 13}, {5, 10}, {6, 11}, {7, 12}})
+      CHECK(read_all(memory[replayed]) == read_all(memory[reference]));
+    if (captured != native)
+      CHECK(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(captured) == CUDA_SUCCESS);
+  }
+
+  // Without stream-ordered pools hal's scratch would be a cuMemAlloc, which a capture refuses (and is broken by).
+  struct NoMemoryPools {
+    ScopedEnvironment no_pools{{"HAL_FAKE_CUDA_MEMORY_POOLS", "0"}};
+  };
+  struct FrameworkCallWithoutPools : NoMemoryPools, FrameworkCallFixture {};
+
+  TEST_CASE_FIXTURE(FrameworkCallWithoutPools,
+                    "without memory pools, attention scratch is refused on a capturing "
+                    "stream, saying why, and the capture goes on") {
+    if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
+    write_inputs();
+    const GraphCalls graphs(fake);
+    const hal::Stream stream = device(0).wrap_native_stream({native, false});
+    hal::attention_forward(stream, params, at(0), at(1), at(2), at(3), at(8));
+    REQUIRE(fake.function<decltype(cuStreamSynchronize)>("cuStreamSynchronize")(native) == CUDA_SUCCESS);
+    const auto [ended, graph] = graphs.capture(native, [&] {
+      check_error(
+          [&] {
+            hal::attention_backward(stream, params, at(0), at(1), at(2), at(3), at(4), at(8), at(5), at(6), at(7));
+          },
+          StatusCode::unsupported, {"capturing a graph", "no stream-ordered memory pools", "workspace"});
+    });
+    CHECK(ended == CUDA_SUCCESS);
+    if (graph != nullptr) CHECK(graphs.destroy_graph(graph) == CUDA_SUCCESS);
   }
 
   TEST_CASE_FIXTURE(FakeDriverFixture, "a caller's current context is the same after hal worked on another device") {
