@@ -1635,6 +1635,53 @@ TEST_SUITE("faithful fake driver") {
     std::filesystem::remove_all(store_directory);
   }
 
+  // A captured collective runs when (and each time) the graph is launched: had the watchdog put it under its
+  // deadline at enqueue, it would abort the communicator while the capture goes on, and its query of an event
+  // recorded in the capture would break the capture.
+  TEST_CASE("a collective captured into a graph is under no deadline until it runs, when the graph is launched") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                                  {"HAL_BACKENDS", "cuda"},
+                                  {"HAL_NCCL", HAL_FAKE_NCCL_PATH},
+                                  {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"}};
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::Device gpu = runtime.device("cuda:0");
+    const std::string store_directory =
+        (std::filesystem::temp_directory_path() / ("hal-captured-collective-" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(store_directory);
+    {
+      hal::Communicator communicator =
+          hal::Communicator::create(gpu, 0, 1, std::make_shared<hal::FileStore>(store_directory));
+      std::vector<float> values(256);
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) - 100.0f;
+      hal::Buffer send = gpu.allocate(1024), recv = gpu.allocate(1024);
+      send.write(0, values.data(), 1024);
+      recv.fill(0, 1024, 0);
+      DriverCalls calls;  // the framework, capturing its stream on this thread
+      const GraphCalls graphs(calls.driver);
+      const CUstream captured = calls.stream(CU_STREAM_NON_BLOCKING);
+      {
+        const hal::Stream stream = gpu.wrap_native_stream({captured, false});
+        const auto [ended, graph] = graphs.capture(captured, [&] {
+          communicator.all_reduce(send, recv, 256, hal::DType::f32, hal::ReduceOp::sum, stream,
+                                  {.timeout = std::chrono::milliseconds(20)});
+          std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the watchdog polls every 5 ms
+          CHECK(communicator.async_error().is_ok());
+        });
+        REQUIRE(ended == CUDA_SUCCESS);
+        CHECK(read_all(recv) == std::vector<std::uint8_t>(1024, 0));  // recorded, not run
+        graphs.replay(graph, captured, 1);                            // the fake NCCL runs a recorded operation once
+        stream.synchronize();
+        CHECK(communicator.async_error().is_ok());
+      }
+      std::vector<float> reduced(256);
+      recv.read(0, reduced.data(), 1024);
+      CHECK(reduced == values);
+      CHECK(calls.destroy_stream(captured) == CUDA_SUCCESS);
+      communicator.destroy();
+    }
+    std::filesystem::remove_all(store_directory);
+  }
+
   TEST_CASE("an Async copy to pageable memory returns only when done; to pinned memory at once") {
     DriverCalls calls;
     CUdeviceptr device = 0;
