@@ -61,6 +61,7 @@ namespace hal::shims {
   X(cuStreamAddCallback, decltype(&::cuStreamAddCallback), optional, {"cuStreamAddCallback", 5000})                    \
   X(cuThreadExchangeStreamCaptureMode, decltype(&::cuThreadExchangeStreamCaptureMode), optional,                       \
     {"cuThreadExchangeStreamCaptureMode", 10010})                                                                      \
+  X(cuStreamIsCapturing, decltype(&::cuStreamIsCapturing), optional, {"cuStreamIsCapturing", 10000})                   \
   X(cuEventCreate, decltype(&::cuEventCreate), required, {"cuEventCreate", 2000})                                      \
   X(cuEventDestroy, decltype(&::cuEventDestroy), required, {"cuEventDestroy_v2", 4000})                                \
   X(cuEventRecord, decltype(&::cuEventRecord), required, {"cuEventRecord", 2000})                                      \

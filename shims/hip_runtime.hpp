@@ -49,6 +49,7 @@ namespace hal::shims {
   X(hipStreamWaitEvent, decltype(&::hipStreamWaitEvent), required)                                             \
   X(hipStreamAddCallback, decltype(&::hipStreamAddCallback), required)                                         \
   X(hipThreadExchangeStreamCaptureMode, decltype(&::hipThreadExchangeStreamCaptureMode), optional)             \
+  X(hipStreamIsCapturing, decltype(&::hipStreamIsCapturing), optional)                                         \
   X(hipEventCreateWithFlags, decltype(&::hipEventCreateWithFlags), required)                                   \
   X(hipEventDestroy, decltype(&::hipEventDestroy), required)                                                   \
   X(hipEventRecord, decltype(&::hipEventRecord), required)                                                     \

@@ -135,6 +135,47 @@ class FakeDriver {
   void* library_;
 };
 
+// The fake driver's stream capture and graph entry points, as a framework
+// (torch.cuda.graph) calls them on its thread.
+struct GraphCalls {
+  explicit GraphCalls(const FakeDriver& driver)
+      : begin(driver.function<decltype(cuStreamBeginCapture_v2)>("cuStreamBeginCapture_v2")),
+        end(driver.function<decltype(cuStreamEndCapture)>("cuStreamEndCapture")),
+        instantiate(driver.function<decltype(cuGraphInstantiateWithFlags)>("cuGraphInstantiateWithFlags")),
+        launch(driver.function<decltype(cuGraphLaunch)>("cuGraphLaunch")),
+        destroy_executable(driver.function<decltype(cuGraphExecDestroy)>("cuGraphExecDestroy")),
+        destroy_graph(driver.function<decltype(cuGraphDestroy)>("cuGraphDestroy")) {}
+  // Captures in global mode what call() enqueues on the stream: the capture's end and its graph. The capture
+  // ends however call() leaves, so a failed check cannot leave it refusing the next tests' calls.
+  template <typename Call>
+  std::pair<CUresult, CUgraph> capture(CUstream stream, Call&& call) const {
+    REQUIRE(begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    try {
+      call();
+    } catch (...) {
+      if (end(stream, &graph) == CUDA_SUCCESS) destroy_graph(graph);
+      throw;
+    }
+    const CUresult ended = end(stream, &graph);
+    return {ended, graph};
+  }
+  // Instantiates the graph, launches it `times` on the stream, and destroys both (launches still run).
+  void replay(CUgraph graph, CUstream stream, int times) const {
+    CUgraphExec executable = nullptr;
+    REQUIRE(instantiate(&executable, graph, 0) == CUDA_SUCCESS);
+    for (int launch_index = 0; launch_index < times; ++launch_index) CHECK(launch(executable, stream) == CUDA_SUCCESS);
+    CHECK(destroy_executable(executable) == CUDA_SUCCESS);
+    CHECK(destroy_graph(graph) == CUDA_SUCCESS);
+  }
+  decltype(cuStreamBeginCapture_v2)* begin;
+  decltype(cuStreamEndCapture)* end;
+  decltype(cuGraphInstantiateWithFlags)* instantiate;
+  decltype(cuGraphLaunch)* launch;
+  decltype(cuGraphExecDestroy)* destroy_executable;
+  decltype(cuGraphDestroy)* destroy_graph;
+};
+
 // Allocation, copies, fills, a stream and an event on `gpu`: the entry points
 // that need its context.
 void work_on(const hal::Device& gpu) {
@@ -362,7 +403,8 @@ TEST_SUITE("fake driver") {
 
   // hal.torch's call shape on the fake: a framework's non-blocking stream (made with device 0's primary context
   // current, as torch keeps it), a small attention's params and the framework's tensors q k v o grad_o grad_q grad_k
-  // grad_v lse (zeroed), and the fake's counts of device-wide and host waits.
+  // grad_v lse (zeroed), a second set of outputs o grad_q grad_k grad_v lse (9 to 13), and the fake's counts of
+  // device-wide and host waits.
   struct FrameworkCallFixture : FakeDriverFixture {
     const FakeDriver fake;
     CUstream native = nullptr;
@@ -378,12 +420,30 @@ TEST_SUITE("fake driver") {
       const std::uint64_t tensor_bytes = 16 * 2 * 64 * sizeof(float), lse_bytes = 2 * 16 * sizeof(float);
       for (int index = 0; index < 8; ++index) memory.push_back(device(0).allocate(tensor_bytes));
       memory.push_back(device(0).allocate(lse_bytes));
+      for (int index = 0; index < 4; ++index) memory.push_back(device(0).allocate(tensor_bytes));
+      memory.push_back(device(0).allocate(lse_bytes));
       for (const hal::Buffer& buffer : memory) buffer.fill(0, buffer.size(), 0);
     }
     ~FrameworkCallFixture() {
       memory.clear();
       CHECK(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(native) == CUDA_SUCCESS);
       fake.release_primary(0);
+    }
+    hal::TensorRef at(int index) const { return hal::TensorRef::borrowed(memory[index].device_address()); }
+    // q k v and grad_o: values in [-1, 1) that differ along every dimension.
+    void write_inputs() const {
+      for (const int index : {0, 1, 2, 4}) {
+        std::vector<float> values(memory[index].size() / sizeof(float));
+        for (std::size_t i = 0; i < values.size(); ++i)
+          values[i] = static_cast<float>((i * 7919 + static_cast<std::size_t>(index) * 104729) % 2048) / 1024.0f - 1.0f;
+        memory[index].write(0, values.data(), memory[index].size());
+      }
+    }
+    // Forward, then backward, as hal.torch runs them: outputs o, lse, grad_q, grad_k, grad_v at those indices.
+    void forward_and_backward(const hal::Stream& stream, int o, int lse, int grad_q, int grad_k, int grad_v) const {
+      hal::attention_forward(stream, params, at(0), at(1), at(2), at(o), at(lse));
+      hal::attention_backward(stream, params, at(0), at(1), at(2), at(o), at(4), at(lse), at(grad_q), at(grad_k),
+                              at(grad_v));
     }
   };
 
@@ -392,14 +452,10 @@ TEST_SUITE("fake driver") {
   TEST_CASE_FIXTURE(FrameworkCallFixture,
                     "hal.torch's call shape, a wrapped stream and borrowed addresses, waits for no whole device") {
     if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
-    auto at = [&](int index) { return hal::TensorRef::borrowed(memory[index].device_address()); };
     const int before = device_waits();
     {
       const hal::Stream stream = device(0).wrap_native_stream({native, false});
-      for (int call = 0; call < 3; ++call) {
-        hal::attention_forward(stream, params, at(0), at(1), at(2), at(3), at(8));
-        hal::attention_backward(stream, params, at(0), at(1), at(2), at(3), at(4), at(8), at(5), at(6), at(7));
-      }
+      for (int call = 0; call < 3; ++call) forward_and_backward(stream, 3, 8, 5, 6, 7);
       REQUIRE(fake.function<decltype(cuStreamSynchronize)>("cuStreamSynchronize")(native) == CUDA_SUCCESS);
     }
     CHECK(device_waits() == before);
@@ -429,6 +485,70 @@ TEST_SUITE("fake driver") {
       CHECK(releases.load() == 5);
     }
     CHECK(device_waits() == device_waits_before);
+  }
+
+  // torch.cuda.graph around hal.torch's forward and backward: the framework captures its own stream, hal works
+  // on it wrapped. This is the first attention call of the runtime, so hal loads and checks its kernels in the
+  // middle of the capture. Nothing may wait for the device or the host, touch the legacy stream (off limits while
+  // a blocking stream captures) or allocate outside stream order; the graph then replays what an uncaptured call
+  // computes, launch after launch.
+  TEST_CASE_FIXTURE(FrameworkCallFixture,
+                    "hal's attention forward and backward captured on a wrapped stream replay "
+                    "as the uncaptured call computes") {
+    if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
+    CUstream captured = native;
+    SUBCASE("a non-blocking stream, as torch's") {}
+    SUBCASE("a blocking stream") {
+      REQUIRE(fake.function<decltype(cuStreamCreate)>("cuStreamCreate")(&captured, CU_STREAM_DEFAULT) == CUDA_SUCCESS);
+    }
+    write_inputs();
+    const GraphCalls graphs(fake);
+    auto synchronize = fake.function<decltype(cuStreamSynchronize)>("cuStreamSynchronize");
+    const int device_waits_before = device_waits(), host_waits_before = host_waits();
+    {
+      const hal::Stream stream = device(0).wrap_native_stream({captured, false});
+      const auto [ended, graph] = graphs.capture(captured, [&] { forward_and_backward(stream, 3, 8, 5, 6, 7); });
+      REQUIRE(ended == CUDA_SUCCESS);
+      CHECK(device_waits() == device_waits_before);
+      CHECK(host_waits() == host_waits_before);
+      for (const int output : {3, 5, 6, 7, 8})  // recorded, not run
+        CHECK(read_all(memory[output]) == std::vector<std::uint8_t>(memory[output].size(), 0));
+      graphs.replay(graph, captured, 2);
+      REQUIRE(synchronize(captured) == CUDA_SUCCESS);
+      forward_and_backward(stream, 9, 13, 10, 11, 12);
+      REQUIRE(synchronize(captured) == CUDA_SUCCESS);
+    }
+    CHECK(read_all(memory[3]) != std::vector<std::uint8_t>(memory[3].size(), 0));
+    for (const auto& [replayed, reference] : {std::pair{3, 9}, {8, 13}, {5, 10}, {6, 11}, {7, 12}})
+      CHECK(read_all(memory[replayed]) == read_all(memory[reference]));
+    if (captured != native)
+      CHECK(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(captured) == CUDA_SUCCESS);
+  }
+
+  // Without stream-ordered pools hal's scratch would be a cuMemAlloc, which a capture refuses (and is broken by).
+  struct NoMemoryPools {
+    ScopedEnvironment no_pools{{"HAL_FAKE_CUDA_MEMORY_POOLS", "0"}};
+  };
+  struct FrameworkCallWithoutPools : NoMemoryPools, FrameworkCallFixture {};
+
+  TEST_CASE_FIXTURE(FrameworkCallWithoutPools,
+                    "without memory pools, attention scratch is refused on a capturing "
+                    "stream, saying why, and the capture goes on") {
+    if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
+    write_inputs();
+    const GraphCalls graphs(fake);
+    const hal::Stream stream = device(0).wrap_native_stream({native, false});
+    hal::attention_forward(stream, params, at(0), at(1), at(2), at(3), at(8));
+    REQUIRE(fake.function<decltype(cuStreamSynchronize)>("cuStreamSynchronize")(native) == CUDA_SUCCESS);
+    const auto [ended, graph] = graphs.capture(native, [&] {
+      check_error(
+          [&] {
+            hal::attention_backward(stream, params, at(0), at(1), at(2), at(3), at(4), at(8), at(5), at(6), at(7));
+          },
+          StatusCode::unsupported, {"capturing a graph", "no stream-ordered memory pools", "workspace"});
+    });
+    CHECK(ended == CUDA_SUCCESS);
+    if (graph != nullptr) CHECK(graphs.destroy_graph(graph) == CUDA_SUCCESS);
   }
 
   TEST_CASE_FIXTURE(FakeDriverFixture, "a caller's current context is the same after hal worked on another device") {
@@ -1369,6 +1489,119 @@ TEST_SUITE("faithful fake driver") {
     CHECK(calls.destroy_stream(other) == CUDA_SUCCESS);
   }
 
+  TEST_CASE("stream capture records work instead of running it; each launch of the graph runs it") {
+    DriverCalls calls;
+    const GraphCalls graphs(calls.driver);
+    auto memset_async = calls.driver.function<decltype(cuMemsetD8Async)>("cuMemsetD8Async");
+    const CUstream stream = calls.stream(CU_STREAM_NON_BLOCKING);
+    CUdeviceptr device = 0;
+    REQUIRE(calls.allocate(&device, 64) == CUDA_SUCCESS);
+    void* pinned = nullptr;
+    REQUIRE(calls.allocate_pinned(&pinned, 64, 0) == CUDA_SUCCESS);
+    static std::atomic<int> host_calls;
+    host_calls = 0;
+    REQUIRE(graphs.begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    REQUIRE(memset_async(device, 0x5A, 64, stream) == CUDA_SUCCESS);
+    REQUIRE(calls.host_function(
+                stream, [](void*) { ++host_calls; }, nullptr) == CUDA_SUCCESS);
+    REQUIRE(calls.to_host_async(pinned, device, 64, stream) == CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    REQUIRE(graphs.end(stream, &graph) == CUDA_SUCCESS);
+    REQUIRE(graph != nullptr);
+    REQUIRE(calls.synchronize(stream) == CUDA_SUCCESS);
+    CHECK(host_calls == 0);
+    CHECK(static_cast<std::uint8_t*>(pinned)[0] != 0x5A);
+    graphs.replay(graph, stream, 2);
+    REQUIRE(calls.synchronize(stream) == CUDA_SUCCESS);
+    CHECK(host_calls == 2);
+    CHECK(static_cast<std::uint8_t*>(pinned)[63] == 0x5A);
+    CHECK(calls.destroy_stream(stream) == CUDA_SUCCESS);
+    CHECK(calls.free_pinned(pinned) == CUDA_SUCCESS);
+    CHECK(calls.free(device) == CUDA_SUCCESS);
+  }
+
+  // Each call breaks the rules of stream capture: it fails with the driver's error, the capture is invalidated
+  // and ends without a graph.
+  TEST_CASE("what a capture cannot hold fails and invalidates it") {
+    DriverCalls calls;
+    const GraphCalls graphs(calls.driver);
+    const FakeDriver& driver = calls.driver;
+    auto add_callback = driver.function<decltype(cuStreamAddCallback)>("cuStreamAddCallback");
+    auto memset_async = driver.function<decltype(cuMemsetD8Async)>("cuMemsetD8Async");
+    auto alloc_async = driver.function<decltype(cuMemAllocAsync)>("cuMemAllocAsync");
+    auto free_async = driver.function<decltype(cuMemFreeAsync)>("cuMemFreeAsync");
+    auto create_event = driver.function<decltype(cuEventCreate)>("cuEventCreate");
+    auto destroy_event = driver.function<decltype(cuEventDestroy_v2)>("cuEventDestroy_v2");
+    auto record = driver.function<decltype(cuEventRecord)>("cuEventRecord");
+    auto event_synchronize = driver.function<decltype(cuEventSynchronize)>("cuEventSynchronize");
+    auto wait = driver.function<decltype(cuStreamWaitEvent)>("cuStreamWaitEvent");
+    auto context_synchronize = driver.function<decltype(cuCtxSynchronize)>("cuCtxSynchronize");
+    auto is_capturing = driver.function<decltype(cuStreamIsCapturing)>("cuStreamIsCapturing");
+    const CUstream stream = calls.stream(CU_STREAM_NON_BLOCKING), other = calls.stream(CU_STREAM_NON_BLOCKING);
+    const CUstream blocking = calls.stream(CU_STREAM_DEFAULT);
+    CUdeviceptr device = 0;
+    REQUIRE(calls.allocate(&device, 64) == CUDA_SUCCESS);
+    CUevent event = nullptr;
+    REQUIRE(create_event(&event, CU_EVENT_DEFAULT) == CUDA_SUCCESS);
+    std::uint8_t pageable[64];
+    auto broken_by = [&](CUstream captured, CUresult expected, auto&& call) {
+      REQUIRE(graphs.begin(captured, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+      CHECK(call() == expected);
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      CHECK(is_capturing(captured, &status) == CUDA_SUCCESS);
+      CHECK(status == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+      CUgraph graph = nullptr;
+      CHECK(graphs.end(captured, &graph) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+      CHECK(graph == nullptr);
+    };
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] { return calls.synchronize(stream); });
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] { return context_synchronize(); });
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] {  // a copy that would block the host
+      return calls.to_host_async(pageable, device, 64, stream);
+    });
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] {  // not stream-ordered
+      CUdeviceptr more = 0;
+      return calls.allocate(&more, 64);
+    });
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] { return calls.free(device); });
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, [&] {
+      return add_callback(
+          stream, [](CUstream, CUresult, void*) {}, nullptr, 0);
+    });
+    broken_by(stream, CUDA_ERROR_CAPTURED_EVENT, [&] {
+      REQUIRE(record(event, stream) == CUDA_SUCCESS);
+      return event_synchronize(event);
+    });
+    broken_by(blocking, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, [&] { return calls.memset(device, 1, 64); });
+    REQUIRE(record(event, other) == CUDA_SUCCESS);
+    broken_by(stream, CUDA_ERROR_STREAM_CAPTURE_ISOLATION, [&] { return wait(stream, event, 0); });
+
+    // A non-blocking stream's capture leaves the legacy stream usable; a stream forked from the capture by an
+    // event must be joined back before it ends.
+    REQUIRE(graphs.begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    CHECK(calls.memset(device, 1, 64) == CUDA_SUCCESS);
+    REQUIRE(record(event, stream) == CUDA_SUCCESS);
+    REQUIRE(wait(other, event, 0) == CUDA_SUCCESS);
+    REQUIRE(memset_async(device, 2, 64, other) == CUDA_SUCCESS);
+    CUgraph graph = nullptr;
+    CHECK(graphs.end(stream, &graph) == CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+    REQUIRE(graphs.begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
+    REQUIRE(record(event, stream) == CUDA_SUCCESS);
+    REQUIRE(wait(other, event, 0) == CUDA_SUCCESS);
+    CUdeviceptr scratch = 0;  // the graph's own memory, at one address for every launch
+    REQUIRE(alloc_async(&scratch, 64, other) == CUDA_SUCCESS);
+    REQUIRE(memset_async(scratch, 3, 64, other) == CUDA_SUCCESS);
+    REQUIRE(free_async(scratch, other) == CUDA_SUCCESS);
+    REQUIRE(record(event, other) == CUDA_SUCCESS);
+    REQUIRE(wait(stream, event, 0) == CUDA_SUCCESS);
+    REQUIRE(graphs.end(stream, &graph) == CUDA_SUCCESS);
+    graphs.replay(graph, stream, 2);
+    CHECK(calls.synchronize(stream) == CUDA_SUCCESS);
+    CHECK(destroy_event(event) == CUDA_SUCCESS);
+    for (const CUstream created : {stream, other, blocking}) CHECK(calls.destroy_stream(created) == CUDA_SUCCESS);
+    CHECK(calls.free(device) == CUDA_SUCCESS);
+  }
+
   TEST_CASE("the NCCL watchdog's event queries leave a framework's global-mode graph capture valid") {
     ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()}, {"HAL_BACKENDS", "cuda"},
                                   {"HAL_NCCL", HAL_FAKE_NCCL_PATH}, {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"}};
@@ -1396,6 +1629,53 @@ TEST_SUITE("faithful fake driver") {
       CHECK(end(captured, &graph) == CUDA_SUCCESS);
       gate.open();
       stream.synchronize();
+      CHECK(calls.destroy_stream(captured) == CUDA_SUCCESS);
+      communicator.destroy();
+    }
+    std::filesystem::remove_all(store_directory);
+  }
+
+  // A captured collective runs when (and each time) the graph is launched: had the watchdog put it under its
+  // deadline at enqueue, it would abort the communicator while the capture goes on, and its query of an event
+  // recorded in the capture would break the capture.
+  TEST_CASE("a collective captured into a graph is under no deadline until it runs, when the graph is launched") {
+    ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
+                                  {"HAL_BACKENDS", "cuda"},
+                                  {"HAL_NCCL", HAL_FAKE_NCCL_PATH},
+                                  {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"}};
+    const hal::Runtime runtime = hal::Runtime::create(default_options());
+    const hal::Device gpu = runtime.device("cuda:0");
+    const std::string store_directory =
+        (std::filesystem::temp_directory_path() / ("hal-captured-collective-" + std::to_string(::getpid()))).string();
+    std::filesystem::create_directories(store_directory);
+    {
+      hal::Communicator communicator =
+          hal::Communicator::create(gpu, 0, 1, std::make_shared<hal::FileStore>(store_directory));
+      std::vector<float> values(256);
+      for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) - 100.0f;
+      hal::Buffer send = gpu.allocate(1024), recv = gpu.allocate(1024);
+      send.write(0, values.data(), 1024);
+      recv.fill(0, 1024, 0);
+      DriverCalls calls;  // the framework, capturing its stream on this thread
+      const GraphCalls graphs(calls.driver);
+      const CUstream captured = calls.stream(CU_STREAM_NON_BLOCKING);
+      {
+        const hal::Stream stream = gpu.wrap_native_stream({captured, false});
+        const auto [ended, graph] = graphs.capture(captured, [&] {
+          communicator.all_reduce(send, recv, 256, hal::DType::f32, hal::ReduceOp::sum, stream,
+                                  {.timeout = std::chrono::milliseconds(20)});
+          std::this_thread::sleep_for(std::chrono::milliseconds(150));  // the watchdog polls every 5 ms
+          CHECK(communicator.async_error().is_ok());
+        });
+        REQUIRE(ended == CUDA_SUCCESS);
+        CHECK(read_all(recv) == std::vector<std::uint8_t>(1024, 0));  // recorded, not run
+        graphs.replay(graph, captured, 1);                            // the fake NCCL runs a recorded operation once
+        stream.synchronize();
+        CHECK(communicator.async_error().is_ok());
+      }
+      std::vector<float> reduced(256);
+      recv.read(0, reduced.data(), 1024);
+      CHECK(reduced == values);
       CHECK(calls.destroy_stream(captured) == CUDA_SUCCESS);
       communicator.destroy();
     }

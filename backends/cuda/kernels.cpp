@@ -18,12 +18,36 @@ namespace {
 
 constexpr const char* image_contents = "sm_80 and sm_90 code and compute_90 PTX";
 
-// Device memory for the check, freed on every path.
-struct ScratchMemory {
+// The first attention call may come while its caller captures a graph (a
+// framework capturing a step): loading and checking the kernels is hal's own
+// one-time work, outside that graph. So the loading thread is in relaxed
+// capture mode, where the calls a global-mode capture forbids (cuMemAlloc,
+// cuMemFree) are allowed, and puts the caller's mode back after.
+class RelaxedCaptureMode {
+ public:
+  explicit RelaxedCaptureMode(const shims::CudaDriverApi& api) : api_(api) { exchange(); }
+  ~RelaxedCaptureMode() { exchange(); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  void exchange() {
+    if (api_.cuThreadExchangeStreamCaptureMode != nullptr) api_.cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  const shims::CudaDriverApi& api_;
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
+// Device memory and a stream of the check's own, released on every path.
+// Not the legacy stream: while a caller captures on a blocking stream, any
+// use of it is refused (and breaks the capture).
+struct CheckResources {
   const shims::CudaDriverApi& api;
   CUdeviceptr address = 0;
-  ~ScratchMemory() {
+  CUstream stream = nullptr;
+  ~CheckResources() {
     if (address != 0) api.cuMemFree(address);
+    if (stream != nullptr) api.cuStreamDestroy(stream);
   }
 };
 
@@ -35,16 +59,17 @@ std::string verify_softmax(const Context& context, CUfunction softmax) {
   std::vector<float> input(rows * columns), output(rows * columns, -1.0f);
   for (int i = 0; i < rows * columns; ++i) input[i] = static_cast<float>((i * 37) % 23) - 11.0f + (i / columns) * 80.0f;
   const std::size_t bytes = input.size() * sizeof(float);
-  ScratchMemory memory{api};
-  CUresult result = api.cuMemAlloc(&memory.address, 2 * bytes);
-  if (result == CUDA_SUCCESS) result = api.cuMemcpyHtoD(memory.address, input.data(), bytes);
-  CUdeviceptr in = memory.address, out = memory.address + bytes;
+  CheckResources check{api};
+  CUresult result = api.cuStreamCreate(&check.stream, CU_STREAM_NON_BLOCKING);
+  if (result == CUDA_SUCCESS) result = api.cuMemAlloc(&check.address, 2 * bytes);
+  // Copies between device and pageable host memory return once done, Async or not.
+  if (result == CUDA_SUCCESS) result = api.cuMemcpyHtoDAsync(check.address, input.data(), bytes, check.stream);
+  CUdeviceptr in = check.address, out = check.address + bytes;
   int row_count = rows, column_count = columns;
   void* arguments[] = {&in, &out, &row_count, &column_count};
   if (result == CUDA_SUCCESS)
-    result = api.cuLaunchKernel(softmax, rows, 1, 1, threads, 1, 1, 0, nullptr, arguments, nullptr);
-  // The legacy stream orders this copy after the launch.
-  if (result == CUDA_SUCCESS) result = api.cuMemcpyDtoH(output.data(), out, bytes);
+    result = api.cuLaunchKernel(softmax, rows, 1, 1, threads, 1, 1, 0, check.stream, arguments, nullptr);
+  if (result == CUDA_SUCCESS) result = api.cuMemcpyDtoHAsync(output.data(), out, bytes, check.stream);
   if (result != CUDA_SUCCESS) return "running the softmax check failed: " + context.driver->describe(result);
   for (int row = 0; row < rows; ++row) {
     double maximum = -INFINITY, sum = 0.0;
@@ -78,6 +103,7 @@ void load_kernels(const Context& context, std::uint32_t index) {
     return;
   }
   const auto& api = context.api();
+  const RelaxedCaptureMode relaxed(api);
   CUresult result = api.cuModuleLoadData(&device.kernel_module, image.data());
   if (result != CUDA_SUCCESS) {
     device.kernel_module = nullptr;

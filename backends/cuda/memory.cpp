@@ -168,8 +168,16 @@ hal_status allocate_scratch(const Context& context, std::uint32_t device, CUstre
                             CUdeviceptr* address, std::string_view what) {
   const auto& api = context.api();
   const std::string allocating = "allocating " + std::to_string(bytes) + " bytes of " + std::string(what);
-  if (!context.devices[device]->memory_pools)
+  if (!context.devices[device]->memory_pools) {
+    // cuMemAlloc is not stream-ordered: a capture refuses it and is broken by it, and the free after the
+    // work would wait for a stream whose work runs only when the graph is launched.
+    if (CudaVendor::stream_capturing(context, stream))
+      return fail(HAL_ERROR_UNSUPPORTED, allocating +
+                                             " on a stream that is capturing a graph: " + context.device_id(device) +
+                                             " has no stream-ordered memory pools, so the graph cannot allocate it; "
+                                             "pass a workspace of your own (attention_workspace_size says how much)");
     return context.check(api.cuMemAlloc(address, bytes), allocating + " (cuMemAlloc)");
+  }
   CUmemoryPool pool = nullptr;
   if (hal_status status = scratch_pool(context, device, bytes, &pool); status != HAL_OK) return status;
   return context.check(api.cuMemAllocFromPoolAsync(address, bytes, pool, stream),

@@ -36,6 +36,15 @@ CUresult CudaVendor::query_stream(const Context& context, CUstream stream) {
   return context.api().cuStreamQuery(stream);
 }
 
+// A capture that was invalidated still records nothing that runs. False
+// where the driver cannot tell: one without cuStreamIsCapturing has no graphs.
+bool CudaVendor::stream_capturing(const Context& context, CUstream stream) {
+  const auto& api = context.api();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return api.cuStreamIsCapturing != nullptr && api.cuStreamIsCapturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 CUresult CudaVendor::wait_event(const Context& context, CUstream stream, CUevent event) {
   return context.api().cuStreamWaitEvent(stream, event, 0);
 }

@@ -64,6 +64,7 @@ struct CudaVendor {
   static CUresult destroy_stream(const Context& context, CUstream stream);
   static CUresult synchronize_stream(const Context& context, CUstream stream);
   static CUresult query_stream(const Context& context, CUstream stream);
+  static bool stream_capturing(const Context& context, CUstream stream);
   static CUresult wait_event(const Context& context, CUstream stream, CUevent event);
   static CUresult enqueue_host_callback(const Context& context, CUstream stream, backend::HostCallback* callback);
   static CUresult create_event(const Context& context, CUevent* event);

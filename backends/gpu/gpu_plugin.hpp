@@ -123,6 +123,7 @@ class VendorCollectivesPort final : public GpuCollectivesPort {
   CurrentDevice current_device(std::uint32_t device) const override { return context_.current_device(device); }
   void* native_stream(const hal_stream* stream) const override { return of(stream).handle; }
   std::uint32_t stream_device(const hal_stream* stream) const override { return of(stream).device; }
+  bool capturing(const hal_stream* stream) const override { return V::stream_capturing(context_, of(stream).handle); }
   void relax_capture_mode() const override { context_.relax_capture_mode(); }
   hal_status note_use(hal_stream* stream, const hal_tensor_ref_v1& tensor) const override {
     return used_on<V>(stream, tensor);

@@ -160,6 +160,8 @@ concept GpuVendorStreams = requires(const typename V::Context& context, typename
   { V::destroy_stream(context, stream) } -> std::same_as<typename V::Result>;
   { V::synchronize_stream(context, stream) } -> std::same_as<typename V::Result>;
   { V::query_stream(context, stream) } -> std::same_as<typename V::Result>;
+  // Whether the stream is capturing a graph: its work runs only when the graph is launched.
+  { V::stream_capturing(context, stream) } -> std::same_as<bool>;
   { V::wait_event(context, stream, event) } -> std::same_as<typename V::Result>;
   // Runs HostCallback::run_with_status (or ::run) once earlier work is done, also after an error.
   { V::enqueue_host_callback(context, stream, callback) } -> std::same_as<typename V::Result>;

@@ -179,7 +179,7 @@ class NcclCommunicator {
   std::string library_text(NcclResult result) const;
   hal_status call_failed(const std::string& what, const char* function, NcclResult result);
   NcclResult wait_while_in_progress(shims::NcclCommunicator handle, NcclResult result, Clock::time_point deadline);
-  hal_status issue(hal_stream* stream, const hal_collective_op_v1& op, hal_buffer*& scratch);
+  hal_status issue(hal_stream* stream, const hal_collective_op_v1& op, bool captured, hal_buffer*& scratch);
   hal_status issue_group(hal_stream* stream, const hal_collective_op_v1* operations, std::uint32_t count);
   hal_status unsupported_in(const hal_collective_op_v1& op) const;
   void fail_and_abort(hal_status status, const std::string& message);
@@ -362,8 +362,9 @@ hal_status NcclCommunicator::unsupported_in(const hal_collective_op_v1& op) cons
 }
 
 // Posts one operation on the stream. scratch: a buffer to free once it ran.
-// The caller holds handle_mutex_ shared.
-hal_status NcclCommunicator::issue(hal_stream* stream, const hal_collective_op_v1& op, hal_buffer*& scratch) {
+// captured: the stream is capturing a graph. The caller holds handle_mutex_ shared.
+hal_status NcclCommunicator::issue(hal_stream* stream, const hal_collective_op_v1& op, bool captured,
+                                   hal_buffer*& scratch) {
   const std::string what = describe_operation(rank_, op);
   const shims::NcclCommunicator handle = handle_;
   void* native = port_.native_stream(stream);
@@ -417,6 +418,11 @@ hal_status NcclCommunicator::issue(hal_stream* stream, const hal_collective_op_v
     case HAL_COLLECTIVE_ALL_TO_ALL: {
       // Blocks may move in any order, so in place reads from a copy.
       if (send == recv && count > 0 && world_ > 1) {
+        if (captured)
+          return fail(HAL_ERROR_UNSUPPORTED, what +
+                                                 ": in place on a stream that is capturing a graph: the copy it "
+                                                 "reads from would be freed before the graph runs; capture it with "
+                                                 "separate send and recv buffers");
         if (hal_status status = port_.allocate(device_, block * world_, &scratch); status != HAL_OK) return status;
         if (hal_status status = port_.copy(stream, scratch, op.send, block * world_); status != HAL_OK) return status;
         send = port_.device_address({scratch, 0});
@@ -463,7 +469,7 @@ hal_status NcclCommunicator::issue_group(hal_stream* stream, const hal_collectiv
   hal_status status = HAL_OK;
   for (std::uint32_t i = 0; i < count && status == HAL_OK; ++i) {
     hal_buffer* unused = nullptr;
-    status = issue(stream, operations[i], unused);
+    status = issue(stream, operations[i], false, unused);  // send and recv take no scratch
   }
   const NcclResult ended = api_.GroupEnd();
   if (status != HAL_OK) return status;
@@ -524,8 +530,15 @@ hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op
     return fail(status != HAL_OK ? status : HAL_ERROR_ABORTED,
                 describe_operation(rank_, first) + ": the communicator failed before: " + earlier);
   }
-  const hal_status status = count == 1 ? issue(stream, first, scratch) : issue_group(stream, operations, count);
-  hal_status recorded = status == HAL_OK ? port_.event_record(event, stream) : status;
+  // On a stream capturing a graph the operation is recorded, not run: it runs
+  // when the graph is launched, perhaps much later, perhaps many times. So it
+  // is not in flight, and gets no deadline; an event recorded in the capture
+  // could not be queried anyway (that fails and breaks the capture). Failures
+  // of its launches still reach the watchdog through ncclCommGetAsyncError.
+  const bool captured = port_.capturing(stream);
+  const hal_status status =
+      count == 1 ? issue(stream, first, captured, scratch) : issue_group(stream, operations, count);
+  hal_status recorded = status == HAL_OK && !captured ? port_.event_record(event, stream) : status;
   for (std::uint32_t i = 0; i < count && recorded == HAL_OK; ++i)
     for (const hal_tensor_ref_v1* tensor : {&operations[i].send, &operations[i].recv})
       if (recorded == HAL_OK) recorded = port_.note_use(stream, *tensor);
@@ -535,6 +548,10 @@ hal_status NcclCommunicator::enqueue(hal_stream* stream, const hal_collective_op
     spare_events_.push_back(event);
     port_.release(scratch);
     return recorded;
+  }
+  if (captured) {  // nothing to watch, and no scratch (issue refuses what needs one)
+    spare_events_.push_back(event);
+    return succeed();
   }
   std::string what = describe_operation(rank_, first);
   if (count > 1) what += " and " + std::to_string(count - 1) + " more send/recv of its group";

@@ -45,6 +45,8 @@ class GpuCollectivesPort {
   virtual CurrentDevice current_device(std::uint32_t device) const = 0;
   virtual void* native_stream(const hal_stream* stream) const = 0;  // cudaStream_t / hipStream_t
   virtual std::uint32_t stream_device(const hal_stream* stream) const = 0;
+  // Whether the stream is capturing a graph (its work runs when the graph is launched).
+  virtual bool capturing(const hal_stream* stream) const = 0;
   // On the watchdog's thread: its event queries must not invalidate a graph
   // capture that another thread runs in global mode.
   virtual void relax_capture_mode() const = 0;

@@ -41,6 +41,14 @@ hipError_t RocmVendor::query_stream(const Context& context, hipStream_t stream) 
   return context.api().hipStreamQuery(stream);
 }
 
+// As CudaVendor's: false where the runtime cannot tell.
+bool RocmVendor::stream_capturing(const Context& context, hipStream_t stream) {
+  const auto& api = context.api();
+  hipStreamCaptureStatus status = hipStreamCaptureStatusNone;
+  return api.hipStreamIsCapturing != nullptr && api.hipStreamIsCapturing(stream, &status) == hipSuccess &&
+         status != hipStreamCaptureStatusNone;
+}
+
 hipError_t RocmVendor::wait_event(const Context& context, hipStream_t stream, hipEvent_t event) {
   return context.api().hipStreamWaitEvent(stream, event, 0);
 }

@@ -63,6 +63,7 @@ struct RocmVendor {
   static hipError_t destroy_stream(const Context& context, hipStream_t stream);
   static hipError_t synchronize_stream(const Context& context, hipStream_t stream);
   static hipError_t query_stream(const Context& context, hipStream_t stream);
+  static bool stream_capturing(const Context& context, hipStream_t stream);
   static hipError_t wait_event(const Context& context, hipStream_t stream, hipEvent_t event);
   static hipError_t enqueue_host_callback(const Context& context, hipStream_t stream, backend::HostCallback* callback);
   static hipError_t create_event(const Context& context, hipEvent_t* event);

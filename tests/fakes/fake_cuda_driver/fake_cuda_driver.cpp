@@ -2,9 +2,6 @@
 // A driver is process-wide by nature, so this one keeps global state.
 #include <cuda.h>
 
-#include "emulated_kernels.hpp"
-#include "stuck_bits.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <iterator>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -26,6 +24,9 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "emulated_kernels.hpp"
+#include "stuck_bits.hpp"
 
 #undef cuEventElapsedTime
 #undef cuDeviceGetUuid
@@ -140,9 +141,11 @@ struct Allocation {
   int device = 0;
   enum class Kind { device, host, managed } kind = Kind::device;
   CUmemoryPool pool = nullptr;  // stream-ordered allocations: the pool that reserved it
+  bool graph = false;           // reserved by a capture for its graph (GraphMemory)
 };
 
 struct Stream;
+struct CaptureSequence;
 
 struct Driver {
   std::mutex mutex;
@@ -282,6 +285,7 @@ struct Stream {
 
   CUctx_st* context;
   const bool blocking, legacy;
+  CaptureSequence* capture = nullptr;  // the capture recording its work; guarded by driver().mutex
   const std::shared_ptr<Progress> progress = std::make_shared<Progress>();
   std::mutex mutex;
   std::condition_variable available, idle;
@@ -322,6 +326,11 @@ struct Event {
   unsigned flags = 0;
   std::uint64_t records = 0, completions = 0;
   std::chrono::steady_clock::time_point timestamp;
+  // Last recorded in a capture (guarded by driver().mutex): its id (0: not),
+  // the stream, and how much work that stream had recorded then.
+  std::uint64_t capture_id = 0;
+  Stream* captured_on = nullptr;
+  std::size_t captured_after = 0;
 };
 
 }  // namespace
@@ -351,6 +360,114 @@ CUstream resolve_stream(CUstream stream) {
   return context != nullptr ? legacy_stream_of(context, true) : nullptr;
 }
 struct CUevent_st : Event {};
+
+// ---- stream capture: the state ----------------------------------------------
+// A capture records the work enqueued on its streams instead of running it.
+// Its graph keeps the work in the order it was enqueued: each stream's work
+// in stream order, and work after an event wait after the work recorded
+// before that event, so running the nodes in turn honours every dependency.
+
+// Memory a capture's stream-ordered allocations reserved: the graph's (and
+// its executables') for as long as one of them lives, as graph memory is.
+struct GraphMemory {
+  std::vector<std::uintptr_t> blocks;
+  ~GraphMemory();
+};
+
+struct CUgraph_st {
+  std::vector<std::function<CUresult()>> nodes;
+  std::shared_ptr<GraphMemory> memory = std::make_shared<GraphMemory>();
+};
+
+// What cuGraphLaunch enqueues; launches of one executable run one after another.
+struct CUgraphExec_st {
+  std::vector<std::function<CUresult()>> nodes;
+  std::shared_ptr<GraphMemory> memory;
+  std::shared_ptr<Progress> last_launch_progress;  // the stream of the latest launch
+  std::uint64_t last_launch_ticket = 0;
+};
+
+namespace {
+
+struct CaptureSequence {
+  std::uint64_t id = 0;  // unique in the process, as cuStreamGetCaptureInfo's
+  Stream* origin = nullptr;
+  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::thread::id thread;  // that began it
+  bool invalidated = false;
+  std::unique_ptr<CUgraph_st> graph = std::make_unique<CUgraph_st>();
+  std::set<Stream*> streams;  // the origin and the streams forked from it by waiting on its events
+  // Work recorded per stream, and the forked streams whose latest work the origin has not waited for.
+  std::map<Stream*, std::size_t> recorded;
+  std::set<Stream*> unjoined;
+};
+
+std::list<CaptureSequence>& captures() {  // guarded by driver().mutex
+  static std::list<CaptureSequence> active;
+  return active;
+}
+
+// The active capture with this id, or null once it ended.
+CaptureSequence* capture_by_id(std::uint64_t id) {  // under driver().mutex
+  for (CaptureSequence& capture : captures())
+    if (capture.id == id) return &capture;
+  return nullptr;
+}
+
+// A violation of the capture rules invalidates the capture: its streams go
+// on recording nothing, and cuStreamEndCapture returns no graph.
+CUresult refuse(CaptureSequence& capture, CUresult error) {  // under driver().mutex
+  capture.invalidated = true;
+  return error;
+}
+
+thread_local CUstreamCaptureMode thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+// The legacy stream cannot be used while a blocking stream of its context
+// captures: its implicit synchronization would depend on the capture.
+CUresult legacy_conflict(const Stream* stream) {  // under driver().mutex
+  if (!stream->legacy) return CUDA_SUCCESS;
+  CUresult result = CUDA_SUCCESS;
+  for (CaptureSequence& capture : captures())
+    for (const Stream* member : capture.streams)
+      if (member->blocking && member->context == stream->context)
+        result = refuse(capture, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+  return result;
+}
+
+// "Potentially unsafe" calls (allocations and frees that are not stream
+// ordered, stream and event queries): refused, invalidating the captures they
+// conflict with, unless the calling thread relaxed its mode
+// (cuThreadExchangeStreamCaptureMode). Its own capture begun in global or
+// thread-local mode conflicts; in global mode so does another thread's
+// global-mode capture.
+CUresult unsafe_during_capture() {
+  if (thread_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+  std::lock_guard lock(driver().mutex);
+  CUresult result = CUDA_SUCCESS;
+  for (CaptureSequence& capture : captures()) {
+    const bool own = capture.thread == std::this_thread::get_id();
+    if ((own && capture.mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+        (!own && thread_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && capture.mode == CU_STREAM_CAPTURE_MODE_GLOBAL))
+      result = refuse(capture, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  }
+  return result;
+}
+
+// Waiting for a capturing stream (synchronize, query) can never succeed: its
+// work does not run until the graph is launched.
+CUresult waits_for_capture(const Stream* stream) {  // under driver().mutex
+  if (CUresult result = legacy_conflict(stream); result != CUDA_SUCCESS) return result;
+  return stream->capture != nullptr ? refuse(*stream->capture, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) : CUDA_SUCCESS;
+}
+
+// Nor can waiting for an event last recorded in a capture that is still on.
+CUresult waits_for_captured(const Event* event) {  // under driver().mutex
+  CaptureSequence* capture = capture_by_id(event->capture_id);
+  return capture != nullptr ? refuse(*capture, CUDA_ERROR_CAPTURED_EVENT) : CUDA_SUCCESS;
+}
+
+}  // namespace
 
 namespace {
 
@@ -445,6 +562,7 @@ void free_allocation(std::map<std::uintptr_t, Allocation>::iterator found) {
 CUresult release(void* memory, bool host) {
   CUctx_st* context = nullptr;
   if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
+  if (CUresult result = unsafe_during_capture(); result != CUDA_SUCCESS) return result;
   std::vector<Stream*> streams;
   {
     std::lock_guard lock(driver().mutex);
@@ -492,6 +610,30 @@ std::uint64_t enqueue_work(CUstream stream, Operation operation) {
 // When a call returns to its caller: at once, or once its work is done.
 enum class HostWait { none, until_done };
 
+// Enqueues the work on the stream, or records it into the stream's capture.
+// Work that would block the host until done cannot be captured. ticket, when
+// given, is the work's ticket on the stream (0 when recorded).
+CUresult enqueue_or_record(CUstream stream, Operation operation, HostWait wait = HostWait::none,
+                           std::uint64_t* ticket = nullptr) {
+  {
+    std::lock_guard lock(driver().mutex);
+    if (CUresult result = legacy_conflict(stream); result != CUDA_SUCCESS) return result;
+    if (CaptureSequence* capture = stream->capture) {
+      if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      if (wait == HostWait::until_done) return refuse(*capture, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+      capture->graph->nodes.push_back(std::move(operation));
+      ++capture->recorded[stream];
+      if (stream != capture->origin) capture->unjoined.insert(stream);
+      if (ticket != nullptr) *ticket = 0;
+      return CUDA_SUCCESS;
+    }
+  }
+  const std::uint64_t enqueued = enqueue_work(stream, std::move(operation));
+  if (ticket != nullptr) *ticket = enqueued;
+  if (wait == HostWait::until_done) stream->progress->wait_for(enqueued);
+  return CUDA_SUCCESS;
+}
+
 // Host memory the driver neither allocated nor registered: copies to or
 // from it are synchronous, even the Async ones.
 bool pageable(const void* host) {
@@ -523,11 +665,11 @@ CUresult submit(const char* function, CUstream stream, Operation operation, Host
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (CUresult result = sticky_error(stream->context); result != CUDA_SUCCESS) return result;
   if (fault != CUDA_SUCCESS && without_stream) return fault;
-  const std::uint64_t ticket =
-      enqueue_work(stream, fault != CUDA_SUCCESS ? Operation([fault] { return fault; }) : std::move(operation));
-  if (wait == HostWait::none) return CUDA_SUCCESS;
-  stream->progress->wait_for(ticket);
-  return sticky_error(stream->context);
+  if (CUresult result = enqueue_or_record(
+          stream, fault != CUDA_SUCCESS ? Operation([fault] { return fault; }) : std::move(operation), wait);
+      result != CUDA_SUCCESS)
+    return result;
+  return wait == HostWait::none ? CUDA_SUCCESS : sticky_error(stream->context);
 }
 
 template <typename Element>
@@ -550,19 +692,49 @@ const std::map<CUresult, std::pair<const char*, const char*>>& error_names() {
       {CUDA_ERROR_NO_DEVICE, {"CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"}},
       {CUDA_ERROR_INVALID_DEVICE, {"CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"}},
       {CUDA_ERROR_INVALID_CONTEXT, {"CUDA_ERROR_INVALID_CONTEXT", "invalid device context"}},
-      {CUDA_ERROR_NO_BINARY_FOR_GPU, {"CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"}},
+      {CUDA_ERROR_NO_BINARY_FOR_GPU,
+       {"CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"}},
       {CUDA_ERROR_INVALID_HANDLE, {"CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"}},
       {CUDA_ERROR_NOT_FOUND, {"CUDA_ERROR_NOT_FOUND", "named symbol not found"}},
       {CUDA_ERROR_NOT_READY, {"CUDA_ERROR_NOT_READY", "device not ready"}},
       {CUDA_ERROR_ILLEGAL_ADDRESS, {"CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"}},
       {CUDA_ERROR_LAUNCH_FAILED, {"CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"}},
       {CUDA_ERROR_NOT_SUPPORTED, {"CUDA_ERROR_NOT_SUPPORTED", "operation not supported"}},
+      {CUDA_ERROR_ILLEGAL_STATE,
+       {"CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"}},
+      {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+       {"CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"}},
+      {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+       {"CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"}},
+      {CUDA_ERROR_STREAM_CAPTURE_MERGE,
+       {"CUDA_ERROR_STREAM_CAPTURE_MERGE", "operation would result in a merge of separate capture sequences"}},
+      {CUDA_ERROR_STREAM_CAPTURE_UNMATCHED,
+       {"CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "capture was not ended in the same stream as it began"}},
+      {CUDA_ERROR_STREAM_CAPTURE_UNJOINED,
+       {"CUDA_ERROR_STREAM_CAPTURE_UNJOINED", "capturing stream has unjoined work"}},
+      {CUDA_ERROR_STREAM_CAPTURE_ISOLATION,
+       {"CUDA_ERROR_STREAM_CAPTURE_ISOLATION", "dependency created on uncaptured work in another stream"}},
+      {CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+       {"CUDA_ERROR_STREAM_CAPTURE_IMPLICIT",
+        "operation would make the legacy stream depend on a capturing blocking stream"}},
+      {CUDA_ERROR_CAPTURED_EVENT,
+       {"CUDA_ERROR_CAPTURED_EVENT", "operation not permitted on an event last recorded in a capturing stream"}},
+      {CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+       {"CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+        "attempt to terminate a thread-local capture sequence from another thread"}},
       {CUDA_ERROR_UNKNOWN, {"CUDA_ERROR_UNKNOWN", "unknown error"}},
   };
   return names;
 }
 
 }  // namespace
+
+GraphMemory::~GraphMemory() {
+  std::lock_guard lock(driver().mutex);
+  for (std::uintptr_t start : blocks)
+    if (auto found = driver().allocations.find(start); found != driver().allocations.end() && found->second.graph)
+      free_allocation(found);
+}
 
 // ---- the exported driver API ----------------------------------------------
 
@@ -722,6 +894,7 @@ FAKE_EXPORT CUresult cuMemGetInfo_v2(std::size_t* free, std::size_t* total) {
 
 FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* address, std::size_t size) {
   if (CUresult fault = injected_fault("cuMemAlloc"); fault != CUDA_SUCCESS) return fault;
+  if (CUresult result = unsafe_during_capture(); result != CUDA_SUCCESS) return result;
   void* memory = nullptr;
   const CUresult result = allocate(size, 256, Allocation::Kind::device, &memory);
   if (result == CUDA_SUCCESS) *address = reinterpret_cast<std::uintptr_t>(memory);
@@ -733,6 +906,7 @@ FAKE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* address, std::size_t size, u
   CUctx_st* context = nullptr;
   if (CUresult result = need_context(context); result != CUDA_SUCCESS) return result;
   if (!driver().devices[context->device].managed) return CUDA_ERROR_NOT_SUPPORTED;
+  if (CUresult result = unsafe_during_capture(); result != CUDA_SUCCESS) return result;
   void* memory = nullptr;
   const CUresult result = allocate(size, 256, Allocation::Kind::managed, &memory);
   if (result == CUDA_SUCCESS) *address = reinterpret_cast<std::uintptr_t>(memory);
@@ -740,6 +914,7 @@ FAKE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* address, std::size_t size, u
 }
 
 FAKE_EXPORT CUresult cuMemHostAlloc(void** host, std::size_t size, unsigned int) {
+  if (CUresult result = unsafe_during_capture(); result != CUDA_SUCCESS) return result;
   return allocate(size, 4096, Allocation::Kind::host, host);
 }
 
@@ -820,7 +995,9 @@ FAKE_EXPORT CUresult cuStreamDestroy_v2(CUstream stream) {
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   {
     std::lock_guard lock(driver().mutex);
-    if (driver().streams.erase(stream) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (driver().streams.count(stream) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (stream->capture != nullptr) return refuse(*stream->capture, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    driver().streams.erase(stream);
   }
   delete stream;  // drains the queue, then joins the worker
   return CUDA_SUCCESS;
@@ -832,6 +1009,7 @@ FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   {
     std::lock_guard lock(driver().mutex);
+    if (CUresult result = waits_for_capture(stream); result != CUDA_SUCCESS) return result;
     ++driver().host_waits;
   }
   stream->wait_idle();
@@ -839,52 +1017,47 @@ FAKE_EXPORT CUresult cuStreamSynchronize(CUstream stream) {
   return sticky_error(stream->context);
 }
 
-// Stream capture, as far as its rules go (nothing is recorded into a graph):
-// while a stream captures in global mode, a potentially unsafe call
-// (cuStreamQuery, cuEventQuery) from a thread that has not relaxed its
-// capture mode is refused and invalidates the capture.
-struct Capture {
-  CUstream stream;
-  CUstreamCaptureMode mode;
-  bool invalidated = false;
-};
-std::vector<Capture>& captures() {  // guarded by driver().mutex
-  static std::vector<Capture> active;
-  return active;
-}
-thread_local CUstreamCaptureMode thread_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-
-CUresult unsafe_during_capture() {
-  if (thread_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
-  std::lock_guard lock(driver().mutex);
-  bool refused = false;
-  for (Capture& capture : captures())
-    if (capture.mode == CU_STREAM_CAPTURE_MODE_GLOBAL) refused = capture.invalidated = true;
-  return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
-}
+// ---- stream capture: the calls ------------------------------------------------
 
 FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (stream == nullptr || stream == CU_STREAM_LEGACY) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED)
+    return CUDA_ERROR_INVALID_VALUE;
+  static std::uint64_t next_id = 0;
   std::lock_guard lock(driver().mutex);
-  for (const Capture& capture : captures())
-    if (capture.stream == stream) return CUDA_ERROR_ILLEGAL_STATE;
-  captures().push_back({stream, mode});
+  if (stream->capture != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  CaptureSequence& capture = captures().emplace_back();
+  capture.id = ++next_id;
+  capture.origin = stream;
+  capture.mode = mode;
+  capture.thread = std::this_thread::get_id();
+  capture.streams.insert(stream);
+  stream->capture = &capture;
   return CUDA_SUCCESS;
 }
 
-// The graph handle is a placeholder: nothing was recorded.
+// Ends the capture begun on `stream`: its graph, or none when the capture was
+// invalidated or a forked stream was never joined back.
 FAKE_EXPORT CUresult cuStreamEndCapture(CUstream stream, CUgraph* graph) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
-  static int placeholder_graph;
+  if (stream == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::unique_ptr<CUgraph_st> discarded;  // freed after the lock is let go: its memory takes the lock
   std::lock_guard lock(driver().mutex);
-  auto& active = captures();
-  const auto found = std::find_if(active.begin(), active.end(), [&](const Capture& c) { return c.stream == stream; });
-  if (found == active.end()) return CUDA_ERROR_ILLEGAL_STATE;
-  const bool invalidated = found->invalidated;
-  active.erase(found);
-  if (graph != nullptr) *graph = invalidated ? nullptr : reinterpret_cast<CUgraph>(&placeholder_graph);
-  return invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+  CaptureSequence* capture = stream->capture;
+  if (capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  if (capture->origin != stream) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+  if (capture->mode != CU_STREAM_CAPTURE_MODE_RELAXED && capture->thread != std::this_thread::get_id())
+    return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+  const CUresult result = capture->invalidated         ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                          : !capture->unjoined.empty() ? CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+                                                       : CUDA_SUCCESS;
+  *graph = result == CUDA_SUCCESS ? capture->graph.release() : nullptr;
+  discarded = std::move(capture->graph);
+  for (Stream* member : capture->streams) member->capture = nullptr;
+  captures().remove_if([&](const CaptureSequence& c) { return &c == capture; });
+  return result;
 }
 
 FAKE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
@@ -893,19 +1066,89 @@ FAKE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode
   return CUDA_SUCCESS;
 }
 
+// On the legacy stream while a blocking stream of its context captures:
+// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, and the capture goes on.
+FAKE_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                               CUgraph* graph, const CUgraphNode** dependencies,
+                                               const CUgraphEdgeData** edge_data, std::size_t* dependency_count) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  if (status == nullptr || (edge_data != nullptr && dependencies == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  stream = resolve_stream(stream);
+  if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard lock(driver().mutex);
+  if (stream->legacy)
+    for (const CaptureSequence& capture : captures())
+      for (const Stream* member : capture.streams)
+        if (member->blocking && member->context == stream->context) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  const CaptureSequence* capture = stream->capture;
+  *status = capture == nullptr     ? CU_STREAM_CAPTURE_STATUS_NONE
+            : capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                                   : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  const bool active = *status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (id != nullptr && active) *id = capture->id;
+  if (graph != nullptr && active) *graph = capture->graph.get();
+  // Nodes are not handed out: the fake's graph is the work in order, with no node handles.
+  if (dependencies != nullptr) *dependencies = nullptr;
+  if (edge_data != nullptr) *edge_data = nullptr;
+  if (dependency_count != nullptr) *dependency_count = 0;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  return cuStreamGetCaptureInfo_v3(stream, status, nullptr, nullptr, nullptr, nullptr, nullptr);
+}
+
 FAKE_EXPORT CUresult cuStreamQuery(CUstream stream) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (CUresult result = unsafe_during_capture(); result != CUDA_SUCCESS) return result;
   stream = resolve_stream(stream);
   if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard lock(driver().mutex);
+    if (CUresult result = waits_for_capture(stream); result != CUDA_SUCCESS) return result;
+  }
   if (CUresult result = sticky_error(stream->context); result != CUDA_SUCCESS) return result;
   return stream->is_idle() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
+
+// In a capture, a wait on an event recorded in it orders the stream's later
+// work after that event's; a stream not capturing joins the capture by it (a
+// fork), and the origin waiting on a fork's latest event joins the fork back.
+// A capturing stream cannot wait on work outside its capture.
+namespace {
+CUresult wait_in_capture(Stream* stream, Event* event) {  // under driver().mutex
+  CaptureSequence* recorded_in = capture_by_id(event->capture_id);
+  CaptureSequence* capture = stream->capture;
+  if (recorded_in == nullptr) {
+    if (capture == nullptr) return CUDA_ERROR_NOT_FOUND;  // no capture involved: an ordinary wait
+    std::lock_guard counts(event->mutex);
+    return event->records == 0 ? CUDA_SUCCESS : refuse(*capture, CUDA_ERROR_STREAM_CAPTURE_ISOLATION);
+  }
+  if (capture != nullptr && capture != recorded_in) {
+    refuse(*capture, CUDA_ERROR_STREAM_CAPTURE_MERGE);
+    return refuse(*recorded_in, CUDA_ERROR_STREAM_CAPTURE_MERGE);
+  }
+  if (recorded_in->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  if (capture == nullptr) {
+    if (stream->legacy) return refuse(*recorded_in, CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    stream->capture = recorded_in;
+    recorded_in->streams.insert(stream);
+  }
+  if (stream == recorded_in->origin && event->captured_after == recorded_in->recorded[event->captured_on])
+    recorded_in->unjoined.erase(event->captured_on);
+  return CUDA_SUCCESS;
+}
+}  // namespace
 
 FAKE_EXPORT CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   stream = resolve_stream(stream);
   if (stream == nullptr || event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard lock(driver().mutex);
+    if (CUresult result = legacy_conflict(stream); result != CUDA_SUCCESS) return result;
+    if (CUresult result = wait_in_capture(stream, event); result != CUDA_ERROR_NOT_FOUND) return result;
+  }
   std::uint64_t target;
   {
     std::lock_guard lock(event->mutex);
@@ -929,29 +1172,89 @@ void run_host_function(Call&& call) {
 }
 
 // As the CUDA 13 header says, the function is not called once the context has
-// an error (earlier work failed): its data is never seen again.
+// an error (earlier work failed): its data is never seen again. In a capture
+// it is a node of the graph, called at each launch.
 FAKE_EXPORT CUresult cuLaunchHostFunc(CUstream stream, CUhostFn function, void* data) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   stream = resolve_stream(stream);
   if (stream == nullptr || function == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  enqueue_work(stream, [stream, function, data] {
-    if (sticky_error(stream->context) == CUDA_SUCCESS) run_host_function([&] { function(data); });
+  return enqueue_or_record(stream, [context = stream->context, function, data] {
+    if (sticky_error(context) == CUDA_SUCCESS) run_host_function([&] { function(data); });
     return CUDA_SUCCESS;
   });
-  return CUDA_SUCCESS;
 }
 
 // The callback is called even after an error, with the error as its status.
+// Not supported in a capture (the header says so; cuLaunchHostFunc is).
 FAKE_EXPORT CUresult cuStreamAddCallback(CUstream stream, CUstreamCallback callback, void* data, unsigned int flags) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   stream = resolve_stream(stream);
   if (stream == nullptr || callback == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  {
+    std::lock_guard lock(driver().mutex);
+    if (CUresult result = legacy_conflict(stream); result != CUDA_SUCCESS) return result;
+    if (stream->capture != nullptr) return refuse(*stream->capture, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  }
   enqueue_work(stream, [stream, callback, data] {
     const CUresult status = sticky_error(stream->context);
     run_host_function([&] { callback(stream, status, data); });
     return CUDA_SUCCESS;
   });
+  return CUDA_SUCCESS;
+}
+
+// ---- graphs ------------------------------------------------------------------
+
+FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* executable, CUgraph graph, unsigned long long flags) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  constexpr unsigned long long known = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
+                                       CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD | CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH |
+                                       CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+  if (executable == nullptr || graph == nullptr || (flags & ~known) != 0) return CUDA_ERROR_INVALID_VALUE;
+  *executable = new CUgraphExec_st{graph->nodes, graph->memory, nullptr, 0};
+  return CUDA_SUCCESS;
+}
+
+// Runs the graph's work in order on the stream (or records it, into a
+// capture), after the work before it there and after the previous launch of
+// the same executable.
+FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec executable, CUstream stream) {
+  if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
+  if (executable == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  stream = resolve_stream(stream);
+  if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult result = sticky_error(stream->context); result != CUDA_SUCCESS) return result;
+  std::vector<Operation> work;
+  if (const auto& previous = executable->last_launch_progress; previous && previous != stream->progress)
+    work.push_back([previous, ticket = executable->last_launch_ticket] {
+      previous->wait_for(ticket);
+      return CUDA_SUCCESS;
+    });
+  for (const auto& node : executable->nodes)  // the memory lives as long as work that uses it
+    work.push_back([node, memory = executable->memory] { return node(); });
+  std::uint64_t ticket = 0;
+  for (Operation& operation : work)
+    if (CUresult result = enqueue_or_record(stream, std::move(operation), HostWait::none, &ticket);
+        result != CUDA_SUCCESS)
+      return result;
+  if (ticket != 0) {
+    executable->last_launch_progress = stream->progress;
+    executable->last_launch_ticket = ticket;
+  }
+  return CUDA_SUCCESS;
+}
+
+// Launches still queued keep what they run.
+FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec executable) {
+  if (executable == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  delete executable;
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  delete graph;
   return CUDA_SUCCESS;
 }
 
@@ -979,11 +1282,24 @@ FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent event) {
 }
 
 // Records complete even on a poisoned context, so no waiter hangs; queries
-// and synchronizes then return the context's error.
+// and synchronizes then return the context's error. In a capture a record
+// only marks a point of it, for waits within the capture.
 FAKE_EXPORT CUresult cuEventRecord(CUevent event, CUstream stream) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   stream = resolve_stream(stream);
   if (event == nullptr || stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard lock(driver().mutex);
+    if (CUresult result = legacy_conflict(stream); result != CUDA_SUCCESS) return result;
+    if (CaptureSequence* capture = stream->capture) {
+      if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      event->capture_id = capture->id;
+      event->captured_on = stream;
+      event->captured_after = capture->recorded[stream];
+      return CUDA_SUCCESS;
+    }
+    event->capture_id = 0;
+  }
   std::uint64_t target;
   {
     std::lock_guard lock(event->mutex);
@@ -1007,6 +1323,10 @@ FAKE_EXPORT CUresult cuEventQuery(CUevent event) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   if (CUresult result = unsafe_during_capture(); result != CUDA_SUCCESS) return result;
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  {
+    std::lock_guard lock(driver().mutex);
+    if (CUresult result = waits_for_captured(event); result != CUDA_SUCCESS) return result;
+  }
   std::lock_guard lock(event->mutex);
   return event->completions >= event->records ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -1016,6 +1336,7 @@ FAKE_EXPORT CUresult cuEventSynchronize(CUevent event) {
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   {
     std::lock_guard lock(driver().mutex);
+    if (CUresult result = waits_for_captured(event); result != CUDA_SUCCESS) return result;
     ++driver().host_waits;
   }
   std::unique_lock lock(event->mutex);
@@ -1258,12 +1579,32 @@ void trim_pools() {
 
 // Stream-ordered allocation: a reserved block of the pool at least `size`
 // long when it has one, else fresh memory (counted as a reservation). The
-// memory exists from the call on, for the work after it on the stream.
+// memory exists from the call on, for the work after it on the stream. In a
+// capture it is the graph's memory instead, at one address for every launch.
 CUresult allocate_from_pool(CUdeviceptr* address, std::size_t size, CUmemoryPool pool, CUstream stream) {
-  if (resolve_stream(stream) == nullptr || address == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  stream = resolve_stream(stream);
+  if (stream == nullptr || address == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::shared_ptr<GraphMemory> graph_memory;
   {
     std::lock_guard lock(driver().mutex);
     if (!known_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult result = legacy_conflict(stream); result != CUDA_SUCCESS) return result;
+    if (const CaptureSequence* capture = stream->capture) {
+      if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      graph_memory = capture->graph->memory;
+    }
+  }
+  if (graph_memory) {
+    void* memory = nullptr;
+    if (CUresult result = allocate(size, 256, Allocation::Kind::device, &memory); result != CUDA_SUCCESS) return result;
+    std::lock_guard lock(driver().mutex);
+    driver().allocations[reinterpret_cast<std::uintptr_t>(memory)].graph = true;
+    graph_memory->blocks.push_back(reinterpret_cast<std::uintptr_t>(memory));
+    *address = reinterpret_cast<std::uintptr_t>(memory);
+    return CUDA_SUCCESS;
+  }
+  {
+    std::lock_guard lock(driver().mutex);
     ++driver().async_allocations;
     if (auto block = pool->reserved.lower_bound(size); block != pool->reserved.end()) {
       *address = block->second;
@@ -1303,26 +1644,31 @@ FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* address, std::size_t s
 }
 
 // Returns the block to its pool (or frees it, for a pool already destroyed)
-// when the stream reaches the free.
+// when the stream reaches the free. The graph's own memory, freed in its
+// capture, stays the graph's until the graph goes.
 FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr address, CUstream stream) {
   if (CUresult result = need_any_context(); result != CUDA_SUCCESS) return result;
   stream = resolve_stream(stream);
   if (stream == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  bool graph_frees_own = false;
   {
     std::lock_guard lock(driver().mutex);
     const auto found = driver().allocations.find(static_cast<std::uintptr_t>(address));
     if (found == driver().allocations.end() || found->second.kind != Allocation::Kind::device)
       return CUDA_ERROR_INVALID_VALUE;
+    graph_frees_own = found->second.graph && stream->capture != nullptr;
   }
-  enqueue_work(stream, [address] {
+  if (graph_frees_own) return enqueue_or_record(stream, [] { return CUDA_SUCCESS; });
+  return enqueue_or_record(stream, [address] {
     std::lock_guard lock(driver().mutex);
     auto found = driver().allocations.find(static_cast<std::uintptr_t>(address));
     if (found == driver().allocations.end()) return CUDA_ERROR_INVALID_VALUE;
-    if (found->second.pool != nullptr) found->second.pool->reserved.emplace(found->second.size, found->first);
-    else free_allocation(found);
+    if (found->second.pool != nullptr)
+      found->second.pool->reserved.emplace(found->second.size, found->first);
+    else
+      free_allocation(found);
     return CUDA_SUCCESS;
   });
-  return CUDA_SUCCESS;
 }
 
 // Pinned device memory on a device that has pools; nothing else is modelled.
@@ -1444,6 +1790,12 @@ FAKE_EXPORT CUresult cuCtxSynchronize() {
   std::vector<Stream*> streams;
   {
     std::lock_guard lock(driver().mutex);
+    // A capture on one of the context's streams can never finish before its graph is launched.
+    CUresult refused = CUDA_SUCCESS;
+    for (CaptureSequence& capture : captures())
+      for (const Stream* member : capture.streams)
+        if (member->context == context) refused = refuse(capture, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    if (refused != CUDA_SUCCESS) return refused;
     ++driver().context_synchronizes;
     for (Stream* stream : driver().streams)
       if (stream->context == context) streams.push_back(stream);
@@ -1475,77 +1827,84 @@ ProcEntry entry(const char* name, Function* function, int introduced) {
 
 const std::vector<ProcEntry>& proc_table() {
   static const std::vector<ProcEntry> table = {
-      entry("cuInit", cuInit, 2000),
-      entry("cuDriverGetVersion", cuDriverGetVersion, 2020),
-      entry("cuDeviceGetCount", cuDeviceGetCount, 2000),
-      entry("cuDeviceGet", cuDeviceGet, 2000),
-      entry("cuDeviceGetName", cuDeviceGetName, 2000),
-      entry("cuDeviceGetUuid", cuDeviceGetUuid, 9020),
+    entry("cuInit", cuInit, 2000),
+    entry("cuDriverGetVersion", cuDriverGetVersion, 2020),
+    entry("cuDeviceGetCount", cuDeviceGetCount, 2000),
+    entry("cuDeviceGet", cuDeviceGet, 2000),
+    entry("cuDeviceGetName", cuDeviceGetName, 2000),
+    entry("cuDeviceGetUuid", cuDeviceGetUuid, 9020),
 #if !HAL_FAKE_CUDA_NO_UUID_V2
-      entry("cuDeviceGetUuid", cuDeviceGetUuid_v2, 11040),
+    entry("cuDeviceGetUuid", cuDeviceGetUuid_v2, 11040),
 #endif
-      entry("cuDeviceTotalMem", cuDeviceTotalMem_v2, 3020),
-      entry("cuDeviceGetAttribute", cuDeviceGetAttribute, 2000),
-      entry("cuDeviceGetPCIBusId", cuDeviceGetPCIBusId, 4010),
-      entry("cuDeviceCanAccessPeer", cuDeviceCanAccessPeer, 4000),
-      entry("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000),
-      entry("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000),
-      entry("cuCtxGetCurrent", cuCtxGetCurrent, 4000),
-      entry("cuCtxGetDevice", cuCtxGetDevice, 2000),
-      entry("cuCtxSetCurrent", cuCtxSetCurrent, 4000),
-      entry("cuMemGetInfo", cuMemGetInfo_v2, 3020),
-      entry("cuMemAlloc", cuMemAlloc_v2, 3020),
-      entry("cuMemAllocAsync", cuMemAllocAsync, 11020),
-      entry("cuMemFreeAsync", cuMemFreeAsync, 11020),
-      entry("cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync, 11020),
-      entry("cuMemPoolCreate", cuMemPoolCreate, 11020),
-      entry("cuMemPoolDestroy", cuMemPoolDestroy, 11020),
-      entry("cuMemPoolSetAttribute", cuMemPoolSetAttribute, 11020),
-      entry("cuMemPoolGetAttribute", cuMemPoolGetAttribute, 11020),
-      entry("cuMemFree", cuMemFree_v2, 3020),
-      entry("cuMemHostAlloc", cuMemHostAlloc, 2020),
-      entry("cuMemFreeHost", cuMemFreeHost, 2000),
-      entry("cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2, 3020),
-      entry("cuPointerGetAttributes", cuPointerGetAttributes, 7000),
-      entry("cuMemHostRegister", cuMemHostRegister_v2, 6050),
-      entry("cuMemHostUnregister", cuMemHostUnregister, 4000),
-      entry("cuCtxSynchronize", cuCtxSynchronize, 2000),
-      entry("cuMemAllocManaged", cuMemAllocManaged, 6000),
-      entry("cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020),
-      entry("cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020),
-      entry("cuMemcpyDtoD", cuMemcpyDtoD_v2, 3020),
-      entry("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, 3020),
-      entry("cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, 3020),
-      entry("cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2, 3020),
-      entry("cuMemsetD8", cuMemsetD8_v2, 3020),
-      entry("cuMemsetD16", cuMemsetD16_v2, 3020),
-      entry("cuMemsetD32", cuMemsetD32_v2, 3020),
-      entry("cuMemsetD8Async", cuMemsetD8Async, 3020),
-      entry("cuMemsetD16Async", cuMemsetD16Async, 3020),
-      entry("cuMemsetD32Async", cuMemsetD32Async, 3020),
-      entry("cuStreamCreate", cuStreamCreate, 2000),
-      entry("cuStreamDestroy", cuStreamDestroy_v2, 4000),
-      entry("cuStreamSynchronize", cuStreamSynchronize, 2000),
-      entry("cuStreamQuery", cuStreamQuery, 2000),
-      entry("cuStreamWaitEvent", cuStreamWaitEvent, 3020),
-      entry("cuLaunchHostFunc", cuLaunchHostFunc, 10000),
-      entry("cuStreamAddCallback", cuStreamAddCallback, 5000),
-      entry("cuStreamBeginCapture", cuStreamBeginCapture_v2, 10010),
-      entry("cuStreamEndCapture", cuStreamEndCapture, 10000),
-      entry("cuThreadExchangeStreamCaptureMode", cuThreadExchangeStreamCaptureMode, 10010),
-      entry("cuEventCreate", cuEventCreate, 2000),
-      entry("cuEventDestroy", cuEventDestroy_v2, 4000),
-      entry("cuEventRecord", cuEventRecord, 2000),
-      entry("cuEventQuery", cuEventQuery, 2000),
-      entry("cuEventSynchronize", cuEventSynchronize, 2000),
-      entry("cuEventElapsedTime", cuEventElapsedTime, 2000),
-      entry("cuGetErrorName", cuGetErrorName, 6000),
-      entry("cuGetErrorString", cuGetErrorString, 6000),
-      entry("cuModuleLoadData", cuModuleLoadData, 2000),
-      entry("cuModuleUnload", cuModuleUnload, 2000),
-      entry("cuModuleGetFunction", cuModuleGetFunction, 2000),
-      entry("cuLaunchKernel", cuLaunchKernel, 4000),
-      entry("cuFuncSetAttribute", cuFuncSetAttribute, 9000),
+    entry("cuDeviceTotalMem", cuDeviceTotalMem_v2, 3020),
+    entry("cuDeviceGetAttribute", cuDeviceGetAttribute, 2000),
+    entry("cuDeviceGetPCIBusId", cuDeviceGetPCIBusId, 4010),
+    entry("cuDeviceCanAccessPeer", cuDeviceCanAccessPeer, 4000),
+    entry("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000),
+    entry("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000),
+    entry("cuCtxGetCurrent", cuCtxGetCurrent, 4000),
+    entry("cuCtxGetDevice", cuCtxGetDevice, 2000),
+    entry("cuCtxSetCurrent", cuCtxSetCurrent, 4000),
+    entry("cuMemGetInfo", cuMemGetInfo_v2, 3020),
+    entry("cuMemAlloc", cuMemAlloc_v2, 3020),
+    entry("cuMemAllocAsync", cuMemAllocAsync, 11020),
+    entry("cuMemFreeAsync", cuMemFreeAsync, 11020),
+    entry("cuMemAllocFromPoolAsync", cuMemAllocFromPoolAsync, 11020),
+    entry("cuMemPoolCreate", cuMemPoolCreate, 11020),
+    entry("cuMemPoolDestroy", cuMemPoolDestroy, 11020),
+    entry("cuMemPoolSetAttribute", cuMemPoolSetAttribute, 11020),
+    entry("cuMemPoolGetAttribute", cuMemPoolGetAttribute, 11020),
+    entry("cuMemFree", cuMemFree_v2, 3020),
+    entry("cuMemHostAlloc", cuMemHostAlloc, 2020),
+    entry("cuMemFreeHost", cuMemFreeHost, 2000),
+    entry("cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2, 3020),
+    entry("cuPointerGetAttributes", cuPointerGetAttributes, 7000),
+    entry("cuMemHostRegister", cuMemHostRegister_v2, 6050),
+    entry("cuMemHostUnregister", cuMemHostUnregister, 4000),
+    entry("cuCtxSynchronize", cuCtxSynchronize, 2000),
+    entry("cuMemAllocManaged", cuMemAllocManaged, 6000),
+    entry("cuMemcpyHtoD", cuMemcpyHtoD_v2, 3020),
+    entry("cuMemcpyDtoH", cuMemcpyDtoH_v2, 3020),
+    entry("cuMemcpyDtoD", cuMemcpyDtoD_v2, 3020),
+    entry("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, 3020),
+    entry("cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, 3020),
+    entry("cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2, 3020),
+    entry("cuMemsetD8", cuMemsetD8_v2, 3020),
+    entry("cuMemsetD16", cuMemsetD16_v2, 3020),
+    entry("cuMemsetD32", cuMemsetD32_v2, 3020),
+    entry("cuMemsetD8Async", cuMemsetD8Async, 3020),
+    entry("cuMemsetD16Async", cuMemsetD16Async, 3020),
+    entry("cuMemsetD32Async", cuMemsetD32Async, 3020),
+    entry("cuStreamCreate", cuStreamCreate, 2000),
+    entry("cuStreamDestroy", cuStreamDestroy_v2, 4000),
+    entry("cuStreamSynchronize", cuStreamSynchronize, 2000),
+    entry("cuStreamQuery", cuStreamQuery, 2000),
+    entry("cuStreamWaitEvent", cuStreamWaitEvent, 3020),
+    entry("cuLaunchHostFunc", cuLaunchHostFunc, 10000),
+    entry("cuStreamAddCallback", cuStreamAddCallback, 5000),
+    entry("cuStreamBeginCapture", cuStreamBeginCapture_v2, 10010),
+    entry("cuStreamEndCapture", cuStreamEndCapture, 10000),
+    entry("cuThreadExchangeStreamCaptureMode", cuThreadExchangeStreamCaptureMode, 10010),
+    entry("cuStreamIsCapturing", cuStreamIsCapturing, 10000),
+    entry("cuStreamGetCaptureInfo", cuStreamGetCaptureInfo_v3, 12030),
+    entry("cuGraphInstantiate", cuGraphInstantiateWithFlags, 12000),
+    entry("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags, 11040),
+    entry("cuGraphLaunch", cuGraphLaunch, 10000),
+    entry("cuGraphExecDestroy", cuGraphExecDestroy, 10000),
+    entry("cuGraphDestroy", cuGraphDestroy, 10000),
+    entry("cuEventCreate", cuEventCreate, 2000),
+    entry("cuEventDestroy", cuEventDestroy_v2, 4000),
+    entry("cuEventRecord", cuEventRecord, 2000),
+    entry("cuEventQuery", cuEventQuery, 2000),
+    entry("cuEventSynchronize", cuEventSynchronize, 2000),
+    entry("cuEventElapsedTime", cuEventElapsedTime, 2000),
+    entry("cuGetErrorName", cuGetErrorName, 6000),
+    entry("cuGetErrorString", cuGetErrorString, 6000),
+    entry("cuModuleLoadData", cuModuleLoadData, 2000),
+    entry("cuModuleUnload", cuModuleUnload, 2000),
+    entry("cuModuleGetFunction", cuModuleGetFunction, 2000),
+    entry("cuLaunchKernel", cuLaunchKernel, 4000),
+    entry("cuFuncSetAttribute", cuFuncSetAttribute, 9000),
   };
   return table;
 }
