@@ -1478,10 +1478,12 @@ TEST_SUITE("faithful fake driver") {
         CHECK(query(other) == (relaxed ? CUDA_SUCCESS : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED));
       }).join();
     };
+    auto destroy_graph = calls.driver.function<decltype(cuGraphDestroy)>("cuGraphDestroy");
     CUgraph graph = nullptr;
     REQUIRE(begin(captured, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
     query_from_another_thread(true);
     CHECK(end(captured, &graph) == CUDA_SUCCESS);
+    CHECK(destroy_graph(graph) == CUDA_SUCCESS);
     REQUIRE(begin(captured, CU_STREAM_CAPTURE_MODE_GLOBAL) == CUDA_SUCCESS);
     query_from_another_thread(false);
     CHECK(end(captured, &graph) == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
@@ -1627,6 +1629,7 @@ TEST_SUITE("faithful fake driver") {
       std::this_thread::sleep_for(std::chrono::milliseconds(60));  // the watchdog polls every 5 ms
       CUgraph graph = nullptr;
       CHECK(end(captured, &graph) == CUDA_SUCCESS);
+      CHECK(calls.driver.function<decltype(cuGraphDestroy)>("cuGraphDestroy")(graph) == CUDA_SUCCESS);
       gate.open();
       stream.synchronize();
       CHECK(calls.destroy_stream(captured) == CUDA_SUCCESS);
