@@ -129,6 +129,18 @@ HAL_ALWAYS_INLINE std::uint16_t bf16_at(const std::uint16_t* row, std::int64_t s
   return dim < dims ? row[dim * stride] : std::uint16_t{0};
 }
 
+// `dims` elements of a bf16 row (`stride` apart) into `out`, zeros after
+// them up to `padded`; dims 0 (a row past the tensor) reads nothing.
+HAL_ALWAYS_INLINE void copy_bf16_row(const std::uint16_t* row, std::int64_t stride, std::int64_t dims,
+                                     std::int64_t padded, std::uint16_t* out) {
+  if (stride == 1) {
+    __builtin_memcpy(out, row, static_cast<std::size_t>(dims) * sizeof(std::uint16_t));
+  } else {
+    for (std::int64_t dim = 0; dim < dims; ++dim) out[dim] = row[dim * stride];
+  }
+  for (std::int64_t dim = dims; dim < padded; ++dim) out[dim] = 0;
+}
+
 // Rows [key0, key0 + bc) of K or V (`dims` wide) transposed, as tile_gemm's
 // B: round_up(dims, 32) / 2 rows of bc words, word (i, key) = dims 2i and
 // 2i + 1 of that key; zero past dims and seq_kv.
@@ -187,17 +199,12 @@ void forward_pack_keys_tiles(const ForwardJob& job, std::int64_t unit) {
   const hal_attention_params_v1& p = *job.params;
   if (!runs_on_tiles(p)) return forward_pack_keys<V>(job, unit);
   const Layout& layout = job.layout;
-  const std::int64_t group_in_pass = unit / layout.key_blocks;
-  const std::int64_t key_block = unit % layout.key_blocks;
-  const std::int64_t group = job.first_group + group_in_pass;
-  const std::int64_t batch = group / p.heads_kv;
-  const std::int64_t kv_head = group % p.heads_kv;
+  const KeyUnit own = key_unit(job, unit);
   // The pairs take no more room than the f32 packing (head_dim_qk >= 16).
-  const std::int64_t key0 = key_block * layout.key_block;
-  pack_dim_pairs(p, job.k, p.k_strides, p.head_dim_qk, batch, kv_head, key0, layout.key_block,
-                 reinterpret_cast<std::uint32_t*>(packed_keys(job, group_in_pass, key_block)));
-  pack_key_pairs(p, job.v, p.v_strides, p.head_dim_v, layout.dim_v_padded, batch, kv_head, key0, layout.key_block,
-                 tile_values(job, group_in_pass, key_block));
+  pack_dim_pairs(p, job.k, p.k_strides, p.head_dim_qk, own.batch, own.kv_head, own.key0, layout.key_block,
+                 reinterpret_cast<std::uint32_t*>(packed_keys(job, own.group_in_pass, own.key_block)));
+  pack_key_pairs(p, job.v, p.v_strides, p.head_dim_v, layout.dim_v_padded, own.batch, own.kv_head, own.key0,
+                 layout.key_block, tile_values(job, own.group_in_pass, own.key_block));
 }
 
 void forward_queries_tiles(const ForwardJob& job, std::int64_t unit, int worker) {
@@ -220,16 +227,10 @@ void forward_queries_tiles(const ForwardJob& job, std::int64_t unit, int worker)
   float* scores = tile.end;
   auto* probabilities = reinterpret_cast<std::uint16_t*>(scores + layout.query_block * span * bc);
   for (std::int64_t row = 0; row < tile_rows; ++row) {
-    std::uint16_t* out_row = queries + row * depth;
     const std::int64_t dims = row < rows.count ? p.head_dim_qk : 0;
     const auto* q_row = static_cast<const std::uint16_t*>(job.q) +
                         (dims > 0 ? element_offset(p.q_strides, rows.batch, rows.head(row), rows.query(row), 0) : 0);
-    if (p.q_strides.dim == 1) {
-      __builtin_memcpy(out_row, q_row, static_cast<std::size_t>(dims) * sizeof(std::uint16_t));
-    } else {
-      for (std::int64_t dim = 0; dim < dims; ++dim) out_row[dim] = q_row[dim * p.q_strides.dim];
-    }
-    for (std::int64_t dim = dims; dim < depth; ++dim) out_row[dim] = 0;
+    copy_bf16_row(q_row, p.q_strides.dim, dims, depth, queries + row * depth);
   }
   // Rows past the tile's and P's columns past bc (one block shorter than
   // its depth) stay zero; the softmax writes the rest.
@@ -304,13 +305,10 @@ void pack_query_rows(const hal_attention_params_v1& p, const void* tensor, const
   for (std::int64_t row = 0; row < block_rows; ++row) {
     const std::int64_t query = query0 + row;
     std::uint16_t* out_row = rows_out + query * dims;
-    if (query >= p.seq_q) {
-      for (std::int64_t dim = 0; dim < dims; ++dim) out_row[dim] = 0;
-    } else {
-      const std::uint16_t* in_row =
-          static_cast<const std::uint16_t*>(tensor) + element_offset(strides, batch, head, query, 0);
-      for (std::int64_t dim = 0; dim < dims; ++dim) out_row[dim] = in_row[dim * strides.dim];
-    }
+    const bool present = query < p.seq_q;
+    const auto* in_row =
+        static_cast<const std::uint16_t*>(tensor) + (present ? element_offset(strides, batch, head, query, 0) : 0);
+    copy_bf16_row(in_row, strides.dim, present ? dims : 0, dims, out_row);
     for (std::int64_t dim = 0; dim < dims; ++dim) transposed_out[dim * block_rows + row] = out_row[dim];
   }
 }
@@ -358,7 +356,7 @@ void backward_keys_tiles(const BackwardJob& job, std::int64_t unit, float* scrat
   const hal_attention_params_v1& p = *job.params;
   if (!backward_runs_on_tiles(p)) return backward_keys<V>(job, unit, scratch, dq_partial);
   const Layout& layout = job.layout;
-  const BackwardKeyUnit own = backward_key_unit(job, unit);
+  const KeyUnit own = key_unit(job, unit);
   const std::int64_t br = layout.query_block;
   const std::int64_t bc = layout.key_block;
   const std::int64_t dqk = p.head_dim_qk;

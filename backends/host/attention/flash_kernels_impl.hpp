@@ -495,6 +495,32 @@ void finish_tile(const hal_attention_params_v1& p, const Layout& layout, const T
   }
 }
 
+// A key unit of a pass (forward packing, backward key blocks): unit =
+// group_in_pass * key_blocks + key_block.
+struct KeyUnit {
+  std::int64_t group_in_pass;
+  std::int64_t key_block;
+  std::int64_t batch;
+  std::int64_t kv_head;
+  std::int64_t key0;
+  std::int64_t key_count;  // keys of the block before seq_kv
+};
+
+template <class Job>
+HAL_ALWAYS_INLINE KeyUnit key_unit(const Job& job, std::int64_t unit) {
+  const hal_attention_params_v1& p = *job.params;
+  const Layout& layout = job.layout;
+  KeyUnit own;
+  own.group_in_pass = unit / layout.key_blocks;
+  own.key_block = unit % layout.key_blocks;
+  const std::int64_t group = job.first_group + own.group_in_pass;
+  own.batch = group / p.heads_kv;
+  own.kv_head = group % p.heads_kv;
+  own.key0 = own.key_block * layout.key_block;
+  own.key_count = min_i64(layout.key_block, p.seq_kv - own.key0);
+  return own;
+}
+
 // Where key block `key_block` of the pass's group `group_in_pass` lies packed:
 // its K^T, and its V (the packed pass holds every K^T block, then every V block).
 HAL_ALWAYS_INLINE float* packed_keys(const ForwardJob& job, std::int64_t group_in_pass, std::int64_t key_block) {
@@ -510,14 +536,11 @@ HAL_ALWAYS_INLINE float* packed_values(const ForwardJob& job, std::int64_t group
 
 template <class V>
 void forward_pack_keys(const ForwardJob& job, std::int64_t unit) {
-  const hal_attention_params_v1& p = *job.params;
   const Layout& layout = job.layout;
-  const std::int64_t group_in_pass = unit / layout.key_blocks;
-  const std::int64_t key_block = unit % layout.key_blocks;
-  const std::int64_t group = job.first_group + group_in_pass;
-  pack_key_block<V>(p, job.k, job.v, group / p.heads_kv, group % p.heads_kv, key_block * layout.key_block,
-                    layout.key_block, layout.dim_v_padded, packed_keys(job, group_in_pass, key_block),
-                    packed_values(job, group_in_pass, key_block));
+  const KeyUnit own = key_unit(job, unit);
+  pack_key_block<V>(*job.params, job.k, job.v, own.batch, own.kv_head, own.key0, layout.key_block, layout.dim_v_padded,
+                    packed_keys(job, own.group_in_pass, own.key_block),
+                    packed_values(job, own.group_in_pass, own.key_block));
 }
 
 // The rows of prefill unit `unit` (one query block of one query head; see
@@ -836,33 +859,10 @@ void backward_pack_queries(const BackwardJob& job, std::int64_t unit) {
   }
 }
 
-// A backward key unit of a pass: unit = group_in_pass * key_blocks + key_block.
-struct BackwardKeyUnit {
-  std::int64_t group_in_pass;
-  std::int64_t batch;
-  std::int64_t kv_head;
-  std::int64_t key0;
-  std::int64_t key_count;  // keys of the block before seq_kv
-};
-
-HAL_ALWAYS_INLINE BackwardKeyUnit backward_key_unit(const BackwardJob& job, std::int64_t unit) {
-  const hal_attention_params_v1& p = *job.params;
-  const Layout& layout = job.layout;
-  BackwardKeyUnit own;
-  own.group_in_pass = unit / layout.key_blocks;
-  const std::int64_t group = job.first_group + own.group_in_pass;
-  own.batch = group / p.heads_kv;
-  own.kv_head = group % p.heads_kv;
-  own.key0 = (unit % layout.key_blocks) * layout.key_block;
-  own.key_count = min_i64(layout.key_block, p.seq_kv - own.key0);
-  return own;
-}
-
 // Runs step(head_in_pass, query0, rows) for each query block of each query
 // head of the unit's group whose rows see some of the unit's keys.
 template <class Step>
-HAL_ALWAYS_INLINE void for_each_query_block_seeing(const BackwardJob& job, const BackwardKeyUnit& keys,
-                                                   const Step& step) {
+HAL_ALWAYS_INLINE void for_each_query_block_seeing(const BackwardJob& job, const KeyUnit& keys, const Step& step) {
   const hal_attention_params_v1& p = *job.params;
   const Layout& layout = job.layout;
   for (std::int64_t head_in_group = 0; head_in_group < layout.group_size; ++head_in_group) {
@@ -882,7 +882,7 @@ void backward_keys(const BackwardJob& job, std::int64_t unit, float* scratch, fl
   using Reg = typename V::Reg;
   const hal_attention_params_v1& p = *job.params;
   const Layout& layout = job.layout;
-  const BackwardKeyUnit own = backward_key_unit(job, unit);
+  const KeyUnit own = key_unit(job, unit);
   const std::int64_t batch = own.batch;
   const std::int64_t kv_head = own.kv_head;
   const std::int64_t br = layout.query_block;
