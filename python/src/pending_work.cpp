@@ -49,29 +49,29 @@ std::uintptr_t start_of(const Tensor& tensor) {
   return reinterpret_cast<std::uintptr_t>(tensor.buffer.device_address()) + tensor.byte_offset;
 }
 
-// The events of work on memory that overlaps [begin, end) of `device`, not
-// yet complete; completed entries are dropped on the way (the caller holds the GIL).
-std::vector<Event> pending_events(const std::string& device, std::uintptr_t begin, std::uintptr_t end) {
-  std::vector<PendingEntry> finished;  // destroyed after the lock is let go
+// The entries of finished work, moved out of the list (under its lock); the
+// caller lets them go once the lock is let go, with the GIL held.
+std::vector<PendingEntry> take_finished(std::vector<PendingEntry>& entries) {
+  std::vector<PendingEntry> finished;
+  std::vector<PendingEntry> unfinished;
+  for (PendingEntry& entry : entries) (entry.event.is_complete() ? finished : unfinished).push_back(std::move(entry));
+  entries = std::move(unfinished);
+  return finished;
+}
+
+// The events of unfinished work on memory that overlaps the tensor's.
+std::vector<Event> pending_events(const Tensor& tensor) {
+  const std::string device = tensor.buffer.device().id();
+  const std::uintptr_t begin = start_of(tensor);
+  const std::uintptr_t end = begin + tensor.span_bytes();
+  std::vector<PendingEntry> finished;  // declared before the lock: destroyed after it is let go
   std::vector<Event> overlapping;
   PendingWork& work = pending_work();
   std::lock_guard lock(work.mutex);
-  std::vector<PendingEntry> kept;
-  for (PendingEntry& entry : work.entries) {
-    if (entry.event.is_complete()) {
-      finished.push_back(std::move(entry));
-      continue;
-    }
+  finished = take_finished(work.entries);
+  for (const PendingEntry& entry : work.entries)
     if (entry.device == device && entry.begin < end && begin < entry.end) overlapping.push_back(entry.event);
-    kept.push_back(std::move(entry));
-  }
-  work.entries = std::move(kept);
   return overlapping;
-}
-
-std::vector<Event> pending_events(const Tensor& tensor) {
-  const std::uintptr_t begin = start_of(tensor);
-  return pending_events(tensor.buffer.device().id(), begin, begin + tensor.span_bytes());
 }
 
 }  // namespace
@@ -100,7 +100,12 @@ void note_pending_work(const Stream& stream, std::initializer_list<const Tensor*
   }
 }
 
-void release_finished_work() { pending_events(std::string(), 0, 0); }
+void release_finished_work() {
+  std::vector<PendingEntry> finished;  // declared before the lock: destroyed after it is let go
+  PendingWork& work = pending_work();
+  std::lock_guard lock(work.mutex);
+  finished = take_finished(work.entries);
+}
 
 void order_consumer_after_pending_work(const Tensor& tensor, int dlpack_device_type, const nb::object& stream) {
   // The stream argument as the DLPack protocol defines it: an int or None;
