@@ -290,14 +290,14 @@ struct Implementation {
 
 std::vector<Implementation> implementations() {
   std::vector<Implementation> list{{"math", false, FlashIsa::scalar}};
-  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512, FlashIsa::amx}) {
+  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512, FlashIsa::avx512bf16, FlashIsa::amx}) {
     if (flash_isa_supported(isa)) {
       // automatic takes the decode tiling where a group's rows fit one tile
       list.push_back({std::string("flash/") + flash_isa_name(isa), true, isa});
       list.push_back({std::string("flash/") + flash_isa_name(isa) + "/query_blocks", true, isa,
                       FlashForwardTiling::query_blocks});
     } else {
-      MESSAGE("flash/" << flash_isa_name(isa) << " is not supported by this CPU: not tested");
+      MESSAGE("flash/" << std::string(flash_isa_name(isa)) << " is not supported by this CPU: not tested");
     }
   }
   return list;
@@ -747,12 +747,15 @@ TEST_CASE("the isa limit lowers the flash path, never above what the CPU has") {
   CHECK(parse_flash_isa("scalar") == FlashIsa::scalar);
   CHECK(parse_flash_isa("avx2") == FlashIsa::avx2);
   CHECK(parse_flash_isa("avx512") == FlashIsa::avx512);
+  CHECK(parse_flash_isa("avx512bf16") == FlashIsa::avx512bf16);
   CHECK(parse_flash_isa("amx") == FlashIsa::amx);
   CHECK_FALSE(parse_flash_isa("sse9").has_value());
   limit_flash_isa(FlashIsa::scalar);
   CHECK(std::string(flash_isa_name()) == "scalar");
   limit_flash_isa(FlashIsa::avx512);
   CHECK(flash_selected_isa() == std::min(best, FlashIsa::avx512));
+  limit_flash_isa(FlashIsa::avx512bf16);
+  CHECK(flash_selected_isa() == std::min(best, FlashIsa::avx512bf16));
   limit_flash_isa(FlashIsa::amx);
   CHECK(flash_selected_isa() == best);
   limit_flash_isa(std::nullopt);

@@ -294,7 +294,7 @@ TEST_CASE("a backend's HAL_* variable is a setting: shown with its variable, del
   const CommandResult run = hal::testing::run_command(environment + " " + std::string(HALINFO_PATH) + " 2>&1");
   CHECK(run.exit_code == 0);
   CHECK(run.output.find("HAL_HOST_ISA=sse9 is not an instruction set the host kernels have; use scalar, avx2, "
-                        "avx512 or amx") != std::string::npos);
+                        "avx512, avx512bf16 or amx") != std::string::npos);
   CHECK(run.output.find("HAL_HOST_THREADS=lots is not a whole number greater than 0") != std::string::npos);
   const CommandResult good =
       hal::testing::run_command("HAL_HOST_ISA=scalar HAL_BACKENDS=host " + std::string(HALINFO_PATH) + " 2>&1");

@@ -14,7 +14,8 @@ const ShmKernels& shm_kernels() {
   // The attention kernels' choice: the same CPU checks and `isa` limit.
   switch (flash_selected_isa()) {
 #if defined(HAL_HOST_X86_UNITS)
-    case FlashIsa::amx:  // AMX adds nothing to a reduction
+    case FlashIsa::amx:  // bf16 products add nothing to a reduction
+    case FlashIsa::avx512bf16:
     case FlashIsa::avx512: return shm_kernels_avx512;
     case FlashIsa::avx2: return shm_kernels_avx2;
 #endif

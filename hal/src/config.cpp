@@ -565,7 +565,8 @@ const std::vector<KeyRule>& key_rules() {
                          "AMD SMI, for telemetry."),
       backend_option_key("rocm", "rocm_smi", "HAL_ROCM_SMI", "a path to librocm_smi64.so or a directory holding it",
                          "ROCm SMI, for telemetry where AMD SMI is absent."),
-      backend_option_key("host", "isa", "HAL_HOST_ISA", "one of \"scalar\", \"avx2\", \"avx512\", \"amx\"",
+      backend_option_key("host", "isa", "HAL_HOST_ISA",
+                         "one of \"scalar\", \"avx2\", \"avx512\", \"avx512bf16\", \"amx\"",
                          "The highest SIMD level the host kernels (attention, shared-memory reductions) use; never "
                          "above what the CPU has."),
       backend_option_key("host", "threads", "HAL_HOST_THREADS", "a whole number greater than 0",

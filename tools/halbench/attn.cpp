@@ -619,18 +619,20 @@ std::optional<TorchIsa> torch_isa(const BackendSetting& requested) {
     const char* scalar;
     const char* avx2;
     const char* avx512;
+    const char* avx512bf16;
   };
-  constexpr Variable variables[] = {{"ATEN_CPU_CAPABILITY", "default", "avx2", "avx512"},
-                                    {"MKL_ENABLE_INSTRUCTIONS", "SSE4_2", "AVX2", "AVX512"},
-                                    {"ONEDNN_MAX_CPU_ISA", "SSE41", "AVX2", "AVX512_CORE"}};
+  constexpr Variable variables[] = {{"ATEN_CPU_CAPABILITY", "default", "avx2", "avx512", "avx512"},
+                                    {"MKL_ENABLE_INSTRUCTIONS", "SSE4_2", "AVX2", "AVX512", "AVX512"},
+                                    {"ONEDNN_MAX_CPU_ISA", "SSE41", "AVX2", "AVX512_CORE", "AVX512_CORE_BF16"}};
   for (const Variable& variable : variables) {
     if (const char* already = hal::abi::environment(variable.name)) {
       result.kept.emplace_back(variable.name, already);
       continue;
     }
-    const char* value = result.isa == "scalar" ? variable.scalar
-                        : result.isa == "avx2" ? variable.avx2
-                                               : variable.avx512;
+    const char* value = result.isa == "scalar"   ? variable.scalar
+                        : result.isa == "avx2"   ? variable.avx2
+                        : result.isa == "avx512" ? variable.avx512
+                                                 : variable.avx512bf16;
     result.set.emplace_back(variable.name, value);
   }
   return result;

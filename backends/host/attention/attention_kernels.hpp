@@ -66,15 +66,16 @@ void math_backward_f64(const hal_attention_params_v1& params, const void* q, con
                        const void* v, const void* grad_o, double* grad_q, double* grad_k,
                        double* grad_v, ThreadPool& pool, const std::int32_t* key_ranges = nullptr);
 
-// Instruction-set paths of the flash kernels, lowest first. amx is avx512
-// with the bf16 prefill forward on AMX-BF16 tiles.
-enum class FlashIsa { scalar = 0, avx2 = 1, avx512 = 2, amx = 3 };
+// Instruction-set paths of the flash kernels, lowest first. avx512bf16 and
+// amx are avx512 with the bf16 prefill forward and backward on bf16 products
+// with f32 sums: AVX512-BF16 dot products, or AMX-BF16 tiles.
+enum class FlashIsa { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3, amx = 4 };
 
 const char* flash_isa_name(FlashIsa isa);
 // By this CPU, this build and (amx) the operating system, which must grant
 // the process the tile state; the first amx check asks for it.
 bool flash_isa_supported(FlashIsa isa);
-// "scalar", "avx2", "avx512", "amx" -> that path; nullopt for any other name.
+// "scalar", "avx2", "avx512", "avx512bf16", "amx" -> that path; nullopt for any other name.
 std::optional<FlashIsa> parse_flash_isa(std::string_view name);
 // Lowers every later flash_selected_isa() to `limit` (the host backend's
 // `isa` option, which HAL_HOST_ISA sets); nullopt: no limit. The host plugin

@@ -55,7 +55,7 @@ constexpr std::int64_t kUnitsPerThread = 4;
 // thread: there the parallel regions and the dQ reduction of the tiled
 // passes cost as much as the arithmetic.
 constexpr std::int64_t kWholeGroupKeys = 256;
-// Key blocks one softmax step of the AMX unit spans (Layout::tile_key_blocks).
+// Key blocks one softmax step of the bf16 tile units spans (Layout::tile_key_blocks).
 constexpr std::int64_t kTileKeyBlocks = 8;
 
 flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int thread_count,
@@ -275,6 +275,9 @@ const flash::KernelTable& flash_kernel_table(FlashIsa isa) {
 #if defined(HAL_HOST_AMX_UNIT)
   if (isa == FlashIsa::amx) return flash::kernels_amx;
 #endif
+#if defined(HAL_HOST_BF16_UNIT)
+  if (isa == FlashIsa::avx512bf16) return flash::kernels_avx512bf16;
+#endif
 #if defined(HAL_HOST_X86_UNITS)
   if (isa == FlashIsa::avx512) return flash::kernels_avx512;
   if (isa == FlashIsa::avx2) return flash::kernels_avx2;
@@ -285,6 +288,7 @@ const flash::KernelTable& flash_kernel_table(FlashIsa isa) {
 const char* flash_isa_name(FlashIsa isa) {
   switch (isa) {
     case FlashIsa::amx: return "amx";
+    case FlashIsa::avx512bf16: return "avx512bf16";
     case FlashIsa::avx512: return "avx512";
     case FlashIsa::avx2: return "avx2";
     case FlashIsa::scalar: break;
@@ -302,17 +306,20 @@ bool flash_isa_supported(FlashIsa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #endif
+#if defined(HAL_HOST_BF16_UNIT)
+    case FlashIsa::avx512bf16: return flash_isa_supported(FlashIsa::avx512) && __builtin_cpu_supports("avx512bf16");
+#endif
 #if defined(HAL_HOST_AMX_UNIT)
     case FlashIsa::amx:
-      return flash_isa_supported(FlashIsa::avx512) && __builtin_cpu_supports("avx512bf16") &&
-             __builtin_cpu_supports("amx-tile") && __builtin_cpu_supports("amx-bf16") && tile_state_granted();
+      return flash_isa_supported(FlashIsa::avx512bf16) && __builtin_cpu_supports("amx-tile") &&
+             __builtin_cpu_supports("amx-bf16") && tile_state_granted();
 #endif
     default: return false;
   }
 }
 
 std::optional<FlashIsa> parse_flash_isa(std::string_view name) {
-  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512, FlashIsa::amx})
+  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512, FlashIsa::avx512bf16, FlashIsa::amx})
     if (name == flash_isa_name(isa)) return isa;
   return std::nullopt;
 }
@@ -322,7 +329,7 @@ namespace {
 FlashIsa best_supported_isa() {
   static const FlashIsa best = [] {
     FlashIsa found = FlashIsa::scalar;
-    for (FlashIsa isa : {FlashIsa::avx2, FlashIsa::avx512, FlashIsa::amx})
+    for (FlashIsa isa : {FlashIsa::avx2, FlashIsa::avx512, FlashIsa::avx512bf16, FlashIsa::amx})
       if (flash_isa_supported(isa)) found = isa;
     return found;
   }();
@@ -342,7 +349,7 @@ std::vector<std::string> configure_host_kernels(const KernelOption& isa, const K
   const std::optional<FlashIsa> limit = parse_flash_isa(isa.value);
   if (!isa.value.empty() && !limit)
     warnings.push_back(isa.origin +
-                       " is not an instruction set the host kernels have; use scalar, avx2, avx512 or amx. "
+                       " is not an instruction set the host kernels have; use scalar, avx2, avx512, avx512bf16 or amx. "
                        "The CPU's best is used.");
   limit_flash_isa(limit);
   unsigned count = 0;

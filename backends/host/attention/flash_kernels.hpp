@@ -15,11 +15,12 @@
 
 namespace hal::host::flash {
 
-// bf16 elements in one row of an AMX tile (64 bytes): the AMX unit pads the
-// depth of its products (head_dim_qk for Q K^T, the keys for P V) to it.
+// bf16 elements in one row of an AMX tile (64 bytes): the tile units
+// (flash_tiles_impl.hpp: AMX, AVX512-BF16) pad the depth of their products (head_dim_qk for Q K^T, the keys for P V) to
+// it.
 constexpr std::int64_t kTileDepthBf16 = 32;
 
-// The bf16 backward's buffers in the AMX unit, in floats per chunk: K^T and
+// The bf16 backward's buffers in the tile units, in floats per chunk: K^T and
 // V^T in pairs of dims, K in pairs of keys, dK^T and dV^T, S then P and dP
 // then dS in f32, P and dS in pairs of rows, dS in bf16 rows.
 constexpr std::int64_t tile_backward_scratch_floats(std::int64_t br, std::int64_t bc, std::int64_t dim_qk,
@@ -50,7 +51,7 @@ struct Layout {
   std::int64_t packed_slots;         // groups_per_pass, or a slot per thread with whole_groups
   std::int64_t packed_group_floats;  // per group of a pass
   std::int64_t scratch_floats;       // per thread (forward) or per chunk (backward)
-  // bf16 prefill forward, for the AMX unit: the key blocks one softmax step
+  // bf16 prefill forward, for the tile units: the key blocks one softmax step
   // spans (the per-row work of a step and the reloads of O then serve more
   // keys); each query tile's scratch ends with room for their scores
   // (query_block rows of tile_key_blocks * key_block floats) and their P in
@@ -130,6 +131,9 @@ extern const KernelTable kernels_scalar;
 #if defined(HAL_HOST_X86_UNITS)
 extern const KernelTable kernels_avx2;
 extern const KernelTable kernels_avx512;
+#endif
+#if defined(HAL_HOST_BF16_UNIT)
+extern const KernelTable kernels_avx512bf16;
 #endif
 #if defined(HAL_HOST_AMX_UNIT)
 extern const KernelTable kernels_amx;

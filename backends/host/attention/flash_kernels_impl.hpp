@@ -22,6 +22,8 @@
 namespace hal::host::flash {
 namespace {
 
+// Fully unrolled small loops keep register arrays (accumulators) in registers;
+// also used by the kernel units that include this.
 #define HAL_FLASH_UNROLL _Pragma("GCC unroll 16")
 
 constexpr float kInfinity = __builtin_inff();
@@ -1022,8 +1024,6 @@ constexpr KernelTable make_kernel_table() {
   return KernelTable{&forward_pack_keys<V>, &forward_queries<V>,     &forward_decode<V>,    &forward_merge_splits<V>,
                      &backward_pack_queries<V>, &backward_keys<V>, &backward_reduce_dq<V>, &fma_chains<V>};
 }
-
-#undef HAL_FLASH_UNROLL
 
 }  // namespace
 }  // namespace hal::host::flash

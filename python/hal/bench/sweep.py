@@ -31,16 +31,19 @@ SHORT_SEQ = 128
 
 # What lowers torch's own kernels and the GEMM libraries it calls to the instruction set HAL_HOST_ISA gives hal's
 # (as halbench attn --compare-torch does); torch has no scalar path, so scalar gets its lowest.
-_TORCH_ISA_VARIABLES = {"ATEN_CPU_CAPABILITY": {"scalar": "default", "avx2": "avx2", "avx512": "avx512"},
-                        "MKL_ENABLE_INSTRUCTIONS": {"scalar": "SSE4_2", "avx2": "AVX2", "avx512": "AVX512"},
-                        "ONEDNN_MAX_CPU_ISA": {"scalar": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE"}}
+_TORCH_ISA_VARIABLES = {"ATEN_CPU_CAPABILITY": {"scalar": "default", "avx2": "avx2", "avx512": "avx512",
+                                                "avx512bf16": "avx512"},
+                        "MKL_ENABLE_INSTRUCTIONS": {"scalar": "SSE4_2", "avx2": "AVX2", "avx512": "AVX512",
+                                                    "avx512bf16": "AVX512"},
+                        "ONEDNN_MAX_CPU_ISA": {"scalar": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE",
+                                               "avx512bf16": "AVX512_CORE_BF16"}}
 
 
 def lower_torch_isa() -> List[str]:
     """Before torch is imported: when HAL_HOST_ISA names an instruction set, the variables that run torch on the
     same one (those the user set are kept). Returns what was set, NAME=value."""
     isa = os.environ.get("HAL_HOST_ISA")
-    if isa not in ("scalar", "avx2", "avx512") or "torch" in sys.modules:
+    if isa not in _TORCH_ISA_VARIABLES["ONEDNN_MAX_CPU_ISA"] or "torch" in sys.modules:
         return []
     chosen = []
     for name, values in _TORCH_ISA_VARIABLES.items():
