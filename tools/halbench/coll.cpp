@@ -1,7 +1,7 @@
 // halbench coll: collective bandwidth in nccl-tests' conventions (flags,
 // columns, bus bandwidth), with the same sizes through Gloo and through MPI
-// (libmpi via shims/mpi) called directly beside it, so hal's overhead reads
-// as a ratio. Run under a launcher: `halrun -n 4 halbench coll -b 8 -e 64M -f 2`,
+// (libmpi via shims/mpi) called directly beside it, taking turns round by
+// round, so hal's overhead reads as a ratio. Run under a launcher: `halrun -n 4 halbench coll -b 8 -e 64M -f 2`,
 // or `mpirun -np 2 halbench coll --engine mpi -b 1M -e 16M`.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -24,9 +25,9 @@
 #include "benchmarks.hpp"
 #include "common.hpp"
 #include "dtype_codes.hpp"
+#include "gloo_listen.hpp"
 #include "hal/collectives.hpp"
 #include "mpi_library.hpp"
-#include "gloo_listen.hpp"
 
 namespace halbench {
 namespace {
@@ -331,6 +332,7 @@ struct Placement {  // hal's figures out of place or in place
 };
 struct Direct {  // a direct baseline's figures
   double time_us = 0, busbw = 0;
+  double ratio = 0;  // median over the rounds of hal's in-place busbw / this baseline's, paired by round
 };
 struct Row {
   Shape shape;
@@ -357,17 +359,39 @@ double algorithm_gbps(const Shape& shape, double seconds) {
   return seconds > 0 ? static_cast<double>(shape.size) / seconds / 1e9 : 0;
 }
 
-// Seconds per call: untimed warm-up calls, then every rank lines up so that
-// no clock starts while another rank still warms up, then the timed calls;
-// finish waits for work still queued on a stream.
-template <typename Call, typename LineUp, typename Finish>
-double seconds_per_call(const CollOptions& options, Call call, LineUp line_up, Finish finish) {
-  for (std::uint64_t i = 0; i < options.warmups; ++i) call();
-  line_up();
-  const Clock::time_point start = Clock::now();
-  for (std::uint64_t i = 0; i < options.iterations(); ++i) call();
-  finish();
-  return seconds_between(start, Clock::now()) / static_cast<double>(options.iterations());
+// One contender of a shape: hal in or out of place, or a direct baseline.
+// line_up makes every rank start together (no clock starts while another
+// rank still runs something else); finish waits for work still queued.
+struct Timed {
+  std::function<void()> call, line_up, finish;
+};
+
+// Rounds the timed calls are split into: the contenders take turns round by
+// round (hal, hal, gloo, mpi, hal, ...), so that the machine's noise lands
+// on all of them alike and each ratio pairs calls made side by side.
+constexpr std::uint64_t kRounds = 5;
+
+// Per contender, the seconds per call of each round, after untimed warm-up
+// calls of each. Every rank runs the contenders in the same order.
+std::vector<std::vector<double>> take_turns(const CollOptions& options, const std::vector<const Timed*>& contenders) {
+  for (const Timed* timed : contenders) {
+    for (std::uint64_t i = 0; i < options.warmups; ++i) timed->call();
+    timed->finish();
+  }
+  const std::uint64_t rounds = std::min(kRounds, std::max<std::uint64_t>(options.iterations(), 1));
+  const std::uint64_t calls = std::max<std::uint64_t>(options.iterations() / rounds, 1);
+  std::vector<std::vector<double>> seconds(contenders.size());
+  for (std::uint64_t round = 0; round < rounds; ++round) {
+    for (std::size_t index = 0; index < contenders.size(); ++index) {
+      const Timed& timed = *contenders[index];
+      timed.line_up();
+      const Clock::time_point start = Clock::now();
+      for (std::uint64_t i = 0; i < calls; ++i) timed.call();
+      timed.finish();
+      seconds[index].push_back(seconds_between(start, Clock::now()) / static_cast<double>(calls));
+    }
+  }
+  return seconds;
 }
 
 // Enqueues hal's collective once. In place, all_gather sends from and
@@ -494,41 +518,63 @@ std::uint64_t count_wrong(const Job& job, const CollOptions& options, const Shap
   return static_cast<std::uint64_t>(sum);
 }
 
-// hal's figures for one shape and placement: timed calls, then the check.
-Placement measure_hal(const Job& job, const CollOptions& options, const Shape& shape, bool in_place) {
+// hal's collective on one placement, with its buffers.
+struct HalContender {
+  hal::Buffer send, recv;
+  bool in_place;
+  Timed timed;
+};
+
+HalContender hal_contender(const Job& job, const CollOptions& options, const Shape& shape, bool in_place) {
   const std::uint64_t bytes = std::max<std::uint64_t>(shape.size, 1);
-  const hal::Buffer send = job.device.allocate(bytes);
-  const hal::Buffer recv = in_place ? send : job.device.allocate(bytes);
-  const double seconds = seconds_per_call(
-      options, [&] { enqueue_collective(job, options, shape, send, recv, in_place); },
-      [&] {
-        job.comm.barrier(job.stream);
-        job.stream.synchronize();
-      },
-      [&] { job.stream.synchronize(); });
+  HalContender contender{job.device.allocate(bytes), {}, in_place, {}};
+  contender.recv = in_place ? contender.send : job.device.allocate(bytes);
+  contender.timed = {[&job, &options, &shape, send = contender.send, recv = contender.recv, in_place] {
+                       enqueue_collective(job, options, shape, send, recv, in_place);
+                     },
+                     [&job] {
+                       job.comm.barrier(job.stream);
+                       job.stream.synchronize();
+                     },
+                     [&job] { job.stream.synchronize(); }};
+  return contender;
+}
+
+// hal's figures for one placement from its rounds, then the check.
+Placement hal_placement(const Job& job, const CollOptions& options, const Shape& shape, const HalContender& contender,
+                        const std::vector<double>& round_seconds) {
+  const double seconds = median(round_seconds);
   Placement placement;
   placement.time_us = seconds * 1e6;
   placement.algbw = algorithm_gbps(shape, seconds);
   placement.busbw = placement.algbw * bus_factor(options.collective, job.ranks());
-  if (options.check) placement.wrong = count_wrong(job, options, shape, send, recv, in_place);
+  if (options.check)
+    placement.wrong = count_wrong(job, options, shape, contender.send, contender.recv, contender.in_place);
   return placement;
 }
 
 // ---- per-size measurement: direct baselines ----------------------------------------------
 
-Direct direct_figures(const CollOptions& options, const Shape& shape, int ranks, double seconds) {
-  return {seconds * 1e6, algorithm_gbps(shape, seconds) * bus_factor(options.collective, ranks)};
+// A baseline's figures from its rounds, and hal's in-place speed over it
+// paired round by round.
+Direct direct_figures(const CollOptions& options, const Shape& shape, int ranks,
+                      const std::vector<double>& round_seconds, const std::vector<double>& hal_in_place_seconds) {
+  const double seconds = median(round_seconds);
+  std::vector<double> ratios;
+  for (std::size_t round = 0; round < round_seconds.size(); ++round)
+    ratios.push_back(round_seconds[round] / hal_in_place_seconds[round]);
+  return {seconds * 1e6, algorithm_gbps(shape, seconds) * bus_factor(options.collective, ranks), median(ratios)};
 }
 
 // Gloo directly, in place on host memory: the floor hal's host backend builds on.
-std::optional<Direct> measure_gloo(const Baseline<gloo::Context>& baseline, const Job& job, const CollOptions& options,
-                                   const Shape& shape) {
+std::optional<Timed> gloo_contender(const Baseline<gloo::Context>& baseline, const Job& job, const CollOptions& options,
+                                    const Shape& shape) {
   if (!baseline.handle || shape.count == 0) return std::nullopt;
-  const std::shared_ptr<gloo::Context>& context = baseline.handle;
+  const std::shared_ptr<gloo::Context> context = baseline.handle;
   std::vector<float> data(shape.count, static_cast<float>(input_value(static_cast<std::uint64_t>(job.rank()))));
   std::vector<float> output(blocked_by_rank(options.collective) ? shape.count : 0);
   std::uint32_t tag = 0;
-  const auto call = [&] {
+  const auto call = [&options, &shape, context, data = std::move(data), output = std::move(output), tag]() mutable {
     switch (options.collective) {
       case Collective::all_reduce: {
         gloo::AllreduceOptions o(context);
@@ -567,19 +613,17 @@ std::optional<Direct> measure_gloo(const Baseline<gloo::Context>& baseline, cons
       case Collective::reduce: break;  // open_gloo left these out
     }
   };
-  const double seconds = seconds_per_call(
-      options, call,
-      [&] {
-        job.comm.barrier(job.stream);
-        job.stream.synchronize();
-      },
-      [] {});
-  return direct_figures(options, shape, job.ranks(), seconds);
+  return Timed{call,
+               [&job] {
+                 job.comm.barrier(job.stream);
+                 job.stream.synchronize();
+               },
+               [] {}};
 }
 
 // MPI directly on MPI_COMM_WORLD, in place where MPI allows it.
-std::optional<Direct> measure_mpi(const Baseline<mpi::Session>& baseline, const Job& job, const CollOptions& options,
-                                  const Shape& shape) {
+std::optional<Timed> mpi_contender(const Baseline<mpi::Session>& baseline, const Job& job, const CollOptions& options,
+                                   const Shape& shape) {
   if (!baseline.handle || shape.count == 0 || shape.count > static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
     return std::nullopt;
   const mpi::Library& library = baseline.handle->library();
@@ -592,7 +636,9 @@ std::optional<Direct> measure_mpi(const Baseline<mpi::Session>& baseline, const 
   const int n = static_cast<int>(shape.count), block = static_cast<int>(shape.per_rank);
   const int root = static_cast<int>(options.root);
   const auto world = library.comm_world;
-  const auto call = [&] {
+  const int rank = job.rank();
+  const auto call = [&options, &library, type, op, data = std::move(data), output = std::move(output), n, block, root,
+                     world, rank]() mutable {
     switch (options.collective) {
       case Collective::all_reduce: library.Allreduce(mpi::in_place, data.data(), n, type, op, world); break;
       case Collective::all_gather:
@@ -604,13 +650,30 @@ std::optional<Direct> measure_mpi(const Baseline<mpi::Session>& baseline, const 
       case Collective::all_to_all: library.Alltoall(data.data(), block, type, output.data(), block, type, world); break;
       case Collective::broadcast: library.Bcast(data.data(), n, type, root, world); break;
       case Collective::reduce:
-        library.Reduce(job.rank() == root ? mpi::in_place : data.data(), data.data(), n, type, op, root, world);
+        library.Reduce(rank == root ? mpi::in_place : data.data(), data.data(), n, type, op, root, world);
         break;
     }
   };
-  const double seconds = seconds_per_call(
-      options, call, [&] { library.Barrier(world); }, [] {});
-  return direct_figures(options, shape, job.ranks(), seconds);
+  return Timed{call, [&library, world] { library.Barrier(world); }, [] {}};
+}
+
+// Every contender of a shape, taking turns (take_turns), then hal's checks.
+Row measure_shape(const Job& job, const CollOptions& options, const Shape& shape,
+                  const Baseline<gloo::Context>& gloo_baseline, const Baseline<mpi::Session>& mpi_baseline) {
+  const HalContender out_of_place = hal_contender(job, options, shape, false);
+  const HalContender in_place = hal_contender(job, options, shape, true);
+  const std::optional<Timed> gloo = gloo_contender(gloo_baseline, job, options, shape);
+  const std::optional<Timed> mpi = mpi_contender(mpi_baseline, job, options, shape);
+  std::vector<const Timed*> contenders{&out_of_place.timed, &in_place.timed};
+  if (gloo) contenders.push_back(&*gloo);
+  if (mpi) contenders.push_back(&*mpi);
+  const std::vector<std::vector<double>> seconds = take_turns(options, contenders);
+  Row row{shape, hal_placement(job, options, shape, out_of_place, seconds[0]),
+          hal_placement(job, options, shape, in_place, seconds[1]), std::nullopt, std::nullopt};
+  std::size_t next = 2;
+  if (gloo) row.gloo = direct_figures(options, shape, job.ranks(), seconds[next++], seconds[1]);
+  if (mpi) row.mpi = direct_figures(options, shape, job.ranks(), seconds[next++], seconds[1]);
+  return row;
 }
 
 // ---- output -----------------------------------------------------------------------------
@@ -619,11 +682,6 @@ std::uint64_t total_wrong(const std::vector<Row>& rows) {
   std::uint64_t wrong = 0;
   for (const Row& row : rows) wrong += row.out_of_place.wrong + row.in_place.wrong;
   return wrong;
-}
-
-// hal's in-place busbw over the baseline's: above 1, hal is faster.
-double ratio_to(const Row& row, const Direct& direct) {
-  return direct.busbw > 0 ? row.in_place.busbw / direct.busbw : 0.0;
 }
 
 // The yardstick of a host collective's busbw: std::memcpy of the largest
@@ -666,7 +724,7 @@ void print_table(const Job& job, const CollOptions& options, const std::vector<R
                   static_cast<unsigned long long>(placement.wrong));
     for (const std::optional<Direct>& direct : {row.gloo, row.mpi}) {
       if (direct)
-        std::printf(" %10.1f %8.3f %6.3f", direct->time_us, direct->busbw, ratio_to(row, *direct));
+        std::printf(" %10.1f %8.3f %6.3f", direct->time_us, direct->busbw, direct->ratio);
       else
         std::printf(" %10s %8s %6s", "-", "-", "-");
     }
@@ -691,9 +749,9 @@ Json placement_json(const Placement& placement) {
           {"wrong", placement.wrong}};
 }
 
-Json direct_json(const Row& row, const std::optional<Direct>& direct) {
+Json direct_json(const std::optional<Direct>& direct) {
   if (!direct) return nullptr;
-  return {{"time_us", direct->time_us}, {"busbw", direct->busbw}, {"ratio", ratio_to(row, *direct)}};
+  return {{"time_us", direct->time_us}, {"busbw", direct->busbw}, {"ratio", direct->ratio}};
 }
 
 Json to_json(const Job& job, const CollOptions& options, const std::vector<Row>& rows, const std::string& gloo_note,
@@ -722,8 +780,8 @@ Json to_json(const Job& job, const CollOptions& options, const std::vector<Row>&
                        {"root", options.root_column()},
                        {"out_of_place", placement_json(row.out_of_place)},
                        {"in_place", placement_json(row.in_place)},
-                       {"gloo", direct_json(row, row.gloo)},
-                       {"mpi", direct_json(row, row.mpi)}});
+                       {"gloo", direct_json(row.gloo)},
+                       {"mpi", direct_json(row.mpi)}});
   Json document = make_document("coll", job.runtime, job.device, std::move(parameters), std::move(results));
   Json skipped = Json::array();
   for (const auto& [baseline, reason] : {std::pair{"gloo", gloo_note}, std::pair{"mpi", mpi_note}})
@@ -751,10 +809,7 @@ int run_coll(std::span<const std::string_view> arguments) {
 
   std::vector<Row> rows;
   for (const Shape& shape : sweep(options, job.ranks()))
-    // Braces evaluate in order: every rank runs the collectives in the same order.
-    rows.push_back(Row{shape, measure_hal(job, options, shape, false), measure_hal(job, options, shape, true),
-                       measure_gloo(gloo_baseline, job, options, shape),
-                       measure_mpi(mpi_baseline, job, options, shape)});
+    rows.push_back(measure_shape(job, options, shape, gloo_baseline, mpi_baseline));
   const std::optional<MemcpyBandwidth> memcpy = measure_memcpy(job, rows);
   // No rank leaves while another still needs it for a collective.
   job.comm.barrier(job.stream);
