@@ -79,6 +79,14 @@ hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1&
   return discover_devices(context);
 }
 
+hal_status open_backend(Profile profile, const hal_backend_init_v1& init, hal_backend_context** out) {
+  auto backend = std::make_unique<hal_backend_context>();
+  backend->cuda.profile = std::move(profile);
+  if (hal_status status = open_context(*backend, init); status != HAL_OK) return status;
+  *out = backend.release();
+  return succeed();
+}
+
 hal_backend_v1 make_table(const char* name, backend::InitializeFunction initialize) {
   return backend::gpu_plugin_table<CudaVendor>(name, HAL_VERSION_STRING, initialize);
 }
