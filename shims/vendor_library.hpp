@@ -21,6 +21,14 @@ struct LoadResult {
   bool library_missing = false;      // true: nothing loadable was found; false: found but unusable
 };
 
+// Keeps an optional library's load: `library` gets it (null when it cannot be
+// used), `status` says "loaded <path>", or why not.
+template <typename Library>
+void keep_optional(LoadResult<Library> result, std::unique_ptr<Library>& library, std::string& status) {
+  library = std::move(result.library);
+  status = library ? "loaded " + library->path() : result.message;
+}
+
 // The opened library behind a shim's table.
 class VendorLibrary {
  public:

@@ -34,6 +34,7 @@
 #include "hal/collectives.hpp"
 #include "hal/hal.hpp"
 #include "scoped_environment.hpp"
+#include "scratch_directory.hpp"
 
 using hal::BackendState;
 using hal::MemoryKind;
@@ -1609,12 +1610,10 @@ TEST_SUITE("faithful fake driver") {
                                   {"HAL_NCCL", HAL_FAKE_NCCL_PATH}, {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"}};
     const hal::Runtime runtime = hal::Runtime::create(default_options());
     const hal::Device gpu = runtime.device("cuda:0");
-    const std::string store_directory =
-        (std::filesystem::temp_directory_path() / ("hal-capture-store-" + std::to_string(::getpid()))).string();
-    std::filesystem::create_directories(store_directory);
+    const hal::testing::ScratchDirectory store_directory("/tmp/hal-capture-store-XXXXXX");
     {
       hal::Communicator communicator =
-          hal::Communicator::create(gpu, 0, 1, std::make_shared<hal::FileStore>(store_directory));
+          hal::Communicator::create(gpu, 0, 1, std::make_shared<hal::FileStore>(store_directory.path));
       const hal::Stream stream = gpu.create_stream();
       hal::Buffer buffer = gpu.allocate(1024);
       buffer.fill(0, 1024, 0);
@@ -1635,7 +1634,6 @@ TEST_SUITE("faithful fake driver") {
       CHECK(calls.destroy_stream(captured) == CUDA_SUCCESS);
       communicator.destroy();
     }
-    std::filesystem::remove_all(store_directory);
   }
 
   // A captured collective runs when (and each time) the graph is launched: had the watchdog put it under its
@@ -1648,12 +1646,10 @@ TEST_SUITE("faithful fake driver") {
                                   {"HAL_CUDNN", "/nonexistent/libcudnn.so.9"}};
     const hal::Runtime runtime = hal::Runtime::create(default_options());
     const hal::Device gpu = runtime.device("cuda:0");
-    const std::string store_directory =
-        (std::filesystem::temp_directory_path() / ("hal-captured-collective-" + std::to_string(::getpid()))).string();
-    std::filesystem::create_directories(store_directory);
+    const hal::testing::ScratchDirectory store_directory("/tmp/hal-captured-collective-XXXXXX");
     {
       hal::Communicator communicator =
-          hal::Communicator::create(gpu, 0, 1, std::make_shared<hal::FileStore>(store_directory));
+          hal::Communicator::create(gpu, 0, 1, std::make_shared<hal::FileStore>(store_directory.path));
       std::vector<float> values(256);
       for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) - 100.0f;
       hal::Buffer send = gpu.allocate(1024), recv = gpu.allocate(1024);
@@ -1682,7 +1678,6 @@ TEST_SUITE("faithful fake driver") {
       CHECK(calls.destroy_stream(captured) == CUDA_SUCCESS);
       communicator.destroy();
     }
-    std::filesystem::remove_all(store_directory);
   }
 
   TEST_CASE("an Async copy to pageable memory returns only when done; to pinned memory at once") {

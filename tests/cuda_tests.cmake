@@ -117,21 +117,18 @@ if(HAL_CUDNN_INCLUDE_DIR)
   # cudnn.h: the fake cuDNN's own rules are tested through its exported functions.
   target_include_directories(hal_cudnn_attention_tests SYSTEM PRIVATE ${HAL_CUDNN_INCLUDE_DIR} ${CUDAToolkit_INCLUDE_DIRS})
   target_link_libraries(hal_cudnn_attention_tests PRIVATE hal_cuda_core hal_warnings Threads::Threads)
+  hal_use_fake_libraries(hal_cudnn_attention_tests HAL_FAKE_CUDA_DRIVER_PATH fake_cuda_driver
+    HAL_FAKE_CUDNN_PATH fake_cudnn HAL_FAKE_NVRTC_PATH fake_nvrtc)
   target_compile_definitions(hal_cudnn_attention_tests PRIVATE
-    HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
-    HAL_FAKE_CUDNN_PATH="$<TARGET_FILE:fake_cudnn>"
-    HAL_FAKE_NVRTC_PATH="$<TARGET_FILE:fake_nvrtc>"
     HAL_TEST_CUDNN_FRONTEND_BUILT=$<BOOL:${HAL_CUDNN_FRONTEND_INCLUDE_DIR}>)
-  add_dependencies(hal_cudnn_attention_tests fake_cuda_driver fake_cudnn fake_nvrtc)
   add_test(NAME cudnn_attention_tests COMMAND hal_cudnn_attention_tests)
   set_tests_properties(cudnn_attention_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT
     "${HAL_CUDA_TEST_ENVIRONMENT};HAL_FAKE_CUDA_DEVICES=1;HAL_FAKE_CUDA_NAME=NVIDIA A100-SXM4-80GB")
 
   # The shipped quirks for cuDNN releases, matched through the plugin's cuDNN version axis.
-  target_compile_definitions(hal_cuda_tests PRIVATE HAL_FAKE_CUDNN_PATH="$<TARGET_FILE:fake_cudnn>"
-    HAL_FAKE_NVRTC_PATH="$<TARGET_FILE:fake_nvrtc>"
+  hal_use_fake_libraries(hal_cuda_tests HAL_FAKE_CUDNN_PATH fake_cudnn HAL_FAKE_NVRTC_PATH fake_nvrtc)
+  target_compile_definitions(hal_cuda_tests PRIVATE
     HAL_TEST_CUDNN_FRONTEND_BUILT=$<BOOL:${HAL_CUDNN_FRONTEND_INCLUDE_DIR}>)
-  add_dependencies(hal_cuda_tests fake_cudnn fake_nvrtc)
   add_test(NAME cuda_cudnn_quirk_tests COMMAND hal_cuda_tests "--test-suite=cudnn quirks")
   # Under the sanitizers, LeakSanitizer's own tracer faults (signal 11) at this process's exit while scanning
   # threads' thread-local storage (seen in fresh-clone builds; use_tls=0 avoids it). Its leak check here does not

@@ -9,13 +9,11 @@ set(HAL_PPU_TEST_ENVIRONMENT "HAL_CONFIG=;HAL_BACKEND_PATH=;HAL_BACKENDS_FORCE="
 add_test(NAME ppu_discovery_tests COMMAND hal_ppu_tests "--test-suite=ppu discovery")
 set_tests_properties(ppu_discovery_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${HAL_PPU_TEST_ENVIRONMENT}")
 if(HAL_WITH_CUDA)
-  target_compile_definitions(hal_ppu_tests PRIVATE HAL_FAKE_CUDA_DRIVER_PATH="$<TARGET_FILE:fake_cuda_driver>"
-                                                   HAL_FAKE_HGML_PATH="$<TARGET_FILE:fake_hgml>")
-  add_dependencies(hal_ppu_tests fake_cuda_driver fake_hgml hal_backend_ppu hal_backend_cuda)
+  hal_use_fake_libraries(hal_ppu_tests HAL_FAKE_CUDA_DRIVER_PATH fake_cuda_driver HAL_FAKE_HGML_PATH fake_hgml)
+  add_dependencies(hal_ppu_tests hal_backend_ppu hal_backend_cuda)
   set(HAL_PPU_FAKE_ENVIRONMENT "${HAL_PPU_TEST_ENVIRONMENT};HAL_FAKE_CUDA_IDENTITY=ppu")
   if(TARGET fake_nccl)  # ACCL-P in the fixture: the fake NCCL-compatible library as libpccl
-    target_compile_definitions(hal_ppu_tests PRIVATE HAL_FAKE_NCCL_PATH="$<TARGET_FILE:fake_nccl>")
-    add_dependencies(hal_ppu_tests fake_nccl)
+    hal_use_fake_libraries(hal_ppu_tests HAL_FAKE_NCCL_PATH fake_nccl)
   endif()
   add_test(NAME ppu_fixture_tests COMMAND hal_ppu_tests "--test-suite=ppu fixture")
   set_tests_properties(ppu_fixture_tests PROPERTIES LABELS unit TIMEOUT 60 ENVIRONMENT "${HAL_PPU_FAKE_ENVIRONMENT}")

@@ -59,6 +59,11 @@ struct SmiFixture {
   }
   void script(const std::string& name, const std::string& value) { environment.set(name, value); }
   hal::TelemetrySnapshot read(int index) const { return hal::telemetry(device(index)); }
+  // Device 0's snapshot, from a library that reports `version`.
+  hal::TelemetrySnapshot read_from_version(const std::string& version) {
+    script("HAL_FAKE_AMD_SMI_VERSION", version);
+    return read(0);
+  }
 };
 
 // Two GPUs scripted in the SMI library's order: c2 first, then c1.
@@ -306,16 +311,14 @@ TEST_SUITE("amd smi telemetry") {
     script("HAL_ROCM_SMI", HAL_FAKE_ROCM_SMI_DIR);
     script_two_gpus(*this);
     SUBCASE("7.0.0") {
-      script("HAL_FAKE_AMD_SMI_VERSION", "7.0.0");
-      const hal::TelemetrySnapshot s = read(0);
+      const hal::TelemetrySnapshot s = read_from_version("7.0.0");
       CHECK(s.source == "rocm-smi 7.0.0");
       check_value<std::uint64_t>(s.clocks.compute_mhz, 1500);
       check_value<std::uint64_t>(s.clocks.compute_max_mhz, 1700);
       check_value<std::uint64_t>(s.pcie.generation, 3);
     }
     SUBCASE("6.1.0") {
-      script("HAL_FAKE_AMD_SMI_VERSION", "6.1.0");
-      const hal::TelemetrySnapshot s = read(0);
+      const hal::TelemetrySnapshot s = read_from_version("6.1.0");
       check_missing(s.clocks.compute_mhz, Unavailable::not_supported, {"rocm_smi 6.1.0", "rsmi_frequencies_t"});
       check_missing(s.pcie.generation, Unavailable::not_supported, {"rocm_smi 6.1.0"});
       check_value(s.temperature.core_celsius, 41.0);
@@ -334,8 +337,7 @@ TEST_SUITE("amd smi telemetry") {
   TEST_CASE_FIXTURE(SmiFixture, "struct layouts are read only for the AMD SMI releases they belong to") {
     script_two_gpus(*this);
     SUBCASE("23.4.0 (ROCm 6.0): no amdsmi_get_pcie_info yet, power cap in watts, 32-byte error counts") {
-      script("HAL_FAKE_AMD_SMI_VERSION", "23.4.0");
-      const hal::TelemetrySnapshot s = read(0);
+      const hal::TelemetrySnapshot s = read_from_version("23.4.0");
       CHECK(s.source == "amd-smi 23.4.0");
       check_missing(s.pcie.generation, Unavailable::not_supported, {"AMD SMI 23.4.0", "amdsmi_get_pcie_info"});
       check_missing(s.pcie.width_max, Unavailable::not_supported, {"23.4.0"});
@@ -344,13 +346,9 @@ TEST_SUITE("amd smi telemetry") {
       check_value<std::uint64_t>(s.ecc.corrected_volatile, 2);
       check_value<std::uint64_t>(s.pcie.replay_count, 3);  // a scalar call, any release
     }
-    SUBCASE("24.5.1: still watts") {
-      script("HAL_FAKE_AMD_SMI_VERSION", "24.5.1");
-      check_value(read(0).power.limit_watts, 300.0);
-    }
+    SUBCASE("24.5.1: still watts") { check_value(read_from_version("24.5.1").power.limit_watts, 300.0); }
     SUBCASE("25.2.0 (ROCm 6.4): the version without the year; unchecked layouts are not read") {
-      script("HAL_FAKE_AMD_SMI_VERSION", "25.2.0");
-      const hal::TelemetrySnapshot s = read(0);
+      const hal::TelemetrySnapshot s = read_from_version("25.2.0");
       CHECK(s.source == "amd-smi 25.2.0");
       check_missing(s.power.draw_watts, Unavailable::not_supported, {"AMD SMI 25.2.0", "amdsmi_power_info_t"});
       check_missing(s.pcie.generation, Unavailable::not_supported, {"AMD SMI 25.2.0", "amdsmi_pcie_info_t"});
@@ -359,8 +357,7 @@ TEST_SUITE("amd smi telemetry") {
       check_value(s.temperature.core_celsius, 41.0);
     }
     SUBCASE("26.1.0 (ROCm 7): the 192-byte power info and the maximum generation's own member") {
-      script("HAL_FAKE_AMD_SMI_VERSION", "26.1.0");
-      const hal::TelemetrySnapshot s = read(0);
+      const hal::TelemetrySnapshot s = read_from_version("26.1.0");
       CHECK(s.source == "amd-smi 26.1.0");
       check_value(s.power.draw_watts, 205.0);
       check_value<std::uint64_t>(s.pcie.generation, 3);
@@ -368,8 +365,7 @@ TEST_SUITE("amd smi telemetry") {
       check_value<std::uint64_t>(s.pcie.width_max, 16);
     }
     SUBCASE("27.0.0: newer than every layout hal knows, so only the scalar calls are read") {
-      script("HAL_FAKE_AMD_SMI_VERSION", "27.0.0");
-      const hal::TelemetrySnapshot s = read(0);
+      const hal::TelemetrySnapshot s = read_from_version("27.0.0");
       check_missing(s.power.draw_watts, Unavailable::not_supported, {"AMD SMI 27.0.0"});
       check_missing(s.power.limit_watts, Unavailable::not_supported, {"AMD SMI 27.0.0", "amdsmi_power_cap_info_t"});
       check_missing(s.clocks.compute_mhz, Unavailable::not_supported, {"AMD SMI 27.0.0", "amdsmi_frequencies_t"});
@@ -379,8 +375,7 @@ TEST_SUITE("amd smi telemetry") {
       check_value(s.ecc.enabled, true);
     }
     SUBCASE("23.2.0 (ROCm 5.7): older than every layout hal knows, so AMD SMI is not used") {
-      script("HAL_FAKE_AMD_SMI_VERSION", "23.2.0");
-      const hal::TelemetrySnapshot s = read(0);
+      const hal::TelemetrySnapshot s = read_from_version("23.2.0");
       check_missing(s.temperature.core_celsius, Unavailable::read_failed,
                     {"AMD SMI 23.2.0", "predates 23.4.0", "rocm_smi (librocm_smi64.so) was not found"});
     }

@@ -82,9 +82,7 @@ std::string CudaVendor::fused_unavailable(const Context& context) {
 }
 
 void load_cublas(Context& context) {
-  shims::LoadResult<shims::Cublas> cublas = shims::Cublas::load(context.profile.blas);
-  context.cublas = std::move(cublas.library);
-  context.cublas_status = context.cublas ? "loaded " + context.cublas->path() : cublas.message;
+  shims::keep_optional(shims::Cublas::load(context.profile.blas), context.cublas, context.cublas_status);
   context.blas_handles.allow_tf32 = context.profile.blas_allows_tf32;
 }
 

@@ -23,17 +23,13 @@ namespace {
 void load_optional_libraries(Context& context) {
   const Profile& profile = context.profile;
   if (profile.dnn_absent.empty()) {
-    shims::LoadResult<shims::Cudnn> cudnn = shims::Cudnn::load(profile.dnn);
-    context.cudnn = std::move(cudnn.library);
-    context.cudnn_status = context.cudnn ? "loaded " + context.cudnn->path() : cudnn.message;
+    shims::keep_optional(shims::Cudnn::load(profile.dnn), context.cudnn, context.cudnn_status);
   } else {
     context.cudnn_status = profile.dnn_absent;
   }
   load_runtime_compiler(context);
   if (profile.collectives_absent.empty()) {
-    shims::LoadResult<shims::Nccl> nccl = shims::Nccl::load(profile.collectives);
-    context.nccl = std::move(nccl.library);
-    context.nccl_status = context.nccl ? "loaded " + context.nccl->path() : nccl.message;
+    shims::keep_optional(shims::Nccl::load(profile.collectives), context.nccl, context.nccl_status);
   } else {
     context.nccl_status = profile.collectives_absent;
   }
@@ -60,9 +56,8 @@ void load_runtime_compiler(Context& context) {
   }
   const shims::CudnnApi& cudnn = context.cudnn->api();
   const int cuda_major = cudnn.cudnnGetCudartVersion != nullptr ? static_cast<int>(cudnn.cudnnGetCudartVersion() / 1000) : 0;
-  shims::LoadResult<shims::Nvrtc> nvrtc = shims::Nvrtc::load(shims::Nvrtc::nvidia_request(profile.runtime_compiler, cuda_major));
-  context.nvrtc = std::move(nvrtc.library);
-  context.nvrtc_status = context.nvrtc ? "loaded " + context.nvrtc->path() : nvrtc.message;
+  shims::keep_optional(shims::Nvrtc::load(shims::Nvrtc::nvidia_request(profile.runtime_compiler, cuda_major)),
+                       context.nvrtc, context.nvrtc_status);
 }
 
 hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init) {
@@ -82,6 +77,14 @@ hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1&
   context.collectives = backend::make_nccl_collectives<CudaVendor>(backend, context.nccl.get(), context.nccl_status);
   context.telemetry = make_telemetry(context.profile);
   return discover_devices(context);
+}
+
+hal_status open_backend(Profile profile, const hal_backend_init_v1& init, hal_backend_context** out) {
+  auto backend = std::make_unique<hal_backend_context>();
+  backend->cuda.profile = std::move(profile);
+  if (hal_status status = open_context(*backend, init); status != HAL_OK) return status;
+  *out = backend.release();
+  return succeed();
 }
 
 hal_backend_v1 make_table(const char* name, backend::InitializeFunction initialize) {

@@ -181,6 +181,9 @@ std::string format_cuda_version(int version);
 // and lists the devices (core.cpp). HAL_ERROR_NOT_PRESENT when the driver is
 // missing.
 hal_status open_context(hal_backend_context& backend, const hal_backend_init_v1& init);
+// A plugin's initialize after it made its profile: a backend context with
+// that profile, opened, handed to *out.
+hal_status open_backend(Profile profile, const hal_backend_init_v1& init, hal_backend_context** out);
 // The table of a plugin built on this core (core.cpp): its name and
 // initialize differ, everything else comes from CudaVendor.
 hal_backend_v1 make_table(const char* name, backend::InitializeFunction initialize);

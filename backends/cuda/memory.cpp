@@ -44,37 +44,29 @@ CUresult CudaVendor::release(const Context& context, const hal_buffer& buffer) {
 
 CUresult CudaVendor::copy_host_to_device(const Context& context, std::uintptr_t target, const void* source,
                                          std::size_t size, CUstream stream) {
-  return stream != nullptr ? context.api().cuMemcpyHtoDAsync(target, source, size, stream)
-                           : context.api().cuMemcpyHtoD(target, source, size);
+  const auto& api = context.api();
+  return backend::OrderedCall{api.cuMemcpyHtoDAsync, api.cuMemcpyHtoD}(stream, target, source, size);
 }
 
 CUresult CudaVendor::copy_device_to_host(const Context& context, void* target, std::uintptr_t source, std::size_t size,
                                          CUstream stream) {
-  return stream != nullptr ? context.api().cuMemcpyDtoHAsync(target, source, size, stream)
-                           : context.api().cuMemcpyDtoH(target, source, size);
+  const auto& api = context.api();
+  return backend::OrderedCall{api.cuMemcpyDtoHAsync, api.cuMemcpyDtoH}(stream, target, source, size);
 }
 
 CUresult CudaVendor::copy_device_to_device(const Context& context, std::uintptr_t target, std::uintptr_t source,
                                            std::size_t size, CUstream stream) {
-  return stream != nullptr ? context.api().cuMemcpyDtoDAsync(target, source, size, stream)
-                           : context.api().cuMemcpyDtoD(target, source, size);
+  const auto& api = context.api();
+  return backend::OrderedCall{api.cuMemcpyDtoDAsync, api.cuMemcpyDtoD}(stream, target, source, size);
 }
 
-// cuMemsetD8/16/32, by the value's width.
-CUresult CudaVendor::memset(const Context& context, std::uintptr_t address, std::uint8_t value, std::size_t count,
-                            CUstream stream) {
-  return stream != nullptr ? context.api().cuMemsetD8Async(address, value, count, stream)
-                           : context.api().cuMemsetD8(address, value, count);
-}
-CUresult CudaVendor::memset(const Context& context, std::uintptr_t address, std::uint16_t value, std::size_t count,
-                            CUstream stream) {
-  return stream != nullptr ? context.api().cuMemsetD16Async(address, value, count, stream)
-                           : context.api().cuMemsetD16(address, value, count);
-}
-CUresult CudaVendor::memset(const Context& context, std::uintptr_t address, std::uint32_t value, std::size_t count,
-                            CUstream stream) {
-  return stream != nullptr ? context.api().cuMemsetD32Async(address, value, count, stream)
-                           : context.api().cuMemsetD32(address, value, count);
+CUresult CudaVendor::memset(const Context& context, std::uintptr_t address, std::uint32_t value,
+                            std::uint32_t element_size, std::size_t count, CUstream stream) {
+  const auto& api = context.api();
+  return backend::memset_elements(stream, address, value, element_size, count,
+                                  backend::OrderedCall{api.cuMemsetD8Async, api.cuMemsetD8},
+                                  backend::OrderedCall{api.cuMemsetD16Async, api.cuMemsetD16},
+                                  backend::OrderedCall{api.cuMemsetD32Async, api.cuMemsetD32});
 }
 
 CUresult CudaVendor::synchronize_null_stream(const Context& context) {

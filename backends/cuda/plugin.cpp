@@ -5,7 +5,6 @@
 #include <exception>
 #include <functional>
 #include <map>
-#include <memory>
 #include <new>
 #include <string>
 #include <utility>
@@ -69,15 +68,11 @@ Profile nvidia_profile(const backend::BackendOptions& options) {
 
 hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out) {
   return backend::guarded_initialize(init, out, "cuda", [&] {
-    auto backend = std::make_unique<hal_backend_context>();
     // Each option but cublas_tf32 is a path to one vendor library.
     const auto options = backend::read_backend_options(
         *init, "cuda", {"driver", "cudnn", "nvrtc", "nccl", "cublas", "nvml", "cublas_tf32"},
         "driver, cudnn, nvrtc, nccl, cublas and nvml (paths to those libraries) and cublas_tf32 (1 or 0)");
-    backend->cuda.profile = nvidia_profile(options);
-    if (hal_status status = open_context(*backend, *init); status != HAL_OK) return status;
-    *out = backend.release();
-    return succeed();
+    return open_backend(nvidia_profile(options), *init, out);
   });
 }
 

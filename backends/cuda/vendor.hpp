@@ -38,12 +38,9 @@ struct CudaVendor {
                                       CUstream stream);
   static CUresult copy_device_to_device(const Context& context, std::uintptr_t target, std::uintptr_t source,
                                         std::size_t size, CUstream stream);
-  static CUresult memset(const Context& context, std::uintptr_t address, std::uint8_t value, std::size_t count,
-                         CUstream stream);
-  static CUresult memset(const Context& context, std::uintptr_t address, std::uint16_t value, std::size_t count,
-                         CUstream stream);
-  static CUresult memset(const Context& context, std::uintptr_t address, std::uint32_t value, std::size_t count,
-                         CUstream stream);
+  // value's low element_size (1, 2, 4) bytes, count times.
+  static CUresult memset(const Context& context, std::uintptr_t address, std::uint32_t value,
+                         std::uint32_t element_size, std::size_t count, CUstream stream);
   static CUresult synchronize_null_stream(const Context& context);
   // A PPU in CUDA-compatible mode too: to a framework it is a CUDA device.
   static constexpr std::int32_t dlpack_device_type = HAL_DLPACK_CUDA;

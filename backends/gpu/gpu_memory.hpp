@@ -396,13 +396,8 @@ struct GpuMemory {
 
   template <typename NativeStream>
   static Result memset(const Context& context, const MemsetPiece& piece, NativeStream native_stream) {
-    const auto address = static_cast<std::uintptr_t>(piece.address);
-    const auto count = static_cast<std::size_t>(piece.count);
-    switch (piece.element_size) {
-      case 1: return V::memset(context, address, static_cast<std::uint8_t>(piece.value), count, native_stream);
-      case 2: return V::memset(context, address, static_cast<std::uint16_t>(piece.value), count, native_stream);
-      default: return V::memset(context, address, piece.value, count, native_stream);
-    }
+    return V::memset(context, static_cast<std::uintptr_t>(piece.address), piece.value, piece.element_size,
+                     static_cast<std::size_t>(piece.count), native_stream);
   }
 
   static std::uintptr_t device_address(const Buffer& buffer, std::uint64_t offset) {

@@ -88,6 +88,30 @@ struct GpuEvent {
 
 using InitializeFunction = hal_status (*)(const hal_backend_init_v1*, hal_backend_context**);
 
+// A vendor call in its Async form and its synchronous one: called with a
+// native stream, the Async form on it, or the synchronous form for none.
+template <typename Async, typename Synchronous>
+struct OrderedCall {
+  Async async;
+  Synchronous synchronous;
+  template <typename NativeStream, typename... Arguments>
+  auto operator()(NativeStream stream, Arguments... arguments) const {
+    return stream != nullptr ? async(arguments..., stream) : synchronous(arguments...);
+  }
+};
+
+// A memset of value's low element_size bytes (1, 2 or 4), count times, by
+// the vendor's 8-, 16- or 32-bit memset (OrderedCalls).
+template <typename NativeStream, typename Target, typename Set8, typename Set16, typename Set32>
+auto memset_elements(NativeStream stream, Target target, std::uint32_t value, std::uint32_t element_size,
+                     std::size_t count, const Set8& set8, const Set16& set16, const Set32& set32) {
+  switch (element_size) {
+    case 1: return set8(stream, target, static_cast<unsigned char>(value), count);
+    case 2: return set16(stream, target, static_cast<unsigned short>(value), count);
+    default: return set32(stream, target, value, count);
+  }
+}
+
 // Where a vendor allocation landed, before alignment.
 struct VendorAllocation {
   std::uintptr_t device_base = 0;
@@ -117,7 +141,8 @@ concept GpuVendorContext = requires(const Context& context, Result result, std::
 };
 
 // Memory: allocation and release, synchronous (native stream null) and
-// stream-ordered copies and 8/16/32-bit memsets, and what imports need.
+// stream-ordered copies and memsets of 1-, 2- or 4-byte elements, and what
+// imports need.
 template <typename V, typename Buffer>
 concept GpuVendorMemory = requires(const typename V::Context& context, Buffer& buffer, const Buffer& held,
                                    hal_memory_kind kind, std::size_t bytes, VendorAllocation& where,
@@ -129,9 +154,8 @@ concept GpuVendorMemory = requires(const typename V::Context& context, Buffer& b
   { V::copy_host_to_device(context, address, source, bytes, stream) } -> std::same_as<typename V::Result>;
   { V::copy_device_to_host(context, target, address, bytes, stream) } -> std::same_as<typename V::Result>;
   { V::copy_device_to_device(context, address, address, bytes, stream) } -> std::same_as<typename V::Result>;
-  { V::memset(context, address, std::uint8_t{}, bytes, stream) } -> std::same_as<typename V::Result>;
-  { V::memset(context, address, std::uint16_t{}, bytes, stream) } -> std::same_as<typename V::Result>;
-  { V::memset(context, address, std::uint32_t{}, bytes, stream) } -> std::same_as<typename V::Result>;
+  // value's low element_size bytes, count times.
+  { V::memset(context, address, std::uint32_t{}, std::uint32_t{}, bytes, stream) } -> std::same_as<typename V::Result>;
   // The synchronous calls may return before their bytes land; this waits for them.
   { V::synchronize_null_stream(context) } -> std::same_as<typename V::Result>;
   // Imports (hal_interop_v1.buffer_import).

@@ -280,6 +280,13 @@ class Executor {
     return left;
   }
   const std::shared_ptr<gloo::Context>& context() const { return comm_.context; }
+  // Runs a Gloo collective under this operation's tag and what is left of its deadline.
+  template <typename Options, typename Collective>
+  void call_gloo(Options& options, Collective collective) const {
+    options.setTag(tag());
+    options.setTimeout(time_left());
+    collective(options);
+  }
 
   // Data in the type reductions run in: the buffer itself, or an f32 copy
   // for f16/bf16 (widened now, narrowed with round-to-nearest-even after).
@@ -310,9 +317,7 @@ class Executor {
       gloo::AllreduceOptions options(context());
       options.setOutput(data, op_.count);
       options.setReduceFunction(reduction_function<T>(op_.reduce_op));
-      options.setTag(tag());
-      options.setTimeout(time_left());
-      gloo::allreduce(options);
+      call_gloo(options, gloo::allreduce);
       finish_reduction(data, recv_, op_.count);
     });
   }
@@ -336,9 +341,7 @@ class Executor {
       options.setOutput(output, op_.count);
       options.setRoot(op_.root);
       options.setReduceFunction(reduction_function<T>(op_.reduce_op));
-      options.setTag(tag());
-      options.setTimeout(time_left());
-      gloo::reduce(options);
+      call_gloo(options, gloo::reduce);
       if (comm_.rank == op_.root) finish_reduction(output, recv_, op_.count);
     });
   }
@@ -348,9 +351,7 @@ class Executor {
     gloo::BroadcastOptions options(context());
     options.setOutput(recv_, bytes_);
     options.setRoot(op_.root);
-    options.setTag(tag());
-    options.setTimeout(time_left());
-    gloo::broadcast(options);
+    call_gloo(options, gloo::broadcast);
   }
 
   void all_gather() {
@@ -358,9 +359,7 @@ class Executor {
     if (send_ != own_block) std::memmove(own_block, send_, bytes_);
     gloo::AllgatherOptions options(context());
     options.setOutput(recv_, bytes_ * static_cast<std::uint64_t>(comm_.world_size));
-    options.setTag(tag());
-    options.setTimeout(time_left());
-    gloo::allgather(options);
+    call_gloo(options, gloo::allgather);
   }
 
   void gather() {
@@ -374,9 +373,7 @@ class Executor {
     options.setInput(input, bytes_);
     if (comm_.rank == op_.root) options.setOutput(recv_, bytes_ * static_cast<std::uint64_t>(comm_.world_size));
     options.setRoot(op_.root);
-    options.setTag(tag());
-    options.setTimeout(time_left());
-    gloo::gather(options);
+    call_gloo(options, gloo::gather);
   }
 
   void scatter() {
@@ -395,9 +392,7 @@ class Executor {
     }
     options.setOutput(output, bytes_);
     options.setRoot(op_.root);
-    options.setTag(tag());
-    options.setTimeout(time_left());
-    gloo::scatter(options);
+    call_gloo(options, gloo::scatter);
   }
 
   void all_to_all() {
@@ -411,16 +406,12 @@ class Executor {
     gloo::AlltoallOptions options(context());
     options.setInput(input, total);
     options.setOutput(recv_, total);
-    options.setTag(tag());
-    options.setTimeout(time_left());
-    gloo::alltoall(options);
+    call_gloo(options, gloo::alltoall);
   }
 
   void barrier() {
     gloo::BarrierOptions options(context());
-    options.setTag(tag());
-    options.setTimeout(time_left());
-    gloo::barrier(options);
+    call_gloo(options, gloo::barrier);
   }
 
   // Ring reduce-scatter: in step s, rank r sends its partial sum of block

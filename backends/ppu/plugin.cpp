@@ -7,7 +7,6 @@
 #include <exception>
 #include <functional>
 #include <map>
-#include <memory>
 #include <new>
 #include <optional>
 #include <string>
@@ -23,7 +22,6 @@
 namespace hal::ppu {
 namespace {
 using backend::fail;
-using backend::succeed;
 
 std::string join(const std::vector<std::string>& items) {
   std::string text;
@@ -177,11 +175,7 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
       software.collectives_library =
           find_library({software.collectives.root + "/lib64", software.collectives.root + "/lib"}, "libpccl.so");
 
-    auto backend = std::make_unique<hal_backend_context>();
-    backend->cuda.profile = ppu_profile(software, {options.value("hgml"), options.source("hgml")});
-    if (hal_status status = cuda::open_context(*backend, *init); status != HAL_OK) return status;
-    *out = backend.release();
-    return succeed();
+    return cuda::open_backend(ppu_profile(software, {options.value("hgml"), options.source("hgml")}), *init, out);
   });
 }
 

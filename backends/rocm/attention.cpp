@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "gemm_kernels.h"
+#include "gemm_launch.hpp"
 #include "gpu_plugin.hpp"
 #include "vendor.hpp"
 
@@ -45,22 +45,8 @@ hal_status RocmVendor::free_workspace(const Context& context, hal_stream& stream
 
 hal_status RocmVendor::strided_batched_gemm(const Context& context, hal_stream& stream,
                                             const backend::StridedBatchedGemm& gemm) {
-  hal_gemm_kernel_args args{};
-  args.a = gemm.a, args.b = gemm.b, args.c = gemm.c;
-  args.lda = gemm.lda, args.ldb = gemm.ldb, args.ldc = gemm.ldc;
-  args.stride_a = gemm.stride_a, args.stride_b = gemm.stride_b, args.stride_c = gemm.stride_c;
-  args.m = static_cast<std::int32_t>(gemm.m), args.n = static_cast<std::int32_t>(gemm.n);
-  args.k = static_cast<std::int32_t>(gemm.k), args.batch = static_cast<std::int32_t>(gemm.batch);
-  args.transpose_a = gemm.transpose_a ? 1 : 0, args.transpose_b = gemm.transpose_b ? 1 : 0;
-  args.alpha = gemm.alpha, args.beta = gemm.beta;
-  const auto tiles = [](std::int64_t extent) {
-    return static_cast<std::uint32_t>((extent + HAL_GEMM_TILE - 1) / HAL_GEMM_TILE);
-  };
-  const hal_kernel_launch launch{
-      "hal_gemm_f32_strided_batched",
-      {tiles(gemm.n), tiles(gemm.m), static_cast<std::uint32_t>(std::min<std::int64_t>(gemm.batch, max_grid_z))},
-      {HAL_GEMM_TILE, HAL_GEMM_TILE, 1},
-      0};
+  const hal_gemm_kernel_args args = backend::gemm_kernel_arguments(gemm);
+  const hal_kernel_launch launch = backend::gemm_kernel_launch(gemm, max_grid_z);
   return RocmVendor::launch(context, stream, launch, &args);
 }
 

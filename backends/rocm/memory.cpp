@@ -13,8 +13,8 @@ void* pointer(std::uintptr_t address) { return reinterpret_cast<void*>(address);
 
 hipError_t copy(const Context& context, void* target, const void* source, std::size_t size, hipMemcpyKind kind,
                 hipStream_t stream) {
-  return stream != nullptr ? context.api().hipMemcpyAsync(target, source, size, kind, stream)
-                           : context.api().hipMemcpy(target, source, size, kind);
+  const auto& api = context.api();
+  return backend::OrderedCall{api.hipMemcpyAsync, api.hipMemcpy}(stream, target, source, size, kind);
 }
 
 }  // namespace
@@ -124,26 +124,13 @@ hipError_t RocmVendor::copy_device_to_device(const Context& context, std::uintpt
   return copy(context, pointer(target), pointer(source), size, hipMemcpyDeviceToDevice, stream);
 }
 
-// hipMemsetD8/16/32, by the value's width.
-hipError_t RocmVendor::memset(const Context& context, std::uintptr_t address, std::uint8_t value, std::size_t count,
-                              hipStream_t stream) {
-  const auto target = reinterpret_cast<hipDeviceptr_t>(address);
-  return stream != nullptr ? context.api().hipMemsetD8Async(target, value, count, stream)
-                           : context.api().hipMemsetD8(target, value, count);
-}
-
-hipError_t RocmVendor::memset(const Context& context, std::uintptr_t address, std::uint16_t value, std::size_t count,
-                              hipStream_t stream) {
-  const auto target = reinterpret_cast<hipDeviceptr_t>(address);
-  return stream != nullptr ? context.api().hipMemsetD16Async(target, value, count, stream)
-                           : context.api().hipMemsetD16(target, value, count);
-}
-
-hipError_t RocmVendor::memset(const Context& context, std::uintptr_t address, std::uint32_t value, std::size_t count,
-                              hipStream_t stream) {
-  const auto target = reinterpret_cast<hipDeviceptr_t>(address);
-  return stream != nullptr ? context.api().hipMemsetD32Async(target, value, count, stream)
-                           : context.api().hipMemsetD32(target, value, count);
+hipError_t RocmVendor::memset(const Context& context, std::uintptr_t address, std::uint32_t value,
+                              std::uint32_t element_size, std::size_t count, hipStream_t stream) {
+  const auto& api = context.api();
+  return backend::memset_elements(stream, reinterpret_cast<hipDeviceptr_t>(address), value, element_size, count,
+                                  backend::OrderedCall{api.hipMemsetD8Async, api.hipMemsetD8},
+                                  backend::OrderedCall{api.hipMemsetD16Async, api.hipMemsetD16},
+                                  backend::OrderedCall{api.hipMemsetD32Async, api.hipMemsetD32});
 }
 
 }  // namespace hal::rocm

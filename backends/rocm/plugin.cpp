@@ -54,9 +54,8 @@ hal_status initialize(const hal_backend_init_v1* init, hal_backend_context** out
     for (const auto& missing : context.runtime->missing_optional())
       context.log_message(HAL_LOG_INFO, "the HIP runtime lacks optional " + missing);
     // RCCL is optional: without it the backend has no collectives, and says why.
-    shims::LoadResult<shims::Nccl> rccl = shims::Nccl::load(shims::Nccl::amd_request(option("rccl")));
-    context.rccl = std::move(rccl.library);
-    context.rccl_status = context.rccl ? "loaded " + context.rccl->path() : rccl.message;
+    shims::keep_optional(shims::Nccl::load(shims::Nccl::amd_request(option("rccl"))), context.rccl,
+                         context.rccl_status);
     context.log_message(HAL_LOG_INFO, "RCCL: " + context.rccl_status);
     context.telemetry = make_telemetry(option("amd_smi"), option("rocm_smi"));
     create_attention(context);

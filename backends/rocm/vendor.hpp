@@ -38,12 +38,9 @@ struct RocmVendor {
                                         hipStream_t stream);
   static hipError_t copy_device_to_device(const Context& context, std::uintptr_t target, std::uintptr_t source,
                                           std::size_t size, hipStream_t stream);
-  static hipError_t memset(const Context& context, std::uintptr_t address, std::uint8_t value, std::size_t count,
-                           hipStream_t stream);
-  static hipError_t memset(const Context& context, std::uintptr_t address, std::uint16_t value, std::size_t count,
-                           hipStream_t stream);
-  static hipError_t memset(const Context& context, std::uintptr_t address, std::uint32_t value, std::size_t count,
-                           hipStream_t stream);
+  // value's low element_size (1, 2, 4) bytes, count times.
+  static hipError_t memset(const Context& context, std::uintptr_t address, std::uint32_t value,
+                           std::uint32_t element_size, std::size_t count, hipStream_t stream);
   static hipError_t synchronize_null_stream(const Context& context);
   static constexpr std::int32_t dlpack_device_type = HAL_DLPACK_ROCM;
   static constexpr const char* query_function = "hipPointerGetAttributes";

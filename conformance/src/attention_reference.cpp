@@ -85,6 +85,17 @@ void require_size(const char* name, std::span<const double> tensor, std::size_t 
                                 std::to_string(expected));
 }
 
+// The inputs of both directions checked against the params; their extents.
+AttentionExtents checked_inputs(const AttentionParams& params, std::span<const double> q, std::span<const double> k,
+                                std::span<const double> v, std::span<const std::int32_t> key_ranges) {
+  require_key_ranges(params, key_ranges);
+  const AttentionExtents extents = AttentionExtents::of(params);
+  require_size("q", q, extents.q);
+  require_size("k", k, extents.k);
+  require_size("v", v, extents.v);
+  return extents;
+}
+
 // Softmax probabilities of one query row: p[j] (0 where masked); returns the
 // log-sum-exp, -inf when no key is visible.
 double softmax_row(const Problem& p, std::span<const double> q, std::span<const double> k, std::int64_t b,
@@ -140,12 +151,8 @@ AttentionExtents AttentionExtents::of(const AttentionParams& params) {
 AttentionForwardReference attention_reference_forward(const AttentionParams& params, std::span<const double> q,
                                                       std::span<const double> k, std::span<const double> v,
                                                       std::span<const std::int32_t> key_ranges) {
-  require_key_ranges(params, key_ranges);
+  const AttentionExtents extents = checked_inputs(params, q, k, v, key_ranges);
   const Problem p(params, key_ranges);
-  const AttentionExtents extents = AttentionExtents::of(params);
-  require_size("q", q, extents.q);
-  require_size("k", k, extents.k);
-  require_size("v", v, extents.v);
   AttentionForwardReference result{std::vector<double>(extents.o, 0.0), std::vector<double>(extents.lse, 0.0)};
   std::vector<double> probabilities;
   for (std::int64_t b = 0; b < p.batch; ++b)
@@ -168,12 +175,8 @@ AttentionGradientsReference attention_reference_backward(const AttentionParams& 
                                                          std::span<const double> k, std::span<const double> v,
                                                          std::span<const double> grad_o,
                                                          std::span<const std::int32_t> key_ranges) {
-  require_key_ranges(params, key_ranges);
+  const AttentionExtents extents = checked_inputs(params, q, k, v, key_ranges);
   const Problem p(params, key_ranges);
-  const AttentionExtents extents = AttentionExtents::of(params);
-  require_size("q", q, extents.q);
-  require_size("k", k, extents.k);
-  require_size("v", v, extents.v);
   require_size("grad_o", grad_o, extents.o);
   AttentionGradientsReference result{std::vector<double>(extents.q, 0.0), std::vector<double>(extents.k, 0.0),
                                      std::vector<double>(extents.v, 0.0)};

@@ -17,27 +17,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string xml_escape(std::string_view raw) {
-  const std::string text = detail::valid_utf8(raw);
-  std::string escaped;
-  escaped.reserve(text.size());
-  for (const char c : text) {
-    switch (c) {
-      case '&': escaped += "&amp;"; break;
-      case '<': escaped += "&lt;"; break;
-      case '>': escaped += "&gt;"; break;
-      case '"': escaped += "&quot;"; break;
-      case '\'': escaped += "&apos;"; break;
-      default:
-        // XML 1.0 allows no control characters but tab, newline and return.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')
-          escaped += "?";
-        else
-          escaped += c;
-    }
-  }
-  return escaped;
-}
+std::string xml_escape(std::string_view raw) { return detail::escape_markup(raw, detail::Markup::xml); }
 
 std::string evidence_text(const CaseResult& result) {
   std::ostringstream text;

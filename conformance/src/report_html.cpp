@@ -21,20 +21,7 @@
 namespace hal::conformance {
 namespace {
 
-std::string escape(std::string_view raw) {
-  const std::string text = detail::valid_utf8(raw);
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
+std::string escape(std::string_view raw) { return detail::escape_markup(raw, detail::Markup::html); }
 
 std::string outcome_class(Outcome outcome) {
   std::string name(to_string(outcome));

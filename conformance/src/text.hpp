@@ -27,4 +27,31 @@ inline std::string valid_utf8(std::string_view text) {
   return out;
 }
 
+// For the writers' markup languages: HTML text and attributes, and XML 1.0.
+enum class Markup { html, xml };
+
+// `raw` as valid UTF-8 with the characters markup gives meaning to escaped.
+// XML also gets &apos;, and '?' for the control characters it does not
+// allow (all but tab, newline and return).
+inline std::string escape_markup(std::string_view raw, Markup markup) {
+  const std::string text = valid_utf8(raw);
+  std::string escaped;
+  escaped.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '&': escaped += "&amp;"; break;
+      case '<': escaped += "&lt;"; break;
+      case '>': escaped += "&gt;"; break;
+      case '"': escaped += "&quot;"; break;
+      case '\'': escaped += markup == Markup::xml ? "&apos;" : "'"; break;
+      default:
+        if (markup == Markup::xml && static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r')
+          escaped += "?";
+        else
+          escaped += c;
+    }
+  }
+  return escaped;
+}
+
 }  // namespace hal::conformance::detail

@@ -125,10 +125,17 @@ const BufferState& usable_state(const std::shared_ptr<BufferState>& state, std::
 void check_fill_arguments(std::uint64_t offset, std::uint64_t size, std::uint32_t pattern_size,
                           std::string_view operation);
 
-struct StreamState {
+// A plugin's handle of an object made on a device, with the device it was
+// made on; the owner destroys it through that device's backend.
+template <typename Handle>
+struct DeviceObject {
   Device device;
-  hal_stream* handle = nullptr;
-  StreamState(Device owner, hal_stream* stream) : device(std::move(owner)), handle(stream) {}
+  Handle* handle = nullptr;
+  DeviceObject(Device owner, Handle* object) : device(std::move(owner)), handle(object) {}
+};
+
+struct StreamState : DeviceObject<hal_stream> {
+  using DeviceObject::DeviceObject;
   ~StreamState();
 };
 
@@ -139,10 +146,8 @@ const StreamState& usable_stream(const std::shared_ptr<StreamState>& state, std:
 const BufferState& buffer_on_stream_device(const StreamState& stream, const std::shared_ptr<BufferState>& buffer,
                                            std::string_view operation);
 
-struct EventState {
-  Device device;
-  hal_event* handle = nullptr;
-  EventState(Device owner, hal_event* event) : device(std::move(owner)), handle(event) {}
+struct EventState : DeviceObject<hal_event> {
+  using DeviceObject::DeviceObject;
   ~EventState();
 };
 

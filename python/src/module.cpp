@@ -13,6 +13,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -247,24 +248,36 @@ std::vector<std::string> implementation_names(const std::vector<hal::AttentionIm
 
 hal::TensorRef borrowed(std::uintptr_t address) { return hal::TensorRef::borrowed(reinterpret_cast<const void*>(address)); }
 
-const hal::AttentionDecision& run_forward(const hal::Stream& stream, const hal::AttentionParams& params,
-                                          const hal::Tensor& q, const hal::Tensor& k, const hal::Tensor& v,
-                                          const hal::Tensor& o, const std::optional<hal::Tensor>& lse,
-                                          const std::optional<std::vector<std::string>>& implementations,
-                                          const std::optional<hal::Tensor>& key_ranges, bool synchronize) {
+// An attention call with the GIL released: synchronized, or the tensors it
+// reads and writes kept until the stream has passed it (note_pending_work).
+template <typename Call>
+const hal::AttentionDecision& run_attention(const hal::Stream& stream,
+                                            const std::optional<std::vector<std::string>>& implementations,
+                                            const std::optional<hal::Tensor>& key_ranges, bool synchronize,
+                                            std::initializer_list<const hal::Tensor*> tensors, const Call& call) {
   hal::AttentionOptions options = options_from(implementations);
   options.key_ranges = tensor_ref(key_ranges);
   const hal::AttentionDecision* decision = nullptr;
   {
     nb::gil_scoped_release release;
-    decision = &hal::attention_forward(stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o),
-                                       tensor_ref(lse), options);
+    decision = &call(options);
     if (synchronize) stream.synchronize();
   }
-  if (!synchronize)
-    hal::python::note_pending_work(stream,
-                                   {&q, &k, &v, &o, lse ? &*lse : nullptr, key_ranges ? &*key_ranges : nullptr});
+  if (!synchronize) hal::python::note_pending_work(stream, tensors);
   return *decision;
+}
+
+const hal::AttentionDecision& run_forward(const hal::Stream& stream, const hal::AttentionParams& params,
+                                          const hal::Tensor& q, const hal::Tensor& k, const hal::Tensor& v,
+                                          const hal::Tensor& o, const std::optional<hal::Tensor>& lse,
+                                          const std::optional<std::vector<std::string>>& implementations,
+                                          const std::optional<hal::Tensor>& key_ranges, bool synchronize) {
+  return run_attention(stream, implementations, key_ranges, synchronize,
+                       {&q, &k, &v, &o, lse ? &*lse : nullptr, key_ranges ? &*key_ranges : nullptr},
+                       [&](const hal::AttentionOptions& options) -> const hal::AttentionDecision& {
+                         return hal::attention_forward(stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v),
+                                                       tensor_ref(o), tensor_ref(lse), options);
+                       });
 }
 
 const hal::AttentionDecision& run_backward(const hal::Stream& stream, const hal::AttentionParams& params,
@@ -274,20 +287,14 @@ const hal::AttentionDecision& run_backward(const hal::Stream& stream, const hal:
                                            const hal::Tensor& grad_v,
                                            const std::optional<std::vector<std::string>>& implementations,
                                            const std::optional<hal::Tensor>& key_ranges, bool synchronize) {
-  hal::AttentionOptions options = options_from(implementations);
-  options.key_ranges = tensor_ref(key_ranges);
-  const hal::AttentionDecision* decision = nullptr;
-  {
-    nb::gil_scoped_release release;
-    decision = &hal::attention_backward(stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v), tensor_ref(o),
-                                        tensor_ref(grad_o), tensor_ref(lse), tensor_ref(grad_q), tensor_ref(grad_k),
-                                        tensor_ref(grad_v), options);
-    if (synchronize) stream.synchronize();
-  }
-  if (!synchronize)
-    hal::python::note_pending_work(
-        stream, {&q, &k, &v, &o, &grad_o, &lse, &grad_q, &grad_k, &grad_v, key_ranges ? &*key_ranges : nullptr});
-  return *decision;
+  return run_attention(stream, implementations, key_ranges, synchronize,
+                       {&q, &k, &v, &o, &grad_o, &lse, &grad_q, &grad_k, &grad_v, key_ranges ? &*key_ranges : nullptr},
+                       [&](const hal::AttentionOptions& options) -> const hal::AttentionDecision& {
+                         return hal::attention_backward(stream, params, tensor_ref(q), tensor_ref(k), tensor_ref(v),
+                                                        tensor_ref(o), tensor_ref(grad_o), tensor_ref(lse),
+                                                        tensor_ref(grad_q), tensor_ref(grad_k), tensor_ref(grad_v),
+                                                        options);
+                       });
 }
 
 }  // namespace

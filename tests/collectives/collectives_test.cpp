@@ -14,13 +14,16 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "hal/collectives.hpp"
 #include "hal/hal.hpp"
 #include "device_test_support.hpp"
 #include "launch.hpp"
 #include "scoped_environment.hpp"
+#include "scratch_directory.hpp"
 #include "store_protocol.hpp"
 
 using hal::testing::launch_ranks;
@@ -142,16 +145,26 @@ std::string bytes_of(T value) {
   return std::string(reinterpret_cast<const char*>(&value), sizeof(value));
 }
 
+// A store server for a job with this token, and a client of it that presents it.
+hal::TcpStoreOptions server_options_with_token(std::string token) {
+  hal::TcpStoreOptions options;
+  options.is_server = true;
+  options.token = std::move(token);
+  return options;
+}
+hal::TcpStoreOptions client_options_for(const hal::TcpStore& server, std::string token) {
+  hal::TcpStoreOptions options;
+  options.port = server.port();
+  options.token = std::move(token);
+  return options;
+}
+
 }  // namespace
 
 TEST_CASE("TcpStore: with a token, only clients that present it are answered") {
-  hal::TcpStoreOptions server_options;
-  server_options.is_server = true;
-  server_options.token = "job-7f3a";
+  hal::TcpStoreOptions server_options = server_options_with_token("job-7f3a");
   hal::TcpStore server(server_options);
-  hal::TcpStoreOptions client_options;
-  client_options.port = server.port();
-  client_options.token = "job-7f3a";
+  hal::TcpStoreOptions client_options = client_options_for(server, "job-7f3a");
   hal::TcpStore client(client_options);
   check_store(server, client);
 
@@ -249,14 +262,8 @@ std::optional<std::string> closed_within(int fd, std::chrono::milliseconds limit
 // value: a request that is not the token is refused on its header, before
 // its body arrives, while the job's clients are served as usual.
 TEST_CASE("TcpStore: a client without the token is refused on the header, not buffered") {
-  hal::TcpStoreOptions server_options;
-  server_options.is_server = true;
-  server_options.token = "job-51c0";
-  hal::TcpStore server(server_options);
-  hal::TcpStoreOptions client_options;
-  client_options.port = server.port();
-  client_options.token = "job-51c0";
-  hal::TcpStore client(client_options);
+  hal::TcpStore server(server_options_with_token("job-51c0"));
+  hal::TcpStore client(client_options_for(server, "job-51c0"));
   client.set("warm", std::string(4096, 'w'));
   const long before = resident_kib();
   REQUIRE(before > 0);
@@ -315,14 +322,8 @@ TEST_CASE("TcpStore: a client without the token is refused on the header, not bu
 
   // A token longer than the few KiB kept for a token request is still taken.
   const std::string long_secret(20000, 't');
-  hal::TcpStoreOptions long_server_options;
-  long_server_options.is_server = true;
-  long_server_options.token = long_secret;
-  hal::TcpStore long_server(long_server_options);
-  hal::TcpStoreOptions long_client_options;
-  long_client_options.port = long_server.port();
-  long_client_options.token = long_secret;
-  hal::TcpStore long_client(long_client_options);
+  hal::TcpStore long_server(server_options_with_token(long_secret));
+  hal::TcpStore long_client(client_options_for(long_server, long_secret));
   long_client.set("key", "value");
   CHECK(long_server.get("key", 1s) == "value");
 }
@@ -331,15 +332,10 @@ TEST_CASE("TcpStore: a client without the token is refused on the header, not bu
 // closed; the job's clients, which wait in get() for as long as they need,
 // are not.
 TEST_CASE("TcpStore: a connection that does not present the token in time is closed") {
-  hal::TcpStoreOptions server_options;
-  server_options.is_server = true;
-  server_options.token = "job-51c0";
+  hal::TcpStoreOptions server_options = server_options_with_token("job-51c0");
   server_options.auth_timeout = 300ms;
   hal::TcpStore server(server_options);
-  hal::TcpStoreOptions client_options;
-  client_options.port = server.port();
-  client_options.token = "job-51c0";
-  hal::TcpStore client(client_options);
+  hal::TcpStore client(client_options_for(server, "job-51c0"));
 
   const auto start = std::chrono::steady_clock::now();
   RawConnection silent(server.port()), slow(server.port());
@@ -780,14 +776,8 @@ TEST_CASE("collectives engine: a name other than auto, gloo, mpi or shm is an er
 namespace {
 
 // A directory of one test's own on /dev/shm (tmpfs, as the default), for its segments.
-struct ShmDirectory {
-  std::string path;
-  ShmDirectory() {
-    char name[] = "/dev/shm/hal-test-XXXXXX";
-    REQUIRE(::mkdtemp(name) != nullptr);
-    path = name;
-  }
-  ~ShmDirectory() { std::filesystem::remove_all(path); }
+struct ShmDirectory : hal::testing::ScratchDirectory {
+  ShmDirectory() : ScratchDirectory("/dev/shm/hal-test-XXXXXX") {}
   std::vector<std::string> entries() const {
     std::vector<std::string> names;
     for (const auto& entry : std::filesystem::directory_iterator(path)) names.push_back(entry.path().filename());

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "launch.hpp"
+#include "scratch_directory.hpp"
 
 using namespace std::chrono_literals;
 using hal::testing::launch_ranks;
@@ -26,17 +27,8 @@ namespace {
 [[maybe_unused]] bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
 // A directory for the fake library's rendezvous, removed afterwards.
-struct ScratchDirectory {
-  std::string path;
-  ScratchDirectory() {
-    char name[] = "/tmp/hal-fake-nccl-XXXXXX";
-    REQUIRE(::mkdtemp(name) != nullptr);
-    path = name;
-  }
-  ~ScratchDirectory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
+struct RendezvousDirectory : hal::testing::ScratchDirectory {
+  RendezvousDirectory() : ScratchDirectory("/tmp/hal-fake-nccl-XXXXXX") {}
 };
 
 #ifdef HAL_FAKE_CUDA_DRIVER
@@ -69,7 +61,7 @@ void check_all_passed(const std::vector<RankOutcome>& outcomes) {
 TEST_CASE("cuda + NCCL: every operation, type and in-place mode, on 2 and 3 ranks") {
   for (const int ranks : {2, 3}) {
     CAPTURE(ranks);
-    ScratchDirectory directory;
+    RendezvousDirectory directory;
     const auto outcomes = run(ranks, {"ops"}, with(cuda_environment(HAL_FAKE_NCCL, directory.path),
                                                    {{"HAL_TEST_EXPECT_ENGINE", "nccl"}}));
     check_all_passed(outcomes);
@@ -77,7 +69,7 @@ TEST_CASE("cuda + NCCL: every operation, type and in-place mode, on 2 and 3 rank
 }
 
 TEST_CASE("cuda + NCCL: two ranks on one GPU are refused at init, as NCCL refuses them") {
-  ScratchDirectory directory;
+  RendezvousDirectory directory;
   const auto outcomes = run(2, {"ops"}, with(cuda_environment(HAL_FAKE_NCCL, directory.path),
                                              {{"HAL_TEST_DEVICE", "cuda:0"}}));
   for (const auto& outcome : outcomes) {
@@ -87,17 +79,17 @@ TEST_CASE("cuda + NCCL: two ranks on one GPU are refused at init, as NCCL refuse
 }
 
 TEST_CASE("cuda + NCCL: grouped send/recv around a ring of 3") {
-  ScratchDirectory directory;
+  RendezvousDirectory directory;
   check_all_passed(run(3, {"p2p"}, cuda_environment(HAL_FAKE_NCCL, directory.path)));
 }
 
 TEST_CASE("cuda + NCCL: a rank that never creates its communicator is a timeout naming it") {
-  ScratchDirectory directory;
+  RendezvousDirectory directory;
   check_all_passed(run(3, {"missing", "2"}, cuda_environment(HAL_FAKE_NCCL, directory.path)));
 }
 
 TEST_CASE("cuda + NCCL: an init that never completes is a timeout, not a hang") {
-  ScratchDirectory directory;
+  RendezvousDirectory directory;
   const auto outcomes = run(2, {"fault"}, with(cuda_environment(HAL_FAKE_NCCL, directory.path),
                                                {{"HAL_FAKE_NCCL_INIT_HANG_RANK", "1"}}));
   // Every rank arrived in the store, so the library's init is what stalls:
@@ -109,7 +101,7 @@ TEST_CASE("cuda + NCCL: an init that never completes is a timeout, not a hang") 
 }
 
 TEST_CASE("cuda + NCCL: an operation that hangs times out, naming op, sequence and rank") {
-  ScratchDirectory directory;
+  RendezvousDirectory directory;
   const auto outcomes = run(2, {"fault"}, with(cuda_environment(HAL_FAKE_NCCL, directory.path),
                                                {{"HAL_FAKE_NCCL_HANG", "1:2"}}));
   check_all_passed(outcomes);
@@ -122,7 +114,7 @@ TEST_CASE("cuda + NCCL: an operation that hangs times out, naming op, sequence a
 }
 
 TEST_CASE("cuda + NCCL: an asynchronous error is reported with the library's text") {
-  ScratchDirectory directory;
+  RendezvousDirectory directory;
   const auto outcomes = run(2, {"fault"}, with(cuda_environment(HAL_FAKE_NCCL, directory.path),
                                                {{"HAL_FAKE_NCCL_ASYNC_ERROR", "0:2"}}));
   check_all_passed(outcomes);
@@ -136,14 +128,14 @@ TEST_CASE("cuda + NCCL: an asynchronous error is reported with the library's tex
 }
 
 TEST_CASE("cuda + NCCL: abort from another thread ends a blocked operation with aborted") {
-  ScratchDirectory directory;
+  RendezvousDirectory directory;
   check_all_passed(run(2, {"abort"}, cuda_environment(HAL_FAKE_NCCL, directory.path)));
 }
 #endif
 
 #ifdef HAL_FAKE_NCCL_LEGACY
 TEST_CASE("cuda + NCCL 2.8: all_to_all, gather, scatter from send/recv; bf16 and avg unsupported") {
-  ScratchDirectory directory;
+  RendezvousDirectory directory;
   const auto outcomes = run(2, {"legacy"}, with(cuda_environment(HAL_FAKE_NCCL_LEGACY, directory.path),
                                                 {{"HAL_TEST_EXPECT_ENGINE", "nccl"}}));
   check_all_passed(outcomes);
@@ -165,7 +157,7 @@ TEST_CASE("cuda without an NCCL library: communicator_create fails with the path
 
 #ifdef HAL_FAKE_RCCL
 TEST_CASE("rocm + RCCL: the same engine on HIP streams, under RCCL's name") {
-  ScratchDirectory directory;
+  RendezvousDirectory directory;
   const Environment environment = {{"HAL_BACKEND_PATH", HAL_PLUGIN_DIR},
                                    {"HAL_BACKENDS", "rocm"},
                                    {"HAL_CONFIG", ""},
@@ -178,7 +170,7 @@ TEST_CASE("rocm + RCCL: the same engine on HIP streams, under RCCL's name") {
   check_all_passed(run(2, {"p2p"}, environment));
   check_all_passed(run(2, {"ops"}, environment));
   // ROCm 5's runtime has no hipLaunchHostFunc: the library's work goes through hipStreamAddCallback.
-  ScratchDirectory rocm5_directory;
+  RendezvousDirectory rocm5_directory;
   Environment rocm5 = environment;
   for (auto& [name, value] : rocm5) {
     if (name == "HAL_HIP_RUNTIME") value = HAL_FAKE_HIP_ROCM5_RUNTIME;

@@ -447,12 +447,20 @@ int scenario_kill(const hal::Runtime& runtime, int victim) {
   return failures == 0 ? 0 : 1;
 }
 
-// HAL_COLL_CHECK=1 is set by the test: rank 1 passes a different count.
-// One all_reduce the ranks agree on, then one where rank 1 passes 5
-// elements and the others 4: it must fail as invalid_argument with an error
-// holding each of `expected` (fragment, what it shows).
-void expect_mismatched_all_reduce(Context& c, hal::Buffer& buffer,
-                                  const std::vector<std::pair<std::string, std::string>>& expected) {
+// The connection of a mismatch scenario and its 64-byte buffer.
+struct Mismatch {
+  Context c;
+  hal::Buffer buffer;
+};
+
+// Connects, then runs one all_reduce the ranks agree on and one where rank 1
+// passes 5 elements and the others 4: it must fail as invalid_argument with
+// an error holding each of `expected` (fragment, what it shows).
+Mismatch mismatched_all_reduce(const hal::Runtime& runtime,
+                               const std::vector<std::pair<std::string, std::string>>& expected) {
+  Mismatch mismatch{connect(runtime, std::chrono::seconds(5)), {}};
+  auto& [c, buffer] = mismatch;
+  buffer = c.device.allocate(64);
   c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);  // agrees
   c.stream.synchronize();
   try {
@@ -465,15 +473,15 @@ void expect_mismatched_all_reduce(Context& c, hal::Buffer& buffer,
     EXPECT(error.code() == hal::StatusCode::invalid_argument, "a mismatch is invalid_argument");
     for (const auto& [fragment, what] : expected) EXPECT(text.find(fragment) != std::string::npos, what);
   }
+  return mismatch;
 }
 
+// HAL_COLL_CHECK=1 is set by the test: rank 1 passes a different count.
 void scenario_mismatch(const hal::Runtime& runtime) {
-  Context c = connect(runtime, std::chrono::seconds(5));
-  hal::Buffer buffer = c.device.allocate(64);
-  expect_mismatched_all_reduce(c, buffer,
-                               {{"HAL_COLL_CHECK", "the error names the check"},
-                                {"rank 1: all_reduce count=5", "the error shows rank 1's fingerprint"},
-                                {"all_reduce #1", "the error names the sequence number"}});
+  auto [c, buffer] =
+      mismatched_all_reduce(runtime, {{"HAL_COLL_CHECK", "the error names the check"},
+                                      {"rank 1: all_reduce count=5", "the error shows rank 1's fingerprint"},
+                                      {"all_reduce #1", "the error names the sequence number"}});
   // The communicator is still usable: nothing reached the transport.
   c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);
   c.stream.synchronize();
@@ -482,12 +490,10 @@ void scenario_mismatch(const hal::Runtime& runtime) {
 // Without HAL_COLL_CHECK: rank 1 passes a different count, which the shm
 // engine finds itself; the communicator is broken afterwards.
 void scenario_shm_mismatch(const hal::Runtime& runtime) {
-  Context c = connect(runtime, std::chrono::seconds(5));
-  hal::Buffer buffer = c.device.allocate(64);
-  expect_mismatched_all_reduce(c, buffer,
-                               {{"the ranks called different operations", "the error says what is wrong"},
-                                {"rank 1: all_reduce #1 of 5 x f32 sum", "the error shows rank 1's call"},
-                                {"rank 0: all_reduce #1 of 4 x f32 sum", "the error shows rank 0's call"}});
+  auto [c, buffer] =
+      mismatched_all_reduce(runtime, {{"the ranks called different operations", "the error says what is wrong"},
+                                      {"rank 1: all_reduce #1 of 5 x f32 sum", "the error shows rank 1's call"},
+                                      {"rank 0: all_reduce #1 of 4 x f32 sum", "the error shows rank 0's call"}});
   try {
     c.comm.all_reduce(buffer, buffer, 4, DType::f32, ReduceOp::sum, c.stream);
     c.stream.synchronize();

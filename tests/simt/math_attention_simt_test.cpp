@@ -19,7 +19,7 @@
 
 #include "emulated_kernels.hpp"
 #include "flash_attention_cases.hpp"
-#include "gemm_kernels.h"
+#include "gemm_launch.hpp"
 #include "gpu_attention.hpp"
 #include "last_error.hpp"
 
@@ -75,20 +75,9 @@ class EmulatedPlatform final : public backend::GpuPlatform {
   hal_status strided_batched_gemm(hal_stream* stream, const backend::StridedBatchedGemm& gemm) override {
     ++gemm_count;
     if (!emulate_gemm) return host_gemm(gemm);
-    hal_gemm_kernel_args args{};
-    args.a = gemm.a, args.b = gemm.b, args.c = gemm.c;
-    args.lda = gemm.lda, args.ldb = gemm.ldb, args.ldc = gemm.ldc;
-    args.stride_a = gemm.stride_a, args.stride_b = gemm.stride_b, args.stride_c = gemm.stride_c;
-    args.m = static_cast<std::int32_t>(gemm.m), args.n = static_cast<std::int32_t>(gemm.n);
-    args.k = static_cast<std::int32_t>(gemm.k), args.batch = static_cast<std::int32_t>(gemm.batch);
-    args.transpose_a = gemm.transpose_a, args.transpose_b = gemm.transpose_b;
-    args.alpha = gemm.alpha, args.beta = gemm.beta;
-    auto tiles = [](std::int64_t extent) { return static_cast<std::uint32_t>((extent + HAL_GEMM_TILE - 1) / HAL_GEMM_TILE); };
+    const hal_gemm_kernel_args args = backend::gemm_kernel_arguments(gemm);
     // Fewer z blocks than matrices: the kernel's loop over the rest is exercised too.
-    const hal_kernel_launch launch{"hal_gemm_f32_strided_batched",
-                                   {tiles(gemm.n), tiles(gemm.m), static_cast<std::uint32_t>(std::min<std::int64_t>(gemm.batch, 2))},
-                                   {HAL_GEMM_TILE, HAL_GEMM_TILE, 1},
-                                   0};
+    const hal_kernel_launch launch = backend::gemm_kernel_launch(gemm, 2);
     return this->launch(stream, launch, &args, sizeof(args));
   }
 
