@@ -1,15 +1,15 @@
 // The ROCm backend through hal's public API, against the fake HIP runtime
 // in tests/fakes/fake_hip_runtime. ctest runs each suite in its own process
 // with the runtime identity in the environment (see rocm_tests.cmake).
-#include <doctest/doctest.h>
-
 #include <dlfcn.h>
+#include <doctest/doctest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -132,6 +132,87 @@ using GpuInteropFixture = RocmInteropFixture;
 
 TEST_SUITE("rocm interop") {
 #include "gpu_interop_cases.inc"
+
+  // The fake runtime orders its null stream as HIP does (legacy default
+  // stream): a null-stream call waits for the device's blocking streams, not
+  // for non-blocking ones nor for another device's work.
+  TEST_CASE_FIXTURE(RocmInteropFixture,
+                    "the fake runtime's null stream is ordered with the device's blocking streams") {
+    constexpr int copy_to_host = 2;  // hipMemcpyDeviceToHost
+    const HipFramework& hip = framework;
+    void* value = hip.alloc_device(0, sizeof(std::int32_t));
+    REQUIRE(hip.call<int(void*, int, std::size_t)>("hipMemsetD32", value, 1, std::size_t{1}) == 0);
+    // hipMemcpy of `value` on a thread of its own (the current device is per thread).
+    const auto read_on = [&](int device) {
+      return std::async(std::launch::async, [&hip, value, device] {
+        std::int32_t host = 0;
+        REQUIRE(hip.call<int(int)>("hipSetDevice", device) == 0);
+        REQUIRE(hip.call<int(void*, const void*, std::size_t, int)>("hipMemcpy", &host, value, sizeof(host),
+                                                                    copy_to_host) == 0);
+        return host;
+      });
+    };
+    const auto create_stream = [&](unsigned flags) {
+      void* stream = nullptr;
+      REQUIRE(hip.call<int(void**, unsigned)>("hipStreamCreateWithFlags", &stream, flags) == 0);
+      return stream;
+    };
+    const auto set_on = [&](void* stream, int to) {
+      REQUIRE(hip.call<int(void*, int, std::size_t, void*)>("hipMemsetD32Async", value, to, std::size_t{1}, stream) ==
+              0);
+    };
+
+    SUBCASE("a blocking stream's earlier work lands before the null stream's copy") {
+      void* blocking = create_stream(0u);  // hipStreamDefault
+      StreamGate gate = hip.block(blocking);
+      set_on(blocking, 7);
+      std::future<std::int32_t> read = read_on(0);
+      CHECK(read.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+      gate.open();
+      CHECK(read.get() == 7);
+      hip.destroy_stream(blocking);
+    }
+    SUBCASE("a non-blocking stream's work is not waited for") {
+      void* non_blocking = create_stream(1u);  // hipStreamNonBlocking
+      StreamGate gate = hip.block(non_blocking);
+      set_on(non_blocking, 9);
+      std::future<std::int32_t> read = read_on(0);
+      REQUIRE(read.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+      CHECK(read.get() == 1);  // before the memset behind the gate
+      gate.open();
+      REQUIRE(hip.call<int(void*)>("hipStreamSynchronize", non_blocking) == 0);
+      CHECK(read_on(0).get() == 9);
+      hip.destroy_stream(non_blocking);
+    }
+    SUBCASE("each device has its own null stream") {
+      void* blocking = create_stream(0u);  // device 0's
+      StreamGate gate = hip.block(blocking);
+      set_on(blocking, 5);
+      // Device 0's null stream now holds a memset behind the gate; device 1's is free.
+      REQUIRE(hip.call<int(void*, int, std::size_t)>("hipMemsetD32", value, 6, std::size_t{1}) == 0);
+      std::future<std::int32_t> other_device = read_on(1);
+      REQUIRE(other_device.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+      CHECK(other_device.get() == 1);
+      gate.open();
+      CHECK(read_on(0).get() == 6);
+      hip.destroy_stream(blocking);
+    }
+    SUBCASE("work on a blocking stream waits for the null stream's earlier work") {
+      void* blocking = create_stream(0u);
+      void* gated = create_stream(0u);
+      StreamGate gate = hip.block(gated);
+      // The null stream's memset waits for `gated`; the blocking stream's for that memset.
+      REQUIRE(hip.call<int(void*, int, std::size_t)>("hipMemsetD32", value, 3, std::size_t{1}) == 0);
+      set_on(blocking, 4);
+      CHECK(hip.call<int(void*)>("hipStreamQuery", blocking) != 0);  // hipErrorNotReady: held behind the gate
+      gate.open();
+      REQUIRE(hip.call<int(void*)>("hipStreamSynchronize", blocking) == 0);
+      CHECK(read_on(0).get() == 4);
+      hip.destroy_stream(gated);
+      hip.destroy_stream(blocking);
+    }
+    hip.free_device(0, value);
+  }
 }
 
 // The fake runtime's failures and the HIP errors that follow (gpu_fake_error_cases.inc).

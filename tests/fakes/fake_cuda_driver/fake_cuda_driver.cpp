@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "emulated_kernels.hpp"
+#include "stream_progress.hpp"
 #include "stuck_bits.hpp"
 
 #undef cuEventElapsedTime
@@ -231,19 +232,9 @@ void configure_devices(Driver& state) {
 
 using Operation = std::function<CUresult()>;
 
-// An in-order queue run by one worker thread.
-// How far a stream's work has got: enqueued and completed operations. Shared,
-// so work on another stream that waits for it outlives a destroyed stream.
-struct Progress {
-  std::mutex mutex;
-  std::condition_variable advanced;
-  std::uint64_t enqueued = 0, completed = 0;
-  void wait_for(std::uint64_t ticket) {
-    std::unique_lock lock(mutex);
-    advanced.wait(lock, [&] { return completed >= ticket; });
-  }
-};
+using hal_fakes::Progress;
 
+// An in-order queue run by one worker thread.
 struct Stream {
   // blocking: ordered with the legacy default stream (not CU_STREAM_NON_BLOCKING).
   Stream(CUctx_st* owner, bool blocking_stream, bool legacy_stream = false)
@@ -261,19 +252,13 @@ struct Stream {
     std::uint64_t ticket;
     {
       std::lock_guard lock(mutex);
-      {
-        std::lock_guard counted(progress->mutex);
-        ticket = ++progress->enqueued;
-      }
+      ticket = progress->enqueue();
       queue.push_back(std::move(operation));
     }
     available.notify_all();
     return ticket;
   }
-  std::uint64_t enqueued() const {
-    std::lock_guard lock(progress->mutex);
-    return progress->enqueued;
-  }
+  std::uint64_t enqueued() const { return progress->enqueued_so_far(); }
   void wait_idle() {
     std::unique_lock lock(mutex);
     idle.wait(lock, [&] { return queue.empty() && !running; });
@@ -308,11 +293,7 @@ struct Stream {
         std::lock_guard state_lock(driver().mutex);
         if (context->sticky_error == CUDA_SUCCESS) context->sticky_error = result;
       }
-      {
-        std::lock_guard counted(progress->mutex);
-        ++progress->completed;
-      }
-      progress->advanced.notify_all();
+      progress->complete_one();
       lock.lock();
       running = false;
       if (queue.empty()) idle.notify_all();

@@ -7,9 +7,6 @@
 #endif
 #include <hip/hip_runtime_api.h>
 
-#include "emulated_kernels.hpp"
-#include "stuck_bits.hpp"
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,6 +30,10 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "emulated_kernels.hpp"
+#include "stream_progress.hpp"
+#include "stuck_bits.hpp"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -181,11 +182,13 @@ hipError_t release(void* pointer, bool host) {
   return hipSuccess;
 }
 
-// An in-order queue on its own thread. The first error of its work is
-// sticky, as a device fault is.
+// An in-order queue on its own thread, of one device. The first error of its
+// work is sticky, as a device fault is. blocking: ordered with the device's
+// null stream (created without hipStreamNonBlocking); null: that stream.
 class FakeStream {
  public:
-  FakeStream() : worker_([this] { run(); }) {}
+  FakeStream(int device, bool blocking, bool null = false)
+      : device_(device), blocking_(blocking), null_(null), worker_([this] { run(); }) {}
   ~FakeStream() {
     (void)synchronize();  // the runtime finishes enqueued work before releasing a stream
     {
@@ -196,12 +199,16 @@ class FakeStream {
     worker_.join();
   }
   // Host work (callbacks) runs even after a fault, to be told of it.
-  void enqueue(std::function<hipError_t()> work, bool host_work = false) {
+  // Returns the work's ticket: progress()->wait_for(ticket) waits for it.
+  std::uint64_t enqueue(std::function<hipError_t()> work, bool host_work = false) {
+    std::uint64_t ticket;
     {
       std::lock_guard lock(mutex_);
+      ticket = progress_->enqueue();
       queue_.push_back({std::move(work), host_work});
     }
     changed_.notify_all();
+    return ticket;
   }
   hipError_t synchronize() {
     std::unique_lock lock(mutex_);
@@ -216,6 +223,10 @@ class FakeStream {
     std::lock_guard lock(mutex_);
     return error_;
   }
+  int device() const { return device_; }
+  bool blocking() const { return blocking_; }
+  bool null() const { return null_; }
+  const std::shared_ptr<hal_fakes::Progress>& progress() const { return progress_; }
 
  private:
   void run() {
@@ -229,6 +240,7 @@ class FakeStream {
       const bool skip = error_ != hipSuccess && !work.host;
       lock.unlock();
       const hipError_t result = skip ? hipSuccess : work.run();
+      progress_->complete_one();
       lock.lock();
       if (error_ == hipSuccess) error_ = result;
       busy_ = false;
@@ -244,7 +256,10 @@ class FakeStream {
   std::deque<Work> queue_;
   bool busy_ = false, stopping_ = false;
   hipError_t error_ = hipSuccess;
-  std::thread worker_;
+  const int device_;
+  const bool blocking_, null_;
+  const std::shared_ptr<hal_fakes::Progress> progress_ = std::make_shared<hal_fakes::Progress>();
+  std::thread worker_;  // last: starts after the members above exist
 };
 
 struct FakeEvent {
@@ -257,17 +272,45 @@ struct FakeEvent {
 FakeStream* as_stream(hipStream_t stream) { return reinterpret_cast<FakeStream*>(stream); }
 FakeEvent* as_event(hipEvent_t event) { return reinterpret_cast<FakeEvent*>(event); }
 
-// The null stream: a real queue (one for the process), whose work waits
-// HAL_FAKE_HIP_NULL_STREAM_DELAY_MS first, so a call that returns before its
-// bytes land is seen to.
-FakeStream* null_stream() {
-  static FakeStream* const stream = [] {
-    auto* created = new FakeStream();  // never destroyed, like the state
-    std::lock_guard lock(state().mutex);
-    state().streams.insert(created);
-    return created;
-  }();
+// A device's null stream: a real queue per device (created on first use,
+// never destroyed, like the state).
+FakeStream* null_stream(int device) {
+  static std::map<int, FakeStream*> streams;  // guarded by state().mutex
+  std::lock_guard lock(state().mutex);
+  FakeStream*& stream = streams[device];
+  if (stream == nullptr) {
+    stream = new FakeStream(device, true, true);
+    state().streams.insert(stream);
+  }
   return stream;
+}
+
+// Enqueues with the null stream's implicit ordering, as HIP's legacy default
+// stream has it: null-stream work waits for the work already on the device's
+// blocking streams, and a blocking stream's work for the work already on the
+// null stream; hipStreamNonBlocking streams are ordered with neither.
+// Null-stream work then waits HAL_FAKE_HIP_NULL_STREAM_DELAY_MS, so a call
+// that returns before its bytes land is seen to.
+std::uint64_t enqueue_ordered(FakeStream* stream, std::function<hipError_t()> work, bool host_work = false) {
+  std::vector<std::pair<std::shared_ptr<hal_fakes::Progress>, std::uint64_t>> before;
+  if (stream->null()) {
+    std::lock_guard lock(state().mutex);
+    for (FakeStream* other : state().streams)
+      if (other != stream && other->device() == stream->device() && other->blocking())
+        before.emplace_back(other->progress(), other->progress()->enqueued_so_far());
+  } else if (stream->blocking()) {
+    const std::shared_ptr<hal_fakes::Progress>& null = null_stream(stream->device())->progress();
+    before.emplace_back(null, null->enqueued_so_far());
+  }
+  const int delay_ms = stream->null() ? std::atoi(environment("HAL_FAKE_HIP_NULL_STREAM_DELAY_MS", "0").c_str()) : 0;
+  if (before.empty() && delay_ms <= 0) return stream->enqueue(std::move(work), host_work);
+  return stream->enqueue(
+      [before = std::move(before), work = std::move(work), delay_ms] {
+        for (const auto& [progress, ticket] : before) progress->wait_for(ticket);
+        if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        return work();
+      },
+      host_work);
 }
 
 // When a call without a stream returns: once its work is done (hipMemcpy),
@@ -291,19 +334,26 @@ hipError_t submit(hipStream_t stream, const char* function, std::function<hipErr
     return result;
   };
   if (stream != nullptr) {
-    as_stream(stream)->enqueue(std::move(checked));
+    enqueue_ordered(as_stream(stream), std::move(checked));
     return hipSuccess;
   }
   if (failure != hipSuccess) return failure;
+  FakeStream* null = null_stream(current_device);
   if (call == NullStreamCall::waits) {
-    (void)null_stream()->synchronize();  // after the null stream's earlier work
-    return checked();
+    // Runs in the null stream's order and returns its own result; a failure
+    // of a synchronous call is the caller's, it does not poison the stream.
+    auto result = std::make_shared<hipError_t>(hipSuccess);
+    const std::uint64_t ticket = enqueue_ordered(
+        null,
+        [result, checked = std::move(checked)] {
+          *result = checked();
+          return hipSuccess;
+        },
+        true);
+    null->progress()->wait_for(ticket);
+    return *result;
   }
-  const int delay_ms = std::atoi(environment("HAL_FAKE_HIP_NULL_STREAM_DELAY_MS", "0").c_str());
-  null_stream()->enqueue([delay_ms, checked = std::move(checked)] {
-    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-    return checked();
-  });
+  enqueue_ordered(null, std::move(checked));
   return hipSuccess;
 }
 
@@ -534,10 +584,10 @@ FAKE_EXPORT hipError_t hipMemsetD32Async(hipDeviceptr_t destination, int value, 
   return submit(stream, "hipMemsetD32Async", [=] { return set_elements(destination, value, count); });
 }
 
-FAKE_EXPORT hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int) {
-  if (stream == nullptr) return hipErrorInvalidValue;
+FAKE_EXPORT hipError_t hipStreamCreateWithFlags(hipStream_t* stream, unsigned int flags) {
+  if (stream == nullptr || (flags & ~static_cast<unsigned>(hipStreamNonBlocking)) != 0) return hipErrorInvalidValue;
   if (hipError_t error = injected("hipStreamCreateWithFlags"); error != hipSuccess) return error;
-  auto* created = new FakeStream();
+  auto* created = new FakeStream(current_device, (flags & hipStreamNonBlocking) == 0);
   {
     std::lock_guard lock(state().mutex);
     state().streams.insert(created);
@@ -555,10 +605,10 @@ FAKE_EXPORT hipError_t hipStreamDestroy(hipStream_t stream) {
   return hipSuccess;
 }
 FAKE_EXPORT hipError_t hipStreamSynchronize(hipStream_t stream) {
-  return (stream == nullptr ? null_stream() : as_stream(stream))->synchronize();
+  return (stream == nullptr ? null_stream(current_device) : as_stream(stream))->synchronize();
 }
 FAKE_EXPORT hipError_t hipStreamQuery(hipStream_t stream) {
-  if (stream == nullptr) stream = reinterpret_cast<hipStream_t>(null_stream());
+  if (stream == nullptr) stream = reinterpret_cast<hipStream_t>(null_stream(current_device));
   if (!as_stream(stream)->idle()) return hipErrorNotReady;
   return as_stream(stream)->error();
 }
@@ -568,10 +618,13 @@ FAKE_EXPORT hipError_t hipStreamAddCallback(hipStream_t stream, hipStreamCallbac
   if (callback == nullptr || flags != 0) return hipErrorInvalidValue;
   if (stream == nullptr) return hipErrorInvalidHandle;
   FakeStream* fake = as_stream(stream);
-  fake->enqueue([=] {
-    callback(stream, fake->error(), user_data);
-    return hipSuccess;
-  }, true);
+  enqueue_ordered(
+      fake,
+      [=] {
+        callback(stream, fake->error(), user_data);
+        return hipSuccess;
+      },
+      true);
   return hipSuccess;
 }
 
@@ -579,10 +632,13 @@ FAKE_EXPORT hipError_t hipStreamAddCallback(hipStream_t stream, hipStreamCallbac
 FAKE_EXPORT hipError_t hipLaunchHostFunc(hipStream_t stream, hipHostFn_t function, void* user_data) {
   if (function == nullptr) return hipErrorInvalidValue;
   if (stream == nullptr) return hipErrorInvalidHandle;
-  as_stream(stream)->enqueue([=] {
-    function(user_data);
-    return hipSuccess;
-  }, true);
+  enqueue_ordered(
+      as_stream(stream),
+      [=] {
+        function(user_data);
+        return hipSuccess;
+      },
+      true);
   return hipSuccess;
 }
 #endif
@@ -610,7 +666,7 @@ FAKE_EXPORT hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream) {
     std::lock_guard lock(fake->mutex);
     generation = ++fake->recorded;
   }
-  as_stream(stream)->enqueue([fake, generation] {
+  enqueue_ordered(as_stream(stream), [fake, generation] {
     {
       std::lock_guard lock(fake->mutex);
       fake->completed = generation;
@@ -654,7 +710,7 @@ FAKE_EXPORT hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, 
     std::lock_guard lock(fake->mutex);
     target = fake->recorded;
   }
-  as_stream(stream)->enqueue([fake, target] {
+  enqueue_ordered(as_stream(stream), [fake, target] {
     std::unique_lock lock(fake->mutex);
     fake->completed_changed.wait(lock, [&] { return fake->completed >= target; });
     return hipSuccess;
@@ -856,7 +912,8 @@ FAKE_EXPORT hipError_t hipDeviceSynchronize() {
   {
     std::lock_guard lock(state().mutex);
     ++state().device_synchronizes;
-    streams.assign(state().streams.begin(), state().streams.end());
+    for (FakeStream* stream : state().streams)
+      if (stream->device() == current_device) streams.push_back(stream);  // the current device's work
   }
   hipError_t first = hipSuccess;
   for (FakeStream* stream : streams)
