@@ -161,41 +161,46 @@ TEST_SUITE("rocm interop") {
       REQUIRE(hip.call<int(void*, int, std::size_t, void*)>("hipMemsetD32Async", value, to, std::size_t{1}, stream) ==
               0);
     };
+    // A new stream (hipStreamCreateWithFlags `flags`) held at a gate, then setting `value` to `to`.
+    struct Held {
+      void* stream;
+      StreamGate gate;
+    };
+    const auto held_stream_setting = [&](unsigned flags, int to) {
+      void* stream = create_stream(flags);
+      Held held{stream, hip.block(stream)};
+      set_on(stream, to);
+      return held;
+    };
 
     SUBCASE("a blocking stream's earlier work lands before the null stream's copy") {
-      void* blocking = create_stream(0u);  // hipStreamDefault
-      StreamGate gate = hip.block(blocking);
-      set_on(blocking, 7);
+      Held blocking = held_stream_setting(0u, 7);  // hipStreamDefault
       std::future<std::int32_t> read = read_on(0);
       CHECK(read.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
-      gate.open();
+      blocking.gate.open();
       CHECK(read.get() == 7);
-      hip.destroy_stream(blocking);
+      hip.destroy_stream(blocking.stream);
     }
     SUBCASE("a non-blocking stream's work is not waited for") {
-      void* non_blocking = create_stream(1u);  // hipStreamNonBlocking
-      StreamGate gate = hip.block(non_blocking);
-      set_on(non_blocking, 9);
+      Held non_blocking = held_stream_setting(1u, 9);  // hipStreamNonBlocking
       std::future<std::int32_t> read = read_on(0);
       REQUIRE(read.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
       CHECK(read.get() == 1);  // before the memset behind the gate
-      gate.open();
-      REQUIRE(hip.call<int(void*)>("hipStreamSynchronize", non_blocking) == 0);
+      non_blocking.gate.open();
+      REQUIRE(hip.call<int(void*)>("hipStreamSynchronize", non_blocking.stream) == 0);
       CHECK(read_on(0).get() == 9);
-      hip.destroy_stream(non_blocking);
+      hip.destroy_stream(non_blocking.stream);
     }
     SUBCASE("each device has its own null stream") {
-      void* blocking = create_stream(0u);  // device 0's
-      StreamGate gate = hip.block(blocking);
-      set_on(blocking, 5);
+      Held blocking = held_stream_setting(0u, 5);  // device 0's
       // Device 0's null stream now holds a memset behind the gate; device 1's is free.
       REQUIRE(hip.call<int(void*, int, std::size_t)>("hipMemsetD32", value, 6, std::size_t{1}) == 0);
       std::future<std::int32_t> other_device = read_on(1);
       REQUIRE(other_device.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
       CHECK(other_device.get() == 1);
-      gate.open();
+      blocking.gate.open();
       CHECK(read_on(0).get() == 6);
-      hip.destroy_stream(blocking);
+      hip.destroy_stream(blocking.stream);
     }
     SUBCASE("work on a blocking stream waits for the null stream's earlier work") {
       void* blocking = create_stream(0u);
