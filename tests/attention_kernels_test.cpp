@@ -290,7 +290,7 @@ struct Implementation {
 
 std::vector<Implementation> implementations() {
   std::vector<Implementation> list{{"math", false, FlashIsa::scalar}};
-  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512, FlashIsa::avx512bf16, FlashIsa::amx}) {
+  for (FlashIsa isa : hal::host::kFlashIsas) {
     if (flash_isa_supported(isa)) {
       // automatic takes the decode tiling where a group's rows fit one tile
       list.push_back({std::string("flash/") + flash_isa_name(isa), true, isa});

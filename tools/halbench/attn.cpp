@@ -608,32 +608,27 @@ std::optional<TorchIsa> torch_isa(const BackendSetting& requested) {
   TorchIsa result;
   result.requested = requested.value;
   result.origin = requested.origin;
-  result.isa = hal::host::flash_isa_name();
+  const hal::host::FlashIsa runs = hal::host::flash_selected_isa();
+  result.isa = hal::host::flash_isa_name(runs);
   result.recognized = hal::host::parse_flash_isa(result.requested).has_value();
   // amx, the top path, lowers nothing: torch keeps the CPU's best as hal does.
-  if (!result.recognized || result.isa == "amx") return result;
-  // torch has no scalar path: for scalar its lowest (ATen's default kernels;
-  // SSE4.2 in MKL, SSE4.1 in oneDNN).
+  if (!result.recognized || runs == hal::host::FlashIsa::amx) return result;
+  // Each variable's value for the paths below amx, indexed by FlashIsa; torch
+  // has no scalar path: for scalar its lowest (ATen's default kernels; SSE4.2
+  // in MKL, SSE4.1 in oneDNN).
   struct Variable {
     const char* name;
-    const char* scalar;
-    const char* avx2;
-    const char* avx512;
-    const char* avx512bf16;
+    const char* values[4];  // scalar, avx2, avx512, avx512bf16
   };
-  constexpr Variable variables[] = {{"ATEN_CPU_CAPABILITY", "default", "avx2", "avx512", "avx512"},
-                                    {"MKL_ENABLE_INSTRUCTIONS", "SSE4_2", "AVX2", "AVX512", "AVX512"},
-                                    {"ONEDNN_MAX_CPU_ISA", "SSE41", "AVX2", "AVX512_CORE", "AVX512_CORE_BF16"}};
+  constexpr Variable variables[] = {{"ATEN_CPU_CAPABILITY", {"default", "avx2", "avx512", "avx512"}},
+                                    {"MKL_ENABLE_INSTRUCTIONS", {"SSE4_2", "AVX2", "AVX512", "AVX512"}},
+                                    {"ONEDNN_MAX_CPU_ISA", {"SSE41", "AVX2", "AVX512_CORE", "AVX512_CORE_BF16"}}};
   for (const Variable& variable : variables) {
     if (const char* already = hal::abi::environment(variable.name)) {
       result.kept.emplace_back(variable.name, already);
       continue;
     }
-    const char* value = result.isa == "scalar"   ? variable.scalar
-                        : result.isa == "avx2"   ? variable.avx2
-                        : result.isa == "avx512" ? variable.avx512
-                                                 : variable.avx512bf16;
-    result.set.emplace_back(variable.name, value);
+    result.set.emplace_back(variable.name, variable.values[static_cast<std::size_t>(runs)]);
   }
   return result;
 }

@@ -70,6 +70,9 @@ void math_backward_f64(const hal_attention_params_v1& params, const void* q, con
 // amx are avx512 with the bf16 prefill forward and backward on bf16 products
 // with f32 sums: AVX512-BF16 dot products, or AMX-BF16 tiles.
 enum class FlashIsa { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3, amx = 4 };
+// Every path, lowest first.
+inline constexpr FlashIsa kFlashIsas[] = {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512, FlashIsa::avx512bf16,
+                                          FlashIsa::amx};
 
 const char* flash_isa_name(FlashIsa isa);
 // By this CPU, this build and (amx) the operating system, which must grant

@@ -319,7 +319,7 @@ bool flash_isa_supported(FlashIsa isa) {
 }
 
 std::optional<FlashIsa> parse_flash_isa(std::string_view name) {
-  for (FlashIsa isa : {FlashIsa::scalar, FlashIsa::avx2, FlashIsa::avx512, FlashIsa::avx512bf16, FlashIsa::amx})
+  for (FlashIsa isa : kFlashIsas)
     if (name == flash_isa_name(isa)) return isa;
   return std::nullopt;
 }
@@ -329,7 +329,7 @@ namespace {
 FlashIsa best_supported_isa() {
   static const FlashIsa best = [] {
     FlashIsa found = FlashIsa::scalar;
-    for (FlashIsa isa : {FlashIsa::avx2, FlashIsa::avx512, FlashIsa::avx512bf16, FlashIsa::amx})
+    for (FlashIsa isa : kFlashIsas)
       if (flash_isa_supported(isa)) found = isa;
     return found;
   }();

@@ -16,8 +16,8 @@
 namespace hal::host::flash {
 
 // bf16 elements in one row of an AMX tile (64 bytes): the tile units
-// (flash_tiles_impl.hpp: AMX, AVX512-BF16) pad the depth of their products (head_dim_qk for Q K^T, the keys for P V) to
-// it.
+// (flash_tiles_impl.hpp: AMX, AVX512-BF16) pad the depth of their products
+// (head_dim_qk for Q K^T, the keys for P V) to it.
 constexpr std::int64_t kTileDepthBf16 = 32;
 
 // The bf16 backward's buffers in the tile units, in floats per chunk: K^T and
