@@ -4,9 +4,14 @@
 // destroyed stream.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
 
 namespace hal_fakes {
 
@@ -35,5 +40,20 @@ struct Progress {
     advanced.wait(lock, [&] { return completed >= ticket; });
   }
 };
+
+// Other streams' work a stream's next operation waits for: (progress, ticket).
+using WaitList = std::vector<std::pair<std::shared_ptr<Progress>, std::uint64_t>>;
+
+// `work`, run once every entry of `before` is reached and `delay_ms` more
+// have passed (a null stream's delay, so that work returning before its
+// bytes land is seen to).
+template <class Work>
+auto after(WaitList before, int delay_ms, Work work) {
+  return [before = std::move(before), delay_ms, work = std::move(work)] {
+    for (const auto& [progress, ticket] : before) progress->wait_for(ticket);
+    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    return work();
+  };
+}
 
 }  // namespace hal_fakes

@@ -569,7 +569,7 @@ CUresult check_copy(CUdeviceptr device_side, std::size_t size) {
 // HAL_FAKE_CUDA_NULL_STREAM_DELAY_MS first, so work that returns before its
 // bytes land is seen to.
 std::uint64_t enqueue_work(CUstream stream, Operation operation) {
-  std::vector<std::pair<std::shared_ptr<Progress>, std::uint64_t>> before;
+  hal_fakes::WaitList before;
   if (stream->legacy) {
     std::lock_guard lock(driver().mutex);
     for (Stream* other : driver().streams)
@@ -581,11 +581,7 @@ std::uint64_t enqueue_work(CUstream stream, Operation operation) {
   }
   const int delay_ms = stream->legacy ? std::atoi(environment("HAL_FAKE_CUDA_NULL_STREAM_DELAY_MS").c_str()) : 0;
   if (before.empty() && delay_ms <= 0) return stream->enqueue(std::move(operation));
-  return stream->enqueue([before = std::move(before), operation = std::move(operation), delay_ms] {
-    for (const auto& [progress, ticket] : before) progress->wait_for(ticket);
-    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-    return operation();
-  });
+  return stream->enqueue(hal_fakes::after(std::move(before), delay_ms, std::move(operation)));
 }
 
 // When a call returns to its caller: at once, or once its work is done.

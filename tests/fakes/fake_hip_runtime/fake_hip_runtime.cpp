@@ -292,7 +292,7 @@ FakeStream* null_stream(int device) {
 // Null-stream work then waits HAL_FAKE_HIP_NULL_STREAM_DELAY_MS, so a call
 // that returns before its bytes land is seen to.
 std::uint64_t enqueue_ordered(FakeStream* stream, std::function<hipError_t()> work, bool host_work = false) {
-  std::vector<std::pair<std::shared_ptr<hal_fakes::Progress>, std::uint64_t>> before;
+  hal_fakes::WaitList before;
   if (stream->null()) {
     std::lock_guard lock(state().mutex);
     for (FakeStream* other : state().streams)
@@ -304,13 +304,7 @@ std::uint64_t enqueue_ordered(FakeStream* stream, std::function<hipError_t()> wo
   }
   const int delay_ms = stream->null() ? std::atoi(environment("HAL_FAKE_HIP_NULL_STREAM_DELAY_MS", "0").c_str()) : 0;
   if (before.empty() && delay_ms <= 0) return stream->enqueue(std::move(work), host_work);
-  return stream->enqueue(
-      [before = std::move(before), work = std::move(work), delay_ms] {
-        for (const auto& [progress, ticket] : before) progress->wait_for(ticket);
-        if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-        return work();
-      },
-      host_work);
+  return stream->enqueue(hal_fakes::after(std::move(before), delay_ms, std::move(work)), host_work);
 }
 
 // When a call without a stream returns: once its work is done (hipMemcpy),
