@@ -1,8 +1,9 @@
 // halbench coll: collective bandwidth in nccl-tests' conventions (flags,
 // columns, bus bandwidth), with the same sizes through Gloo and through MPI
 // (libmpi via shims/mpi) called directly beside it, taking turns round by
-// round, so hal's overhead reads as a ratio. Run under a launcher: `halrun -n 4 halbench coll -b 8 -e 64M -f 2`,
-// or `mpirun -np 2 halbench coll --engine mpi -b 1M -e 16M`.
+// round, so hal's overhead reads as a ratio. Run under a launcher:
+// `halrun -n 4 halbench coll -b 8 -e 64M -f 2`, or
+// `mpirun -np 2 halbench coll --engine mpi -b 1M -e 16M`.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -518,38 +519,39 @@ std::uint64_t count_wrong(const Job& job, const CollOptions& options, const Shap
   return static_cast<std::uint64_t>(sum);
 }
 
-// hal's collective on one placement, with its buffers.
-struct HalContender {
+// hal's buffers for one placement.
+struct HalBuffers {
   hal::Buffer send, recv;
   bool in_place;
-  Timed timed;
 };
 
-HalContender hal_contender(const Job& job, const CollOptions& options, const Shape& shape, bool in_place) {
+HalBuffers hal_buffers(const Job& job, const Shape& shape, bool in_place) {
   const std::uint64_t bytes = std::max<std::uint64_t>(shape.size, 1);
-  HalContender contender{job.device.allocate(bytes), {}, in_place, {}};
-  contender.recv = in_place ? contender.send : job.device.allocate(bytes);
-  contender.timed = {[&job, &options, &shape, send = contender.send, recv = contender.recv, in_place] {
-                       enqueue_collective(job, options, shape, send, recv, in_place);
-                     },
-                     [&job] {
-                       job.comm.barrier(job.stream);
-                       job.stream.synchronize();
-                     },
-                     [&job] { job.stream.synchronize(); }};
-  return contender;
+  const hal::Buffer send = job.device.allocate(bytes);
+  return {send, in_place ? send : job.device.allocate(bytes), in_place};
+}
+
+// hal's collective on those buffers, as a contender.
+Timed hal_contender(const Job& job, const CollOptions& options, const Shape& shape, const HalBuffers& buffers) {
+  return {[&job, &options, &shape, &buffers] {
+            enqueue_collective(job, options, shape, buffers.send, buffers.recv, buffers.in_place);
+          },
+          [&job] {
+            job.comm.barrier(job.stream);
+            job.stream.synchronize();
+          },
+          [&job] { job.stream.synchronize(); }};
 }
 
 // hal's figures for one placement from its rounds, then the check.
-Placement hal_placement(const Job& job, const CollOptions& options, const Shape& shape, const HalContender& contender,
+Placement hal_placement(const Job& job, const CollOptions& options, const Shape& shape, const HalBuffers& buffers,
                         const std::vector<double>& round_seconds) {
   const double seconds = median(round_seconds);
   Placement placement;
   placement.time_us = seconds * 1e6;
   placement.algbw = algorithm_gbps(shape, seconds);
   placement.busbw = placement.algbw * bus_factor(options.collective, job.ranks());
-  if (options.check)
-    placement.wrong = count_wrong(job, options, shape, contender.send, contender.recv, contender.in_place);
+  if (options.check) placement.wrong = count_wrong(job, options, shape, buffers.send, buffers.recv, buffers.in_place);
   return placement;
 }
 
@@ -660,11 +662,13 @@ std::optional<Timed> mpi_contender(const Baseline<mpi::Session>& baseline, const
 // Every contender of a shape, taking turns (take_turns), then hal's checks.
 Row measure_shape(const Job& job, const CollOptions& options, const Shape& shape,
                   const Baseline<gloo::Context>& gloo_baseline, const Baseline<mpi::Session>& mpi_baseline) {
-  const HalContender out_of_place = hal_contender(job, options, shape, false);
-  const HalContender in_place = hal_contender(job, options, shape, true);
+  const HalBuffers out_of_place = hal_buffers(job, shape, false);
+  const HalBuffers in_place = hal_buffers(job, shape, true);
+  const Timed hal_out_of_place = hal_contender(job, options, shape, out_of_place);
+  const Timed hal_in_place = hal_contender(job, options, shape, in_place);
   const std::optional<Timed> gloo = gloo_contender(gloo_baseline, job, options, shape);
   const std::optional<Timed> mpi = mpi_contender(mpi_baseline, job, options, shape);
-  std::vector<const Timed*> contenders{&out_of_place.timed, &in_place.timed};
+  std::vector<const Timed*> contenders{&hal_out_of_place, &hal_in_place};
   if (gloo) contenders.push_back(&*gloo);
   if (mpi) contenders.push_back(&*mpi);
   const std::vector<std::vector<double>> seconds = take_turns(options, contenders);
