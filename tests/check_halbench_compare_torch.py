@@ -6,13 +6,25 @@ of 4 / hal ms over the pairs (inside the reported range, which holds 4 /
 hal's fastest call), the peer got exactly one call per timed hal call plus
 one warm-up per row, in hal's order (ABAB...), and its threads were told
 to sleep between calls; the sweep covers every shape class and computes its
-goals from its cells. Exits 0 when every check passes, 1 otherwise."""
+goals from its cells, and takes more pairs exactly where 1.0 lies within a
+cell's median interval. Exits 0 when every check passes, 1 otherwise."""
 
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
+
+
+def median_interval(samples):
+    """The reference: the order statistics x_k, x_(n+1-k) with P(Binomial(n, 1/2) < k) <= 2.5%, k largest (1 when
+    none qualifies: the range)."""
+    ordered, n = sorted(samples), len(samples)
+    k = 1
+    while k < n // 2 and sum(math.comb(n, j) for j in range(k + 1)) / 2 ** n <= 0.025:
+        k += 1
+    return [ordered[k - 1], ordered[n - k]]
 
 
 def main(argv):
@@ -78,6 +90,33 @@ def main(argv):
         check(abs(goals["median_cell"]["value"] - middle) < 1e-9 * middle, f"the median goal: {goals}")
         short = min(c["torch_over_hal"] for c in cells if c["seq_q"] == c["seq"])
         check(goals["short_prefill"]["value"] == short, f"the short-prefill goal reads the prefill cells: {goals}")
+        for c in cells:
+            low, high = c["torch_over_hal_interval95"]
+            check(c["torch_over_hal_range"][0] <= low <= c["torch_over_hal"] <= high <= c["torch_over_hal_range"][1],
+                  f"the median's interval lies within the range and holds the median: {c}")
+        check(all(c["pairs"] == 2 and c["torch_over_hal_interval95"][0] > 1 for c in cells),
+              "a peer 4 ms slower settles every cell above 1.0 with the planned pairs")
+
+        # A peer whose calls alternate far faster and far slower than hal's never settles: every cell takes
+        # pairs up to --max-pairs (3, then 4 at a time), and the peer gets one call a pair plus one warm-up a cell.
+        os.remove(log)
+        env["FAKE_TORCH_MS"] = "0.0001,50"
+        unsettled = sweep[:]
+        unsettled[unsettled.index("16,32")] = "16"
+        unsettled[unsettled.index("--iters") + 1] = "3"
+        result = subprocess.run(unsettled + ["--max-pairs", "11"], env=env, capture_output=True, text=True,
+                                timeout=300)
+        check(result.returncode == 0, f"the unsettled sweep exits 0 (got {result.returncode}): {result.stderr}")
+        cells = json.loads(result.stdout)["results"]
+        check(all(c["pairs"] == 11 and c["iterations"] == 11 and len(c["torch_over_hal_pairs"]) == 11 for c in cells),
+              f"every cell took 11 pairs: {[c['pairs'] for c in cells]}")
+        for c in cells:
+            check(c["torch_over_hal_interval95"] == median_interval(c["torch_over_hal_pairs"]),
+                  f"the interval of 11 pairs is their 2nd and 10th: {c}")
+        check(all(c["torch_over_hal_interval95"][0] < 1 < c["torch_over_hal_interval95"][1] for c in cells),
+              "each interval still holds 1.0")
+        with open(log) as calls:
+            check(len(calls.readlines()) == len(cells) * (1 + 11), "the peer's calls: a warm-up and 11 a cell")
 
         # A peer that dies is an error that says so, not a hang or a crash.
         env["FAKE_TORCH_MS"] = "not-a-number"

@@ -103,7 +103,8 @@ def test_collectives_benchmark_refuses_bad_sizes():
 def test_sweep_measures_every_cell_writes_the_heat_map_and_judges_the_goals(tmp_path):
     svg = tmp_path / "sweep.svg"
     result = bench("--sweep", "--seq", "16", "32", "--heads", "2", "--kv-heads", "1", "--head-dims", "32",
-                   "--dtypes", "float32", "--decode-q", "1", "--repeats", "2", "--svg", str(svg), "--json")
+                   "--dtypes", "float32", "--decode-q", "1", "--repeats", "2", "--max-repeats", "2", "--svg", str(svg),
+                   "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     cells = report["cells"]
@@ -115,6 +116,7 @@ def test_sweep_measures_every_cell_writes_the_heat_map_and_judges_the_goals(tmp_
         assert cell["torch_ms"] > 0 and cell["hal_ms"] > 0, cell
         assert len(cell["ratios"]) == 2 and cell["ratio"] == pytest.approx(sum(cell["ratios"]) / 2)
         assert cell["ratio_range"] == [min(cell["ratios"]), max(cell["ratios"])]
+        assert cell["ratio_interval"] == cell["ratio_range"]  # two turns: no narrower 95% interval exists
     ratios = sorted(cell["ratio"] for cell in cells)
     every, median, short = report["goals"]
     assert every["value"] == pytest.approx(ratios[0]) and every["met"] == (ratios[0] >= 1.0)
@@ -137,3 +139,46 @@ def test_sweep_skips_a_cell_estimated_past_the_limit():
     skipped = [cell for cell in cells if "skipped" in cell]
     assert skipped and all("--max-cell-seconds" in cell["skipped"] for cell in skipped)
     assert all("ratio" in cell for cell in cells if cell["seq_kv"] == 16 and cell["causal"])
+
+
+def test_the_median_interval_is_the_distribution_free_95_percent_one():
+    from hal.bench import _median_interval
+    # below six samples: the range; then the standard ranks (n=10: 2nd and 9th, n=20: 6th and 15th, n=41: 14th, 28th)
+    for n, low, high in [(1, 1, 1), (5, 1, 5), (6, 1, 6), (10, 2, 9), (20, 6, 15), (41, 14, 28)]:
+        samples = list(range(n, 0, -1))  # n..1: the interval of 1..n read off unsorted samples
+        assert _median_interval([float(x) for x in samples]) == [low, high], n
+
+
+def _fake_interleaved(torch_times):
+    """An interleaved() whose hal turns take 1 s and whose torch turns take torch_times in order; it records how it
+    was called."""
+    calls = []
+    taken = iter(torch_times)
+
+    def interleaved(runs, repeats, synchronize, warm_up=True):
+        calls.append((repeats, warm_up))
+        return {"torch": [next(taken) for _ in range(repeats)], "hal": [1.0] * repeats}
+    return interleaved, calls
+
+
+def test_a_settled_cell_takes_only_its_turns():
+    from hal.bench import _paired_ratio
+    from hal.bench.sweep import settled_turns
+    interleaved, calls = _fake_interleaved([1.5] * 100)
+    times, ratio = settled_turns({}, 5, 41, lambda: None, interleaved, _paired_ratio)
+    assert calls == [(5, True)] and len(times["hal"]) == 5 and ratio["interval"] == [1.5, 1.5]
+
+
+def test_an_unsettled_cell_takes_turns_until_it_settles_or_reaches_the_limit():
+    from hal.bench import _paired_ratio
+    from hal.bench.sweep import settled_turns
+    # 1.0 within the range of the first five; then steady at 1.2: settles once the 95% interval leaves 1.0 below
+    interleaved, calls = _fake_interleaved([0.8, 1.2, 0.9, 1.2, 1.1] + [1.2] * 100)
+    times, ratio = settled_turns({}, 5, 41, lambda: None, interleaved, _paired_ratio)
+    turns = len(ratio["ratios"])
+    assert 5 < turns < 41 and ratio["interval"][0] > 1.0 and len(times["torch"]) == turns
+    assert calls[0] == (5, True) and all(call == (4, False) for call in calls[1:])  # warm runs are not warmed again
+    # never settling: alternating far below and far above, up to the limit exactly
+    interleaved, calls = _fake_interleaved([0.5, 2.0] * 100)
+    times, ratio = settled_turns({}, 5, 11, lambda: None, interleaved, _paired_ratio)
+    assert len(ratio["ratios"]) == 11 and calls[-1] == (2, False) and ratio["interval"][0] < 1.0 < ratio["interval"][1]

@@ -63,6 +63,12 @@ constexpr int memcpy_repeats = 5;
 const std::vector<std::int64_t> sweep_seqs{32, 64, 128, 256, 512, 1024, 2048, 4096};
 const std::vector<std::int64_t> sweep_query_lengths{1, 16};
 constexpr std::uint64_t sweep_iterations = 5;
+// A cell whose goal lies within the 95% interval of its median ratio takes
+// more pairs, sweep_extra_pairs at a time, up to --max-pairs or until the
+// extra pairs of the cell have taken sweep_settle_seconds.
+constexpr std::uint64_t sweep_max_pairs = 41;
+constexpr std::uint64_t sweep_extra_pairs = 4;
+constexpr double sweep_settle_seconds = 60;
 // Its goals: every cell and the short prefill cells at least even with
 // torch, the median cell 1.3x.
 constexpr double sweep_goal_every_cell = 1.0;
@@ -99,6 +105,10 @@ struct AttnOptions {
   std::uint64_t max_workspace = default_max_workspace;
   bool compare_torch = false;
   bool sweep = false;       // every shape class against torch (run_sweep)
+  // With --compare-torch: a shape whose median ratio torch/hal is not
+  // settled on either side of this value takes more pairs (up to max_pairs).
+  std::optional<double> settle_around;
+  std::uint64_t max_pairs = sweep_max_pairs;
   bool seqs_given = false;  // --seq was given (the sweep has its own default)
   std::string python = "python3";
   std::optional<std::string> torch_script;
@@ -265,8 +275,11 @@ struct TorchPairs {
   double ms;                    // median wall time per call
   double cpu_share;             // its process's CPU time / (wall x threads)
   double cpu_seconds_per_call;  // mean
-  // torch ms / hal ms of each pair: the median and the range.
+  // torch ms / hal ms of each pair: the median, the range and the median's
+  // 95% interval (median_interval).
   double ratio_median, ratio_min, ratio_max;
+  Interval ratio_interval;
+  std::vector<double> ratios;  // in the order taken
   std::string note;  // how torch runs the case
 };
 
@@ -350,7 +363,7 @@ class Runner {
     if (with_torch) torch_->call(torch_case);  // torch's warm-up
     std::vector<double> event_ms, wall_ms, torch_ms, ratios;
     double cpu_seconds = 0, wall_seconds = 0, torch_cpu_seconds = 0, torch_wall_seconds = 0;
-    for (std::uint64_t i = 0; i < iterations; ++i) {
+    auto take_turn = [&] {
       const CpuInterval cpu;
       const CallTime time = time_calls(params, backward, per_call, *tensors, 1, false).front();
       const CpuInterval::Elapsed elapsed = cpu.finish();
@@ -358,19 +371,26 @@ class Runner {
       wall_ms.push_back(time.wall_ms);
       cpu_seconds += elapsed.cpu_seconds;
       wall_seconds += elapsed.wall_seconds;
-      if (!with_torch) continue;
+      if (!with_torch) return;
       const TorchCall call = torch_->call(torch_case);
       torch_ms.push_back(call.wall_seconds * 1e3);
       ratios.push_back(call.wall_seconds * 1e3 / time.event_ms);
       torch_cpu_seconds += call.cpu_seconds;
       torch_wall_seconds += call.wall_seconds;
-    }
-    const double count = static_cast<double>(iterations);
+    };
+    for (std::uint64_t i = 0; i < iterations; ++i) take_turn();
+    // Until the median ratio settles on one side of settle_around.
+    const Clock::time_point settle_start = Clock::now();
+    while (with_torch && options_.settle_around && ratios.size() < options_.max_pairs &&
+           median_interval(ratios).contains(*options_.settle_around) &&
+           seconds_between(settle_start, Clock::now()) < sweep_settle_seconds)
+      for (std::uint64_t i = 0; i < sweep_extra_pairs && ratios.size() < options_.max_pairs; ++i) take_turn();
+    const double count = static_cast<double>(event_ms.size());
     const Measurement m{
         implementation,
         shape,
         direction,
-        iterations,
+        event_ms.size(),
         median(event_ms),
         median(wall_ms),
         *std::min_element(event_ms.begin(), event_ms.end()),
@@ -384,7 +404,8 @@ class Runner {
                   median(torch_ms),
                   CpuInterval::Elapsed{torch_wall_seconds, torch_cpu_seconds}.share(std::max(torch_->threads(), 1)),
                   torch_cpu_seconds / count, median(ratios), *std::min_element(ratios.begin(), ratios.end()),
-                  *std::max_element(ratios.begin(), ratios.end()), torch_->note(torch_case)})
+                  *std::max_element(ratios.begin(), ratios.end()), median_interval(ratios), ratios,
+                  torch_->note(torch_case)})
             : std::nullopt};
     rates_.push_back({implementation, direction, shape, m.gflops()});
     measurements.push_back(m);
@@ -1017,8 +1038,12 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
                     "and 128 x causal and full; prefill (--seq, default 32..4096) forward and\n"
                     "backward, decode and a 16-query chunk against each length forward; prints\n"
                     "the grid of torch/hal ratios and the goals (the first --impl runs; default\n"
-                    "5 timed calls a cell)",
+                    "5 timed calls a cell, more while a cell's ratio is unsettled around 1.0)",
                     options.sweep);
+  parser.add_value("--max-pairs", "N",
+                   "--sweep: the most hal/torch pairs a cell takes while 1.0 lies within the\n"
+                   "95% interval of its median ratio (default 41; at most --iters: none extra)",
+                   [&](std::string_view text) { options.max_pairs = parse_count("--max-pairs", text); });
   parser.add_value("--python", "PATH", "Python interpreter for --compare-torch (default python3)",
                    [&](std::string_view text) { options.python = std::string(text); });
   parser.add_value(
@@ -1034,6 +1059,7 @@ AttnOptions parse_options(std::span<const std::string_view> arguments, bool& hel
     if (!options.seqs_given) options.seqs = sweep_seqs;
     if (!options.common.iterations) options.common.iterations = sweep_iterations;
     options.compare_torch = true;
+    options.settle_around = sweep_goal_every_cell;
   }
   if (options.backward && options.forward_only)
     throw UsageError("--backward and --forward-only contradict each other; give one");
@@ -1062,6 +1088,13 @@ struct SweepRow {
   Direction direction;
   std::vector<std::size_t> cells;  // indices into the sweep's measurements
 };
+
+// Beside a cell's ratio: "*" where it took extra pairs and settled, "?"
+// where 1.0 is still within its median's interval.
+std::string settle_mark(const TorchPairs& torch, std::uint64_t iterations) {
+  if (torch.ratio_interval.contains(sweep_goal_every_cell)) return "?";
+  return torch.ratios.size() > iterations ? "*" : "";
+}
 
 // "32" for prefill, "q1/32" for a query length against a key length.
 std::string sweep_column(const Shape& shape) {
@@ -1156,19 +1189,24 @@ int run_sweep(const AttnOptions& options, const hal::Runtime& runtime, const hal
     for (const SweepRow& row : rows)
       for (const std::size_t index : row.cells) {
         const Measurement* m = &measurements[index];
-        cells.push_back({{"dtype", hal::to_string(row.dtype)},
-                         {"head_dim", row.head_dim},
-                         {"causal", row.causal},
-                         {"direction", to_string(row.direction)},
-                         {"seq_q", m->shape.seq_q},
-                         {"seq", m->shape.seq_kv},
-                         {"implementation", hal::to_string(m->implementation)},
-                         {"iterations", m->iterations},
-                         {"ms_per_call", m->event_ms},
-                         {"torch_ms_per_call", m->torch ? Json(m->torch->ms) : Json(nullptr)},
-                         {"torch_over_hal", m->torch ? Json(m->torch->ratio_median) : Json(nullptr)},
-                         {"torch_over_hal_range",
-                          m->torch ? Json::array({m->torch->ratio_min, m->torch->ratio_max}) : Json(nullptr)}});
+        cells.push_back(
+            {{"dtype", hal::to_string(row.dtype)},
+             {"head_dim", row.head_dim},
+             {"causal", row.causal},
+             {"direction", to_string(row.direction)},
+             {"seq_q", m->shape.seq_q},
+             {"seq", m->shape.seq_kv},
+             {"implementation", hal::to_string(m->implementation)},
+             {"iterations", m->iterations},
+             {"ms_per_call", m->event_ms},
+             {"torch_ms_per_call", m->torch ? Json(m->torch->ms) : Json(nullptr)},
+             {"torch_over_hal", m->torch ? Json(m->torch->ratio_median) : Json(nullptr)},
+             {"torch_over_hal_range",
+              m->torch ? Json::array({m->torch->ratio_min, m->torch->ratio_max}) : Json(nullptr)},
+             {"torch_over_hal_interval95",
+              m->torch ? Json::array({m->torch->ratio_interval.low, m->torch->ratio_interval.high}) : Json(nullptr)},
+             {"torch_over_hal_pairs", m->torch ? Json(m->torch->ratios) : Json(nullptr)},
+             {"pairs", m->torch ? Json(m->torch->ratios.size()) : Json(nullptr)}});
       }
     Json skipped = Json::array();
     for (std::size_t i = 0; i < skips.size(); ++i) {
@@ -1187,8 +1225,12 @@ int run_sweep(const AttnOptions& options, const hal::Runtime& runtime, const hal
                        {"layout", layout_name(options.layout, false)},
                        {"implementation", hal::to_string(options.implementations.front())},
                        {"iterations", *options.common.iterations},
+                       {"max_pairs", options.max_pairs},
                        {"pairing", "alternating: each timed hal call is followed by one torch call (ABAB...)"},
-                       {"statistic", "median of the per-pair ratios torch ms / hal ms"}};
+                       {"statistic", "median of the per-pair ratios torch ms / hal ms"},
+                       {"settling",
+                        "a cell whose 95% interval of the median ratio contains 1.0 takes more pairs, up to "
+                        "max_pairs"}};
     Json document = make_document("attn_sweep", runtime, device, std::move(parameters), std::move(cells));
     document["skipped"] = std::move(skipped);
     document["torch"] = {{"version", torch_version}, {"cpu_capability", torch_capability}};
@@ -1207,11 +1249,13 @@ int run_sweep(const AttnOptions& options, const hal::Runtime& runtime, const hal
   std::printf(
       "# sweep: %s; batch %lld, %lld query heads, %lld kv heads, %s; %llu calls a cell, each hal call followed by\n"
       "# one torch call (torch %s%s); a cell = the median of the per-pair ratios torch ms / hal ms (> 1: hal is\n"
-      "# faster); columns: prefill length, or q<n>/<keys> (n queries against that many keys, causal bottom-right)\n",
+      "# faster); columns: prefill length, or q<n>/<keys> (n queries against that many keys, causal bottom-right)\n"
+      "# a cell whose median's 95%% interval held 1.0 took more pairs, up to %llu: * settled, ? still unsettled\n",
       std::string(hal::to_string(options.implementations.front())).c_str(), static_cast<long long>(options.batch),
       static_cast<long long>(options.heads_q), static_cast<long long>(options.heads_kv),
       layout_name(options.layout, true).c_str(), static_cast<unsigned long long>(*options.common.iterations),
-      torch_version.c_str(), torch_capability.empty() ? "" : (", CPU capability " + torch_capability).c_str());
+      torch_version.c_str(), torch_capability.empty() ? "" : (", CPU capability " + torch_capability).c_str(),
+      static_cast<unsigned long long>(options.max_pairs));
   std::vector<std::string> column_names;
   for (const SweepRow& row : rows)
     for (const std::size_t index : row.cells)
@@ -1228,7 +1272,7 @@ int run_sweep(const AttnOptions& options, const hal::Runtime& runtime, const hal
       const Measurement* m = &measurements[index];
       const auto at = std::find(column_names.begin(), column_names.end(), sweep_column(m->shape));
       cells[static_cast<std::size_t>(at - column_names.begin()) + 1] =
-          m->torch ? format_fixed(m->torch->ratio_median, 2) : "-";
+          m->torch ? format_fixed(m->torch->ratio_median, 2) + settle_mark(*m->torch, *options.common.iterations) : "-";
     }
     table.add_row(std::move(cells));
   }
@@ -1237,9 +1281,10 @@ int run_sweep(const AttnOptions& options, const hal::Runtime& runtime, const hal
     std::printf("# skipped %s %s %s: %s\n", skip_rows[i].c_str(), std::string(to_string(skips[i].direction)).c_str(),
                 shape_name(skips[i].shape).c_str(), skips[i].reason.c_str());
   if (worst != nullptr)
-    std::printf("goal every cell >= %.1fx: %.2f (worst: %s at %s): %s\n", sweep_goal_every_cell,
-                worst->torch->ratio_median, worst_row->name.c_str(), sweep_column(worst->shape).c_str(),
-                verdict(worst->torch->ratio_median >= sweep_goal_every_cell));
+    std::printf("goal every cell >= %.1fx: %.2f (worst: %s at %s, %zu pairs, 95%% interval %.2f..%.2f): %s\n",
+                sweep_goal_every_cell, worst->torch->ratio_median, worst_row->name.c_str(),
+                sweep_column(worst->shape).c_str(), worst->torch->ratios.size(), worst->torch->ratio_interval.low,
+                worst->torch->ratio_interval.high, verdict(worst->torch->ratio_median >= sweep_goal_every_cell));
   std::printf("goal median cell >= %.1fx: %.2f (%zu cells): %s\n", sweep_goal_median, median_ratio, ratios.size(),
               verdict(median_ratio >= sweep_goal_median));
   if (worst_short != nullptr)

@@ -241,6 +241,21 @@ double median(std::vector<double> samples) {
   return samples.size() % 2 == 1 ? samples[middle] : (samples[middle - 1] + samples[middle]) / 2;
 }
 
+Interval median_interval(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  const std::size_t n = samples.size();
+  const double count = static_cast<double>(n);
+  auto probability = [&](std::size_t k) {  // P(Binomial(n, 1/2) = k)
+    const double j = static_cast<double>(k);
+    return std::exp(std::lgamma(count + 1) - std::lgamma(j + 1) - std::lgamma(count - j + 1) - count * std::log(2.0));
+  };
+  // The largest k with P(B < k) <= 2.5%: then [x_k, x_(n+1-k)] (1-based)
+  // covers the median with at least 95%.
+  std::size_t k = 1;
+  for (double tail = probability(0); k < n / 2 && tail + probability(k) <= 0.025; ++k) tail += probability(k);
+  return {samples[k - 1], samples[n - k]};
+}
+
 // ---- output -------------------------------------------------------------------------------
 
 Table::Table(std::vector<Column> columns) : columns_(std::move(columns)) {}

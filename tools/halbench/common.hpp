@@ -123,6 +123,14 @@ double seconds_between(Clock::time_point start, Clock::time_point end);
 // Nearest-rank percentile (0..100) of samples; samples must not be empty.
 double percentile(std::vector<double> samples, double percent);
 double median(std::vector<double> samples);
+// A distribution-free 95% confidence interval of the median of samples (the
+// order statistics whose binomial tails are each at most 2.5%); below six
+// samples no such pair exists and it is their whole range (93.75% at five).
+struct Interval {
+  double low, high;
+  bool contains(double value) const { return low <= value && value <= high; }
+};
+Interval median_interval(std::vector<double> samples);
 
 // Latency of one operation, timed call by call (dispatch, telemetry).
 // Untimed round trips first, so that thread start-up and first-use costs

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -71,7 +72,7 @@ def _parse(argv: List[str]) -> argparse.Namespace:
         args.seq = [32, 64, 128, 256, 512, 1024, 2048, 4096] if args.sweep else [512, 1024, 2048, 4096]
     if any(d < 1 for d in args.head_dims) or any(q < 1 for q in args.decode_q):
         parser.error(f"--head-dims {args.head_dims} / --decode-q {args.decode_q}: every value must be >= 1")
-    for name in ("batch", "heads", "kv_heads", "head_dim", "repeats", "overhead_calls"):
+    for name in ("batch", "heads", "kv_heads", "head_dim", "repeats", "max_repeats", "overhead_calls"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} is {getattr(args, name)}; it must be >= 1")
     if any(s < 1 for s in args.seq):
@@ -81,12 +82,14 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     return args
 
 
-def _interleaved(runs: dict, repeats: int, synchronize: Callable[[], None]) -> dict:
+def _interleaved(runs: dict, repeats: int, synchronize: Callable[[], None], warm_up: bool = True) -> dict:
     """Seconds of each run, timed call by call with the runs taking turns (ABAB...), so that the machine's noise
-    lands on all of them alike; after one untimed warm-up call each (allocations, kernel loads, compiled paths)."""
-    for run in runs.values():
-        run()
-    synchronize()
+    lands on all of them alike; after one untimed warm-up call each (allocations, kernel loads, compiled paths)
+    unless the runs are warm already."""
+    if warm_up:
+        for run in runs.values():
+            run()
+        synchronize()
     times = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
@@ -97,10 +100,23 @@ def _interleaved(runs: dict, repeats: int, synchronize: Callable[[], None]) -> d
     return times
 
 
+def _median_interval(samples: List[float]) -> List[float]:
+    """A distribution-free 95% confidence interval of the median of samples: the order statistics whose binomial
+    tails are each at most 2.5% (below six samples no such pair exists, and it is their whole range)."""
+    ordered, n = sorted(samples), len(samples)
+    k, tail = 1, 0.5 ** n  # tail: P(Binomial(n, 1/2) < k)
+    while k < n // 2 and tail + math.comb(n, k) * 0.5 ** n <= 0.025:
+        tail += math.comb(n, k) * 0.5 ** n
+        k += 1
+    return [ordered[k - 1], ordered[n - k]]
+
+
 def _paired_ratio(numerators: List[float], denominators: List[float]) -> dict:
-    """The median of the per-turn ratios and their range: a ratio of two runs measured side by side."""
+    """The median of the per-turn ratios, their range and the median's 95% interval: a ratio of two runs measured
+    side by side."""
     ratios = [n / d for n, d in zip(numerators, denominators)]
-    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "ratios": ratios}
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+            "interval": _median_interval(ratios), "ratios": ratios}
 
 
 def _attention(args: argparse.Namespace) -> int:

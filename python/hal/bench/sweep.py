@@ -4,7 +4,8 @@ heat map.
 Cells: prefill at each ``--seq`` (query = key length) and decode (``--decode-q`` queries against each ``--seq`` keys,
 the mask aligned bottom-right), times each head dim, mask (causal, full), pass (forward; forward + backward for
 prefill) and dtype. Each cell times hal.torch's and torch's SDPA on the same tensors taking turns call by call
-(ABAB...) and reports the median of the paired ratios torch time / hal time (> 1: hal is faster) with their range.
+(ABAB...) and reports the median of the paired ratios torch time / hal time (> 1: hal is faster) with their range;
+a cell whose median's 95% interval holds 1.0 takes more turns, until it settles or ``--max-repeats``.
 A cell whose call would take longer than ``--max-cell-seconds`` (estimated from the FLOP rate of the previous prefill
 cell of its row) is skipped and listed. The goals are printed beside the figures: every cell >= 1.0, the median cell >= 1.3,
 forward + backward at seq <= 128 >= 1.0.
@@ -20,6 +21,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -27,6 +29,9 @@ GOAL_EVERY_CELL = 1.0
 GOAL_MEDIAN = 1.3
 GOAL_SHORT_TRAINING = 1.0  # forward + backward at seq <= SHORT_SEQ
 SHORT_SEQ = 128
+# An unsettled cell's extra turns: this many at a time, for at most this long a cell.
+SETTLE_TURNS = 4
+SETTLE_SECONDS = 60.0
 
 
 # What lowers torch's own kernels and the GEMM libraries it calls to the instruction set HAL_HOST_ISA gives hal's
@@ -65,6 +70,9 @@ def add_arguments(attention) -> None:
     attention.add_argument("--max-cell-seconds", type=float, default=5.0,
                            help="--sweep: skip a cell whose one call is estimated to take longer (0: no limit)")
     attention.add_argument("--svg", default="attention-sweep.svg", help="--sweep: where the heat map goes")
+    attention.add_argument("--max-repeats", type=int, default=41,
+                           help="--sweep: the most turns a cell takes while 1.0 lies within the 95%% interval of its "
+                                "median ratio (at most --repeats: none extra)")
 
 
 def _cells(args) -> List[dict]:
@@ -128,12 +136,33 @@ def _measure(args, cell, device, synchronize, interleaved, paired_ratio) -> dict
                 with torch.no_grad():
                     sdpa(q, k, v, enable_gqa=True, **kwargs)
         runs[name] = run
-    times = interleaved(runs, args.repeats, synchronize)
-    ratio = paired_ratio(times["torch"], times["hal"])
+    times, ratio = settled_turns(runs, args.repeats, args.max_repeats, synchronize, interleaved, paired_ratio)
     flop = _flop(args, cell)
     return {"torch_ms": statistics.median(times["torch"]) * 1e3, "hal_ms": statistics.median(times["hal"]) * 1e3,
             "hal_tflops": flop / statistics.median(times["hal"]) / 1e12, "ratio": ratio["median"],
-            "ratio_range": [ratio["min"], ratio["max"]], "ratios": ratio["ratios"]}
+            "ratio_range": [ratio["min"], ratio["max"]], "ratio_interval": ratio["interval"],
+            "ratios": ratio["ratios"]}
+
+
+def settled_turns(runs, repeats, max_repeats, synchronize, interleaved, paired_ratio):
+    """runs["torch"] and runs["hal"] taking ``repeats`` turns, then SETTLE_TURNS more at a time while
+    GOAL_EVERY_CELL lies within the 95% interval of the median ratio torch/hal, up to ``max_repeats`` turns or
+    SETTLE_SECONDS of extra turns. Returns the times of every turn and their paired ratio."""
+    times = interleaved(runs, repeats, synchronize)
+    ratio = paired_ratio(times["torch"], times["hal"])
+    start = time.perf_counter()
+    while (_holds_goal(ratio["interval"]) and len(ratio["ratios"]) < max_repeats
+           and time.perf_counter() - start < SETTLE_SECONDS):
+        more = interleaved(runs, min(SETTLE_TURNS, max_repeats - len(ratio["ratios"])), synchronize, warm_up=False)
+        for name in times:
+            times[name] += more[name]
+        ratio = paired_ratio(times["torch"], times["hal"])
+    return times, ratio
+
+
+def _holds_goal(interval: List[float]) -> bool:
+    """Whether GOAL_EVERY_CELL lies within a median's interval: the cell is not settled on either side of it."""
+    return interval[0] <= GOAL_EVERY_CELL <= interval[1]
 
 
 def _row_name(cell) -> str:
@@ -153,7 +182,9 @@ def _goals(cells: List[dict]) -> List[dict]:
     goals = [
         {"goal": f"every cell >= {GOAL_EVERY_CELL:g}x", "value": min(ratios) if ratios else None,
          "met": bool(ratios) and min(ratios) >= GOAL_EVERY_CELL,
-         "detail": f"worst: {_row_name(worst)} at {_column_name(worst)}" if worst else "no cell measured"},
+         "detail": (f"worst: {_row_name(worst)} at {_column_name(worst)}, {len(worst['ratios'])} turns, 95% interval "
+                    f"{worst['ratio_interval'][0]:.2f}..{worst['ratio_interval'][1]:.2f}") if worst
+         else "no cell measured"},
         {"goal": f"median cell >= {GOAL_MEDIAN:g}x", "value": statistics.median(ratios) if ratios else None,
          "met": bool(ratios) and statistics.median(ratios) >= GOAL_MEDIAN, "detail": f"{len(ratios)} cells"},
         {"goal": f"forward + backward at seq <= {SHORT_SEQ} >= {GOAL_SHORT_TRAINING:g}x",
@@ -172,7 +203,15 @@ def _grid(cells: List[dict]):
     return rows, columns
 
 
-def _table(cells: List[dict]) -> str:
+def _settle_mark(cell, repeats: int) -> str:
+    """Beside a ratio: "*" where the cell took extra turns and settled, "?" where 1.0 still lies within its median's
+    interval, " " otherwise."""
+    if _holds_goal(cell["ratio_interval"]):
+        return "?"
+    return "*" if len(cell["ratios"]) > repeats else " "
+
+
+def _table(cells: List[dict], repeats: int) -> str:
     rows, columns = _grid(cells)
     width = max(len(name) for name in rows)
     lines = [" " * width + "".join(f"{column:>11}" for column in columns)]
@@ -183,7 +222,7 @@ def _table(cells: List[dict]) -> str:
             if cell is None:
                 entries.append(f"{'':>11}")
             elif "ratio" in cell:
-                entries.append(f"{cell['ratio']:>11.2f}")
+                entries.append(f"{cell['ratio']:>10.2f}{_settle_mark(cell, repeats)}")
             else:
                 entries.append(f"{'skipped':>11}")
         lines.append(f"{name:<{width}}" + "".join(entries))
@@ -280,8 +319,9 @@ def run(args, device, synchronize, interleaved, paired_ratio) -> int:
         return 0
     print(title)
     print(f"ratio = torch time / hal time, the median of {args.repeats} turns (ABAB); columns: seq, or decode "
-          f"q<queries>/<keys>")
-    print(_table(cells))
+          f"q<queries>/<keys>; a cell whose median's 95% interval held 1.0 took more turns, up to {args.max_repeats}: "
+          f"* settled, ? still unsettled")
+    print(_table(cells, args.repeats))
     for goal in goals:
         value = "n/a" if goal["value"] is None else f"{goal['value']:.2f}"
         print(f"goal {goal['goal']}: {value} ({goal['detail']}): {'met' if goal['met'] else 'missed'}")
