@@ -526,6 +526,38 @@ TEST_SUITE("fake driver") {
       CHECK(fake.function<decltype(cuStreamDestroy)>("cuStreamDestroy_v2")(captured) == CUDA_SUCCESS);
   }
 
+  // The framework's tensors imported as Buffers, used and released inside a capture: a use captured into a graph
+  // runs when the graph is launched, which hal cannot see, so it records no event (querying a captured event
+  // would break the capture); the memory is the graph owner's to keep, and its owner is told at the release.
+  TEST_CASE_FIXTURE(FrameworkCallFixture,
+                    "imported tensors used and released inside a capture leave it valid and are released at once") {
+    if (!HAL_TEST_CUDA_KERNELS_BUILT) return;  // no flash kernels to run
+    write_inputs();
+    const GraphCalls graphs(fake);
+    std::atomic<int> releases{0};
+    const hal::Stream stream = device(0).wrap_native_stream({native, false});
+    const auto [ended, graph] = graphs.capture(native, [&] {
+      std::vector<hal::Buffer> imported;
+      for (const int index : {0, 1, 2, 3, 8}) {  // q k v o lse
+        hal::ExternalMemory external;
+        external.address = memory[index].device_address();
+        external.size = memory[index].size();
+        external.release = [&releases] { ++releases; };
+        imported.push_back(device(0).import_memory(external));
+      }
+      hal::attention_forward(stream, params, {imported[0]}, {imported[1]}, {imported[2]}, {imported[3]}, {imported[4]});
+      imported.clear();
+      CHECK(releases.load() == 5);
+    });
+    REQUIRE(ended == CUDA_SUCCESS);
+    CHECK(read_all(memory[3]) == std::vector<std::uint8_t>(memory[3].size(), 0));  // recorded, not run
+    graphs.replay(graph, native, 1);
+    hal::attention_forward(stream, params, at(0), at(1), at(2), at(9), at(13));
+    stream.synchronize();
+    CHECK(read_all(memory[3]) == read_all(memory[9]));
+    CHECK(read_all(memory[8]) == read_all(memory[13]));
+  }
+
   // Without stream-ordered pools hal's scratch would be a cuMemAlloc, which a capture refuses (and is broken by).
   struct NoMemoryPools {
     ScopedEnvironment no_pools{{"HAL_FAKE_CUDA_MEMORY_POOLS", "0"}};

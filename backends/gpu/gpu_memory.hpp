@@ -134,11 +134,16 @@ struct GpuMemory {
   // something to undo or an owner to tell gets an event after that work (one
   // per stream, recorded again on each use), which its release waits for;
   // hal's own allocations need none (the vendors' frees wait for the device).
+  // Work captured into a graph runs when the graph is launched, which hal
+  // cannot see: it gets no event (querying a captured one would break the
+  // capture), and the memory is the graph owner's to keep alive, as for any
+  // captured kernel.
   template <typename NativeStream>
   static hal_status note_use(const Buffer& buffer, NativeStream native_stream) {
     const ImportedMemory& imported = buffer.imported;
     if ((imported.release == nullptr && imported.registered == nullptr) || native_stream == nullptr) return HAL_OK;
     const Context& context = *buffer.context;
+    if (V::stream_capturing(context, native_stream)) return HAL_OK;
     std::lock_guard lock(imported.uses_mutex);
     auto use = std::find_if(imported.uses.begin(), imported.uses.end(),
                             [&](const ImportedMemory::StreamUse& each) { return each.stream == native_stream; });
