@@ -1671,7 +1671,7 @@ TEST_SUITE("faithful fake driver") {
   // A captured collective runs when (and each time) the graph is launched: had the watchdog put it under its
   // deadline at enqueue, it would abort the communicator while the capture goes on, and its query of an event
   // recorded in the capture would break the capture.
-  TEST_CASE("a collective captured into a graph is under no deadline until it runs, when the graph is launched") {
+  TEST_CASE("a collective captured into a graph is under no deadline until it runs, at each launch of the graph") {
     ScopedEnvironment environment{{"HAL_CUDA_DRIVER", fake_driver_path()},
                                   {"HAL_BACKENDS", "cuda"},
                                   {"HAL_NCCL", HAL_FAKE_NCCL_PATH},
@@ -1700,13 +1700,23 @@ TEST_SUITE("faithful fake driver") {
         });
         REQUIRE(ended == CUDA_SUCCESS);
         CHECK(read_all(recv) == std::vector<std::uint8_t>(1024, 0));  // recorded, not run
-        graphs.replay(graph, captured, 1);                            // the fake NCCL runs a recorded operation once
-        stream.synchronize();
-        CHECK(communicator.async_error().is_ok());
+        CUgraphExec executable = nullptr;
+        REQUIRE(graphs.instantiate(&executable, graph, 0) == CUDA_SUCCESS);
+        // Each launch runs the collective on what the buffer holds then.
+        for (const float shift : {0.0f, 1000.0f}) {
+          std::vector<float> sent = values;
+          for (float& value : sent) value += shift;
+          send.write(0, sent.data(), 1024);
+          REQUIRE(graphs.launch(executable, captured) == CUDA_SUCCESS);
+          stream.synchronize();
+          std::vector<float> reduced(256);
+          recv.read(0, reduced.data(), 1024);
+          CHECK(reduced == sent);
+          CHECK(communicator.async_error().is_ok());
+        }
+        CHECK(graphs.destroy_executable(executable) == CUDA_SUCCESS);
+        CHECK(graphs.destroy_graph(graph) == CUDA_SUCCESS);
       }
-      std::vector<float> reduced(256);
-      recv.read(0, reduced.data(), 1024);
-      CHECK(reduced == values);
       CHECK(calls.destroy_stream(captured) == CUDA_SUCCESS);
       communicator.destroy();
     }

@@ -5,7 +5,10 @@
 // data as files, one per message (written under a temporary name, then
 // renamed, so a reader never sees half of one). Operations run on the
 // caller's stream as host functions of the loaded fake driver, so they are
-// ordered with the copies around them.
+// ordered with the copies around them; on a stream capturing a graph the host
+// function is recorded and the operation runs at each launch of the graph
+// (its data is kept until the communicator is destroyed, as NCCL's persistent
+// plans are kept with the graph).
 //
 // Build variants (compile definitions):
 //   FAKE_NCCL_HIP     streams are HIP's (librccl.so.1, RCCL's ncclAllToAll)
@@ -207,8 +210,13 @@ struct CommState {
 
 }  // namespace
 
+struct Launch;
+
 struct ncclComm {
   std::shared_ptr<CommState> state;
+  // Operations captured into graphs: run at each launch of the graph.
+  std::mutex captured_mutex;
+  std::vector<std::unique_ptr<Launch>> captured;
 };
 
 namespace {
@@ -455,12 +463,17 @@ bool complete(CommState& state, const Task& task) {
   return true;
 }
 
+}  // namespace
+
 // What one host function on the stream runs: a call, or a group of them.
 struct Launch {
   std::shared_ptr<CommState> state;
   std::vector<Task> tasks;
   std::uint64_t number = 0;
+  bool captured = false;  // recorded into a graph: run at each of its launches, owned by the communicator
 };
+
+namespace {
 
 void finish(CommState& state, bool was_active) {
   std::lock_guard lock(state.mutex);
@@ -470,11 +483,13 @@ void finish(CommState& state, bool was_active) {
 }
 
 void run_launch(void* data) {
-  std::unique_ptr<Launch> launch(static_cast<Launch*>(data));
+  Launch* launch = static_cast<Launch*>(data);
+  const std::unique_ptr<Launch> owned(launch->captured ? nullptr : launch);
   CommState& state = *launch->state;
   {
     std::lock_guard lock(state.mutex);
     ++state.active;
+    if (launch->captured) ++state.pending;  // counted when the graph runs it, not when it was recorded
   }
   if (!state.aborted.load() && state.async_error.load() == success) {
     if (fault_matches("HAL_FAKE_NCCL_HANG", state.rank, launch->number)) {
@@ -503,7 +518,22 @@ void run_stream_callback(void*, int, void* data) { run_launch(data); }
 using HostFunction = int (*)(void* stream, void (*function)(void*), void* data);
 #endif
 
-Result launch_on_stream(void* stream, std::unique_ptr<Launch> launch) {
+// Whether the stream is capturing a graph (the fake HIP runtime has no capture).
+bool stream_capturing(void* stream) {
+#ifdef FAKE_NCCL_HIP
+  (void)stream;
+  return false;
+#else
+  void* driver = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (driver == nullptr) return false;
+  auto is_capturing = reinterpret_cast<int (*)(void*, int*)>(::dlsym(driver, "cuStreamIsCapturing"));
+  ::dlclose(driver);
+  int status = 0;  // CU_STREAM_CAPTURE_STATUS_NONE
+  return is_capturing != nullptr && is_capturing(stream, &status) == 0 && status != 0;
+#endif
+}
+
+Result launch_on_stream(ncclComm* comm, void* stream, std::unique_ptr<Launch> launch) {
 #ifdef FAKE_NCCL_HIP
   void* runtime = nullptr;
   for (const char* name : {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"})
@@ -522,7 +552,12 @@ Result launch_on_stream(void* stream, std::unique_ptr<Launch> launch) {
   const int error = host_function != nullptr ? host_function(stream, run_launch, launch.get()) : -1;
 #endif
   if (error != 0) return failure(unhandled_device_error, "enqueueing on the stream failed with " + std::to_string(error));
-  launch.release();  // run_launch owns it
+  if (launch->captured) {
+    std::lock_guard lock(comm->captured_mutex);
+    comm->captured.push_back(std::move(launch));
+  } else {
+    launch.release();  // run_launch owns it
+  }
   return success;
 }
 
@@ -547,14 +582,16 @@ Result launch_calls(std::vector<PendingCall> calls) {
     for (PendingCall& call : calls)
       (call.comm == comm && call.stream == stream ? launch->tasks.push_back(call.task) : rest.push_back(call));
     calls = std::move(rest);
+    launch->captured = stream_capturing(stream);
     {
       std::lock_guard lock(comm->state->mutex);
       launch->number = comm->state->launches++;
-      ++comm->state->pending;
+      if (!launch->captured) ++comm->state->pending;
     }
+    const bool captured = launch->captured;
     std::shared_ptr<CommState> state = comm->state;
-    if (const Result result = launch_on_stream(stream, std::move(launch)); result != success) {
-      finish(*state, false);
+    if (const Result result = launch_on_stream(comm, stream, std::move(launch)); result != success) {
+      if (!captured) finish(*state, false);
       return result;
     }
   }
