@@ -100,16 +100,23 @@ struct GpuStreams {
     return create_on_device(backend, device, out, "stream_create", "a stream", V::create_stream);
   }
 
+  // Makes object's device current and destroys its handle with
+  // destroy(context, handle); the caller still owns object and frees it.
+  template <typename Handle, typename Destroy>
+  static hal_status destroy_on_device(const Handle& object, Destroy&& destroy, const std::string& name) {
+    const Context& context = *object.context;
+    const CurrentDevice scope = context.current_device(object.device);
+    if (!scope) return scope.status();
+    return V::finish(context, destroy(context, object.handle), "destroying " + name);
+  }
+
   static hal_status stream_destroy(Stream* stream) {
     if (stream == nullptr) return succeed();
     std::unique_ptr<Stream> owned(stream);
-    const Context& context = *stream->context;
     forget_collectives_of(stream);
     if (!stream->owned) return succeed();  // its owner destroys it, and waits for it when it wants to
-    const CurrentDevice scope = context.current_device(stream->device);
-    if (!scope) return scope.status();
     // The vendor finishes work already enqueued before it releases the stream.
-    return V::finish(context, V::destroy_stream(context, stream->handle), "destroying " + stream_name(stream));
+    return destroy_on_device(*stream, V::destroy_stream, stream_name(stream));
   }
 
   // The interop sub-table's stream and event entries.
@@ -198,11 +205,8 @@ struct GpuStreams {
   static hal_status event_destroy(Event* event) {
     if (event == nullptr) return succeed();
     std::unique_ptr<Event> owned(event);
-    const Context& context = *event->context;
-    const CurrentDevice scope = context.current_device(event->device);
-    if (!scope) return scope.status();
     // A record still pending completes first; the vendor defers the release.
-    return V::finish(context, V::destroy_event(context, event->handle), "destroying " + event_name(event));
+    return destroy_on_device(*event, V::destroy_event, event_name(event));
   }
 
   static hal_status event_record(Event* event, Stream* stream) {
