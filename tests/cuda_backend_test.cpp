@@ -431,6 +431,18 @@ TEST_SUITE("fake driver") {
       fake.release_primary(0);
     }
     hal::TensorRef at(int index) const { return hal::TensorRef::borrowed(memory[index].device_address()); }
+    // q k v o lse imported as a framework imports its tensors, each release counted.
+    std::vector<hal::Buffer> import_forward_tensors(std::atomic<int>& releases) const {
+      std::vector<hal::Buffer> imported;
+      for (const int index : {0, 1, 2, 3, 8}) {
+        hal::ExternalMemory external;
+        external.address = memory[index].device_address();
+        external.size = memory[index].size();
+        external.release = [&releases] { ++releases; };
+        imported.push_back(device(0).import_memory(external));
+      }
+      return imported;
+    }
     // q k v and grad_o: values in [-1, 1) that differ along every dimension.
     void write_inputs() const {
       for (const int index : {0, 1, 2, 4}) {
@@ -470,14 +482,7 @@ TEST_SUITE("fake driver") {
     std::atomic<int> releases{0};
     {
       const hal::Stream stream = device(0).wrap_native_stream({native, false});
-      std::vector<hal::Buffer> imported;
-      for (const int index : {0, 1, 2, 3, 8}) {  // q k v o lse
-        hal::ExternalMemory external;
-        external.address = memory[index].device_address();
-        external.size = memory[index].size();
-        external.release = [&releases] { ++releases; };
-        imported.push_back(device(0).import_memory(external));
-      }
+      std::vector<hal::Buffer> imported = import_forward_tensors(releases);
       hal::attention_forward(stream, params, {imported[0]}, {imported[1]}, {imported[2]}, {imported[3]}, {imported[4]});
       imported.clear();
       CHECK(device_waits() == device_waits_before);
@@ -537,14 +542,7 @@ TEST_SUITE("fake driver") {
     std::atomic<int> releases{0};
     const hal::Stream stream = device(0).wrap_native_stream({native, false});
     const auto [ended, graph] = graphs.capture(native, [&] {
-      std::vector<hal::Buffer> imported;
-      for (const int index : {0, 1, 2, 3, 8}) {  // q k v o lse
-        hal::ExternalMemory external;
-        external.address = memory[index].device_address();
-        external.size = memory[index].size();
-        external.release = [&releases] { ++releases; };
-        imported.push_back(device(0).import_memory(external));
-      }
+      std::vector<hal::Buffer> imported = import_forward_tensors(releases);
       hal::attention_forward(stream, params, {imported[0]}, {imported[1]}, {imported[2]}, {imported[3]}, {imported[4]});
       imported.clear();
       CHECK(releases.load() == 5);
