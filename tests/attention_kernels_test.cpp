@@ -814,7 +814,8 @@ TEST_CASE("decode and chunked prefill: keys split across threads, splits merged 
   p.window_left = -1;
   p.alignment = HAL_MASK_TOP_LEFT;
   check_problem(p, 2);
-  // Reduced-precision inputs through the vector conversions, in a BSHD layout.
+  // Reduced-precision inputs through the vector conversions (and, for bf16,
+  // the tile units' decode), in a BSHD layout, under each mask above.
   for (hal_dtype dtype : {HAL_DTYPE_BF16, HAL_DTYPE_F16}) {
     CAPTURE(dtype);
     Problem reduced = p;
@@ -822,6 +823,29 @@ TEST_CASE("decode and chunked prefill: keys split across threads, splits merged 
     reduced.dtype = dtype;
     reduced.q_layout = reduced.k_layout = reduced.v_layout = reduced.o_layout = Layout::bshd;
     check_problem(reduced, 2);
+    reduced.window_left = 70;
+    check_problem(reduced, 3);
+    reduced.window_left = -1;
+    reduced.alignment = HAL_MASK_TOP_LEFT;
+    check_problem(reduced, 2);
+  }
+}
+
+TEST_CASE("decode tiles of whole tiles of rows: 4 query heads x 16 queries, bf16, full and causal") {
+  // The 64 rows of a 16-query chunk of a GQA group fill 4 tiles of the bf16
+  // tile units; 300 keys end inside a block.
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    check_problem({.heads_q = 8,
+                   .heads_kv = 2,
+                   .seq_q = 16,
+                   .seq_kv = 300,
+                   .dim_qk = 64,
+                   .dim_v = 64,
+                   .dtype = HAL_DTYPE_BF16,
+                   .causal = causal,
+                   .alignment = HAL_MASK_BOTTOM_RIGHT},
+                  2);
   }
 }
 

@@ -86,8 +86,18 @@ flash::Layout make_layout(const hal_attention_params_v1& p, bool backward, int t
     layout.kv_splits = (layout.key_blocks + layout.split_key_blocks - 1) / layout.split_key_blocks;
     layout.partial_floats = layout.kv_splits > 1 ? br * (layout.dim_v_padded + 2) : 0;
     // the tile, then Q^T, S^T and the key block's K and V rows when they need converting
-    layout.scratch_floats = br * layout.dim_qk_padded + br * bc + br * layout.dim_v_padded + 2 * br +
-                            p.head_dim_qk * br + bc * br + bc * (layout.dim_qk_padded + layout.dim_v_padded);
+    const std::int64_t tile_floats = br * layout.dim_qk_padded + br * bc + br * layout.dim_v_padded + 2 * br;
+    layout.scratch_floats =
+        tile_floats + p.head_dim_qk * br + bc * br + bc * (layout.dim_qk_padded + layout.dim_v_padded);
+    if (p.dtype == HAL_DTYPE_BF16) {
+      // the tile units' decode: after the tile, a step's scores and P, then its K and V blocks in pairs
+      layout.tile_key_blocks = std::min(kTileKeyBlocks, layout.split_key_blocks);
+      const std::int64_t key_depth = round_up(bc, flash::kTileDepthBf16);
+      const std::int64_t depth = round_up(p.head_dim_qk, flash::kTileDepthBf16);
+      layout.scratch_floats = std::max(
+          layout.scratch_floats, tile_floats + layout.tile_key_blocks * (br * (bc + key_depth / 2) + bc * depth / 2 +
+                                                                         key_depth / 2 * layout.dim_v_padded));
+    }
     layout.groups_per_pass = layout.group_count;
     return layout;
   }

@@ -51,11 +51,12 @@ struct Layout {
   std::int64_t packed_slots;         // groups_per_pass, or a slot per thread with whole_groups
   std::int64_t packed_group_floats;  // per group of a pass
   std::int64_t scratch_floats;       // per thread (forward) or per chunk (backward)
-  // bf16 prefill forward, for the tile units: the key blocks one softmax step
-  // spans (the per-row work of a step and the reloads of O then serve more
-  // keys); each query tile's scratch ends with room for their scores
-  // (query_block rows of tile_key_blocks * key_block floats) and their P in
-  // bf16 (rows of key_block rounded up to kTileDepthBf16, per block). 0 otherwise.
+  // bf16 forward, for the tile units: the key blocks one softmax step spans
+  // (the per-row work of a step and the reloads of O then serve more keys);
+  // each query tile's scratch ends with room for their scores (query_block
+  // rows of tile_key_blocks * key_block floats) and their P in bf16 (rows of
+  // key_block rounded up to kTileDepthBf16, per block), and in decode their
+  // K and V in pairs. 0 otherwise.
   std::int64_t tile_key_blocks;
   std::int64_t dq_partial_floats;    // backward, per chunk (per thread with whole_groups)
   std::int64_t chunks;               // backward: fixed work split, one dQ partial each

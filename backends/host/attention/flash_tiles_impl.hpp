@@ -9,9 +9,10 @@
 //                    holds, for each column, depths 2i and 2i + 1; ldb bytes
 //                    a row), C f32 (ldc bytes a row), `steps` depth steps of
 //                    kTileDepthBf16.
-// The bf16 prefill forward and the bf16 backward (head dims multiple of 32)
-// run on them; every other call (other dtypes, decode) runs the AVX-512
-// kernels. Units including this are compiled with AVX-512 and AVX512-BF16.
+// The bf16 forward (prefill, and decode tiles of 16 rows or more) and the
+// bf16 backward (head dims multiple of 32) run on them; every other call
+// (other dtypes, fewer decode rows) runs the AVX-512 kernels. Units including this are compiled with AVX-512 and
+// AVX512-BF16.
 //
 // What changes against the f32 path: Q and K stay bf16 (their products are
 // exact in f32), the scores are scaled to the log2 domain in the softmax
@@ -133,58 +134,152 @@ void forward_pack_keys_tiles(const ForwardJob& job, std::int64_t unit) {
                  layout.key_block, tile_values(job, own.group_in_pass, own.key_block));
 }
 
+// The tile's rows of Q as bf16 rows of `depth` (zero past head_dim_qk and
+// past the rows, up to whole tiles), where the f32 tile keeps its scaled Q
+// (depth <= 2 * dim_qk_padded).
+HAL_ALWAYS_INLINE std::uint16_t* load_tile_queries(const hal_attention_params_v1& p, const void* q,
+                                                   const TileRows& rows, std::int64_t depth, const QueryTile& tile) {
+  auto* queries = reinterpret_cast<std::uint16_t*>(tile.queries);
+  const std::int64_t tile_rows = round_up(rows.count, kTileRows);
+  for (std::int64_t row = 0; row < tile_rows; ++row) {
+    const std::int64_t dims = row < rows.count ? p.head_dim_qk : 0;
+    const auto* q_row = static_cast<const std::uint16_t*>(q) +
+                        (dims > 0 ? element_offset(p.q_strides, rows.batch, rows.head(row), rows.query(row), 0) : 0);
+    copy_bf16_row(q_row, p.q_strides.dim, dims, depth, queries + row * depth);
+  }
+  return queries;
+}
+
+// Where a tile's step of `span` key blocks keeps its scores (f32) and its P
+// (bf16 in pairs of columns), after the tile in the thread's scratch.
+struct TileStep {
+  float* scores;
+  std::uint16_t* probabilities;
+  float* end;
+};
+HAL_ALWAYS_INLINE TileStep tile_step(const Layout& layout, const QueryTile& tile, std::int64_t span) {
+  const std::int64_t key_depth = round_up(layout.key_block, kTileDepthBf16);
+  TileStep step;
+  step.scores = tile.end;
+  step.probabilities = reinterpret_cast<std::uint16_t*>(step.scores + layout.query_block * span * layout.key_block);
+  step.end = reinterpret_cast<float*>(step.probabilities) + layout.query_block * span * key_depth / 2;
+  return step;
+}
+
+// Key blocks [first_block, end_block) of a tile whose state is reset: per
+// step of up to `span` blocks, S = Q K^T block by block, the online softmax
+// with P rounded to bf16, then O += P V over the step's blocks at once.
+// keys(block) is a block's K in dim pairs; values(block) the V of the
+// step's blocks from `block` on, in key pairs, back to back.
+template <class Tiles, class Keys, class Values>
+void attend_key_blocks(const hal_attention_params_v1& p, const std::int32_t* key_ranges, const Layout& layout,
+                       const TileRows& rows, const QueryTile& tile, const std::uint16_t* queries, std::int64_t span,
+                       std::int64_t first_block, std::int64_t end_block, const Keys& keys, const Values& values) {
+  const std::int64_t bc = layout.key_block;
+  const std::int64_t dv_padded = layout.dim_v_padded;
+  const std::int64_t depth = round_up(p.head_dim_qk, kTileDepthBf16);  // Q's bf16 row
+  const std::int64_t key_depth = round_up(bc, kTileDepthBf16);         // one block's P columns
+  const std::int64_t row_tiles = (rows.count + kTileRows - 1) / kTileRows;
+  const TileStep step = tile_step(layout, tile, span);
+  // Rows past the tile's and P's columns past bc (one block shorter than
+  // its depth) stay zero; the softmax writes the rest.
+  fill(reinterpret_cast<float*>(step.probabilities), row_tiles * kTileRows * span * key_depth / 2, 0.0f);
+  fill(tile.out + rows.count * dv_padded, (row_tiles * kTileRows - rows.count) * dv_padded, 0.0f);
+  if (first_block >= end_block) return;
+  Tiles::begin();
+  const float score_scale = p.softmax_scale * kLog2e;
+  for (std::int64_t block0 = first_block; block0 < end_block; block0 += span) {
+    const std::int64_t blocks = min_i64(span, end_block - block0);
+    for (std::int64_t block = 0; block < blocks; ++block) {
+      Tiles::gemm(queries, depth * 2, row_tiles, keys(block0 + block), bc * 4, bc / 16, step.scores + block * bc,
+                  span * bc * 4, depth / kTileDepthBf16, false);
+    }
+    const ScoreBlock scores{step.scores, span * bc, block0 * bc, blocks * bc, step.probabilities, span * key_depth};
+    softmax_rows<V>(p, key_ranges, rows, tile, dv_padded, scores, score_scale);
+    Tiles::gemm(step.probabilities, span * key_depth * 2, row_tiles, values(block0), dv_padded * 4, dv_padded / 16,
+                tile.out, dv_padded * 4, blocks * key_depth / kTileDepthBf16, true);
+  }
+  Tiles::end();
+}
+
 template <class Tiles>
 void forward_queries_tiles(const ForwardJob& job, std::int64_t unit, int worker) {
   const hal_attention_params_v1& p = *job.params;
   if (!runs_on_tiles(p)) return forward_queries<V>(job, unit, worker);
   const Layout& layout = job.layout;
   const std::int64_t bc = layout.key_block;
-  const std::int64_t dv_padded = layout.dim_v_padded;
-  const std::int64_t depth = round_up(p.head_dim_qk, kTileDepthBf16);  // Q's bf16 row
-  const std::int64_t key_depth = round_up(bc, kTileDepthBf16);         // one block's P columns
-  const std::int64_t span = layout.tile_key_blocks;                    // blocks per softmax step
   std::int64_t group_in_pass = 0;
   const TileRows rows = prefill_rows(job, unit, group_in_pass);
-  const std::int64_t row_tiles = (rows.count + kTileRows - 1) / kTileRows;
-  const std::int64_t tile_rows = row_tiles * kTileRows;
   const QueryTile tile = query_tile(layout, job.scratch + worker * layout.scratch_floats);
-  // Q in bf16 where the f32 tile keeps its scaled Q (depth <= 2 * dim_qk_padded);
-  // after the tile, the step's scores and its P (Layout::tile_key_blocks).
-  auto* queries = reinterpret_cast<std::uint16_t*>(tile.queries);
-  float* scores = tile.end;
-  auto* probabilities = reinterpret_cast<std::uint16_t*>(scores + layout.query_block * span * bc);
-  for (std::int64_t row = 0; row < tile_rows; ++row) {
-    const std::int64_t dims = row < rows.count ? p.head_dim_qk : 0;
-    const auto* q_row = static_cast<const std::uint16_t*>(job.q) +
-                        (dims > 0 ? element_offset(p.q_strides, rows.batch, rows.head(row), rows.query(row), 0) : 0);
-    copy_bf16_row(q_row, p.q_strides.dim, dims, depth, queries + row * depth);
-  }
-  // Rows past the tile's and P's columns past bc (one block shorter than
-  // its depth) stay zero; the softmax writes the rest.
-  fill(reinterpret_cast<float*>(probabilities), tile_rows * span * key_depth / 2, 0.0f);
-  fill(tile.out, tile_rows * dv_padded, 0.0f);
+  const std::uint16_t* queries = load_tile_queries(p, job.q, rows, round_up(p.head_dim_qk, kTileDepthBf16), tile);
   reset_tile_state(layout, rows, tile);
-
   const KeyRange keys = tile_keys(p, job.key_ranges, rows);
-  if (keys.first <= keys.last) {
-    Tiles::begin();
-    const float score_scale = p.softmax_scale * kLog2e;
-    const std::int64_t last_block = keys.last / bc;
-    for (std::int64_t first_block = keys.first / bc; first_block <= last_block; first_block += span) {
-      const std::int64_t blocks = min_i64(span, last_block + 1 - first_block);
-      for (std::int64_t block = 0; block < blocks; ++block) {
-        Tiles::gemm(queries, depth * 2, row_tiles,
-                    reinterpret_cast<const std::uint32_t*>(packed_keys(job, group_in_pass, first_block + block)),
-                    bc * 4, bc / 16, scores + block * bc, span * bc * 4, depth / kTileDepthBf16, false);
-      }
-      const ScoreBlock step{scores, span * bc, first_block * bc, blocks * bc, probabilities, span * key_depth};
-      softmax_rows<V>(p, job.key_ranges, rows, tile, dv_padded, step, score_scale);
-      Tiles::gemm(probabilities, span * key_depth * 2, row_tiles, tile_values(job, group_in_pass, first_block),
-                  dv_padded * 4, dv_padded / 16, tile.out, dv_padded * 4, blocks * key_depth / kTileDepthBf16, true);
-    }
-    Tiles::end();
-  }
+  attend_key_blocks<Tiles>(
+      p, job.key_ranges, layout, rows, tile, queries, layout.tile_key_blocks, keys.first / bc,
+      keys.first <= keys.last ? keys.last / bc + 1 : keys.first / bc,
+      [&](std::int64_t block) {
+        return reinterpret_cast<const std::uint32_t*>(packed_keys(job, group_in_pass, block));
+      },
+      [&](std::int64_t block) { return tile_values(job, group_in_pass, block); });
   finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
+}
+
+// Whether a decode tile runs on the tiles: bf16 and at least a tile of rows
+// (fewer leave most of each product padding; the f32 kernel's dot products
+// serve them).
+HAL_ALWAYS_INLINE bool decode_runs_on_tiles(const hal_attention_params_v1& p, const Layout& layout) {
+  return runs_on_tiles(p) && layout.group_size * p.seq_q >= kTileRows;
+}
+
+// Decode on the tiles: a tile stacks every query row of a kv group (up to
+// 64: 4 tiles of rows), and each step packs its key blocks into the
+// thread's scratch, read once per group as the f32 decode reads them.
+template <class Tiles>
+void forward_decode_tiles(const ForwardJob& job, std::int64_t unit, int worker) {
+  const hal_attention_params_v1& p = *job.params;
+  const Layout& layout = job.layout;
+  if (!decode_runs_on_tiles(p, layout)) return forward_decode<V>(job, unit, worker);
+  const std::int64_t group = unit / layout.kv_splits;
+  const std::int64_t split = unit % layout.kv_splits;
+  const std::int64_t bc = layout.key_block;
+  const std::int64_t kv_head = group % p.heads_kv;
+  const std::int64_t depth = round_up(p.head_dim_qk, kTileDepthBf16);
+  const std::int64_t key_depth = round_up(bc, kTileDepthBf16);
+  const std::int64_t span = layout.tile_key_blocks;
+  const TileRows rows = decode_rows(p, layout, group);
+  QueryTile tile = query_tile(layout, job.scratch + worker * layout.scratch_floats);
+  if (layout.kv_splits > 1) {  // the running O, max and sum live where the merge reads them
+    const QueryTile state = split_state(job, unit);
+    tile.out = state.out;
+    tile.running_max = state.running_max;
+    tile.running_sum = state.running_sum;
+  }
+  const std::uint16_t* queries = load_tile_queries(p, job.q, rows, depth, tile);
+  reset_tile_state(layout, rows, tile);
+  // The step's K blocks in dim pairs, then its V blocks in key pairs.
+  auto* packed_k = reinterpret_cast<std::uint32_t*>(tile_step(layout, tile, span).end);
+  std::uint32_t* packed_v = packed_k + span * bc * depth / 2;
+  const std::int64_t v_block_words = key_depth / 2 * layout.dim_v_padded;
+  const KeyRange keys = tile_keys(p, job.key_ranges, rows);
+  const std::int64_t first_block = max_i64(split * layout.split_key_blocks, keys.first / bc);
+  const std::int64_t end_block =
+      keys.first <= keys.last ? min_i64((split + 1) * layout.split_key_blocks, keys.last / bc + 1) : first_block;
+  attend_key_blocks<Tiles>(
+      p, job.key_ranges, layout, rows, tile, queries, span, first_block, max_i64(first_block, end_block),
+      [&](std::int64_t block) {
+        std::uint32_t* out = packed_k + (block - first_block) % span * bc * depth / 2;
+        pack_dim_pairs(p, job.k, p.k_strides, p.head_dim_qk, rows.batch, kv_head, block * bc, bc, out);
+        return static_cast<const std::uint32_t*>(out);
+      },
+      [&](std::int64_t block0) {
+        const std::int64_t blocks = min_i64(span, end_block - block0);
+        for (std::int64_t block = 0; block < blocks; ++block) {
+          pack_key_pairs(p, job.v, p.v_strides, p.head_dim_v, layout.dim_v_padded, rows.batch, kv_head,
+                         (block0 + block) * bc, bc, packed_v + block * v_block_words);
+        }
+        return static_cast<const std::uint32_t*>(packed_v);
+      });
+  if (layout.kv_splits == 1) finish_tile<V>(p, layout, rows, tile, job.o, job.lse);
 }
 
 // ---- backward ----------------------------------------------------------------
@@ -370,6 +465,7 @@ constexpr KernelTable make_tile_table() {
   KernelTable table = make_kernel_table<V>();
   table.forward_pack_keys = &forward_pack_keys_tiles;
   table.forward_queries = &forward_queries_tiles<Tiles>;
+  table.forward_decode = &forward_decode_tiles<Tiles>;
   table.backward_pack_queries = &backward_pack_queries_tiles;
   table.backward_keys = &backward_keys_tiles<Tiles>;
   return table;
