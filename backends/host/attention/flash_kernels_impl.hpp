@@ -610,6 +610,20 @@ HAL_ALWAYS_INLINE QueryTile split_state(const ForwardJob& job, std::int64_t unit
   return state;
 }
 
+// The tile of decode unit `unit` in the worker's scratch; with kv_splits > 1
+// its running O, max and sum live in the split's partial, where the merge
+// reads them.
+HAL_ALWAYS_INLINE QueryTile decode_tile(const ForwardJob& job, std::int64_t unit, int worker) {
+  QueryTile tile = query_tile(job.layout, job.scratch + worker * job.layout.scratch_floats);
+  if (job.layout.kv_splits > 1) {
+    const QueryTile state = split_state(job, unit);
+    tile.out = state.out;
+    tile.running_max = state.running_max;
+    tile.running_sum = state.running_sum;
+  }
+  return tile;
+}
+
 // Rows [key0, key0 + count) of K or V of one (batch, kv head) as f32 rows:
 // the caller's own memory when it already is (f32, unit dim stride, rows of
 // whole vectors where `whole_vectors` asks it), else converted into
@@ -670,13 +684,7 @@ void forward_decode(const ForwardJob& job, std::int64_t unit, int worker) {
   const std::int64_t kv_head = group % p.heads_kv;
   const TileRows rows = decode_rows(p, layout, group);
   const std::int64_t rows_padded = round_up(rows.count, V::width);
-  QueryTile tile = query_tile(layout, job.scratch + worker * layout.scratch_floats);
-  if (layout.kv_splits > 1) {  // the running O, max and sum live where the merge reads them
-    const QueryTile state = split_state(job, unit);
-    tile.out = state.out;
-    tile.running_max = state.running_max;
-    tile.running_sum = state.running_sum;
-  }
+  const QueryTile tile = decode_tile(job, unit, worker);
   float* queries_t = tile.end;                               // packed B: [dqk][rows_padded]
   float* scores_t = queries_t + dqk * layout.query_block;    // [bc][rows_padded]
   float* keys = scores_t + bc * layout.query_block;          // [bc][dim_qk_padded] when converted

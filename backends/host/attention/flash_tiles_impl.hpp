@@ -247,13 +247,7 @@ void forward_decode_tiles(const ForwardJob& job, std::int64_t unit, int worker) 
   const std::int64_t key_depth = round_up(bc, kTileDepthBf16);
   const std::int64_t span = layout.tile_key_blocks;
   const TileRows rows = decode_rows(p, layout, group);
-  QueryTile tile = query_tile(layout, job.scratch + worker * layout.scratch_floats);
-  if (layout.kv_splits > 1) {  // the running O, max and sum live where the merge reads them
-    const QueryTile state = split_state(job, unit);
-    tile.out = state.out;
-    tile.running_max = state.running_max;
-    tile.running_sum = state.running_sum;
-  }
+  const QueryTile tile = decode_tile(job, unit, worker);
   const std::uint16_t* queries = load_tile_queries(p, job.q, rows, depth, tile);
   reset_tile_state(layout, rows, tile);
   // The step's K blocks in dim pairs, then its V blocks in key pairs.
