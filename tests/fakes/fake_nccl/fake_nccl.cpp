@@ -534,6 +534,9 @@ bool stream_capturing(void* stream) {
 }
 
 Result launch_on_stream(ncclComm* comm, void* stream, std::unique_ptr<Launch> launch) {
+  // Once enqueued, an uncaptured launch may run and be freed on the stream's
+  // thread at any moment: nothing of it is read after the enqueue.
+  const bool captured = launch->captured;
 #ifdef FAKE_NCCL_HIP
   void* runtime = nullptr;
   for (const char* name : {"libamdhip64.so.6", "libamdhip64.so.5", "libamdhip64.so"})
@@ -552,7 +555,7 @@ Result launch_on_stream(ncclComm* comm, void* stream, std::unique_ptr<Launch> la
   const int error = host_function != nullptr ? host_function(stream, run_launch, launch.get()) : -1;
 #endif
   if (error != 0) return failure(unhandled_device_error, "enqueueing on the stream failed with " + std::to_string(error));
-  if (launch->captured) {
+  if (captured) {
     std::lock_guard lock(comm->captured_mutex);
     comm->captured.push_back(std::move(launch));
   } else {
